@@ -1,0 +1,60 @@
+"""The ``edgecap`` command line.
+
+Each command lives in its own module and is imported only when it runs, so ``edgecap --help``
+never pays for torch, onnxruntime or TensorRT imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from edgecap._version import __version__
+
+# command name -> "module:attribute"; a new command is one module plus one line here.
+COMMANDS: dict[str, str] = {
+    "data": "edgecap.cli.data:data",
+    "features": "edgecap.cli.features:features",
+    "zoo": "edgecap.cli.zoo:zoo",
+    "train": "edgecap.cli.train:train",
+    "eval": "edgecap.cli.evaluate:evaluate",
+    "caption": "edgecap.cli.caption:caption",
+    "quickstart": "edgecap.cli.quickstart:quickstart",
+}
+
+_HELP: dict[str, str] = {
+    "data": "Generate or inspect captioning datasets.",
+    "features": "Extract and cache backbone features for a dataset.",
+    "zoo": "List registered model configs with parameter counts.",
+    "train": "Train a captioner with cross-entropy.",
+    "eval": "Score a trained run with the COCO caption metrics.",
+    "caption": "Describe images with a trained run.",
+    "quickstart": "Synthesise data, extract features, train and evaluate the default model.",
+}
+
+
+class LazyGroup(click.Group):
+    """A click group whose sub-commands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Show one-line help without importing every command module.
+        rows = [(name, _HELP.get(name, "")) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(__version__, prog_name="edgecap")
+def main() -> None:
+    """edgecap: compact image captioners for the edge."""
