@@ -1,0 +1,54 @@
+"""Turning visual features into caption strings with the shared decoding package."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from edgecap.decoding import DecodeCfg, decode
+from edgecap.training.batches import FeatureBank, VisualBatch
+
+
+def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overrides: Any) -> DecodeCfg:
+    """The decoding config for a vocab: greedy at beam 1, radix digits constrained, room for ``max_words`` words."""
+    strategy = "greedy" if beam_size == 1 else "beam"
+    max_len = max_words * vocab.tokens_per_word + 1
+    return DecodeCfg.for_vocab(vocab, strategy=strategy, beam_size=beam_size, max_len=max_len, **overrides)
+
+
+def captions_from_hypotheses(vocab: Any, hypotheses: Sequence[Sequence[Any]]) -> list[str]:
+    return [" ".join(vocab.decode(hyps[0].tokens)) for hyps in hypotheses]
+
+
+def caption_visual(step_model: Any, visual: VisualBatch, vocab: Any, cfg: DecodeCfg) -> list[str]:
+    """Captions for one padded batch of features through any :class:`~edgecap.decoding.StepModel`."""
+    return captions_from_hypotheses(vocab, decode(step_model, visual.as_inputs(), cfg))
+
+
+def caption_bank(
+    model: torch.nn.Module,
+    bank: FeatureBank,
+    vocab: Any,
+    beam_size: int = 1,
+    max_words: int = 25,
+    device: torch.device | str = "cpu",
+    batch_size: int = 100,
+    **decode_overrides: Any,
+) -> list[str]:
+    """Captions for every image of ``bank``, in order, decoded with the torch adapter."""
+    from edgecap.runtimes.torch import TorchStepModel
+
+    step_model = TorchStepModel(model, device=device)
+    cfg = decode_cfg_for(vocab, beam_size=beam_size, max_words=max_words, **decode_overrides)
+    was_training = model.training
+    model.eval()
+    out: list[str] = []
+    try:
+        for start in range(0, len(bank), batch_size):
+            rows = list(range(start, min(start + batch_size, len(bank))))
+            out.extend(caption_visual(step_model, bank.batch(rows), vocab, cfg))
+    finally:
+        model.train(was_training)
+    return out

@@ -1,0 +1,40 @@
+"""Reusable click options and small parsing helpers shared by commands."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+
+def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
+    """``key=value`` pairs; values are parsed as JSON when possible (numbers, lists, booleans), else strings."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--set")
+        key, raw = item.split("=", 1)
+        try:
+            value: Any = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        out[key.strip().replace("-", "_")] = value
+    return out
+
+
+def device_option(fn: Callable) -> Callable:
+    return click.option(
+        "--device", default="auto", show_default=True, help="cpu, cuda, cuda:N or auto (CUDA when available)."
+    )(fn)
+
+
+def beam_option(fn: Callable) -> Callable:
+    return click.option("--beam", "beam", type=click.IntRange(1, 64), default=3, show_default=True,
+                        help="Beam size (1 = greedy).")(fn)
+
+
+def fail(message: str) -> None:
+    """Stop a command with a clear one-line error instead of a traceback."""
+    raise click.ClickException(message)

@@ -1,0 +1,86 @@
+"""One step of candidate selection per strategy, in torch ops only (fairseq ``search.py`` style).
+
+Every strategy has the same signature::
+
+    step(step, lprobs (B, k, V), scores (B, k)) -> (cand_scores (B, C), cand_tokens (B, C), cand_beams (B, C))
+
+where B is the number of groups (images for beam search, rows for greedy/sampling), k the live hypotheses per group,
+``scores`` their running sums of log-probs and C the number of candidates returned. The loops in ``beam.py`` and
+``greedy.py`` turn candidates into finished and running hypotheses.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from edgecap.decoding.config import DecodeCfgError
+
+
+class Search:
+    """Base of the candidate selectors."""
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Select candidates; see the module docstring for shapes."""
+        raise NotImplementedError(f"{type(self).__name__} must implement step()")
+
+
+class GreedySearch(Search):
+    """The most likely continuation of each hypothesis (C = 1; expects k = 1)."""
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        best_lp, tokens = lprobs[:, 0, :].max(dim=-1, keepdim=True)  # (B, 1)
+        return scores[:, :1] + best_lp, tokens, torch.zeros_like(tokens)
+
+
+class BeamSearch(Search):
+    """Top 2K continuations over all k·V (beam, token) pairs of a group.
+
+    Returning 2K candidates (fairseq) guarantees at least K of them are not EOS, since each beam contributes only one
+    EOS candidate; the loop keeps K running beams even when some candidates finish.
+    """
+
+    def __init__(self, beam_size: int) -> None:
+        if beam_size < 1:
+            raise DecodeCfgError(f"beam_size must be >= 1, got {beam_size}")
+        self.beam_size = beam_size
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        groups, k, vocab = lprobs.shape
+        total = (scores[:, :, None] + lprobs).view(groups, k * vocab)
+        cand_scores, flat = total.topk(min(2 * self.beam_size, k * vocab), dim=1)
+        return cand_scores, flat % vocab, torch.div(flat, vocab, rounding_mode="floor")
+
+
+class Sampling(Search):
+    """Draw one token per hypothesis from softmax(lprobs / temperature), optionally among the top k only.
+
+    The candidate score adds the *untempered* log-prob, so scores stay log-probabilities under the model. A seeded
+    ``torch.Generator`` (created on the log-probs' device at the first step) makes runs repeatable on one device.
+    """
+
+    def __init__(self, temperature: float = 1.0, top_k: int = 0, seed: int | None = None) -> None:
+        if not temperature > 0:
+            raise DecodeCfgError(f"temperature must be > 0, got {temperature}")
+        if top_k < 0:
+            raise DecodeCfgError(f"top_k must be >= 0, got {top_k}")
+        self.temperature, self.top_k, self.seed = float(temperature), int(top_k), seed
+        self._generator: torch.Generator | None = None
+
+    def _generator_for(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        if self._generator is None or self._generator.device != device:
+            self._generator = torch.Generator(device=device)
+            self._generator.manual_seed(self.seed)
+        return self._generator
+
+    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        lp = lprobs[:, 0, :]
+        logits = lp / self.temperature if self.temperature != 1.0 else lp.clone()
+        if 0 < self.top_k < logits.shape[-1]:
+            kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
+            logits.masked_fill_(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, dim=-1)
+        tokens = torch.multinomial(probs, 1, generator=self._generator_for(lp.device))  # (B, 1)
+        return scores[:, :1] + lp.gather(1, tokens), tokens, torch.zeros_like(tokens)

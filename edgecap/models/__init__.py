@@ -1,0 +1,77 @@
+"""Captioning models: the registry, the ``CaptionModel`` contract and the model families.
+
+``create_model("acort-xsmall", vocab_size=771)`` builds a registered variant; ``list_models()`` lists them.
+The backbone (timm) is imported only when ``create_backbone``/``Backbone`` is first used, and models never import
+``edgecap.decoding``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgecap.models import ort  # noqa: F401  (registers the ORT/ACORT family and its variants)
+from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
+from edgecap.models._registry import (
+    EDGE_WORD_VOCAB_SIZE,
+    UnknownModelError,
+    cfg_from_dict,
+    count_model_parameters,
+    count_parameters,
+    create_model,
+    create_model_from_cfg,
+    describe_models,
+    edge_settings,
+    get_model_cfg,
+    list_families,
+    list_models,
+    model_family,
+    paper_params,
+    paper_settings,
+    register_family,
+    register_model,
+)
+from edgecap.models.base import CaptionModel, ModelInputError, State
+from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
+from edgecap.models.ort import ORTCaptioner
+
+_LAZY = {"create_backbone": "edgecap.models.backbone", "Backbone": "edgecap.models.backbone"}
+
+__all__ = [
+    "EDGE_WORD_VOCAB_SIZE",
+    "PAPER_FEATURE_DIM",
+    "PAPER_WORD_VOCAB_SIZE",
+    "CaptionModel",
+    "LayerMapError",
+    "ModelCfg",
+    "ModelCfgError",
+    "ModelInputError",
+    "ORTCaptioner",
+    "State",
+    "UnknownModelError",
+    "cfg_from_dict",
+    "count_model_parameters",
+    "count_parameters",
+    "create_model",
+    "create_model_from_cfg",
+    "describe_models",
+    "edge_settings",
+    "format_layer_map",
+    "get_model_cfg",
+    "list_families",
+    "list_models",
+    "model_family",
+    "paper_params",
+    "paper_settings",
+    "parse_layer_map",
+    "register_family",
+    "register_model",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgecap.models' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

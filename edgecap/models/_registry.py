@@ -1,0 +1,247 @@
+"""Model registry (timm-style): one ``@register_model`` function per named variant, one builder per family.
+
+A variant function takes no arguments and returns its architecture cfg (a frozen dataclass); the cfg's ``family``
+names the builder that turns ``(cfg, vocab_size)`` into a :class:`~edgecap.models.base.CaptionModel`. Adding a
+variant is one decorated function; adding a family is one module that calls :func:`register_family` and is imported
+by ``edgecap/models/__init__.py``. Nothing here branches on a model name.
+
+A family cfg provides (see :class:`FamilyCfg`): ``family``, ``feature_dim``, ``vocab_kind``, ``radix_base``,
+``output_classes(vocab_size)``, ``to_dict()``, ``from_dict(data, source)`` and ``summary()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import fnmatch
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import torch
+from torch import nn
+
+from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
+from edgecap.models.base import CaptionModel
+
+__all__ = [
+    "EDGE_WORD_VOCAB_SIZE",
+    "FamilyCfg",
+    "UnknownModelError",
+    "cfg_from_dict",
+    "count_model_parameters",
+    "count_parameters",
+    "create_model",
+    "create_model_from_cfg",
+    "describe_models",
+    "edge_settings",
+    "get_model_cfg",
+    "list_families",
+    "list_models",
+    "model_family",
+    "paper_params",
+    "paper_settings",
+    "register_family",
+    "register_model",
+]
+
+#: A typical word vocabulary of the synthetic/edge datasets: 120 words + PAD, BOS, EOS, UNK.
+EDGE_WORD_VOCAB_SIZE = 124
+
+
+class UnknownModelError(ValueError):
+    """A model or family name that is not registered."""
+
+
+class FamilyCfg(Protocol):
+    """What the registry needs from a family's cfg dataclass."""
+
+    family: str
+    feature_dim: int
+    vocab_kind: str
+    radix_base: int
+
+    def output_classes(self, vocab_size: int) -> int: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    def summary(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class _Variant:
+    name: str
+    fn: Callable[[], Any]
+    paper_params: float | None
+
+
+@dataclass(frozen=True)
+class _Family:
+    cfg_cls: type
+    builder: Callable[[Any, int], CaptionModel]
+
+
+_VARIANTS: dict[str, _Variant] = {}
+_FAMILIES: dict[str, _Family] = {}
+
+F = TypeVar("F", bound=Callable[[], Any])
+
+
+def register_model(
+    fn: F | None = None, *, name: str | None = None, paper_params: float | None = None
+) -> F | Callable[[F], F]:
+    """Register a variant; usable bare (``@register_model``) or with options (``@register_model(paper_params=...)``).
+
+    Args:
+        fn: a no-argument function returning the variant's cfg.
+        name: registry name; defaults to the function name with ``_`` -> ``-`` (``acort_base_al`` -> ``acort-base-al``).
+        paper_params: the parameter count the paper reports for this variant (shown by ``edgecap zoo``).
+    """
+
+    def wrap(f: F) -> F:
+        key = name or f.__name__.replace("_", "-")
+        if key in _VARIANTS and _VARIANTS[key].fn is not f:
+            raise ValueError(f"model {key!r} is already registered (by {_VARIANTS[key].fn.__module__})")
+        _VARIANTS[key] = _Variant(key, f, paper_params)
+        return f
+
+    return wrap(fn) if fn is not None else wrap
+
+
+def register_family(family: str, cfg_cls: type, builder: Callable[[Any, int], CaptionModel]) -> None:
+    """Register how cfgs of ``family`` are loaded (``cfg_cls.from_dict``) and built (``builder(cfg, vocab_size)``)."""
+    _FAMILIES[family] = _Family(cfg_cls, builder)
+
+
+def list_models(pattern: str = "*") -> list[str]:
+    """Registered model names matching the fnmatch ``pattern`` (e.g. ``"acort-*"``, ``"*-test*"``), sorted."""
+    return sorted(n for n in _VARIANTS if fnmatch.fnmatchcase(n, pattern))
+
+
+def list_families() -> list[str]:
+    return sorted(_FAMILIES)
+
+
+def _variant(name: str) -> _Variant:
+    try:
+        return _VARIANTS[name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_VARIANTS), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise UnknownModelError(f"unknown model {name!r}{hint} (see `edgecap zoo` for all {len(_VARIANTS)})") from None
+
+
+def _family(family: str) -> _Family:
+    try:
+        return _FAMILIES[family]
+    except KeyError:
+        raise UnknownModelError(f"unknown model family {family!r}; registered: {list_families()}") from None
+
+
+def get_model_cfg(name: str) -> Any:
+    """The registered cfg of ``name`` (a fresh frozen dataclass)."""
+    return _variant(name).fn()
+
+
+def model_family(name: str) -> str:
+    return get_model_cfg(name).family
+
+
+def paper_params(name: str) -> float | None:
+    """The parameter count reported by the paper for ``name`` (e.g. ACORT Table 1), or None."""
+    return _variant(name).paper_params
+
+
+def _apply_overrides(cfg: Any, overrides: Mapping[str, Any]) -> Any:
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    unknown = sorted(set(overrides) - set(fields))
+    if unknown:
+        raise ModelCfgError(f"unknown override(s) {unknown} for a {cfg.family!r} model; fields: {sorted(fields)}")
+    # None means "not given" (style guide), except for fields where None is a real value (e.g. share_att=None).
+    changes = {k: v for k, v in overrides.items() if v is not None or "None" in str(fields[k].type)}
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
+def create_model(name: str, vocab_size: int, feature_dim: int | None = None, **overrides: Any) -> CaptionModel:
+    """Build the registered model ``name`` with ``vocab_size`` output classes.
+
+    Args:
+        name: a registered name (``list_models()``).
+        vocab_size: number of output classes (``Vocabulary.size``); radix models need ``radix_base + 3``.
+        feature_dim: channels of the visual features; None keeps the cfg's (1280, EfficientNet-Lite0).
+        **overrides: cfg fields to change (``dropout=0.0``, ``enc_layer_map="(0x2)"``, ``share_att=None``, ...).
+
+    Raises:
+        UnknownModelError: ``name`` is not registered.
+        ModelCfgError: an unknown override, an invalid value, or a vocab size the cfg cannot have.
+    """
+    cfg = get_model_cfg(name)
+    if feature_dim is not None:
+        overrides = {**overrides, "feature_dim": feature_dim}
+    return create_model_from_cfg(_apply_overrides(cfg, overrides), vocab_size)
+
+
+def create_model_from_cfg(cfg: Any, vocab_size: int) -> CaptionModel:
+    """Build a model from a cfg object (e.g. one read back with :func:`cfg_from_dict`)."""
+    family = _family(cfg.family)
+    return family.builder(cfg, cfg.output_classes(vocab_size))
+
+
+def cfg_from_dict(data: Mapping[str, Any], source: str = "model config") -> Any:
+    """Inverse of ``cfg.to_dict()`` for any registered family (dispatches on ``data["family"]``)."""
+    if not isinstance(data, Mapping) or "family" not in data:
+        raise ModelCfgError(f"{source}: a model config needs a 'family' field")
+    return _family(data["family"]).cfg_cls.from_dict(data, source=source)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of parameters, each shared tensor counted once (``Module.parameters()`` de-duplicates), as the
+    ACORT reference counts them (``model_params.json``)."""
+    return sum(p.numel() for p in model.parameters())
+
+
+def count_model_parameters(name: str, vocab_size: int, feature_dim: int | None = None, **overrides: Any) -> int:
+    """Parameter count of ``create_model(name, vocab_size, feature_dim, **overrides)``, built on the ``meta``
+    device so that no memory is allocated (a 55 M model costs milliseconds)."""
+    with torch.device("meta"):
+        model = create_model(name, vocab_size, feature_dim, **overrides)
+    return count_parameters(model)
+
+
+def paper_settings(name: str) -> dict[str, int]:
+    """``create_model`` arguments at the paper's setting: 2,048-d bottom-up region features and the COCO
+    vocabulary (10,001 SentencePiece word ids, or ``radix_base + 3`` radix classes) — Table 1's counts."""
+    cfg = get_model_cfg(name)
+    vocab = cfg.radix_base + 3 if cfg.vocab_kind == "radix" else PAPER_WORD_VOCAB_SIZE
+    return {"vocab_size": vocab, "feature_dim": PAPER_FEATURE_DIM}
+
+
+def edge_settings(name: str, vocab_size: int = EDGE_WORD_VOCAB_SIZE, feature_dim: int | None = None) -> dict[str, int]:
+    """``create_model`` arguments at edgecap's default setting: the cfg's feature dim (EfficientNet-Lite0 grid,
+    1280) and a small word vocabulary of ``vocab_size`` classes; radix models keep ``radix_base + 3``."""
+    cfg = get_model_cfg(name)
+    vocab = cfg.radix_base + 3 if cfg.vocab_kind == "radix" else vocab_size
+    return {"vocab_size": vocab, "feature_dim": cfg.feature_dim if feature_dim is None else feature_dim}
+
+
+def describe_models(
+    pattern: str = "*", edge_vocab_size: int = EDGE_WORD_VOCAB_SIZE, edge_feature_dim: int | None = None
+) -> list[dict[str, Any]]:
+    """One row per registered model: architecture summary, parameters at paper and at edge settings, and the
+    paper's reported count. This is what ``edgecap zoo`` prints."""
+    rows = []
+    for name in list_models(pattern):
+        paper = paper_settings(name)
+        edge = edge_settings(name, edge_vocab_size, edge_feature_dim)
+        rows.append(
+            {
+                "name": name,
+                **get_model_cfg(name).summary(),
+                "params_paper": count_model_parameters(name, **paper),
+                "paper_reported": paper_params(name),
+                "params_edge": count_model_parameters(name, **edge),
+                "paper_settings": paper,
+                "edge_settings": edge,
+            }
+        )
+    return rows

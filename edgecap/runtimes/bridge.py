@@ -1,0 +1,178 @@
+"""``RuntimeStepModel``: the decoding :class:`~edgecap.decoding.StepModel` on top of two graph-level runtimes.
+
+Like optimum's ORT seq2seq models reusing one ``generate()``, any backend that can run an *encoder* graph and a
+*decoder-step* graph gets greedy, beam search and sampling for free: the state is the step graph's flattened state
+tensors in a fixed order, kept in the runtime's own array type (no host round trip for torch/CUDA arrays), and
+beam reordering is a gather along axis 0.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from edgecap.decoding.protocol import DecodeInputError, State
+from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
+
+
+class ArrayOps(ABC):
+    """Conversions between torch (the search's arrays) and a runtime's arrays."""
+
+    @abstractmethod
+    def from_torch(self, tensor: Tensor, dtype: str) -> Array:
+        """A search tensor as this runtime's array of ``dtype``."""
+
+    @abstractmethod
+    def to_torch(self, array: Array) -> Tensor:
+        """A runtime output as a torch tensor (zero-copy where possible)."""
+
+    @abstractmethod
+    def adopt(self, array: Array) -> Array:
+        """Bring an array from another runtime into this one's type (e.g. encoder outputs into the step graph)."""
+
+    @abstractmethod
+    def take(self, array: Array, index: Tensor) -> Array:
+        """Rows ``index`` of ``array`` along axis 0."""
+
+
+class NumpyOps(ArrayOps):
+    def from_torch(self, tensor: Tensor, dtype: str) -> np.ndarray:
+        return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=np.dtype(dtype))
+
+    def to_torch(self, array: Array) -> Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+    def adopt(self, array: Array) -> np.ndarray:
+        return array.detach().cpu().numpy() if isinstance(array, Tensor) else np.asarray(array)
+
+    def take(self, array: Array, index: Tensor) -> np.ndarray:
+        return np.take(array, index.detach().cpu().numpy(), axis=0)
+
+
+class TorchOps(ArrayOps):
+    def from_torch(self, tensor: Tensor, dtype: str) -> Tensor:
+        return tensor.to(getattr(torch, dtype))
+
+    def to_torch(self, array: Array) -> Tensor:
+        return array
+
+    def adopt(self, array: Array) -> Tensor:
+        return array if isinstance(array, Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+
+    def take(self, array: Array, index: Tensor) -> Tensor:
+        return array.index_select(0, index.to(array.device))
+
+
+ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps(), "torch": TorchOps()}
+
+
+def array_ops(runtime: Runtime) -> ArrayOps:
+    ops = ARRAY_OPS.get(runtime.array_type)
+    if ops is None:
+        raise ValueError(f"{runtime.name}: unsupported array_type {runtime.array_type!r}; known: {sorted(ARRAY_OPS)}")
+    return ops
+
+
+class RuntimeStepModel:
+    """A :class:`~edgecap.decoding.StepModel` driving an encoder runtime and a decoder-step runtime.
+
+    Graph contract:
+
+    - ``encoder``: inputs = the decode inputs (e.g. ``features``, ``boxes``, ``feature_mask``), outputs ⊇
+      ``state_names`` — the initial state (batch on axis 0).
+    - ``step``: inputs = ``tokens_name`` (B,) + every ``state_names`` entry; outputs = ``logprobs_name`` (B, V) +
+      the updated state under ``state_output_names`` (same order as ``state_names``; graph outputs cannot reuse input
+      names).
+
+    Inputs are cast to the dtype each graph declares (e.g. fp32 features into an fp16 engine, int64 tokens into an
+    int32 graph), so the search stays backend-agnostic.
+
+    Args:
+        encoder: the encoder runtime.
+        step: the decoder-step runtime.
+        state_names: the state tensors, in the step graph's order.
+        tokens_name: the step graph's token input.
+        logprobs_name: the step graph's log-prob output.
+        state_output_names: step outputs holding the new state; default ``f"{name}_out"`` per state name.
+    """
+
+    def __init__(
+        self,
+        encoder: Runtime,
+        step: Runtime,
+        state_names: Sequence[str],
+        *,
+        tokens_name: str = "tokens",
+        logprobs_name: str = "logprobs",
+        state_output_names: Sequence[str] | None = None,
+    ) -> None:
+        if not state_names:
+            raise ValueError("RuntimeStepModel needs at least one state name")
+        self.encoder, self.step_runtime = encoder, step
+        self.state_names = tuple(state_names)
+        self.state_output_names = tuple(state_output_names or (f"{n}_out" for n in self.state_names))
+        if len(self.state_output_names) != len(self.state_names):
+            raise ValueError(
+                f"state_output_names has {len(self.state_output_names)} names for {len(self.state_names)} states"
+            )
+        self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
+        self._enc_ops, self._step_ops = array_ops(encoder), array_ops(step)
+
+    # -- lifecycle: activates both runtimes --------------------------------------------------------------------------
+    def __enter__(self) -> RuntimeStepModel:
+        self.encoder.activate()
+        try:
+            self.step_runtime.activate()
+        except BaseException:
+            self.encoder.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.step_runtime.close()
+        finally:
+            self.encoder.close()
+
+    # -- StepModel ---------------------------------------------------------------------------------------------------
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        meta = self.encoder.input_metadata()
+        missing = [n for n in meta if n not in inputs]
+        if missing:
+            raise RuntimeInputError(
+                f"{self.encoder.name}: decode inputs lack {missing} (given {sorted(inputs)}, graph takes {list(meta)})"
+            )
+        unexpected = [n for n in inputs if n not in meta]
+        if unexpected:
+            raise RuntimeInputError(f"{self.encoder.name}: the graph has no input(s) {unexpected} (takes {list(meta)})")
+        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
+        outputs = self.encoder.infer(feed)
+        absent = [n for n in self.state_names if n not in outputs]
+        if absent:
+            raise DecodeInputError(f"{self.encoder.name}: outputs lack state(s) {absent} (got {sorted(outputs)})")
+        return {n: self._step_ops.adopt(outputs[n]) for n in self.state_names}
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        token_dtype = self.step_runtime.input_metadata()[self.tokens_name].dtype
+        feed: dict[str, Array] = {self.tokens_name: self._step_ops.from_torch(tokens, token_dtype)}
+        feed.update((n, state[n]) for n in self.state_names)
+        outputs = self.step_runtime.infer(feed)
+        expected = (self.logprobs_name, *self.state_output_names)
+        absent = [n for n in expected if n not in outputs]
+        if absent:
+            raise DecodeInputError(f"{self.step_runtime.name}: outputs lack {absent} (got {sorted(outputs)})")
+        logprobs = self._step_ops.to_torch(outputs[self.logprobs_name]).float()
+        new_state = {n: outputs[o] for n, o in zip(self.state_names, self.state_output_names, strict=True)}
+        return logprobs, new_state
+
+    def select(self, state: State, index: Tensor) -> State:
+        return {n: self._step_ops.take(v, index) for n, v in state.items()}
+
+
+def _as_tensor(value: Any) -> Tensor:
+    return value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))

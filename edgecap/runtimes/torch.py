@@ -1,0 +1,185 @@
+"""The torch backend: ``TorchStepModel`` (a CaptionModel as a StepModel) and ``TorchRuntime`` (one nn.Module graph).
+
+Both run on CPU or CUDA by device string. State tensors stay on the device: beam reordering is ``index_select`` on
+the device, never a host copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from edgecap.decoding.protocol import DecodeInputError, State
+from edgecap.runtimes.base import Array, Runtime, TensorMeta
+
+CAPTION_INPUTS = ("features", "boxes", "feature_mask")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``torch.device(device)``, with a clear error when CUDA is asked for but absent."""
+    dev = torch.device(device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {str(dev)!r} requested but torch.cuda.is_available() is False")
+    return dev
+
+
+class TorchStepModel:
+    """:class:`~edgecap.decoding.StepModel` over a ``CaptionModel`` (``docs/contracts.md``, "models").
+
+    The model is moved to ``device`` (and cast to ``dtype`` when given) and put in eval mode; every call runs under
+    ``torch.inference_mode()``.
+
+    Args:
+        model: implements ``encode(features, boxes, feature_mask) -> state`` and ``step(tokens, state)``.
+        device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, …
+        dtype: cast weights and floating inputs to this dtype (e.g. ``torch.float16`` on CUDA).
+        autocast: run under ``torch.autocast`` with this dtype instead (mixed precision, fp32 weights).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        device: str | torch.device = "cpu",
+        *,
+        dtype: torch.dtype | None = None,
+        autocast: torch.dtype | None = None,
+    ) -> None:
+        if dtype is not None and autocast is not None:
+            raise ValueError("pass either dtype (cast the model) or autocast (mixed precision), not both")
+        self.device = resolve_device(device)
+        self.dtype, self.autocast_dtype = dtype, autocast
+        self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype)
+        self.model.eval()
+
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        with torch.inference_mode():
+            if self.autocast_dtype is None:
+                yield
+            else:
+                with torch.autocast(self.device.type, dtype=self.autocast_dtype):
+                    yield
+
+    def _prepare(self, value: Any) -> Tensor:
+        tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
+        if self.dtype is not None and tensor.is_floating_point():
+            return tensor.to(self.device, self.dtype, non_blocking=True)
+        return tensor.to(self.device, non_blocking=True)
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool."""
+        missing = [n for n in CAPTION_INPUTS[:2] if n not in inputs]
+        unknown = [n for n in inputs if n not in CAPTION_INPUTS]
+        if missing or unknown:
+            raise DecodeInputError(
+                f"TorchStepModel.encode: inputs need {list(CAPTION_INPUTS[:2])} (+ optional 'feature_mask'); "
+                f"missing {missing}, unknown {unknown}"
+            )
+        args = [self._prepare(inputs[n]) for n in CAPTION_INPUTS[:2]]
+        mask = inputs.get("feature_mask")
+        with self._context():
+            state = self.model.encode(*args, None if mask is None else self._prepare(mask))
+        if not isinstance(state, Mapping):
+            raise DecodeInputError(f"{type(self.model).__name__}.encode must return a dict of tensors")
+        return dict(state)
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        with self._context():
+            logprobs, new_state = self.model.step(tokens.to(self.device, torch.long), state)
+        return logprobs.float(), dict(new_state)
+
+    def select(self, state: State, index: Tensor) -> State:
+        with torch.inference_mode():
+            index = index.to(self.device)
+            return {name: value.index_select(0, index) for name, value in state.items()}
+
+
+MetaSpec = TensorMeta | tuple[Any, Sequence[int | str | None]]
+
+
+class TorchRuntime(Runtime):
+    """One ``nn.Module`` graph as a :class:`Runtime` (the benchmark's torch baseline, and parity reference).
+
+    ``module`` is called positionally with the inputs in declared order; it may return a tensor, a tuple/list (matched
+    to ``output_names`` in order) or a dict (looked up by name). Nothing moves to ``device`` before activation;
+    closing moves the module back to where it was.
+
+    Args:
+        module: the graph.
+        inputs: input name → :class:`TensorMeta` or ``(dtype, shape)``; ``None``/string dims are dynamic.
+        output_names: names of the outputs.
+        device: torch device string.
+        dtype: cast the module's weights to this dtype on activation.
+        name: for messages.
+    """
+
+    array_type = "torch"
+
+    def __init__(
+        self,
+        module: nn.Module,
+        inputs: Mapping[str, MetaSpec],
+        output_names: Sequence[str],
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(name or f"TorchRuntime({type(module).__name__})")
+        self.module = module
+        self._inputs = {
+            n: m if isinstance(m, TensorMeta) else TensorMeta.of(n, m[0], m[1]) for n, m in dict(inputs).items()
+        }
+        self.output_names = tuple(output_names)
+        if not self.output_names:
+            raise ValueError(f"{self.name}: output_names is empty")
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self._home: torch.device | None = None
+
+    def _activate(self) -> None:
+        self.device = resolve_device(self.device)
+        first = next(self.module.parameters(), None)
+        self._home = first.device if first is not None else None
+        if self.dtype is None:
+            self.module.to(self.device)
+        else:
+            self.module.to(self.device, self.dtype)
+        self.module.eval()
+
+    def _input_metadata(self) -> Mapping[str, TensorMeta]:
+        return self._inputs
+
+    def _infer(self, feed: Mapping[str, Array]) -> dict[str, Array]:
+        with torch.inference_mode():
+            args = [_to_device(feed[n], self.device) for n in self._inputs]
+            out = self.module(*args)
+            if isinstance(out, Tensor):
+                out = (out,)
+            if isinstance(out, Mapping):
+                absent = [n for n in self.output_names if n not in out]
+                if absent:
+                    raise ValueError(f"{self.name}: module outputs lack {absent} (got {sorted(out)})")
+                result = {n: out[n] for n in self.output_names}
+            else:
+                if len(out) != len(self.output_names):
+                    raise ValueError(
+                        f"{self.name}: module returned {len(out)} outputs, output_names has {len(self.output_names)}"
+                    )
+                result = dict(zip(self.output_names, out, strict=True))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # latency must cover the kernels, not just their launch
+        return result
+
+    def _close(self) -> None:
+        if self._home is not None and self._home != self.device:
+            self.module.to(self._home)
+
+
+def _to_device(value: Array, device: torch.device) -> Tensor:
+    tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
+    return tensor.to(device, non_blocking=True)

@@ -1,0 +1,111 @@
+"""Run directories: weights in safetensors with config and vocab beside them, resumable state.
+
+Layout of a run directory::
+
+    RUN/config.json          model name, overrides, sizes, backbone spec, data/feature paths, training cfg
+    RUN/vocab.json           the vocabulary the weights were trained with (always travels with them)
+    RUN/weights.safetensors  the best weights so far (by validation CIDEr-D)
+    RUN/metrics.jsonl        one JSON object per logged event
+    RUN/checkpoints/last/    weights + optimiser/scheduler/RNG state for resuming
+
+Every file is written atomically; a crash leaves the previous complete version in place.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model, save_model
+
+from edgecap._io import atomic_directory, atomic_path, atomic_write_json
+
+CONFIG = "config.json"
+VOCAB = "vocab.json"
+WEIGHTS = "weights.safetensors"
+METRICS = "metrics.jsonl"
+LAST = Path("checkpoints") / "last"
+
+
+class RunError(ValueError):
+    """A run directory is missing, incomplete or inconsistent."""
+
+
+def save_weights(model: torch.nn.Module, path: str | Path) -> None:
+    """Atomic safetensors save; shared layers (ACORT) are stored once."""
+    with atomic_path(path) as tmp:
+        save_model(model, str(tmp))
+
+
+def load_weights(model: torch.nn.Module, path: str | Path) -> None:
+    path = Path(path)
+    if not path.is_file():
+        raise RunError(f"weights file not found: {path}")
+    try:
+        missing, unexpected = load_model(model, str(path), strict=False)
+    except Exception as exc:  # safetensors raises several types for corrupt/mismatched files
+        raise RunError(f"cannot load weights from {path}: {exc}") from exc
+    if missing or unexpected:
+        raise RunError(
+            f"weights in {path} do not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+        )
+
+
+def rng_state() -> dict[str, Any]:
+    """Torch, NumPy and Python RNG states as plain tensors/lists, loadable with ``weights_only=True``."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(cached)],
+        "python": [version, list(internal), gauss],
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+
+
+def save_training_state(run_dir: Path, model: torch.nn.Module, state: dict[str, Any]) -> None:
+    """Write weights + optimiser/scheduler/progress as one atomic directory swap."""
+    target = run_dir / LAST
+    with atomic_directory(target, overwrite=True) as tmp:
+        save_model(model, str(tmp / WEIGHTS))
+        torch.save(state, tmp / "state.pt")
+
+
+def load_training_state(run_dir: Path, model: torch.nn.Module) -> dict[str, Any] | None:
+    """Restore the last checkpoint into ``model``; ``None`` when the run has none yet."""
+    target = run_dir / LAST
+    if not (target / "state.pt").is_file():
+        return None
+    load_weights(model, target / WEIGHTS)
+    return torch.load(target / "state.pt", map_location="cpu", weights_only=True)
+
+
+def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line; a line is written with one call so a crash cannot leave half of it."""
+    with open(run_dir / METRICS, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def write_config(run_dir: Path, config: dict[str, Any]) -> None:
+    atomic_write_json(run_dir / CONFIG, config)
+
+
+def read_config(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / CONFIG
+    if not path.is_file():
+        raise RunError(f"{run_dir} is not an edgecap run: {CONFIG} is missing")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise RunError(f"{path} is not valid JSON: {exc}") from exc

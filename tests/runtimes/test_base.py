@@ -1,0 +1,192 @@
+"""The Runtime base class (activation, feed checks, latency), the registry, and RuntimeStepModel over numpy graphs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pytest
+import torch
+
+from edgecap.decoding import DecodeCfg, beam_search, greedy, sample
+from edgecap.runtimes import (
+    Runtime,
+    RuntimeInputError,
+    RuntimeStateError,
+    RuntimeStepModel,
+    TensorMeta,
+    UnknownRuntimeError,
+    get_runtime_class,
+    list_runtimes,
+    load_runtime,
+    register_runtime,
+)
+from edgecap.runtimes import _RUNTIMES as REGISTRY
+
+
+class FunctionRuntime(Runtime):
+    """A graph that is a Python function over numpy arrays; records lifecycle calls."""
+
+    def __init__(self, fn: Callable[..., dict], inputs: Mapping[str, TensorMeta], name: str = "fn") -> None:
+        super().__init__(name)
+        self.fn, self.inputs, self.events = fn, dict(inputs), []
+
+    def _activate(self) -> None:
+        self.events.append("activate")
+
+    def _input_metadata(self) -> Mapping[str, TensorMeta]:
+        return self.inputs
+
+    def _infer(self, feed):  # type: ignore[no-untyped-def]
+        return self.fn(**feed)
+
+    def _close(self) -> None:
+        self.events.append("close")
+
+
+def adder() -> FunctionRuntime:
+    inputs = {"x": TensorMeta.of("x", np.float32, ("batch", 3)), "n": TensorMeta.of("n", "int64", (None,))}
+    return FunctionRuntime(lambda x, n: {"y": x + n[:, None]}, inputs, name="adder")
+
+
+def test_context_manager_activates_and_closes() -> None:
+    rt = adder()
+    with pytest.raises(RuntimeStateError, match="active"):
+        rt.infer({"x": np.zeros((1, 3), np.float32), "n": np.zeros(1, np.int64)})
+    with pytest.raises(RuntimeStateError):
+        rt.input_metadata()
+    with rt as active:
+        assert active is rt and rt.is_active
+        out = rt.infer({"x": np.ones((2, 3), np.float32), "n": np.array([1, 2])})
+        assert out["y"].tolist() == [[2, 2, 2], [3, 3, 3]]
+        assert rt.last_latency_s is not None and rt.last_latency_s >= 0
+        assert list(rt.input_metadata()) == ["x", "n"]
+        rt.activate()  # idempotent
+    assert not rt.is_active
+    rt.close()  # idempotent
+    assert rt.events == ["activate", "close"]
+    assert rt.inference_count == 1
+
+
+@pytest.mark.parametrize(
+    ("feed", "message"),
+    [
+        ({"x": np.zeros((1, 3), np.float32)}, r"missing \['n'\]"),
+        ({"x": np.zeros((1, 3), np.float32), "n": np.zeros(1, np.int64), "z": np.zeros(1)}, r"unexpected \['z'\]"),
+        ({"x": np.zeros((1, 3), np.float64), "n": np.zeros(1, np.int64)}, "'x' has dtype float64, expected float32"),
+        ({"x": np.zeros((1, 3, 1), np.float32), "n": np.zeros(1, np.int64)}, "'x' has rank 3"),
+        ({"x": np.zeros((1, 4), np.float32), "n": np.zeros(1, np.int64)}, "'x' has size 4 on axis 1, expected 3"),
+        ({"x": [[0.0, 0.0, 0.0]], "n": np.zeros(1, np.int64)}, "'x' must be an array"),
+    ],
+)
+def test_bad_feeds_are_named(feed: dict, message: str) -> None:
+    with adder() as rt, pytest.raises(RuntimeInputError, match=message):
+        rt.infer(feed)
+
+
+def test_torch_and_numpy_dtypes_share_names() -> None:
+    meta = TensorMeta.of("x", torch.float16, (None,))
+    assert meta.dtype == "float16"
+    meta.check(np.zeros(2, np.float16), "rt")
+    meta.check(torch.zeros(2, dtype=torch.float16), "rt")
+
+
+def test_registry_is_lazy_and_names_missing_backends(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert {"torch", "ort", "trt"} <= set(list_runtimes())
+    with pytest.raises(UnknownRuntimeError, match="registered"):
+        get_runtime_class("nope")
+    monkeypatch.setitem(REGISTRY, "missing", "edgecap.runtimes.does_not_exist:X")
+    with pytest.raises(UnknownRuntimeError, match="not part of this installation"):
+        get_runtime_class("missing")
+    monkeypatch.setitem(REGISTRY, "fn", f"{__name__}:FunctionRuntime")
+    rt = load_runtime("fn", lambda: {}, {})
+    assert isinstance(rt, FunctionRuntime) and not rt.is_active
+    with pytest.raises(ValueError, match="module:ClassName"):
+        register_runtime("bad", "no_colon")
+
+
+# -- RuntimeStepModel over numpy graphs --------------------------------------------------------------------------------
+
+VOCAB, HIDDEN, FEAT = 9, 5, 4
+RNG = np.random.default_rng(0)
+W_IN = RNG.normal(size=(FEAT, HIDDEN)).astype(np.float32)
+EMB = RNG.normal(size=(VOCAB, HIDDEN)).astype(np.float32)
+W_OUT = (RNG.normal(size=(HIDDEN, VOCAB)) * 2).astype(np.float32)
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(axis=1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=1, keepdims=True))
+
+
+def np_encode(features: np.ndarray) -> dict:
+    h = np.tanh(features.mean(axis=1) @ W_IN)
+    return {"h": h.astype(np.float32), "trace": np.zeros((features.shape[0], 0), np.int64)}
+
+
+def np_step(tokens: np.ndarray, h: np.ndarray, trace: np.ndarray) -> dict:
+    h = np.tanh(h + EMB[tokens]).astype(np.float32)
+    return {"logprobs": _log_softmax(h @ W_OUT), "h_out": h, "trace_out": np.concatenate([trace, tokens[:, None]], 1)}
+
+
+class TorchReference:
+    """The same model written directly as a torch StepModel."""
+
+    def encode(self, inputs):  # type: ignore[no-untyped-def]
+        state = np_encode(inputs["features"].numpy())
+        return {k: torch.from_numpy(v) for k, v in state.items()}
+
+    def step(self, tokens, state):  # type: ignore[no-untyped-def]
+        out = np_step(tokens.numpy(), state["h"].numpy(), state["trace"].numpy())
+        return torch.from_numpy(out["logprobs"]), {"h": torch.from_numpy(out["h_out"]), "trace": torch.from_numpy(out["trace_out"])}
+
+    def select(self, state, index):  # type: ignore[no-untyped-def]
+        return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+def numpy_step_model(token_dtype: str = "int64") -> RuntimeStepModel:
+    encoder = FunctionRuntime(np_encode, {"features": TensorMeta.of("features", "float32", (None, None, FEAT))}, "enc")
+    step_inputs = {
+        "tokens": TensorMeta.of("tokens", token_dtype, (None,)),
+        "h": TensorMeta.of("h", "float32", (None, HIDDEN)),
+        "trace": TensorMeta.of("trace", "int64", (None, None)),
+    }
+    step = FunctionRuntime(lambda tokens, h, trace: np_step(tokens.astype(np.int64), h, trace), step_inputs, "step")
+    return RuntimeStepModel(encoder, step, ["h", "trace"])
+
+
+def inputs() -> dict[str, torch.Tensor]:
+    return {"features": torch.from_numpy(np.random.default_rng(1).normal(size=(3, 6, FEAT)).astype(np.float32))}
+
+
+@pytest.mark.parametrize("token_dtype", ["int64", "int32"])
+def test_runtime_step_model_matches_direct_torch(token_dtype: str) -> None:
+    cfg = DecodeCfg(beam_size=3, n_best=3, max_len=6)
+    with numpy_step_model(token_dtype) as model:
+        via_runtime = beam_search(model, inputs(), cfg)
+        greedy_runtime = greedy(model, inputs(), cfg)
+        samples_runtime = sample(model, inputs(), cfg.replace(num_samples=4, seed=3))
+    direct = TorchReference()
+    assert via_runtime == beam_search(direct, inputs(), cfg)
+    assert greedy_runtime == greedy(direct, inputs(), cfg)
+    assert samples_runtime == sample(direct, inputs(), cfg.replace(num_samples=4, seed=3))
+    assert not model.encoder.is_active and not model.step_runtime.is_active
+
+
+def test_runtime_step_model_select_gathers_rows() -> None:
+    with numpy_step_model() as model:
+        state = model.encode(inputs())
+        assert isinstance(state["h"], np.ndarray)
+        picked = model.select(state, torch.tensor([2, 0, 2]))
+        np.testing.assert_array_equal(picked["h"], state["h"][[2, 0, 2]])
+
+
+def test_runtime_step_model_reports_missing_inputs_and_outputs() -> None:
+    with numpy_step_model() as model:
+        with pytest.raises(RuntimeInputError, match="lack \\['features'\\]"):
+            model.encode({"pixels": torch.zeros(1, 3)})
+        with pytest.raises(RuntimeInputError, match="no input"):
+            model.encode({**inputs(), "boxes": torch.zeros(3, 6, 4)})
+    broken = RuntimeStepModel(model.encoder, model.step_runtime, ["h", "trace"], state_output_names=["h_new", "t_new"])
+    with broken, pytest.raises(ValueError, match="h_new"):
+        broken.step(torch.zeros(3, dtype=torch.long), broken.encode(inputs()))
