@@ -12,6 +12,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _apply_default_mode(path: Path, mode: int) -> None:
+    # mkstemp/mkdtemp create private (0600/0700) entries; give outputs the usual umask-based permissions.
+    os.chmod(path, mode & ~_umask())
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
     """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
@@ -20,6 +31,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
+    _apply_default_mode(tmp_path, 0o666)
     try:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
@@ -50,6 +62,7 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
         raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    _apply_default_mode(tmp, 0o777)
     try:
         yield tmp
         if path.exists():

@@ -35,4 +35,6 @@ def evaluate(run: str, split: str, beam: int, data: Path | None, features: Path 
     if as_json:
         click.echo(result.to_json())
     else:
-        result.print_table(title=f"{run} · {split} · beam {beam}")
+        from edgecap.evaluation import print_result
+
+        print_result(result, title=f"{run} · {split} · beam {beam}")

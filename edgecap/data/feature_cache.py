@@ -507,7 +507,8 @@ class _ShardRun:
         pixels = torch.from_numpy(np.stack([pixels for _, pixels in good])).to(self.device)
         with torch.inference_mode():
             features = self.backbone(pixels)[0].float().cpu().numpy()
-        stored = features.astype(self.np_dtype)
+        with np.errstate(over="ignore"):  # overflow is detected and reported just below
+            stored = features.astype(self.np_dtype)
         finite = np.isfinite(stored).all(axis=(1, 2))
         if not finite.all():
             path = good[int(np.flatnonzero(~finite)[0])][0].path

@@ -77,10 +77,24 @@ class Sampling(Search):
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         lp = lprobs[:, 0, :]
-        logits = lp / self.temperature if self.temperature != 1.0 else lp.clone()
+        logits = lp / self.temperature if self.temperature != 1.0 else lp
         if 0 < self.top_k < logits.shape[-1]:
             kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
-            logits.masked_fill_(logits < kth, float("-inf"))
-        probs = torch.softmax(logits, dim=-1)
-        tokens = torch.multinomial(probs, 1, generator=self._generator_for(lp.device))  # (B, 1)
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        tokens = self._draw(torch.softmax(logits, dim=-1), lp.device)
         return scores[:, :1] + lp.gather(1, tokens), tokens, torch.zeros_like(tokens)
+
+    def _draw(self, probs: Tensor, device: torch.device) -> Tensor:
+        """One token per row by inverse-CDF sampling: (B, V) probabilities -> (B, 1) long.
+
+        ``torch.multinomial`` is ~15x slower on CPU for (250, 10k) rows. ``searchsorted(..., right=True)`` returns the
+        first index whose cumulative mass exceeds the uniform draw, so zero-probability (masked) tokens, whose
+        cumulative value equals their predecessor's, are never chosen; a draw rounded up to the total mass falls back
+        to the last token with positive probability.
+        """
+        cdf = probs.cumsum(dim=-1)
+        total = cdf[:, -1:].contiguous()
+        draw = torch.rand(total.shape, generator=self._generator_for(device), device=device, dtype=cdf.dtype) * total
+        tokens = torch.searchsorted(cdf, draw, right=True)
+        last_positive = torch.searchsorted(cdf, total)  # first index whose cumulative mass reaches the total
+        return torch.minimum(tokens, last_positive)

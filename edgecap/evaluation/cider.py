@@ -113,8 +113,8 @@ def _sparse_ngrams(
     sentence_of = np.repeat(np.arange(len(sentences), dtype=np.int64), lengths)
     remaining = np.repeat(np.cumsum(lengths), lengths) - np.arange(num_tokens, dtype=np.int64)
 
-    level_ids: list[np.ndarray] = []  # per order: (positions, ids) flattened as ids at the valid positions
-    level_pos: list[np.ndarray] = []
+    level_pos: list[np.ndarray] = []  # per order: token positions where an n-gram of that order starts
+    level_ids: list[np.ndarray] = []  # per order: the id of the n-gram starting at each of those positions
     level_sizes: list[int] = []
     batch_keys: list[np.ndarray] = []
     prev = words  # id of the (k-1)-gram starting at each position (valid where remaining >= k-1)

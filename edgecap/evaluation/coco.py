@@ -4,10 +4,11 @@ Numbers reported by captioning papers come from the COCO caption toolkit (pycoco
 captions are tokenised by Stanford's PTBTokenizer (lower-cased, punctuation tokens dropped) and then scored by
 its scorers. We call those scorers unchanged, so the numbers match the toolkit's. What we add:
 
-* input checking (ids on one side only are named, empty captions are scored instead of shifting every later line
-  of the tokenizer's output, as the toolkit's line-based tokenisation would);
-* one tokenizer JVM for predictions and references together, with an explicit UTF-8 encoding, and a temporary
-  file outside the package directory;
+* input checking: ids on one side only are named, empty captions are scored;
+* line-safe tokenisation: the tokenizer works line by line and the toolkit only replaces ``"\n"``, so a ``"\r"``,
+  ``"\v"`` or ``"\u2028"`` inside a caption silently shifts every later caption onto the wrong image there. We
+  flatten every line break, check the output line count, run one JVM for predictions and references together
+  through stdin (nothing written into the installed package) with an explicit UTF-8 encoding;
 * honest unavailability: METEOR without Java and SPICE without its CoreNLP 3.6.0 jars are reported as ``None``
   with a reason, never as 0, and SPICE's jar download is never triggered;
 * a ``tokenizer="simple"`` mode (lower-case, punctuation stripped) for machines without Java.
@@ -17,6 +18,7 @@ Java is needed by the PTB tokenizer, METEOR and SPICE (not by BLEU, ROUGE-L, CID
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import subprocess
@@ -135,9 +137,8 @@ def ptb_tokenize(captions: Sequence[str]) -> list[str]:
     if proc.returncode != 0:
         stderr = proc.stderr.decode("utf-8", "replace").strip()[-2000:]
         raise TokenizerError(f"PTBTokenizer exited with status {proc.returncode}: {stderr}")
-    lines = proc.stdout.decode("utf-8").split("\n")
-    if len(lines) == len(todo) + 1 and lines[-1] == "":
-        lines.pop()
+    # One output line per input line, each ended by a newline (Windows: CRLF; rstrip() below drops the CR).
+    lines = proc.stdout.decode("utf-8").removesuffix("\n").split("\n")
     if len(lines) != len(todo):
         raise TokenizerError(f"PTBTokenizer returned {len(lines)} lines for {len(todo)} captions")
     punctuation = set(PUNCTUATIONS)
@@ -196,10 +197,10 @@ def _meteor(gts: Texts, res: Texts) -> Scores:
         corpus, per_image = scorer.compute_score(gts, res)
     finally:
         # Stop the JVM now rather than whenever the garbage collector runs Meteor.__del__.
-        with scorer.lock:
+        with scorer.lock, contextlib.suppress(OSError):
             scorer.meteor_p.stdin.close()
-            scorer.meteor_p.kill()
-            scorer.meteor_p.wait()
+        scorer.meteor_p.kill()
+        scorer.meteor_p.wait()
     return {"METEOR": (float(corpus), [float(x) for x in per_image])}
 
 
@@ -266,6 +267,7 @@ def evaluate_captions(
         gts[key] = tokenised[cursor : cursor + len(refs[i])]
         cursor += len(refs[i])
 
+    stats = caption_stats([preds[i] for i in ids], train_captions)  # before the slow scorers: fail fast
     empty = sum(not res[key][0] for key in keys)
     if empty:
         notes.append(f"{empty} of {len(keys)} predictions are empty after tokenisation; they score 0")
@@ -275,47 +277,63 @@ def evaluate_captions(
         )
 
     scores: dict[str, float | None] = {}
-    per_image: dict[str, list[float]] = {}
+    per_image: dict[str, tuple[float, ...]] = {}
     unavailable: dict[str, str] = {}
-    runners: dict[str, Callable[[Texts, Texts], Scores]] = {
-        "bleu": _bleu,
-        "meteor": _meteor,
-        "rouge": _rouge,
-        "cider": _cider,
-        "spice": _spice,
-    }
     for metric in wanted:
-        names = [f"BLEU-{n}" for n in range(1, 5)] if metric == "bleu" else [_DISPLAY[metric]]
-        reason = _unavailable_reason(metric)
-        if reason is None:
-            try:
-                computed = runners[metric](gts, res)
-            except (OSError, ValueError, subprocess.SubprocessError) as exc:
-                if metric not in ("meteor", "spice"):
-                    raise
-                reason = f"{_DISPLAY[metric]} failed: {type(exc).__name__}: {exc}"
-                notes.append(reason)
-            else:
-                for name, (corpus, values) in computed.items():
-                    scores[name] = corpus
-                    per_image[name] = values
-                continue
-        for name in names:
-            scores[name] = None
-            unavailable[name] = reason
+        computed, reason, failed = _run_metric(metric, gts, res)
+        if failed:
+            notes.append(reason)
+        if computed is None:
+            for name in _metric_names(metric):
+                scores[name] = None
+                unavailable[name] = reason
+            continue
+        for name, (corpus, values) in computed.items():
+            scores[name] = corpus
+            per_image[name] = tuple(values)
 
     for note in notes:
         warnings.warn(note, UserWarning, stacklevel=2)
     return EvalResult(
         scores=scores,
         unavailable=unavailable,
-        stats=caption_stats([preds[i] for i in ids], train_captions),
+        stats=stats,
         num_images=len(keys),
         tokenizer=tokenizer,
         image_ids=tuple(keys),
-        per_image={k: tuple(v) for k, v in per_image.items()},
+        per_image=per_image,
         warnings=tuple(notes),
     )
+
+
+_RUNNERS: dict[str, Callable[[Texts, Texts], Scores]] = {
+    "bleu": _bleu,
+    "meteor": _meteor,
+    "rouge": _rouge,
+    "cider": _cider,
+    "spice": _spice,
+}
+
+
+def _metric_names(metric: str) -> list[str]:
+    return [f"BLEU-{n}" for n in range(1, 5)] if metric == "bleu" else [_DISPLAY[metric]]
+
+
+def _run_metric(metric: str, gts: Texts, res: Texts) -> tuple[Scores | None, str, bool]:
+    """(scores, "", False), or (None, why not, whether it failed while running).
+
+    A Java scorer (METEOR, SPICE) that fails while running is reported unavailable, so that the other metrics
+    survive a JVM crash; a failure of the pure-Python scorers is a bug and propagates.
+    """
+    reason = _unavailable_reason(metric)
+    if reason is not None:
+        return None, reason, False
+    try:
+        return _RUNNERS[metric](gts, res), "", False
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        if metric not in ("meteor", "spice"):
+            raise
+        return None, f"{_DISPLAY[metric]} failed: {type(exc).__name__}: {exc}", True
 
 
 def _unavailable_reason(metric: str) -> str | None:

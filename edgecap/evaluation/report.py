@@ -64,9 +64,11 @@ class EvalResult:
         no_reason = sorted(k for k, v in scores.items() if v is None and k not in unavailable)
         if no_reason:
             raise CaptionInputError(f"metric(s) {', '.join(no_reason)} have no score and no reason why")
-        stray = sorted(k for k in unavailable if scores.get(k) is not None)
+        stray = sorted(k for k in unavailable if k not in scores or scores[k] is not None)
         if stray:
-            raise CaptionInputError(f"metric(s) {', '.join(stray)} have both a score and an 'unavailable' reason")
+            raise CaptionInputError(
+                f"metric(s) {', '.join(stray)} have an 'unavailable' reason but a score or no entry"
+            )
         image_ids = tuple(str(i) for i in self.image_ids)
         if image_ids and len(image_ids) != self.num_images:
             raise CaptionInputError(f"{len(image_ids)} image ids given for num_images={self.num_images}")

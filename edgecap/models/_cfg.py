@@ -136,7 +136,9 @@ class ModelCfg:
         """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
         unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
         if unknown:
-            raise ModelCfgError(f"unknown ModelCfg field(s) {unknown}; known: {[f.name for f in dataclasses.fields(self)]}")
+            raise ModelCfgError(
+                f"unknown ModelCfg field(s) {unknown}; known: {[f.name for f in dataclasses.fields(self)]}"
+            )
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -104,9 +104,7 @@ class CaptionModel(nn.Module, abc.ABC):
         self._check_mask(feature_mask, memory)
         return self._start_impl(memory, feature_mask)
 
-    def encode(
-        self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None = None
-    ) -> State:
+    def encode(self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None = None) -> State:
         """``start(encode_memory(...))``: everything :meth:`step` needs for these images."""
         return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask)
 
@@ -116,7 +114,9 @@ class CaptionModel(nn.Module, abc.ABC):
         The new token's position is the current cache length. ``state`` is not modified.
         """
         if tokens.dim() != 1 or tokens.is_floating_point():
-            raise ModelInputError(f"step tokens must be an integer tensor (B,), got {tokens.dtype} {tuple(tokens.shape)}")
+            raise ModelInputError(
+                f"step tokens must be an integer tensor (B,), got {tokens.dtype} {tuple(tokens.shape)}"
+            )
         missing = [n for n in self.state_names if n not in state]
         extra = sorted(set(state) - set(self.state_names))
         if missing or extra:
@@ -155,7 +155,9 @@ class CaptionModel(nn.Module, abc.ABC):
     # -- checks ----------------------------------------------------------------------------------------------------
     def _check_visual(self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None) -> None:
         if features.dim() != 3 or not features.is_floating_point():
-            raise ModelInputError(f"features must be a float tensor (B, N, C), got {features.dtype} {tuple(features.shape)}")
+            raise ModelInputError(
+                f"features must be a float tensor (B, N, C), got {features.dtype} {tuple(features.shape)}"
+            )
         if _differ(features.shape[-1], self.feature_dim):
             raise ModelInputError(
                 f"features have {features.shape[-1]} channels but the model expects feature_dim={self.feature_dim}"
@@ -163,9 +165,7 @@ class CaptionModel(nn.Module, abc.ABC):
         if boxes.dim() != 3 or boxes.shape[-1] != 4 or not boxes.is_floating_point():
             raise ModelInputError(f"boxes must be a float tensor (B, N, 4), got {boxes.dtype} {tuple(boxes.shape)}")
         if _differ(boxes.shape[0], features.shape[0]) or _differ(boxes.shape[1], features.shape[1]):
-            raise ModelInputError(
-                f"boxes {tuple(boxes.shape)} do not match features {tuple(features.shape)} on (B, N)"
-            )
+            raise ModelInputError(f"boxes {tuple(boxes.shape)} do not match features {tuple(features.shape)} on (B, N)")
         self._check_mask(feature_mask, features)
 
     @staticmethod

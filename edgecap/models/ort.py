@@ -7,8 +7,8 @@ self-attention is box-relational -> Transformer decoder (masked self-attention, 
 
 ACORT (§4) is the same network with (§4.1) radix-encoded tokens (``V = v + 3``), (§4.2) cross-layer parameter
 sharing through layer maps and (§4.3) attention parameter sharing (Share-KV in every attention). Configurations and
-parameter counts follow Table 1; counts at the paper's setting (2,048-d regions, 10,001-id word vocabulary or 771
-radix classes) match it exactly (``tests/models/test_ort_acort.py``).
+parameter counts follow Table 1: at the paper's setting (2,048-d regions, 10,001-id word vocabulary or 771 radix
+classes) they equal the reference's totals exactly and Table 1 to its rounding (``tests/models/test_registry.py``).
 
 Departures from the reference code, on purpose: standard LayerNorm (``layer_norm="annotated"`` reproduces theirs),
 no ``+1`` on box sizes (``box_wh_offset=1.0`` reproduces it), the box embedding computed once per forward, finite
@@ -58,7 +58,9 @@ class ORTCaptioner(CaptionModel):
             cfg.geometry_dim if cfg.geometry else None,
         )
         self.embed = TokenEmbedding(vocab_size, d, cfg.max_len, cfg.dropout)
-        self.decoder = TransformerDecoder(cfg.dec_layer_map, d, cfg.heads, cfg.d_ff, cfg.dropout, cfg.share_att, cfg.layer_norm)
+        self.decoder = TransformerDecoder(
+            cfg.dec_layer_map, d, cfg.heads, cfg.d_ff, cfg.dropout, cfg.share_att, cfg.layer_norm
+        )
         self.output_proj = nn.Linear(d, vocab_size)
         self._separate_values = cfg.share_att != "kv"
         self.reset_parameters()

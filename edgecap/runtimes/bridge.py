@@ -158,7 +158,10 @@ class RuntimeStepModel:
         return {n: self._step_ops.adopt(outputs[n]) for n in self.state_names}
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
-        token_dtype = self.step_runtime.input_metadata()[self.tokens_name].dtype
+        token_meta = self.step_runtime.input_metadata().get(self.tokens_name)
+        if token_meta is None:
+            raise RuntimeInputError(f"{self.step_runtime.name}: the step graph has no token input {self.tokens_name!r}")
+        token_dtype = token_meta.dtype
         feed: dict[str, Array] = {self.tokens_name: self._step_ops.from_torch(tokens, token_dtype)}
         feed.update((n, state[n]) for n in self.state_names)
         outputs = self.step_runtime.infer(feed)

@@ -113,6 +113,11 @@ def _obj(
     return SceneObject(shape=shape, colour=colour, size=size, x=x, y=y, radius=r)
 
 
+def _pixels(path: Path) -> np.ndarray:
+    with Image.open(path) as image:
+        return np.asarray(image)
+
+
 def _matches(obj: SceneObject, size_word: str | None, colour: str, shape_word: str) -> bool:
     shape = _PLURAL_TO_SHAPE.get(shape_word, shape_word)
     return obj.colour == colour and obj.shape == shape and (size_word is None or obj.size == _WORD_TO_SIZE[size_word])
@@ -433,7 +438,10 @@ def test_same_seed_is_byte_identical_and_different_seed_differs(tmp_path: Path) 
         name: generate_dataset(tmp_path / name, 12, seed=seed, progress=False).parent
         for name, seed in (("a", 3), ("c", 4))
     }
-    code = f"from edgecap.data.synthetic import generate_dataset; generate_dataset({str(tmp_path / 'b')!r}, 12, seed=3, progress=False)"
+    code = (
+        "from edgecap.data.synthetic import generate_dataset; "
+        f"generate_dataset({str(tmp_path / 'b')!r}, 12, seed=3, progress=False)"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ, "PYTHONHASHSEED": "123"})
     runs["b"] = tmp_path / "b"
     json_bytes = {name: (root / "dataset.json").read_bytes() for name, root in runs.items()}
@@ -442,8 +450,8 @@ def test_same_seed_is_byte_identical_and_different_seed_differs(tmp_path: Path) 
     for name in (f"{i:06d}.png" for i in range(12)):
         a, b, c = ((runs[k] / "images" / name) for k in "abc")
         assert a.read_bytes() == b.read_bytes()
-        assert np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(b)))
-        differs += not np.array_equal(np.asarray(Image.open(a)), np.asarray(Image.open(c)))
+        assert np.array_equal(_pixels(a), _pixels(b))
+        differs += not np.array_equal(_pixels(a), _pixels(c))
     assert differs == 12
 
 

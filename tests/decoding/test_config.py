@@ -30,7 +30,9 @@ def test_invalid_fields_are_named(change: dict, field: str) -> None:
 
 
 def test_json_round_trip_with_radix() -> None:
-    cfg = DecodeCfg(strategy="sample", radix=RadixSpec(768, 2, 9998), pad_id=0, bos_id=769, eos_id=770, forbid_tokens=(5,))
+    cfg = DecodeCfg(
+        strategy="sample", radix=RadixSpec(768, 2, 9998), pad_id=0, bos_id=769, eos_id=770, forbid_tokens=(5,)
+    )
     again = DecodeCfg.from_dict(json.loads(json.dumps(cfg.to_dict())))
     assert again == cfg
 

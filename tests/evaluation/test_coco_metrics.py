@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import shutil
+import subprocess
 
 import pytest
 from pycocoevalcap.bleu.bleu import Bleu
@@ -22,6 +23,7 @@ from edgecap.evaluation import (
     CaptionInputError,
     EvalResult,
     MissingJavaError,
+    TokenizerError,
     caption_stats,
     evaluate_captions,
     format_markdown,
@@ -119,8 +121,10 @@ def test_ptb_tokenize_matches_pycocoevalcap_tokenizer(raw_set, pycoco_reference)
 @pytest.mark.java
 @java
 def test_ptb_tokenize_handles_unicode_empty_and_line_breaks():
-    out = ptb_tokenize(["Café au lait, please.", "", "   ", "two\nlines\u2028here", "...!", "A man's T-shirt."])
-    assert out == ["café au lait please", "", "", "two lines here", "", "a man 's t-shirt"]
+    captions = ["Café au lait, please.", "", "   ", "two\nlines\u2028here", "...!", "a\rb\x0bc", "A man's T-shirt."]
+    out = ptb_tokenize(captions)
+    # pycocoevalcap's PTBTokenizer would split "\u2028", "\r" and "\x0b" into extra lines and misalign the rest.
+    assert out == ["café au lait please", "", "", "two lines here", "", "a b c", "a man 's t-shirt"]
 
 
 @pytest.mark.java
@@ -141,6 +145,21 @@ def test_ptb_result_statistics_and_warnings(ptb_result, raw_set):
     assert ptb_result.stats == caption_stats(list(preds.values()), train)
     assert ptb_result.stats.uniqueness is not None and 0 < ptb_result.stats.uniqueness < 100
     assert any("empty after tokenisation" in w for w in ptb_result.warnings)
+
+
+@pytest.mark.parametrize(
+    ("returncode", "stdout", "match"),
+    [(0, b"a dog\n", "returned 1 lines for 2 captions"), (1, b"", "exited with status 1: boom")],
+)
+def test_ptb_tokenizer_failures_are_reported(monkeypatch, returncode, stdout, match):
+    def fake_run(cmd, **kwargs):
+        assert cmd[3:] == [coco_module._PTB_CLASS, "-preserveLines", "-lowerCase", "-encoding", "utf-8"]
+        return subprocess.CompletedProcess(cmd, returncode, stdout=stdout, stderr=b"boom")
+
+    monkeypatch.setattr(coco_module, "java_executable", lambda: "/usr/bin/java")
+    monkeypatch.setattr(coco_module.subprocess, "run", fake_run)
+    with pytest.raises(TokenizerError, match=match):
+        ptb_tokenize(["A dog.", "A cat."])
 
 
 def test_simple_tokenizer_reproduces_pycocoevalcap_on_the_same_tokens(raw_set):
@@ -218,6 +237,23 @@ def test_spice_download_is_never_triggered(monkeypatch):
     result = evaluate_captions({"a": "a dog"}, {"a": ["a dog"]}, metrics="spice", tokenizer="simple")
     assert result.scores == {"SPICE": None}
     assert "stanford-corenlp-3.6.0.jar" in result.unavailable["SPICE"]
+
+
+def test_a_crashing_java_scorer_is_unavailable_and_the_rest_survive(monkeypatch):
+    def crashed_jvm(gts, res):
+        raise ValueError("could not convert string to float: ''")
+
+    monkeypatch.setattr(coco_module, "java_executable", lambda: "/usr/bin/java")
+    monkeypatch.setitem(coco_module._RUNNERS, "meteor", crashed_jvm)
+    preds, refs = {"a": "a dog", "b": "a cat"}, {"a": ["a dog runs"], "b": ["a cat"]}
+    with pytest.warns(UserWarning, match="METEOR failed: ValueError"):
+        result = evaluate_captions(preds, refs, metrics=("meteor", "cider"), tokenizer="simple")
+    assert result["METEOR"] is None and result.unavailable["METEOR"].startswith("METEOR failed")
+    assert result["CIDEr-D"] is not None
+
+    monkeypatch.setitem(coco_module._RUNNERS, "cider", crashed_jvm)  # a pure-Python scorer failing is a bug
+    with pytest.raises(ValueError, match="could not convert"):
+        evaluate_captions(preds, refs, metrics=("cider",), tokenizer="simple")
 
 
 def test_empty_predictions_are_scored_as_zero_with_a_warning():
@@ -298,7 +334,7 @@ def test_result_is_immutable(simple_result):
 def test_result_rejects_inconsistent_fields(simple_result):
     with pytest.raises(CaptionInputError, match="no score and no reason"):
         dataclasses.replace(simple_result, unavailable={})
-    with pytest.raises(CaptionInputError, match="both a score and"):
+    with pytest.raises(CaptionInputError, match="unavailable. reason but a score"):
         dataclasses.replace(simple_result, unavailable={**simple_result.unavailable, "CIDEr-D": "?"})
     with pytest.raises(CaptionInputError, match="do not match"):
         dataclasses.replace(simple_result, per_image={"CIDEr-D": (1.0,)})

@@ -12,6 +12,15 @@ from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 FEATURE_DIM = 12
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny models run far faster single-threaded on a shared 2-core machine (no intra-op spin contention)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def small_model(name: str, **overrides) -> CaptionModel:
     """The registered architecture (width, depth, sharing) with a tiny vocabulary and feature dim, in eval mode."""
     if get_model_cfg(name).vocab_kind == "radix":
@@ -116,6 +125,22 @@ def test_log_probs_are_normalised():
     torch.testing.assert_close(logp.exp().sum(-1), torch.ones(2, 6))
 
 
+@pytest.mark.parametrize("name", ["ort-test", "acort-test"])
+@torch.no_grad()
+def test_float16_model_is_finite_and_consistent(name):
+    """fp16 deployment: finite −1e4 masks, fp32 geometry embedding, and the cache path still equals teacher forcing."""
+    model = small_model(name)
+    features, boxes, mask = visual()
+    tokens = tokens_for(model)
+    reference = model(features, boxes, mask, tokens)
+    half = model.half()
+    full = half(features.half(), boxes.half(), mask, tokens)
+    assert full.dtype == torch.float16 and torch.isfinite(full).all()
+    stepped = run_steps(half, half.encode(features.half(), boxes.half(), mask), tokens)
+    torch.testing.assert_close(stepped, full, atol=1e-2, rtol=0)
+    assert (full.float() - reference).abs().max() < 0.25
+
+
 # -- masking and geometry --------------------------------------------------------------------------------------------
 
 
@@ -153,10 +178,14 @@ def test_boxes_matter_only_with_geometry():
     moved = boxes.clone()
     moved[..., 2:] = (moved[..., 2:] + 0.2).clamp(max=1.0)
     with_geo = small_model("acort-test")
-    assert not torch.allclose(with_geo.encode_memory(features, boxes, mask), with_geo.encode_memory(features, moved, mask))
+    assert not torch.allclose(
+        with_geo.encode_memory(features, boxes, mask), with_geo.encode_memory(features, moved, mask)
+    )
     without = small_model("acort-test", geometry=False)
     assert all(layer.geometric_bias is None for layer in without.encoder.layers)
-    torch.testing.assert_close(without.encode_memory(features, boxes, mask), without.encode_memory(features, moved, mask))
+    torch.testing.assert_close(
+        without.encode_memory(features, boxes, mask), without.encode_memory(features, moved, mask)
+    )
 
 
 # -- sharing ---------------------------------------------------------------------------------------------------------
@@ -260,7 +289,9 @@ def test_tiny_model_overfits_one_batch():
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses = []
     for _ in range(80):
-        loss = nn.functional.nll_loss(model(features, boxes, mask, tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten())
+        loss = nn.functional.nll_loss(
+            model(features, boxes, mask, tokens[:, :-1]).flatten(0, 1), tokens[:, 1:].flatten()
+        )
         opt.zero_grad()
         loss.backward()
         opt.step()

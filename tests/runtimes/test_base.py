@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from edgecap.decoding import DecodeCfg, beam_search, greedy, sample
+from edgecap.runtimes import _RUNTIMES as REGISTRY
 from edgecap.runtimes import (
     Runtime,
     RuntimeInputError,
@@ -21,7 +22,6 @@ from edgecap.runtimes import (
     load_runtime,
     register_runtime,
 )
-from edgecap.runtimes import _RUNTIMES as REGISTRY
 
 
 class FunctionRuntime(Runtime):
@@ -138,7 +138,10 @@ class TorchReference:
 
     def step(self, tokens, state):  # type: ignore[no-untyped-def]
         out = np_step(tokens.numpy(), state["h"].numpy(), state["trace"].numpy())
-        return torch.from_numpy(out["logprobs"]), {"h": torch.from_numpy(out["h_out"]), "trace": torch.from_numpy(out["trace_out"])}
+        return torch.from_numpy(out["logprobs"]), {
+            "h": torch.from_numpy(out["h_out"]),
+            "trace": torch.from_numpy(out["trace_out"]),
+        }
 
     def select(self, state, index):  # type: ignore[no-untyped-def]
         return {k: v.index_select(0, index) for k, v in state.items()}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from edgecap.decoding import DecodeCfg, DecodeInputError, beam_search, decode, greedy
+from edgecap.decoding import DecodeCfg, DecodeInputError, RadixSpec, beam_search, decode, greedy
 from edgecap.runtimes import RuntimeStepModel, TorchRuntime, TorchStepModel
 
 VOCAB, FEAT, HIDDEN = 10, 6, 16
@@ -59,9 +59,13 @@ def make_inputs(batch: int = 3, regions: int = 5, seed: int = 0) -> dict[str, Te
     g = torch.Generator().manual_seed(seed)
     mask = torch.ones(batch, regions, dtype=torch.bool)
     mask[0, -2:] = False  # padded regions in the first image
+    corner, size = (
+        torch.rand(batch, regions, 2, generator=g) * 0.5,
+        torch.rand(batch, regions, 2, generator=g) * 0.5 + 0.01,
+    )
     return {
         "features": torch.randn(batch, regions, FEAT, generator=g),
-        "boxes": torch.rand(batch, regions, 4, generator=g),
+        "boxes": torch.cat([corner, corner + size], dim=-1),
         "feature_mask": mask,
     }
 
@@ -75,10 +79,18 @@ def model() -> ToyCaptioner:
 CFG = DecodeCfg(beam_size=3, n_best=3, max_len=6, pad_id=PAD, bos_id=BOS, eos_id=EOS)
 
 
-def rescore(model: nn.Module, inputs: dict[str, Tensor], image: int, tokens: list[int], finished: bool) -> float:
+def rescore(
+    model: nn.Module,
+    inputs: dict[str, Tensor],
+    image: int,
+    tokens: list[int],
+    finished: bool,
+    bos: int = BOS,
+    eos: int = EOS,
+) -> float:
     """Teacher-forced log-prob of one hypothesis (+ EOS when finished) with ``model.forward``."""
-    targets = [*tokens, *([EOS] if finished else [])]
-    feed = torch.tensor([[BOS, *targets[:-1]]])
+    targets = [*tokens, *([eos] if finished else [])]
+    feed = torch.tensor([[bos, *targets[:-1]]])
     one = {k: v[image : image + 1] for k, v in inputs.items()}
     with torch.no_grad():
         lp = model(one["features"], one["boxes"], one.get("feature_mask"), feed)[0]
@@ -104,7 +116,9 @@ def test_wide_beam_is_exhaustive_on_the_toy_model(model: ToyCaptioner) -> None:
     results = beam_search(TorchStepModel(model), inputs, cfg)
     words = range(3, VOCAB)
     for image, [best] in enumerate(results):
-        candidates = [([], True)] + [([w], True) for w in words] + [(list(s), False) for s in itertools.product(words, repeat=2)]
+        candidates = (
+            [([], True)] + [([w], True) for w in words] + [(list(s), False) for s in itertools.product(words, repeat=2)]
+        )
         scores = [rescore(model, inputs, image, t, f) for t, f in candidates]
         top = max(range(len(scores)), key=scores.__getitem__)
         assert (best.tokens, best.finished) == candidates[top]
@@ -240,7 +254,9 @@ def test_cuda_matches_cpu(model: ToyCaptioner) -> None:
     model.to("cpu")
     assert [[h.tokens for h in r] for r in cuda] == [[h.tokens for h in r] for r in cpu]
     with torch_runtimes(model, "cuda") as bridged:
-        assert [[h.tokens for h in r] for r in beam_search(bridged, inputs, CFG)] == [[h.tokens for h in r] for r in cpu]
+        assert [[h.tokens for h in r] for r in beam_search(bridged, inputs, CFG)] == [
+            [h.tokens for h in r] for r in cpu
+        ]
     model.to("cpu")
 
 
@@ -251,14 +267,25 @@ def test_cuda_request_without_gpu_is_a_clear_error(model: ToyCaptioner) -> None:
         TorchStepModel(model, "cuda")
 
 
-def test_acort_test_model_beam_matches_teacher_forced_rescoring() -> None:
+@pytest.mark.parametrize("name", ["acort-test", "ort-test"])
+def test_registered_model_beam_matches_teacher_forced_rescoring(name: str) -> None:
+    """Beam search through TorchStepModel over a real tiny model equals re-scoring its hypotheses with ``forward``."""
     models = pytest.importorskip("edgecap.models")
-    if not hasattr(models, "create_model") or "acort-test" not in models.list_models("*"):
-        pytest.skip("edgecap.models has no 'acort-test' yet")
+    if name not in models.list_models("*"):
+        pytest.skip(f"edgecap.models has no {name!r} yet")
     torch.manual_seed(0)
-    acort = models.create_model("acort-test", vocab_size=VOCAB, feature_dim=FEAT).eval()
+    probe = models.get_model_cfg(name)
+    if probe.vocab_kind == "radix":  # radix: PAD 0, digits 1..7, BOS 8, EOS 9; 40 words in 2 digits
+        net = models.create_model(name, vocab_size=VOCAB, feature_dim=FEAT, radix_base=VOCAB - 3)
+        cfg = DecodeCfg(beam_size=3, n_best=3, max_len=6, pad_id=0, bos_id=8, eos_id=9, radix=RadixSpec(7, 2, 40))
+    else:
+        net = models.create_model(name, vocab_size=VOCAB, feature_dim=FEAT)
+        cfg = CFG
+    net.eval()
     inputs = make_inputs()
-    results = beam_search(TorchStepModel(acort), inputs, CFG)
+    results = beam_search(TorchStepModel(net), inputs, cfg)
     for image, hyps in enumerate(results):
+        assert len(hyps) == 3
         for h in hyps:
-            assert h.score == pytest.approx(rescore(acort, inputs, image, h.tokens, h.finished), abs=1e-4)
+            expected = rescore(net, inputs, image, h.tokens, h.finished, bos=cfg.bos_id, eos=cfg.eos_id)
+            assert h.score == pytest.approx(expected, abs=1e-4)

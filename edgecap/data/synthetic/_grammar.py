@@ -23,6 +23,19 @@ import numpy as np
 
 from edgecap.data.synthetic._attributes import NUMBER_WORDS, SHAPES
 from edgecap.data.synthetic._geometry import is_next_to, position_region, spatial_relation
+from edgecap.data.synthetic._lexicon import (
+    BG_ADJECTIVES,
+    BG_NOUNS,
+    GENERIC,
+    IN_IMAGE,
+    NEXT_TO,
+    OF_IMAGE,
+    OPENERS,
+    POSITIONS,
+    RELATIONS,
+    SIZE_WORDS,
+    Words,
+)
 from edgecap.data.synthetic._scene import Background, Scene, SceneObject
 
 __all__ = ["LENGTH_LEVELS", "MAX_CAPTION_WORDS", "describe_scene", "length_level"]
@@ -33,8 +46,6 @@ MAX_CAPTION_WORDS = LENGTH_LEVELS[-1][1]
 # Extra captions beyond one per level are drawn with these level weights (shorter captions are more common).
 _EXTRA_LEVEL_WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 
-Words = list[str]
-
 
 def length_level(num_words: int) -> int:
     """Index (0..3) of the LaBERT length level holding a caption of ``num_words`` words."""
@@ -42,67 +53,6 @@ def length_level(num_words: int) -> int:
         if low <= num_words <= high:
             return level
     raise ValueError(f"a caption of {num_words} words is outside the length levels {LENGTH_LEVELS}")
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Vocabulary with synonyms
-
-_SIZE_WORDS: dict[str, tuple[Words, ...]] = {
-    "small": (["small"], ["little"]),
-    "medium": (["medium", "sized"], ["medium"]),
-    "large": (["large"], ["big"]),
-}
-_GENERIC = (("shape", "shapes"), ("object", "objects"))
-_OPENERS: tuple[Words, ...] = (
-    ["a", "picture", "of"],
-    ["an", "image", "of"],
-    ["an", "image", "showing"],
-    ["a", "picture", "showing"],
-    ["a", "drawing", "of"],
-    ["a", "simple", "drawing", "of"],
-    ["an", "illustration", "of"],
-    ["this", "image", "shows"],
-    ["the", "picture", "shows"],
-    ["in", "this", "image", "we", "can", "see"],
-    ["we", "can", "see"],
-)
-_IN_IMAGE: tuple[Words, ...] = (["in", "the", "image"], ["in", "the", "picture"], ["in", "this", "image"])
-_OF_IMAGE: tuple[Words, ...] = (["of", "the", "image"], ["of", "the", "picture"])
-_POSITIONS: dict[tuple[str, str], tuple[Words, ...]] = {
-    ("top", "left"): (["in", "the", "top", "left", "corner"], ["in", "the", "upper", "left", "corner"]),
-    ("top", "center"): (["at", "the", "top"], ["near", "the", "top"]),
-    ("top", "right"): (["in", "the", "top", "right", "corner"], ["in", "the", "upper", "right", "corner"]),
-    ("middle", "left"): (["on", "the", "left"], ["on", "the", "left", "side"]),
-    ("middle", "center"): (["in", "the", "center"], ["in", "the", "middle"]),
-    ("middle", "right"): (["on", "the", "right"], ["on", "the", "right", "side"]),
-    ("bottom", "left"): (["in", "the", "bottom", "left", "corner"], ["in", "the", "lower", "left", "corner"]),
-    ("bottom", "center"): (["at", "the", "bottom"], ["near", "the", "bottom"]),
-    ("bottom", "right"): (["in", "the", "bottom", "right", "corner"], ["in", "the", "lower", "right", "corner"]),
-}
-_RELATIONS: dict[str, tuple[Words, ...]] = {
-    "left": (["to", "the", "left", "of"], ["left", "of"]),
-    "right": (["to", "the", "right", "of"], ["right", "of"]),
-    "above": (["above"],),
-    "below": (["below"], ["under"], ["beneath"]),
-}
-_NEXT_TO: tuple[Words, ...] = (["next", "to"], ["beside"])
-# Background texture: adjectives ("on a striped background") and noun phrases ("on a background of stripes").
-_BG_ADJECTIVES: dict[str, tuple[Words, ...]] = {
-    "gradient": (["gradient"], ["shaded"], ["smoothly", "shaded"]),
-    "stripes": (["striped"],),
-    "checkerboard": (["checkered"], ["checkerboard"]),
-    "noise": (["noisy"], ["grainy"]),
-    "blobs": (["blotchy"], ["mottled"], ["cloudy"]),
-    "grid": (["grid"],),
-}
-_BG_NOUNS: dict[str, tuple[Words, ...]] = {
-    "gradient": (["a", "smooth", "gradient"], ["a", "color", "gradient"]),
-    "stripes": (["stripes"],),  # the orientation is added in _bg_noun
-    "checkerboard": (["a", "checkerboard", "pattern"], ["a", "checkerboard"]),
-    "noise": (["random", "noise"], ["grainy", "noise"]),
-    "blobs": (["soft", "blobs"], ["blurry", "blobs"], ["soft", "patches"]),
-    "grid": (["a", "grid", "of", "thin", "lines"], ["grid", "lines"]),
-}
 
 
 def _article(words: Words) -> Words:
@@ -175,7 +125,7 @@ class _Grammar:
 
     # -- noun phrases ----------------------------------------------------------------------------------------------
     def obj_words(self, obj: SceneObject, size: bool) -> Words:
-        words = self.pick(_SIZE_WORDS[obj.size]) if size else []
+        words = self.pick(SIZE_WORDS[obj.size]) if size else []
         return [*words, obj.colour, obj.shape]
 
     def obj_np(self, obj: SceneObject, size: bool | None = None, definite: bool | None = None) -> Words:
@@ -201,7 +151,7 @@ class _Grammar:
         if size and len({m.size for m in members}) > 1:
             return [_article(self.obj_words(m, True)) if article else self.obj_words(m, True) for m in members]
         colour, shape = pair
-        size_words = self.pick(_SIZE_WORDS[members[0].size]) if size else []
+        size_words = self.pick(SIZE_WORDS[members[0].size]) if size else []
         return [[NUMBER_WORDS[len(members)], *size_words, colour, SHAPES[shape]]]
 
     def listing(self, size: bool, article: bool = True, groups: Sequence[tuple[str, str]] | None = None) -> Words:
@@ -212,7 +162,7 @@ class _Grammar:
     def count_np(self, n: int | None = None, other: bool = False) -> Words:
         """``three shapes`` / ``two other objects`` / ``one shape``."""
         n = self.f.n if n is None else n
-        singular, plural = _GENERIC[self.r.randrange(len(_GENERIC))]
+        singular, plural = GENERIC[self.r.randrange(len(GENERIC))]
         noun = singular if n == 1 else plural
         return [NUMBER_WORDS[n], *(["other"] if other else []), noun]
 
@@ -220,14 +170,14 @@ class _Grammar:
     def position(self, obj: SceneObject) -> Words:
         region = self.f.regions[id(obj)]
         assert region is not None
-        words = self.pick(_POSITIONS[region])
+        words = self.pick(POSITIONS[region])
         if self.chance(0.35):
-            words += self.pick(_OF_IMAGE)
+            words += self.pick(OF_IMAGE)
         return words
 
     def _bg_noun(self) -> Words:
         bg: Background = self.f.background
-        words = self.pick(_BG_NOUNS[bg.kind])
+        words = self.pick(BG_NOUNS[bg.kind])
         if bg.kind == "stripes" and bg.orientation is not None and self.chance(0.8):
             words = [bg.orientation, *words]
         return words
@@ -237,7 +187,7 @@ class _Grammar:
         form = self.r.randrange(5)
         if form < 3:
             prep = ("on", "against", "over")[form]
-            return [prep, *_article([*self.pick(_BG_ADJECTIVES[self.f.background.kind]), "background"])]
+            return [prep, *_article([*self.pick(BG_ADJECTIVES[self.f.background.kind]), "background"])]
         if form == 3:
             return ["on", "a", "background", "of", *self._bg_noun()]
         return ["with", *self._bg_noun(), "in", "the", "background"]
@@ -246,11 +196,11 @@ class _Grammar:
         """A full clause: ``the background is striped`` / ``the background has vertical stripes``."""
         kind = self.f.background.kind
         if kind != "gradient" and self.chance(0.5):
-            return ["the", "background", "is", *self.pick(_BG_ADJECTIVES[kind])]
+            return ["the", "background", "is", *self.pick(BG_ADJECTIVES[kind])]
         return ["the", "background", "has", *self._bg_noun()]
 
     def opener(self) -> Words:
-        return self.pick(_OPENERS)
+        return self.pick(OPENERS)
 
     def there(self, first_np: Words) -> Words:
         plural = first_np[0] in NUMBER_WORDS.values() and first_np[0] != "one"
@@ -261,7 +211,7 @@ class _Grammar:
 
     # -- clauses ---------------------------------------------------------------------------------------------------
     def relation_words(self, relation: str) -> Words:
-        return self.pick(_RELATIONS[relation])
+        return self.pick(RELATIONS[relation])
 
     def relation_clause(self, copula: bool) -> Words | None:
         if not self.f.relations:
@@ -283,7 +233,7 @@ class _Grammar:
 
 
 def _t_bare(g: _Grammar) -> Words | None:
-    """``red circle`` / ``two red circles and blue star``: the shortest captions."""
+    """``red circle and blue star`` / ``two red circles and a blue star``: the shortest captions."""
     if len(g.f.groups) > 3:
         return None
     headline = g.f.n == len(g.f.groups) and g.chance(0.6)  # "red circle and blue star" only without plurals
@@ -296,7 +246,7 @@ def _t_opener_listing(g: _Grammar) -> Words | None:
 
 def _t_there_listing(g: _Grammar) -> Words | None:
     listing = g.listing(size=g.chance(0.5))
-    return [*g.there(listing), *listing, *g.maybe(0.4, lambda: g.pick(_IN_IMAGE)), *g.maybe(0.4, g.background)]
+    return [*g.there(listing), *listing, *g.maybe(0.4, lambda: g.pick(IN_IMAGE)), *g.maybe(0.4, g.background)]
 
 
 def _t_count(g: _Grammar) -> Words | None:
@@ -345,7 +295,7 @@ def _t_shape_counts(g: _Grammar) -> Words | None:
 
 def _t_colour_counts(g: _Grammar) -> Words | None:
     """``two red shapes and one blue shape``: per-colour counts, shape left out."""
-    singular, plural = _GENERIC[g.r.randrange(len(_GENERIC))]
+    singular, plural = GENERIC[g.r.randrange(len(GENERIC))]
     article = g.chance(0.5)
     items = [
         [
@@ -385,7 +335,7 @@ def _t_next_to(g: _Grammar) -> Words | None:
     if g.chance(0.4):
         words = [*g.obj_np(a), "and", *g.obj_np(b), *side_by_side]
     else:
-        words = [*g.obj_np(a), *g.maybe(0.5, lambda: ["is"]), *g.pick(_NEXT_TO), *g.obj_np(b)]
+        words = [*g.obj_np(a), *g.maybe(0.5, lambda: ["is"]), *g.pick(NEXT_TO), *g.obj_np(b)]
     return [*words, *g.maybe(0.5, g.background)]
 
 

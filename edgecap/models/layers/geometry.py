@@ -85,7 +85,10 @@ class GeometricBias(nn.Module):
         self.proj = nn.Linear(dim, heads)
 
     def forward(self, embedding: torch.Tensor) -> torch.Tensor:
-        """``embedding`` (B, N, N, dim) -> bias (B, H, N, N)."""
-        omega = torch.relu(self.proj(embedding)).clamp_min(MIN_WEIGHT)
-        return omega.log().permute(0, 3, 1, 2)
+        """``embedding`` (B, N, N, dim) float32 -> bias (B, H, N, N) float32.
 
+        ``W_G`` runs in its own dtype (sin/cos values are safe in float16); the floor and log run in float32, where
+        1e-6 is a normal number.
+        """
+        omega = torch.relu(self.proj(embedding.to(self.proj.weight.dtype))).float().clamp_min(MIN_WEIGHT)
+        return omega.log().permute(0, 3, 1, 2)

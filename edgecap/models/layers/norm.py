@@ -32,7 +32,7 @@ class AnnotatedLayerNorm(nn.Module):
 
 
 def make_norm(kind: str, dim: int) -> nn.Module:
-    """``"standard"`` -> ``nn.LayerNorm(dim, eps=1e-5)`` (exporter/TensorRT friendly); ``"annotated"`` -> reference form.
+    """``"standard"``: ``nn.LayerNorm(dim, eps=1e-5)`` (exporter/TensorRT friendly); ``"annotated"``: the reference's.
 
     Both hold ``2 * dim`` parameters, so parameter counts do not depend on the choice.
     """

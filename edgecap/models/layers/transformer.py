@@ -162,9 +162,7 @@ class TransformerEncoder(nn.Module):
         geometry_dim: int | None,
     ) -> None:
         super().__init__()
-        self.layers = LayerStack(
-            layer_map, lambda: EncoderLayer(dim, heads, d_ff, dropout, share, norm, geometry_dim)
-        )
+        self.layers = LayerStack(layer_map, lambda: EncoderLayer(dim, heads, d_ff, dropout, share, norm, geometry_dim))
         self.norm = make_norm(norm, dim)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: torch.Tensor | None = None) -> torch.Tensor:
@@ -225,7 +223,7 @@ class TransformerDecoder(nn.Module):
         cross_v: torch.Tensor | None,
         memory_bias: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """One position: ``x`` (B, 1, d), caches (B, L, H, T, d_k) -> hidden (B, 1, d) and caches (B, L, H, T+1, d_k)."""
+        """One position: ``x`` (B, 1, d), caches (B, L, H, T, d_k) -> hidden (B, 1, d), caches (B, L, H, T+1, d_k)."""
         new_k: list[torch.Tensor] = []
         new_v: list[torch.Tensor] = []
         for pos, layer in enumerate(self.layers):
