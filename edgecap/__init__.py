@@ -17,6 +17,8 @@ _LAZY: dict[str, str] = {
     "create_backbone": "edgecap.models.backbone",
     "load_vocab": "edgecap.data.vocab",
     "build_vocab": "edgecap.data.vocab",
+    "load_runtime": "edgecap.runtimes",
+    "Captioner": "edgecap.captioner",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -10,9 +10,9 @@ from edgecap.cli.options import device_option, fail, parse_overrides
 
 
 def default_features_dir(data: Path) -> Path:
-    from edgecap.data.feature_cache import default_cache_dir
+    from edgecap.cli.features import default_cache_dir
 
-    return default_cache_dir(data)
+    return default_cache_dir(data, "tf_efficientnet_lite0", 224)
 
 
 @click.command("train")
