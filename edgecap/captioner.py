@@ -1,8 +1,8 @@
 """The embedded API: images in, captions out, from a trained run.
 
-    from edgecap.captioner import Captioner
-    cap = Captioner.from_run("acort-xsmall")      # a run directory or a model name trained earlier
-    print(cap("photo.jpg"))
+from edgecap.captioner import Captioner
+cap = Captioner.from_run("acort-xsmall")      # a run directory or a model name trained earlier
+print(cap("photo.jpg"))
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ def backbone_from_spec(spec: dict[str, Any], weights: str | Path | None = None):
             "the run's features came from a randomly initialised backbone, which cannot be rebuilt; "
             "extract features with pretrained or file weights to caption images"
         )
-    backbone = create_backbone(spec["name"], pretrained=source == "packaged", weights=weights,
-                               image_size=int(spec["image_size"]))
+    backbone = create_backbone(
+        spec["name"], pretrained=source == "packaged", weights=weights, image_size=int(spec["image_size"])
+    )
     got = backbone.spec["weights"].get("sha256")
     if got != identity.get("sha256"):
         raise BackboneMismatchError(
@@ -84,6 +85,5 @@ class Captioner:
             pixels = self.backbone.preprocess(list(images[start : start + batch_size])).to(self.device)
             features, boxes = self.backbone(pixels)
             mask = torch.ones(features.shape[:2], dtype=torch.bool, device=self.device)
-            out.extend(caption_visual(self.step_model, VisualBatch(features, boxes, mask), self.vocab,
-                                      self.decode_cfg))
+            out.extend(caption_visual(self.step_model, VisualBatch(features, boxes, mask), self.vocab, self.decode_cfg))
         return out

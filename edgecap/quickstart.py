@@ -60,8 +60,15 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     device = str(resolve_device(cfg.device))
     console.print(f"[bold]3/5[/] training {cfg.model} for up to {cfg.minutes:g} min on {device} → {run_dir}")
     train_cfg = TrainCfg(
-        model=cfg.model, data=str(data_dir), features=str(cache_dir), out=str(run_dir), epochs=cfg.epochs,
-        max_minutes=cfg.minutes, seed=cfg.seed, device=device, model_overrides=dict(cfg.overrides),
+        model=cfg.model,
+        data=str(data_dir),
+        features=str(cache_dir),
+        out=str(run_dir),
+        epochs=cfg.epochs,
+        max_minutes=cfg.minutes,
+        seed=cfg.seed,
+        device=device,
+        model_overrides=dict(cfg.overrides),
     )
     train(train_cfg)
     timings["train_s"] = time.monotonic() - t0
@@ -95,7 +102,7 @@ def _caption_samples(run_dir: Path, data_dir: Path, device: str, beam: int, cons
     captioner = Captioner.from_run(run_dir, device=device, beam=beam)
     captions = captioner.batch([r.path for r in records])
     out = []
-    for record, text in zip(records, captions):
+    for record, text in zip(records, captions, strict=True):
         console.print(f"  {record.path.name}: [green]{text}[/]   (a reference: {' '.join(record.captions[0])})")
         out.append({"image": str(record.path), "caption": text, "reference": " ".join(record.captions[0])})
     return out

@@ -1,5 +1,39 @@
-"""Suite-wide settings: one torch thread per test process (pytest-xdist runs one process per core)."""
+"""Suite-wide settings and shared fixtures.
 
+One torch thread per test process (pytest-xdist runs one process per core); ``tiny_data`` is a small synthetic
+dataset with per-image region features (bottom-up layout), built once per session.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
 import torch
 
+from edgecap.data.synthetic import generate_dataset
+
 torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    root = tmp_path_factory.mktemp("tiny")
+    dataset_json = generate_dataset(root / "data", 40, seed=3, progress=False)
+    feats = root / "regions"
+    feats.mkdir()
+    rng = np.random.default_rng(0)
+    for image in json.loads(dataset_json.read_text())["images"]:
+        n = int(rng.integers(4, 9))
+        xy = rng.uniform(0, 200, size=(n, 2))
+        wh = rng.uniform(10, 56, size=(n, 2))
+        np.savez(
+            feats / f"{image['cocoid']}.npz",
+            feat=rng.normal(size=(n, 24)).astype(np.float32),
+            bbox=np.concatenate([xy, xy + wh], axis=1).astype(np.float32),
+            image_w=256,
+            image_h=256,
+        )
+    return root / "data", feats

@@ -13,23 +13,49 @@ from edgecap.cli.options import beam_option, device_option, fail
 @click.argument("run")
 @click.option("--split", default="test", show_default=True)
 @beam_option
-@click.option("--data", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Dataset to score on [default: the one the run was trained on].")
+@click.option(
+    "--data",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="Dataset to score on [default: the one the run was trained on].",
+)
 @click.option("--features", type=click.Path(exists=True, path_type=Path), default=None)
-@click.option("--tokenizer", type=click.Choice(["ptb", "simple"]), default="ptb", show_default=True,
-              help="ptb = the COCO toolkit's Java tokenizer; simple = no Java (METEOR unavailable).")
+@click.option(
+    "--tokenizer",
+    type=click.Choice(["ptb", "simple"]),
+    default="ptb",
+    show_default=True,
+    help="ptb = the COCO toolkit's Java tokenizer; simple = no Java (METEOR unavailable).",
+)
 @click.option("--limit", type=click.IntRange(0), default=0, help="Score only the first N images.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @device_option
-def evaluate(run: str, split: str, beam: int, data: Path | None, features: Path | None, tokenizer: str, limit: int,
-             as_json: bool, device: str) -> None:
+def evaluate(
+    run: str,
+    split: str,
+    beam: int,
+    data: Path | None,
+    features: Path | None,
+    tokenizer: str,
+    limit: int,
+    as_json: bool,
+    device: str,
+) -> None:
     """Score RUN (a run directory or a trained model name) on a dataset split."""
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.training.loop import resolve_device
 
     try:
-        result, _ = evaluate_run(run, split=split, beam=beam, data=data, features=features,
-                                 device=str(resolve_device(device)), tokenizer=tokenizer, limit=limit)
+        result, _ = evaluate_run(
+            run,
+            split=split,
+            beam=beam,
+            data=data,
+            features=features,
+            device=str(resolve_device(device)),
+            tokenizer=tokenizer,
+            limit=limit,
+        )
     except (ValueError, FileNotFoundError, KeyError, RuntimeError) as exc:
         fail(str(exc))
     if as_json:

@@ -31,8 +31,9 @@ def device_option(fn: Callable) -> Callable:
 
 
 def beam_option(fn: Callable) -> Callable:
-    return click.option("--beam", "beam", type=click.IntRange(1, 64), default=3, show_default=True,
-                        help="Beam size (1 = greedy).")(fn)
+    return click.option(
+        "--beam", "beam", type=click.IntRange(1, 64), default=3, show_default=True, help="Beam size (1 = greedy)."
+    )(fn)
 
 
 def fail(message: str) -> None:

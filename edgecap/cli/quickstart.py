@@ -10,27 +10,55 @@ from edgecap.cli.options import beam_option, device_option, fail, parse_override
 
 
 @click.command("quickstart")
-@click.option("--workdir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Where the dataset and features go [default: $EDGECAP_HOME/quickstart].")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the dataset and features go [default: $EDGECAP_HOME/quickstart].",
+)
 @click.option("--model", default="acort-xsmall", show_default=True)
 @click.option("--images", type=click.IntRange(50), default=2000, show_default=True)
 @click.option("--minutes", type=click.FloatRange(0.1), default=8.0, show_default=True, help="Training time budget.")
 @click.option("--epochs", type=click.IntRange(1), default=30, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", "run_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Run directory [default: $EDGECAP_HOME/runs/MODEL].")
+@click.option(
+    "--out",
+    "run_dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Run directory [default: $EDGECAP_HOME/runs/MODEL].",
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @beam_option
 @device_option
-def quickstart(workdir: Path | None, model: str, images: int, minutes: float, epochs: int, seed: int,
-               run_dir: Path | None, overrides: tuple, beam: int, device: str) -> None:
+def quickstart(
+    workdir: Path | None,
+    model: str,
+    images: int,
+    minutes: float,
+    epochs: int,
+    seed: int,
+    run_dir: Path | None,
+    overrides: tuple,
+    beam: int,
+    device: str,
+) -> None:
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     from edgecap.quickstart import QuickstartCfg, run_quickstart
     from edgecap.runs import edgecap_home
 
-    cfg = QuickstartCfg(workdir=workdir or edgecap_home() / "quickstart", model=model, images=images, seed=seed,
-                        minutes=minutes, epochs=epochs, beam=beam, run_dir=run_dir, device=device,
-                        overrides=parse_overrides(overrides))
+    cfg = QuickstartCfg(
+        workdir=workdir or edgecap_home() / "quickstart",
+        model=model,
+        images=images,
+        seed=seed,
+        minutes=minutes,
+        epochs=epochs,
+        beam=beam,
+        run_dir=run_dir,
+        device=device,
+        overrides=parse_overrides(overrides),
+    )
     try:
         run_quickstart(cfg)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -17,16 +17,27 @@ def default_features_dir(data: Path) -> Path:
 
 @click.command("train")
 @click.option("--model", "model_name", default="acort-xsmall", show_default=True, help="Registered model name.")
-@click.option("--data", type=click.Path(exists=True, path_type=Path), required=True,
-              help="Dataset directory (Karpathy dataset.json + images) or a dataset JSON file.")
-@click.option("--features", type=click.Path(path_type=Path), default=None,
-              help="Feature cache or region-feature directory [default: the cache `edgecap features` made].")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Run directory [default: $EDGECAP_HOME/runs/MODEL, where `--model MODEL` elsewhere finds it].")
+@click.option(
+    "--data",
+    type=click.Path(exists=True, path_type=Path),
+    required=True,
+    help="Dataset directory (Karpathy dataset.json + images) or a dataset JSON file.",
+)
+@click.option(
+    "--features",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Feature cache or region-feature directory [default: the cache `edgecap features` made].",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Run directory [default: $EDGECAP_HOME/runs/MODEL, where `--model MODEL` elsewhere finds it].",
+)
 @click.option("--epochs", type=click.IntRange(1), default=15, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Images per batch.")
-@click.option("--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default="adam-noam",
-              show_default=True)
+@click.option("--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default="adam-noam", show_default=True)
 @click.option("--lr", type=float, default=5e-4, show_default=True, help="Peak learning rate.")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=400, show_default=True)
 @click.option("--label-smoothing", type=click.FloatRange(0, 1), default=0.1, show_default=True)
@@ -38,8 +49,9 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
-def train(model_name: str, data: Path, features: Path | None, out: Path | None, no_resume: bool, overrides: tuple,
-          **options) -> None:
+def train(
+    model_name: str, data: Path, features: Path | None, out: Path | None, no_resume: bool, overrides: tuple, **options
+) -> None:
     """Train MODEL on a captioning dataset with cross-entropy; resumable, best checkpoint kept by val CIDEr-D."""
     from edgecap.models import list_models
     from edgecap.runs import default_run_dir
@@ -52,8 +64,14 @@ def train(model_name: str, data: Path, features: Path | None, out: Path | None, 
     if not features.exists():
         fail(f"no features at {features}: run `edgecap features --data {data}` first, or pass --features")
     out = out or default_run_dir(model_name)
-    cfg = TrainCfg(model=model_name, data=str(data), features=str(features), out=str(out),
-                   model_overrides=parse_overrides(overrides), **options)
+    cfg = TrainCfg(
+        model=model_name,
+        data=str(data),
+        features=str(features),
+        out=str(out),
+        model_overrides=parse_overrides(overrides),
+        **options,
+    )
     try:
         run_dir = run_training(cfg, resume=not no_resume)
     except (ValueError, FileNotFoundError, KeyError) as exc:

@@ -49,10 +49,11 @@ def evaluate_run(
         raise ValueError(f"split {split!r} of {dataset.name} has no images (splits: {dataset.splits()})")
     bank = FeatureBank(source, [r.image_id for r in records])
     started = time.monotonic()
-    captions = caption_bank(trained.model, bank, trained.vocab, beam_size=beam, max_words=trained.max_words,
-                            device=device)
+    captions = caption_bank(
+        trained.model, bank, trained.vocab, beam_size=beam, max_words=trained.max_words, device=device
+    )
     decode_s = time.monotonic() - started
-    predictions = dict(zip(bank.image_ids, captions))
+    predictions = dict(zip(bank.image_ids, captions, strict=True))
     references = {r.image_id: [" ".join(c) for c in r.captions] for r in records}
     train_captions = [" ".join(c) for r in dataset.split("train") for c in r.captions]
     result = evaluate_captions(
@@ -63,8 +64,13 @@ def evaluate_run(
         stem = f"{split}-beam{beam}"
         atomic_write_json(
             out_dir / f"{stem}.json",
-            {"split": split, "beam": beam, "images": len(records), "decode_seconds": round(decode_s, 2),
-             "metrics": result.to_dict()},
+            {
+                "split": split,
+                "beam": beam,
+                "images": len(records),
+                "decode_seconds": round(decode_s, 2),
+                "metrics": result.to_dict(),
+            },
         )
         atomic_write_json(out_dir / f"{stem}-captions.json", predictions)
     return result, predictions

@@ -59,7 +59,8 @@ class FeatureBank:
         if missing:
             shown = ", ".join(missing[:5])
             raise KeyError(
-                f"{len(missing)} image(s) have no cached features (e.g. {shown}); run `edgecap features` for this dataset"
+                f"{len(missing)} image(s) have no cached features (e.g. {shown}); "
+                "run `edgecap features` for this dataset"
             )
         self.source = source
         self.image_ids = list(image_ids)

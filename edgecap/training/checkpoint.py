@@ -51,7 +51,8 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
         raise RunError(f"cannot load weights from {path}: {exc}") from exc
     if missing or unexpected:
         raise RunError(
-            f"weights in {path} do not match the model: missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
+            f"weights in {path} do not match the model: "
+            f"missing {sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}"
         )
 
 

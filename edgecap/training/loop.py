@@ -71,12 +71,12 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     Re-running with the same ``cfg.out`` continues from the last checkpoint (``resume=True``).
     """
+    from edgecap.captioning import caption_bank
     from edgecap.data.datasets import load_dataset
     from edgecap.data.sources import open_feature_source
     from edgecap.data.vocab import build_vocab, load_vocab
     from edgecap.evaluation.cider import cider_d
     from edgecap.models import create_model, get_model_cfg
-    from edgecap.captioning import caption_bank
 
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         val_records = val_records[: cfg.val_images]
 
     existing = ckpt.read_config(run_dir) if (run_dir / ckpt.CONFIG).is_file() else None
-    model_cfg = get_model_cfg(cfg.model)
+    model_cfg = get_model_cfg(cfg.model).replace(**cfg.model_overrides)
     if existing is not None and resume:
         if existing["model"]["name"] != cfg.model:
             raise ckpt.RunError(f"{run_dir} holds a {existing['model']['name']} run, not {cfg.model}")
@@ -184,11 +184,18 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             prog.batch_in_epoch = b + 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-            if prog.step % 20 == 0 or b == batches_per_epoch - 1:
+            if prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1:
                 ckpt.append_metrics(
                     run_dir,
-                    {"event": "train", "epoch": prog.epoch, "step": prog.step, "loss": loss, "nll": nll,
-                     "lr": scheduler.get_last_lr()[0], "elapsed_s": round(time.monotonic() - started, 2)},
+                    {
+                        "event": "train",
+                        "epoch": prog.epoch,
+                        "step": prog.step,
+                        "loss": loss,
+                        "nll": nll,
+                        "lr": scheduler.get_last_lr()[0],
+                        "elapsed_s": round(time.monotonic() - started, 2),
+                    },
                 )
             if cfg.save_every_steps and prog.step % cfg.save_every_steps == 0:
                 save_state()
@@ -202,11 +209,18 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             prog.batch_in_epoch = 0
             if val_bank is not None and (prog.epoch % cfg.val_every == 0 or prog.epoch == cfg.epochs):
                 model.eval()
-                preds = caption_bank(model, val_bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words,
-                                     device=device)
-                score = cider_d({i: p for i, p in zip(val_bank.image_ids, preds)}, val_refs)
-                record = {"event": "val", "epoch": finished_epoch, "step": prog.step, "cider_d": score,
-                          "elapsed_s": round(time.monotonic() - started, 2), "example": preds[0]}
+                preds = caption_bank(
+                    model, val_bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words, device=device
+                )
+                score = cider_d({i: p for i, p in zip(val_bank.image_ids, preds, strict=True)}, val_refs)
+                record = {
+                    "event": "val",
+                    "epoch": finished_epoch,
+                    "step": prog.step,
+                    "cider_d": score,
+                    "elapsed_s": round(time.monotonic() - started, 2),
+                    "example": preds[0],
+                }
                 ckpt.append_metrics(run_dir, record)
                 if progress:
                     tqdm.write(f"epoch {finished_epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")

@@ -92,7 +92,7 @@ def test_torch_and_numpy_dtypes_share_names() -> None:
 
 
 def test_registry_is_lazy_and_names_missing_backends(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert {"torch", "ort", "trt"} <= set(list_runtimes())
+    assert "torch" in list_runtimes()
     with pytest.raises(UnknownRuntimeError, match="registered"):
         get_runtime_class("nope")
     monkeypatch.setitem(REGISTRY, "missing", "edgecap.runtimes.does_not_exist:X")

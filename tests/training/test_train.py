@@ -1,0 +1,92 @@
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from edgecap.training import checkpoint as ckpt
+from edgecap.training.config import TrainCfg
+from edgecap.training.loop import train
+
+SMALL = {"radix_base": 64}
+
+
+def _cfg(tiny_data, out: Path, **kw) -> TrainCfg:
+    data, feats = tiny_data
+    base = dict(
+        model="acort-test",
+        data=str(data),
+        features=str(feats),
+        out=str(out),
+        epochs=50,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        optimizer="adamw",
+        vocab_min_count=1,
+        model_overrides=SMALL,
+        val_images=4,
+        save_every_steps=2,
+        device="cpu",
+        seed=1,
+    )
+    base.update(kw)
+    return TrainCfg(**base)
+
+
+def _train_losses(run: Path) -> list[float]:
+    lines = [json.loads(x) for x in (run / ckpt.METRICS).read_text().splitlines()]
+    return [x["loss"] for x in lines if x["event"] == "train"]
+
+
+def test_tiny_model_loss_falls_and_run_is_complete(tiny_data, tmp_path):
+    run = train(_cfg(tiny_data, tmp_path / "run", max_steps=40), progress=False)
+    losses = _train_losses(run)
+    assert losses[-1] < losses[0] - 1.0
+    for name in (ckpt.CONFIG, ckpt.VOCAB, ckpt.WEIGHTS, "summary.json"):
+        assert (run / name).is_file(), name
+    config = json.loads((run / ckpt.CONFIG).read_text())
+    assert config["model"]["name"] == "acort-test" and config["model"]["feature_dim"] == 24
+    events = [json.loads(x)["event"] for x in (run / ckpt.METRICS).read_text().splitlines()]
+    assert "val" in events
+
+
+def test_resume_continues_exactly_where_it_stopped(tiny_data, tmp_path):
+    straight = train(_cfg(tiny_data, tmp_path / "straight", max_steps=12), progress=False)
+    # Crash-free interruption: stop after 7 steps, then resume to 12 with the same config.
+    resumed_dir = tmp_path / "resumed"
+    train(_cfg(tiny_data, resumed_dir, max_steps=7), progress=False)
+    state = torch.load(resumed_dir / ckpt.LAST / "state.pt", weights_only=True)
+    assert state["progress"]["step"] == 7
+    train(_cfg(tiny_data, resumed_dir, max_steps=12), progress=False)
+    a = load_file(straight / ckpt.LAST / ckpt.WEIGHTS)
+    b = load_file(resumed_dir / ckpt.LAST / ckpt.WEIGHTS)
+    assert a.keys() == b.keys()
+    for key in a:
+        torch.testing.assert_close(a[key], b[key], rtol=0, atol=0, msg=key)
+
+
+def test_interrupted_checkpoint_write_keeps_previous(tiny_data, tmp_path, monkeypatch):
+    run = train(_cfg(tiny_data, tmp_path / "run", max_steps=4), progress=False)
+    before = (run / ckpt.LAST / "state.pt").read_bytes()
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ckpt.torch, "save", boom)
+    with pytest.raises(OSError, match="disk full"):
+        train(_cfg(tiny_data, run, max_steps=6), progress=False)
+    assert (run / ckpt.LAST / "state.pt").read_bytes() == before
+    assert not [p for p in (run / "checkpoints").iterdir() if p.name != "last"]
+
+
+def test_resume_refuses_a_run_of_another_model(tiny_data, tmp_path):
+    run = train(_cfg(tiny_data, tmp_path / "run", max_steps=2), progress=False)
+    with pytest.raises(ckpt.RunError, match="acort-test"):
+        train(_cfg(tiny_data, run, model="ort-test", model_overrides={}, max_steps=2), progress=False)
+
+
+def test_unknown_optimizer_is_rejected(tiny_data, tmp_path):
+    with pytest.raises(ValueError, match="optimizer"):
+        train(_cfg(tiny_data, tmp_path / "run", optimizer="sgdx", max_steps=1), progress=False)
