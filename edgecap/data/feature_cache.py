@@ -1,8 +1,9 @@
 """Backbone grid features extracted once per dataset into a resumable, never-half-written on-disk cache.
 
-ExpansionNet v2 (§4.2) trains its first stages with a frozen backbone; every epoch would otherwise recompute the same
-backbone output. :func:`extract_features` runs the backbone over every image once and :class:`FeatureCache` serves
-the result to training as a feature source (``get(image_id) -> (features (N, C), boxes (N, 4))``).
+ExpansionNet v2 (§4.3) trains the first step of each stage with a frozen backbone; every epoch would otherwise
+recompute the same backbone output. :func:`extract_features` runs the backbone over every image once and
+:class:`FeatureCache` serves the result to training as a feature source
+(``get(image_id) -> (features (N, C), boxes (N, 4))``).
 
 Layout of a cache directory::
 
@@ -640,9 +641,11 @@ def extract_features(
                 if k in done:
                     continue
                 run = _ShardRun(backbone, np_dtype, skip_bad, cache_dir)
-                for batch_items, results in _batches(chunk, batch_size, backbone.preprocess_cfg, workers):
-                    run.add(batch_items, results)
-                    bar.update(len(batch_items))
+                # closing(): stop the decoding threads now, not when an exception's traceback is freed
+                with contextlib.closing(_batches(chunk, batch_size, backbone.preprocess_cfg, workers)) as batches:
+                    for batch_items, results in batches:
+                        run.add(batch_items, results)
+                        bar.update(len(batch_items))
                 _write_shard(
                     cache_dir / _shard_name(k), run.features(), run.ids, run.skipped, [i.image_id for i in chunk]
                 )

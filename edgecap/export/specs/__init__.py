@@ -1,0 +1,9 @@
+"""Export specs of the built-in model families; importing this package registers them (``register_export_spec``).
+
+A new family adds one module here that calls :func:`~edgecap.export.spec.register_export_spec` and one import line.
+"""
+
+from edgecap.export.specs import ort  # noqa: F401  (registers the ORT/ACORT family)
+from edgecap.export.specs.captioning import captioning_spec
+
+__all__ = ["captioning_spec"]

@@ -1,0 +1,335 @@
+"""The export spec of an autoregressive :class:`~edgecap.models.CaptionModel`, built from the model contract only.
+
+Graphs (optimum's encoder / decoder-with-past split, with the first step folded into the cached step by a
+zero-length cache instead of a second decoder or an ``If`` node, which TensorRT rejects):
+
+- ``encoder``: ``features`` (B, N, C) float32, ``boxes`` (B, N, 4) float32, ``feature_mask`` (B, N) bool ->
+  ``memory`` (B, N, d). With a backbone: ``pixel_values`` (B, 3, S, S) -> ``memory`` (B, h·w, d), fixed S.
+- ``start``: ``memory`` (+ ``feature_mask`` without a backbone) -> the initial state, one output per
+  ``model.state_names`` entry (cross-attention keys/values, the memory bias, empty self-attention caches).
+- ``init``: ``encoder`` and ``start`` composed into one graph (built from the two exported graphs, not traced again).
+  Runtimes load this one: one session call per batch, and the memory never leaves the device.
+- ``step``: ``tokens`` (B,) int64 + the state (``state_names`` order) -> ``logprobs`` (B, V) + ``<state>_out``.
+  The cache length ``past`` is dynamic from 0 (first step) to ``max_len - 1``.
+
+Every dummy input is produced by running the torch model on random visual inputs (a step's cache comes from real
+steps on random tokens), so parity checks see realistic value ranges: −1e4 in the memory bias, normalised memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from edgecap.export.spec import DimSpec, ExportSpec, Fp16Policy, GraphSpec, Tolerance
+
+__all__ = [
+    "EncoderGraph",
+    "InitGraph",
+    "PixelEncoderGraph",
+    "StartGraph",
+    "StepGraph",
+    "captioning_spec",
+    "random_boxes",
+]
+
+VISUAL_INPUTS = ("features", "boxes", "feature_mask")
+PIXEL_INPUT = "pixel_values"
+
+
+# -- graph modules: positional tensors in, tuples out ----------------------------------------------------------------
+class EncoderGraph(nn.Module):
+    """``(features, boxes, feature_mask) -> (memory,)``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.model.encode_memory(features, boxes, feature_mask),)
+
+
+class PixelEncoderGraph(nn.Module):
+    """``(pixel_values,) -> (memory,)``: the backbone's grid (features + cell boxes) into the captioner's encoder."""
+
+    def __init__(self, backbone: nn.Module, model: nn.Module) -> None:
+        super().__init__()
+        self.backbone, self.model = backbone, model
+
+    def forward(self, pixel_values: torch.Tensor) -> tuple[torch.Tensor]:
+        features, boxes = self.backbone(pixel_values)
+        return (self.model.encode_memory(features, boxes, None),)
+
+
+class StartGraph(nn.Module):
+    """``(memory[, feature_mask]) -> state`` in ``state_names`` order."""
+
+    def __init__(self, model: nn.Module, with_mask: bool) -> None:
+        super().__init__()
+        self.model, self.with_mask = model, with_mask
+
+    def forward(self, memory: torch.Tensor, *mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        state = self.model.start(memory, mask[0] if self.with_mask else None)
+        return tuple(state[n] for n in self.model.state_names)
+
+
+class InitGraph(nn.Module):
+    """``encoder`` then ``start``: the torch reference of the composed ``init`` graph.
+
+    ``mask_input`` is the position of ``feature_mask`` among the encoder inputs, forwarded to ``start`` too (None when
+    the encoder takes pixels and every cell is valid).
+    """
+
+    def __init__(self, encoder: nn.Module, start: StartGraph, mask_input: int | None) -> None:
+        super().__init__()
+        self.encoder, self.start, self.mask_input = encoder, start, mask_input
+
+    def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        (memory,) = self.encoder(*inputs)
+        if self.mask_input is None:
+            return self.start(memory)
+        return self.start(memory, inputs[self.mask_input])
+
+
+class StepGraph(nn.Module):
+    """``(tokens, *state) -> (logprobs, *new_state)``."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, tokens: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        names = self.model.state_names
+        logprobs, new_state = self.model.step(tokens, dict(zip(names, state, strict=True)))
+        return (logprobs, *(new_state[n] for n in names))
+
+
+# -- dummy inputs ----------------------------------------------------------------------------------------------------
+def random_boxes(batch: int, regions: int, generator: torch.Generator) -> torch.Tensor:
+    """Valid normalised ``(x1, y1, x2, y2)`` boxes (B, N, 4) with sizes in [0.05, 0.6]."""
+    corner = torch.rand(batch, regions, 2, generator=generator) * 0.8
+    size = 0.05 + torch.rand(batch, regions, 2, generator=generator) * 0.55
+    return torch.cat((corner, (corner + size).clamp(max=1.0)), dim=-1)
+
+
+def random_mask(batch: int, regions: int, generator: torch.Generator) -> torch.Tensor:
+    """(B, N) bool, about 20 % padding, at least one valid region per row."""
+    mask = torch.rand(batch, regions, generator=generator) > 0.2
+    mask[torch.arange(batch), torch.randint(0, regions, (batch,), generator=generator)] = True
+    return mask
+
+
+class _Inputs:
+    """Dummy-input functions for every graph; each runs the torch model where realistic values matter."""
+
+    def __init__(self, model: nn.Module, backbone: nn.Module | None) -> None:
+        self.model, self.backbone = model, backbone
+
+    def visual(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
+        batch = sizes["batch"]
+        if self.backbone is not None:
+            side = self.backbone.image_size
+            return {PIXEL_INPUT: torch.randn(batch, 3, side, side, generator=g)}
+        regions = sizes["regions"]
+        return {
+            "features": torch.randn(batch, regions, self.model.feature_dim, generator=g),
+            "boxes": random_boxes(batch, regions, g),
+            "feature_mask": random_mask(batch, regions, g),
+        }
+
+    def _encode_state(self, visual: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.backbone is not None:
+            features, boxes = self.backbone(visual[PIXEL_INPUT])
+            return self.model.encode_memory(features, boxes, None), None
+        mask = visual["feature_mask"]
+        return self.model.encode_memory(visual["features"], visual["boxes"], mask), mask
+
+    @torch.no_grad()
+    def start(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
+        memory, mask = self._encode_state(self.visual(sizes, g))
+        return {"memory": memory} if mask is None else {"memory": memory, "feature_mask": mask}
+
+    @torch.no_grad()
+    def step(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
+        memory, mask = self._encode_state(self.visual(sizes, g))
+        state = self.model.start(memory, mask)
+        vocab = self.model.vocab_size
+        for _ in range(sizes["past"]):
+            _, state = self.model.step(torch.randint(0, vocab, (memory.shape[0],), generator=g), state)
+        tokens = torch.randint(0, vocab, (memory.shape[0],), generator=g)
+        return {"tokens": tokens, **{n: state[n].contiguous() for n in self.model.state_names}}
+
+
+# -- the spec --------------------------------------------------------------------------------------------------------
+def _state_axes(model: nn.Module, start: StartGraph, inputs: _Inputs, regions: DimSpec) -> dict[str, dict[int, str]]:
+    """Dynamic axes of each state tensor, found by probing instead of declared per family: batch is axis 0 (the
+    contract); an axis that one step grows is ``past``; an axis that changes with the region count is ``regions``."""
+    probe_regions = (regions.example, regions.example + 1) if regions.is_dynamic else (regions.example,)
+    states = []
+    with torch.no_grad():
+        for count in probe_regions:
+            example = inputs.start({"batch": 2, "regions": count}, torch.Generator().manual_seed(0))
+            states.append(dict(zip(model.state_names, start(*example.values()), strict=True)))
+        _, after = model.step(torch.zeros(2, dtype=torch.long), dict(states[0]))
+    axes: dict[str, dict[int, str]] = {}
+    for name in model.state_names:
+        entry = {0: "batch"}
+        for axis in range(1, states[0][name].dim()):
+            if after[name].shape[axis] != states[0][name].shape[axis]:
+                entry[axis] = "past"
+            elif any(s[name].shape[axis] != states[0][name].shape[axis] for s in states[1:]):
+                entry[axis] = "regions"
+        axes[name] = entry
+    return axes
+
+
+def captioning_spec(
+    model: nn.Module,
+    *,
+    tolerances: Mapping[str, Tolerance],
+    output_tolerances: Mapping[str, Mapping[str, Mapping[str, Tolerance]]] | None = None,
+    fp16: Mapping[str, Fp16Policy] | None = None,
+    backbone: nn.Module | None = None,
+    name: str | None = None,
+    max_batch: int = 1024,
+    max_regions: int = 1024,
+    parity_sizes: Sequence[Mapping[str, int]] | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> ExportSpec:
+    """Export spec of an autoregressive captioner (see the module docstring for the graphs).
+
+    Args:
+        model: a ``CaptionModel`` (``encode_memory``, ``start``, ``step``, ``state_names``, ``max_len``,
+            ``vocab_size``, ``feature_dim``); put in eval mode by export.
+        tolerances: precision -> default tolerance of every graph output.
+        output_tolerances: graph -> precision -> output -> tolerance overrides.
+        fp16: graph -> :class:`Fp16Policy`; graphs not named use an empty policy.
+        backbone: an image backbone (``edgecap.models.backbone.Backbone``) to put in front of the encoder.
+        name: model name for the graphs' metadata.
+        max_batch, max_regions: upper bounds of the dynamic batch (images × beams) and region axes.
+        parity_sizes: size combinations parity checks run; the default covers batch 1 and >1, cache length 0, 1 and
+            the maximum, and region counts on both sides of the export example.
+        metadata: extra metadata for every graph.
+    """
+    output_tolerances = output_tolerances or {}
+    fp16 = fp16 or {}
+    inputs = _Inputs(model, backbone)
+    max_past = int(model.max_len) - 1
+    if max_past < 2:
+        raise ValueError(f"model max_len={model.max_len} is too short to export a cached step (need >= 3)")
+    dims: dict[str, DimSpec] = {
+        "batch": DimSpec("batch", 1, max_batch, 2),
+        "past": DimSpec("past", 0, max_past, min(3, max_past)),
+    }
+    if backbone is None:
+        dims["regions"] = DimSpec("regions", 1, max_regions, 5)
+        encoder_module: nn.Module = EncoderGraph(model)
+        encoder_inputs = VISUAL_INPUTS
+        encoder_axes = {"features": {0: "batch", 1: "regions"}, "boxes": {0: "batch", 1: "regions"}}
+        encoder_axes["feature_mask"] = {0: "batch", 1: "regions"}
+        memory_axes = {0: "batch", 1: "regions"}
+    else:
+        cells = int(backbone.num_cells)
+        dims["regions"] = DimSpec("regions", cells, cells, cells)
+        encoder_module = PixelEncoderGraph(backbone, model)
+        encoder_inputs = (PIXEL_INPUT,)
+        encoder_axes = {PIXEL_INPUT: {0: "batch"}}
+        memory_axes = {0: "batch"}
+
+    start_module = StartGraph(model, with_mask=backbone is None)
+    start_inputs = ("memory", "feature_mask") if backbone is None else ("memory",)
+    state_axes = _state_axes(model, start_module, inputs, dims["regions"])
+    start_state_axes = {n: {a: d for a, d in axes.items() if d != "past"} for n, axes in state_axes.items()}
+    names = tuple(model.state_names)
+    out_names = tuple(f"{n}_out" for n in names)
+
+    def graph(
+        graph_name: str,
+        module: nn.Module,
+        graph_inputs: Sequence[str],
+        outputs: Sequence[str],
+        axes: Mapping[str, Mapping[int, str]],
+        maker: Any,
+        description: str,
+        compose: tuple[str, ...] = (),
+    ) -> GraphSpec:
+        return GraphSpec(
+            name=graph_name,
+            module=module,
+            inputs=tuple(graph_inputs),
+            outputs=tuple(outputs),
+            dynamic_axes=axes,
+            make_inputs=maker,
+            tolerances=dict(tolerances),
+            output_tolerances=output_tolerances.get(graph_name, {}),
+            compose=compose,
+            fp16=fp16.get(graph_name, Fp16Policy()),
+            description=description,
+        )
+
+    mask_axes = {"feature_mask": {0: "batch", 1: "regions"}} if backbone is None else {}
+    graphs = (
+        graph(
+            "encoder",
+            encoder_module,
+            encoder_inputs,
+            ("memory",),
+            {**encoder_axes, "memory": memory_axes},
+            inputs.visual,
+            "visual inputs -> encoder memory",
+        ),
+        graph(
+            "start",
+            start_module,
+            start_inputs,
+            names,
+            {"memory": memory_axes, **mask_axes, **start_state_axes},
+            inputs.start,
+            "memory -> initial decoder state (cross-attention keys/values, memory bias, empty caches)",
+        ),
+        graph(
+            "init",
+            InitGraph(encoder_module, start_module, 2 if backbone is None else None),
+            encoder_inputs,
+            names,
+            {**encoder_axes, **start_state_axes},
+            inputs.visual,
+            "encoder + start in one graph (what runtimes load)",
+            compose=("encoder", "start"),
+        ),
+        graph(
+            "step",
+            StepGraph(model),
+            ("tokens", *names),
+            ("logprobs", *out_names),
+            {"tokens": {0: "batch"}, **state_axes, "logprobs": {0: "batch"}},
+            inputs.step,
+            "one token per hypothesis with an explicit cache (length 0 at the first step)",
+        ),
+    )
+    if parity_sizes is None:
+        parity_sizes = (
+            {"batch": 1, "regions": 7, "past": 0},
+            {"batch": 3, "regions": 4, "past": 1},
+            {"batch": 6, "regions": 9, "past": max_past},
+        )
+    if backbone is not None:
+        parity_sizes = tuple({k: v for k, v in s.items() if k != "regions"} for s in parity_sizes)
+    meta = {"state_names": ",".join(names), "max_len": str(model.max_len), "vocab_size": str(model.vocab_size)}
+    if backbone is not None:
+        meta["backbone"] = str(getattr(backbone, "name", type(backbone).__name__))
+        meta["image_size"] = str(backbone.image_size)
+    meta.update({k: str(v) for k, v in (metadata or {}).items()})
+    return ExportSpec(
+        name=name or str(getattr(model.cfg, "family", type(model).__name__)),
+        graphs=graphs,
+        dims=dims,
+        parity_sizes=tuple(dict(s) for s in parity_sizes),
+        runtime_graphs={"encoder": "init", "step": "step"},
+        state_names=names,
+        decode_inputs=tuple(encoder_inputs),
+        metadata=meta,
+    )

@@ -1,0 +1,357 @@
+"""The ONNX Runtime backend: ``OrtRuntime`` (one ONNX graph in one ``InferenceSession``) and
+:func:`create_ort_step_model` (the exported ``init`` + ``step`` graphs as a decoding ``StepModel``).
+
+``onnxruntime`` is imported only when a runtime is constructed, never by ``import edgecap`` /
+``import edgecap.runtimes``.
+
+Execution providers: CPU always (last, as the fallback); TensorRT and CUDA first when
+``onnxruntime.get_available_providers()`` lists them, or exactly what ``providers=`` asks for.
+
+I/O: two paths behind one interface.
+
+- ``io_binding=False`` (the default on CPU): numpy in, numpy out through ``session.run``. On CPU this is as fast
+  as binding: ORT wraps numpy inputs without a copy and allocates outputs it then hands over as numpy arrays, and
+  a step's arrays are tens of kilobytes (measured in ``tests/runtimes/test_ort_runtime.py``'s report numbers; see
+  the module docstring of that test).
+- ``io_binding=True`` (the default with the CUDA/TensorRT providers): torch tensors in and out, bound by device
+  pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
+  cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
+
+__all__ = [
+    "PROVIDER_ALIASES",
+    "OrtProviderError",
+    "OrtRuntime",
+    "create_ort_step_model",
+    "resolve_providers",
+]
+
+#: Short names accepted in ``providers=``.
+PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+}
+#: Providers preferred when present, best first; CPU is always appended.
+_AUTO_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
+#: Providers whose tensors live on a CUDA device.
+_CUDA_PROVIDERS = frozenset(_AUTO_PROVIDERS)
+
+# ONNX tensor type strings (``NodeArg.type``) -> numpy dtype names.
+_ORT_TYPES = {
+    "tensor(float)": "float32",
+    "tensor(float16)": "float16",
+    "tensor(double)": "float64",
+    "tensor(bfloat16)": "bfloat16",
+    "tensor(int64)": "int64",
+    "tensor(int32)": "int32",
+    "tensor(int16)": "int16",
+    "tensor(int8)": "int8",
+    "tensor(uint8)": "uint8",
+    "tensor(bool)": "bool",
+}
+
+ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto (anything with SerializeToString)
+
+
+class OrtProviderError(ValueError):
+    """An execution provider that is unknown or not available in this onnxruntime build."""
+
+
+def resolve_providers(requested: Sequence[str] | str | None, available: Sequence[str]) -> list[str]:
+    """The provider list a session gets.
+
+    Args:
+        requested: None = automatic (TensorRT, CUDA when available, then CPU); otherwise names or aliases
+            (``"cpu"``, ``"cuda"``, ``"tensorrt"``/``"trt"``) in priority order. CPU is appended when missing.
+        available: ``onnxruntime.get_available_providers()``.
+
+    Raises:
+        OrtProviderError: a requested provider is unknown or not available here.
+    """
+    if requested is None:
+        chosen = [p for p in _AUTO_PROVIDERS if p in available]
+    else:
+        names = [requested] if isinstance(requested, str) else list(requested)
+        chosen = [PROVIDER_ALIASES.get(str(p).lower(), str(p)) for p in names]
+        missing = [p for p in chosen if p not in available]
+        if missing:
+            raise OrtProviderError(
+                f"execution provider(s) {missing} are not available in this onnxruntime build "
+                f"(available: {list(available)}); install onnxruntime-gpu for CUDA/TensorRT"
+            )
+    chosen = list(dict.fromkeys(chosen))
+    if "CPUExecutionProvider" not in chosen:
+        chosen.append("CPUExecutionProvider")
+    return chosen
+
+
+def _ort() -> Any:
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise ImportError("the 'ort' runtime needs onnxruntime: pip install 'edgecap[onnx]'") from exc
+    return onnxruntime
+
+
+class OrtRuntime(Runtime):
+    """One ONNX graph in one ``onnxruntime.InferenceSession`` (created once, on activation).
+
+    Args:
+        model: an ``.onnx`` path, serialized bytes or an ``onnx.ModelProto``.
+        providers: see :func:`resolve_providers`.
+        provider_options: provider name (or alias) -> options dict, e.g. ``{"cuda": {"device_id": 1}}`` or
+            ``{"tensorrt": {"trt_engine_cache_enable": True, "trt_engine_cache_path": "cache/"}}``.
+        intra_op_threads: threads inside one op (ORT default: one per physical core).
+        inter_op_threads: threads across independent ops (used with ``execution_mode="parallel"``).
+        execution_mode: ``"sequential"`` (default) or ``"parallel"``.
+        graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"`` (default; in-memory only,
+            the file on disk stays portable).
+        io_binding: bind torch tensors by pointer (see the module docstring); default True exactly when a CUDA-class
+            provider is first. Decides :attr:`array_type` (``"torch"`` with binding, else ``"numpy"``).
+        device_id: the CUDA device of CUDA/TensorRT providers.
+        name: for messages; default the file name.
+    """
+
+    def __init__(
+        self,
+        model: ModelSource,
+        *,
+        providers: Sequence[str] | str | None = None,
+        provider_options: Mapping[str, Mapping[str, Any]] | None = None,
+        intra_op_threads: int | None = None,
+        inter_op_threads: int | None = None,
+        execution_mode: str = "sequential",
+        graph_optimization_level: str = "all",
+        io_binding: bool | None = None,
+        device_id: int = 0,
+        name: str | None = None,
+    ) -> None:
+        if isinstance(model, (str, os.PathLike)):
+            path = Path(model)
+            if not path.is_file():
+                raise FileNotFoundError(f"ONNX model not found: {path}")
+            self._source: bytes | str = str(path)
+            default_name = f"OrtRuntime({path.name})"
+        elif isinstance(model, (bytes, bytearray)):
+            self._source = bytes(model)
+            default_name = "OrtRuntime(<bytes>)"
+        elif hasattr(model, "SerializeToString"):
+            self._source = model.SerializeToString()
+            role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
+            default_name = f"OrtRuntime({role or '<model>'})"
+        else:
+            raise TypeError(f"OrtRuntime model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+        super().__init__(name or default_name)
+        for label, value in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
+            if value is not None and (not isinstance(value, int) or value < 0):
+                raise ValueError(f"{label} must be an integer >= 0 (0 = ORT default), got {value!r}")
+        if execution_mode not in ("sequential", "parallel"):
+            raise ValueError(f"execution_mode must be 'sequential' or 'parallel', got {execution_mode!r}")
+        if graph_optimization_level not in ("disable", "basic", "extended", "all"):
+            raise ValueError(
+                f"graph_optimization_level must be disable/basic/extended/all, got {graph_optimization_level!r}"
+            )
+        ort = _ort()
+        self.providers = resolve_providers(providers, ort.get_available_providers())
+        self.provider_options = {
+            PROVIDER_ALIASES.get(k.lower(), k): dict(v) for k, v in dict(provider_options or {}).items()
+        }
+        unused = [k for k in self.provider_options if k not in self.providers]
+        if unused:
+            raise OrtProviderError(f"provider_options given for {unused}, which are not in providers {self.providers}")
+        self.intra_op_threads, self.inter_op_threads = intra_op_threads, inter_op_threads
+        self.execution_mode, self.graph_optimization_level = execution_mode, graph_optimization_level
+        self.device_id = device_id
+        self.device_type = "cuda" if self.providers[0] in _CUDA_PROVIDERS else "cpu"
+        self.io_binding = self.device_type == "cuda" if io_binding is None else bool(io_binding)
+        self.array_type = "torch" if self.io_binding else "numpy"  # type: ignore[misc]  # per instance
+        self._session: Any = None
+        self._binding: Any = None
+        self._output_names: tuple[str, ...] = ()
+        self._inputs: dict[str, TensorMeta] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+    def _session_options(self, ort: Any) -> Any:
+        options = ort.SessionOptions()
+        if self.intra_op_threads is not None:
+            options.intra_op_num_threads = self.intra_op_threads
+        if self.inter_op_threads is not None:
+            options.inter_op_num_threads = self.inter_op_threads
+        options.execution_mode = (
+            ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+        )
+        options.graph_optimization_level = {
+            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.graph_optimization_level]
+        return options
+
+    def _provider_entries(self) -> list[tuple[str, dict[str, Any]]]:
+        entries = []
+        for provider in self.providers:
+            options = dict(self.provider_options.get(provider, {}))
+            if provider in _CUDA_PROVIDERS:
+                options.setdefault("device_id", self.device_id)
+            entries.append((provider, options))
+        return entries
+
+    def _activate(self) -> None:
+        ort = _ort()
+        try:
+            self._session = ort.InferenceSession(
+                self._source, self._session_options(ort), providers=self._provider_entries()
+            )
+        except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
+            raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model: {exc}") from exc
+        self._inputs = {
+            i.name: TensorMeta(i.name, _ORT_TYPES.get(i.type, i.type), tuple(_dim(d) for d in i.shape))
+            for i in self._session.get_inputs()
+        }
+        self._output_names = tuple(o.name for o in self._session.get_outputs())
+        self._binding = self._session.io_binding() if self.io_binding else None
+
+    def _close(self) -> None:
+        self._binding = None
+        self._session = None
+
+    # -- queries -----------------------------------------------------------------------------------------------------
+    def _input_metadata(self) -> Mapping[str, TensorMeta]:
+        return self._inputs
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        """Graph output names (available once active)."""
+        self._require_active("output_names")
+        return self._output_names
+
+    @property
+    def session(self) -> Any:
+        """The underlying ``InferenceSession`` (for profiling or provider queries)."""
+        self._require_active("session")
+        return self._session
+
+    def providers_in_use(self) -> list[str]:
+        """The providers the session actually registered (ORT drops ones that failed to initialise)."""
+        return list(self.session.get_providers())
+
+    def metadata(self) -> dict[str, str]:
+        """The graph's ``metadata_props`` (edgecap writes opset, precision, graph role, model name …)."""
+        return dict(self.session.get_modelmeta().custom_metadata_map)
+
+    # -- inference ---------------------------------------------------------------------------------------------------
+    def _infer(self, feed: Mapping[str, Array]) -> dict[str, Array]:
+        if self._binding is not None:
+            return self._infer_bound(feed)
+        arrays = {name: _as_numpy(value) for name, value in feed.items()}
+        outputs = self._session.run(self._output_names, arrays)
+        return dict(zip(self._output_names, outputs, strict=True))
+
+    def _infer_bound(self, feed: Mapping[str, Array]) -> dict[str, Array]:
+        import torch
+
+        binding = self._binding
+        binding.clear_binding_inputs()
+        binding.clear_binding_outputs()
+        device = torch.device(self.device_type, self.device_id) if self.device_type == "cuda" else torch.device("cpu")
+        keep_alive = []
+        for name, value in feed.items():
+            tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
+            tensor = tensor.detach().to(device).contiguous()
+            keep_alive.append(tensor)
+            binding.bind_input(
+                name,
+                self.device_type,
+                self.device_id,
+                _numpy_dtype(tensor.dtype),
+                tuple(tensor.shape),
+                tensor.data_ptr(),
+            )
+        for name in self._output_names:
+            binding.bind_output(name, self.device_type, self.device_id)
+        if device.type == "cuda":
+            torch.cuda.current_stream(device).synchronize()  # inputs written by torch kernels must be complete
+        self._session.run_with_iobinding(binding)
+        binding.synchronize_outputs()
+        values = binding.get_outputs()
+        return {name: torch.from_dlpack(value) for name, value in zip(self._output_names, values, strict=True)}
+
+
+def _dim(value: Any) -> int | str | None:
+    return value if isinstance(value, (int, str)) else None
+
+
+def _as_numpy(value: Array) -> np.ndarray:
+    if isinstance(value, np.ndarray):
+        return value
+    detach = getattr(value, "detach", None)
+    if detach is not None:  # a torch tensor
+        return detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _numpy_dtype(torch_dtype: Any) -> Any:
+    import torch
+
+    if torch_dtype == torch.bool:
+        return np.bool_
+    return torch.empty((), dtype=torch_dtype).numpy().dtype.type
+
+
+def create_ort_step_model(
+    encoder: ModelSource,
+    step: ModelSource,
+    state_names: Sequence[str] | None = None,
+    **runtime_options: Any,
+) -> Any:
+    """A :class:`~edgecap.runtimes.bridge.RuntimeStepModel` over the exported ``init`` (encoder + start) and ``step``
+    graphs, so ``edgecap.decoding.decode`` runs on ONNX Runtime unchanged.
+
+    Args:
+        encoder: the runtime encoder graph (``ExportResult.runtime_models()["encoder"]``, i.e. ``init.onnx``): decode
+            inputs -> the initial state.
+        step: the step graph: ``tokens`` + state -> ``logprobs`` + ``<state>_out``.
+        state_names: state order; default read from the step graph's ``state_names`` metadata (written by export),
+            else its inputs other than ``tokens``.
+        **runtime_options: :class:`OrtRuntime` options for both sessions (``providers``, ``intra_op_threads`` …).
+
+    Use it as a context manager (``with create_ort_step_model(...) as sm: decode(sm, inputs, cfg)``); both sessions
+    are created once on entry.
+    """
+    from edgecap.runtimes.bridge import RuntimeStepModel
+
+    names = tuple(state_names) if state_names is not None else _state_names_of(step)
+    return RuntimeStepModel(
+        OrtRuntime(encoder, name="ort-encoder", **runtime_options),
+        OrtRuntime(step, name="ort-step", **runtime_options),
+        names,
+    )
+
+
+def _state_names_of(step: ModelSource) -> tuple[str, ...]:
+    try:
+        import onnx
+    except ImportError as exc:
+        raise ImportError("reading state names from a graph needs onnx; pass state_names= instead") from exc
+    model = step if hasattr(step, "graph") else onnx.load_from_string(step) if isinstance(step, bytes) else None
+    if model is None:
+        model = onnx.load(os.fspath(step), load_external_data=False)
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get("state_names"):
+        return tuple(meta["state_names"].split(","))
+    initializers = {t.name for t in model.graph.initializer}
+    return tuple(i.name for i in model.graph.input if i.name != "tokens" and i.name not in initializers)

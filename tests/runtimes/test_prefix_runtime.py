@@ -1,0 +1,198 @@
+"""PrefixRerunStepModel (no cache, whole prefix every step) decodes exactly what the cached TorchStepModel decodes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from edgecap.decoding import DecodeCfg, DecodeInputError, RadixSpec, decode
+from edgecap.models import ModelInputError, create_model
+from edgecap.runtimes.prefix import PREFIX_STATE, PrefixRerunStepModel
+from edgecap.runtimes.torch import TorchStepModel
+
+FEAT, REGIONS, BATCH = 16, 6, 3
+WORD_VOCAB = 40  # PAD 0, BOS 1, EOS 2, UNK 3, 36 words
+RADIX_BASE = 16  # PAD 0, digits 1..16, BOS 17, EOS 18; 200 words in 2 digits
+
+CASES = {
+    "acort-test": (
+        {"vocab_size": RADIX_BASE + 3, "radix_base": RADIX_BASE},
+        DecodeCfg(
+            max_len=8, pad_id=0, bos_id=RADIX_BASE + 1, eos_id=RADIX_BASE + 2, radix=RadixSpec(RADIX_BASE, 2, 200)
+        ),
+    ),
+    "ort-test": ({"vocab_size": WORD_VOCAB}, DecodeCfg(max_len=8, pad_id=0, bos_id=1, eos_id=2)),
+}
+
+
+def make_inputs(batch: int = BATCH, seed: int = 0) -> dict[str, Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.ones(batch, REGIONS, dtype=torch.bool)
+    mask[0, -2:] = False  # padded regions: image 0 has 4 valid regions, image 2 has 5
+    if batch > 2:
+        mask[2, -1] = False
+    corner = torch.rand(batch, REGIONS, 2, generator=g) * 0.5
+    size = torch.rand(batch, REGIONS, 2, generator=g) * 0.5 + 0.01
+    return {
+        "features": torch.randn(batch, REGIONS, FEAT, generator=g),
+        "boxes": torch.cat([corner, corner + size], dim=-1),
+        "feature_mask": mask,
+    }
+
+
+def build(name: str) -> tuple[nn.Module, DecodeCfg]:
+    torch.manual_seed(0)
+    kwargs, cfg = CASES[name]
+    model = create_model(name, feature_dim=FEAT, **kwargs)
+    return model.eval(), cfg
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def case(request: pytest.FixtureRequest) -> tuple[str, nn.Module, DecodeCfg]:
+    return (request.param, *build(request.param))
+
+
+@pytest.mark.parametrize("strategy,beam,n_best", [("greedy", 1, 1), ("beam", 3, 3)])
+def test_same_tokens_and_scores_as_cached_decoding(case: tuple, strategy: str, beam: int, n_best: int) -> None:
+    _, model, base = case
+    cfg = base.replace(strategy=strategy, beam_size=beam, n_best=n_best)
+    inputs = make_inputs()
+    cached = decode(TorchStepModel(model), inputs, cfg)
+    rerun = decode(PrefixRerunStepModel(model), inputs, cfg)
+    assert len(rerun) == BATCH
+    assert [[h.tokens for h in r] for r in rerun] == [[h.tokens for h in r] for r in cached]
+    assert [[h.finished for h in r] for r in rerun] == [[h.finished for h in r] for r in cached]
+    for got, want in zip(rerun, cached, strict=True):
+        assert len(got) == n_best
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
+    # Non-trivial decoding: beam search must have produced more than one distinct caption somewhere.
+    if strategy == "beam":
+        assert any(len({tuple(h.tokens) for h in r}) > 1 for r in rerun)
+
+
+def test_forced_full_length_beam_matches(case: tuple) -> None:
+    """min_len = max_len − 1 (the benchmark's setting): every step runs at B·K rows, the longest prefixes."""
+    _, model, base = case
+    cfg = base.replace(max_len=9, min_len=8, n_best=3)
+    inputs = make_inputs()
+    cached = decode(TorchStepModel(model), inputs, cfg)
+    rerun = decode(PrefixRerunStepModel(model), inputs, cfg)
+    assert [[h.tokens for h in r] for r in rerun] == [[h.tokens for h in r] for r in cached]
+    assert all(len(h.tokens) >= 8 for r in rerun for h in r)
+    for got, want in zip(rerun, cached, strict=True):
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
+
+
+def test_step_logprobs_match_the_cached_step(case: tuple) -> None:
+    _, model, cfg = case
+    inputs = make_inputs()
+    cached_model, rerun_model = TorchStepModel(model), PrefixRerunStepModel(model)
+    cached, rerun = cached_model.encode(inputs), rerun_model.encode(inputs)
+    assert set(rerun) == set(PREFIX_STATE)
+    assert rerun["prefix"].shape == (BATCH, 0) and rerun["prefix"].dtype == torch.long
+    g = torch.Generator().manual_seed(1)
+    tokens = torch.full((BATCH,), cfg.bos_id)
+    for t in range(5):
+        lp_cached, cached = cached_model.step(tokens, cached)
+        lp_rerun, rerun = rerun_model.step(tokens, rerun)
+        assert lp_rerun.dtype == torch.float32 and lp_rerun.shape == lp_cached.shape
+        torch.testing.assert_close(lp_rerun, lp_cached, atol=1e-5, rtol=1e-5)
+        assert rerun["prefix"].shape == (BATCH, t + 1)
+        tokens = torch.randint(3, model.vocab_size, (BATCH,), generator=g)
+
+
+def test_select_gathers_every_entry_and_keeps_prefix_history() -> None:
+    model, cfg = build("ort-test")
+    step_model = PrefixRerunStepModel(model)
+    state = step_model.encode(make_inputs())
+    _, state = step_model.step(torch.full((BATCH,), cfg.bos_id), state)
+    _, state = step_model.step(torch.tensor([5, 6, 7]), state)
+    index = torch.tensor([2, 2, 0, 1])
+    picked = step_model.select(state, index)
+    assert set(picked) == set(PREFIX_STATE)
+    for name in PREFIX_STATE:
+        assert torch.equal(picked[name], state[name][index])
+    assert picked["prefix"].tolist() == [[1, 7], [1, 7], [1, 5], [1, 6]]
+
+
+def test_missing_mask_means_all_regions_valid() -> None:
+    model, cfg = build("ort-test")
+    inputs = make_inputs()
+    inputs["feature_mask"] = torch.ones(BATCH, REGIONS, dtype=torch.bool)
+    with_mask = decode(PrefixRerunStepModel(model), inputs, cfg)
+    inputs.pop("feature_mask")
+    state = PrefixRerunStepModel(model).encode(inputs)
+    assert state["feature_mask"].dtype == torch.bool and bool(state["feature_mask"].all())
+    without = decode(PrefixRerunStepModel(model), inputs, cfg)
+    assert [h[0].tokens for h in without] == [h[0].tokens for h in with_mask]
+
+
+def test_bad_inputs_are_named() -> None:
+    model, cfg = build("ort-test")
+    step_model = PrefixRerunStepModel(model)
+    with pytest.raises(DecodeInputError, match=r"missing \['boxes'\]"):
+        step_model.encode({"features": torch.zeros(1, 2, FEAT)})
+    with pytest.raises(DecodeInputError, match=r"unknown \['mask'\]"):
+        step_model.encode({**make_inputs(), "mask": torch.ones(BATCH, REGIONS, dtype=torch.bool)})
+    with pytest.raises(DecodeInputError, match="prefix"):
+        step_model.step(torch.zeros(BATCH, dtype=torch.long), {"memory": torch.zeros(BATCH, 2, 32)})
+    with pytest.raises(TypeError, match="decode_full"):
+        PrefixRerunStepModel(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="not both"):
+        PrefixRerunStepModel(model, dtype=torch.float16, autocast=torch.bfloat16)
+
+
+def test_prefix_longer_than_the_decoder_positions_is_refused() -> None:
+    torch.manual_seed(0)
+    model = create_model("ort-test", vocab_size=WORD_VOCAB, feature_dim=FEAT, max_len=3).eval()
+    step_model = PrefixRerunStepModel(model)
+    state = step_model.encode(make_inputs())
+    for _ in range(3):
+        _, state = step_model.step(torch.ones(BATCH, dtype=torch.long), state)
+    with pytest.raises(ModelInputError, match="max_len=3"):
+        step_model.step(torch.ones(BATCH, dtype=torch.long), state)
+
+
+def _load_benchmark():
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decode_cache.py"
+    spec = importlib.util.spec_from_file_location("decode_cache_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_report_schema_and_warmup_excluded(tmp_path: Path) -> None:
+    bench = _load_benchmark()
+    calls: list[str] = []
+    results = bench.run_case(
+        bench.BenchCase(model="acort-test", batch=2, beam=2, steps=5, warmup=2, repeats=3),
+        on_call=calls.append,
+    )
+    # modes interleave and alternate their order; warm-up calls (2 per mode) run but are not timed
+    assert calls == ["cached", "prefix", "prefix", "cached"] * 2 + ["cached", "prefix"]
+    assert results["decode_steps"] == 5
+    for mode in ("cached", "prefix"):
+        stats = results[mode]
+        assert len(stats["times_s"]) == 3
+        assert stats["median_ms_per_caption"] == pytest.approx(1e3 * stats["median_s"] / 2)
+        assert stats["p90_s"] >= stats["median_s"] > 0
+    assert results["same_tokens"] is True
+    assert results["speedup"] == pytest.approx(results["prefix"]["median_s"] / results["cached"]["median_s"])
+    table = bench.markdown_table([results])
+    assert "acort-test" in table and table.count("\n") == 2
+
+
+def test_benchmark_rejects_impossible_cases() -> None:
+    bench = _load_benchmark()
+    with pytest.raises(ValueError, match="decoder positions"):
+        bench.run_case(bench.BenchCase(model="ort-test", steps=40, warmup=0, repeats=1))
+    with pytest.raises(ValueError, match="natural needs a trained run"):
+        bench.BenchCase(model="ort-test", natural=True)
+    with pytest.raises(ValueError, match="steps must be >= 2"):
+        bench.BenchCase(steps=1)
