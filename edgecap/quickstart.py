@@ -85,7 +85,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     summary = {
         "model": cfg.model,
         "run_dir": str(run_dir),
-        "scores": result.to_dict()["scores"],
+        "metrics": result.to_dict()["metrics"],
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "samples": samples,
     }

@@ -25,7 +25,14 @@ from onnx import ModelProto
 from edgecap.export.graph import GraphError, unique_node_names
 from edgecap.export.spec import Fp16Policy
 
-__all__ = ["ALWAYS_FP32_OPS", "convert_to_fp16", "drop_cast_round_trips", "fp32_cone_nodes", "isolate_graph_outputs"]
+__all__ = [
+    "ALWAYS_FP32_OPS",
+    "convert_to_fp16",
+    "drop_cast_round_trips",
+    "fp32_ancestor_nodes",
+    "fp32_cone_nodes",
+    "isolate_graph_outputs",
+]
 
 #: Ops the converter mishandles, kept float32 whatever the policy: it leaves ``ConstantOfShape``'s float32 ``value``
 #: attribute as it is while typing the output float16, which the checker rejects.
@@ -130,6 +137,27 @@ def drop_cast_round_trips(model: ModelProto) -> int:
     return len(replace)
 
 
+def fp32_ancestor_nodes(model: ModelProto, op_types: tuple[str, ...], stops: tuple[str, ...]) -> list[str]:
+    """Names of nodes of type ``op_types`` and of every node computing their inputs, walking back to graph inputs,
+    constants, or a node in ``stops`` (excluded). ``Shape`` nodes are included but not walked through: their input's
+    values do not matter, only its shape (otherwise a constant box grid expanded to the batch would pull in the
+    whole backbone)."""
+    producer = {out: node for node in model.graph.node for out in node.output}
+    seen: set[str] = set()
+    names: list[str] = []
+    pending = [node for node in model.graph.node if node.op_type in op_types]
+    while pending:
+        node = pending.pop()
+        if node.name in seen or node.op_type in stops:
+            continue
+        seen.add(node.name)
+        names.append(node.name)
+        if node.op_type == "Shape":
+            continue
+        pending.extend(producer[name] for name in node.input if name in producer)
+    return names
+
+
 def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
     """A float16 copy of ``model`` with float32 inputs/outputs and ``policy``'s float32 islands.
 
@@ -144,6 +172,7 @@ def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
     unique_node_names(model)
     isolate_graph_outputs(model)
     keep_nodes = fp32_cone_nodes(model, policy.fp32_input_cones, policy.cone_stops)
+    keep_nodes += fp32_ancestor_nodes(model, policy.fp32_ancestors_of, policy.cone_stops)
     # Value infos computed for float32 would contradict the converted graph; the converter re-infers them.
     del model.graph.value_info[:]
     blocked = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ALWAYS_FP32_OPS) | set(policy.op_types)

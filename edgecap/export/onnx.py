@@ -88,9 +88,7 @@ def trace_graph(spec: ExportSpec, graph: GraphSpec, opset: int | None = None) ->
     if missing:
         raise ExportError(f"graph {graph.name!r}: make_inputs() did not produce input(s) {missing}")
     args = tuple(example[n] for n in graph.inputs)
-    dims = {
-        name: torch.export.Dim(name, min=dim.min, max=dim.max) for name, dim in spec.dims.items() if dim.is_dynamic
-    }
+    dims = {name: torch.export.Dim(name, min=dim.min, max=dim.max) for name, dim in spec.dims.items() if dim.is_dynamic}
     per_input = tuple(
         {axis: dims[d] for axis, d in graph.dynamic_axes.get(n, {}).items() if d in dims} or None for n in graph.inputs
     )
@@ -165,7 +163,9 @@ def simplify_model(model: ModelProto, method: str, what: str) -> ModelProto:
     try:
         simplified = fn(model)
     except ImportError as exc:
-        raise ExportError(f"{what}: simplifier {method!r} is not installed ({exc}); pip install 'edgecap[onnx]'") from exc
+        raise ExportError(
+            f"{what}: simplifier {method!r} is not installed ({exc}); pip install 'edgecap[onnx]'"
+        ) from exc
     before = ([i.name for i in model.graph.input], [o.name for o in model.graph.output])
     after = ([i.name for i in simplified.graph.input], [o.name for o in simplified.graph.output])
     if before != after:
@@ -281,9 +281,7 @@ class ExportResult:
         try:
             return self.graphs[(graph, precision)]
         except KeyError:
-            raise ExportError(
-                f"no exported graph {graph!r} at {precision!r}; have {sorted(self.graphs)}"
-            ) from None
+            raise ExportError(f"no exported graph {graph!r} at {precision!r}; have {sorted(self.graphs)}") from None
 
     def model(self, graph: str, precision: str = "fp32") -> ModelProto:
         return self.get(graph, precision).model

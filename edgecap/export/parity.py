@@ -205,8 +205,9 @@ def check_graph(
     for i, s in enumerate(size_sets):
         made = graph.make_inputs(s, torch.Generator().manual_seed(seed + i))
         feeds.append({n: _to_numpy(made[n]) for n in graph.inputs})
-    runtime = OrtRuntime(onnx_model, providers=providers, name=f"{spec.name}/{graph.name} ({precision})",
-                         **dict(runtime_options or {}))
+    runtime = OrtRuntime(
+        onnx_model, providers=providers, name=f"{spec.name}/{graph.name} ({precision})", **dict(runtime_options or {})
+    )
     report = check_runtime(
         runtime,
         torch_reference(module, graph.inputs, graph.outputs),

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -110,13 +110,16 @@ class Fp16Policy:
         op_types: op types always kept in float32 (``op_block_list`` of onnxconverter-common): normalisation
             statistics, softmax, exp/log and anything with a large dynamic range.
         fp32_input_cones: graph inputs whose forward cone stays float32 up to (not including) the first op in
-            ``cone_stops`` — e.g. box coordinates feeding a sinusoidal embedding whose angles reach ~700 rad, where
-            float16's resolution is 0.5 rad.
-        cone_stops: op types that end a float32 cone (the learned projection after the embedding).
+            ``cone_stops``.
+        fp32_ancestors_of: op types whose whole input computation stays float32, back to graph inputs, constants or
+            an op in ``cone_stops`` — e.g. ``Sin``/``Cos`` of a sinusoidal box embedding, whose angles reach ~700 rad
+            (float16's resolution there is 0.5 rad), whether the boxes are a graph input or a constant grid.
+        cone_stops: op types that end a float32 cone (learned projections); ``Shape`` never propagates a cone.
     """
 
     op_types: tuple[str, ...] = ()
     fp32_input_cones: tuple[str, ...] = ()
+    fp32_ancestors_of: tuple[str, ...] = ()
     cone_stops: tuple[str, ...] = ("MatMul", "Gemm", "Conv")
 
 
@@ -215,7 +218,7 @@ class ExportSpec:
         unknown_precisions = [p for p in self.precisions if p not in PRECISIONS]
         if unknown_precisions:
             raise ExportSpecError(f"spec {self.name!r}: unknown precision(s) {unknown_precisions}; known {PRECISIONS}")
-        if not 17 <= self.opset:
+        if not self.opset >= 17:
             raise ExportSpecError(f"spec {self.name!r}: opset {self.opset} < 17 has no LayerNormalization")
         seen: set[str] = set()
         for graph in self.graphs:
@@ -335,4 +338,3 @@ def get_export_spec(
     if builder is None:
         raise ExportSpecError(f"no export spec registered for model family {family!r}; registered: {sorted(_BUILDERS)}")
     return builder(model, backbone=backbone, name=name, **options)
-

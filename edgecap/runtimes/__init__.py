@@ -20,6 +20,7 @@ _LAZY: dict[str, str] = {
     "RuntimeStepModel": "edgecap.runtimes.bridge",
     "TorchRuntime": "edgecap.runtimes.torch",
     "TorchStepModel": "edgecap.runtimes.torch",
+    "PrefixRerunStepModel": "edgecap.runtimes.prefix",
 }
 
 
@@ -75,6 +76,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "PrefixRerunStepModel",
     "Runtime",
     "RuntimeInputError",
     "RuntimeStateError",

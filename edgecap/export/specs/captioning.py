@@ -190,6 +190,7 @@ def captioning_spec(
     model: nn.Module,
     *,
     tolerances: Mapping[str, Tolerance],
+    graph_tolerances: Mapping[str, Mapping[str, Tolerance]] | None = None,
     output_tolerances: Mapping[str, Mapping[str, Mapping[str, Tolerance]]] | None = None,
     fp16: Mapping[str, Fp16Policy] | None = None,
     backbone: nn.Module | None = None,
@@ -205,6 +206,7 @@ def captioning_spec(
         model: a ``CaptionModel`` (``encode_memory``, ``start``, ``step``, ``state_names``, ``max_len``,
             ``vocab_size``, ``feature_dim``); put in eval mode by export.
         tolerances: precision -> default tolerance of every graph output.
+        graph_tolerances: graph -> precision -> tolerance, replacing ``tolerances`` for that graph.
         output_tolerances: graph -> precision -> output -> tolerance overrides.
         fp16: graph -> :class:`Fp16Policy`; graphs not named use an empty policy.
         backbone: an image backbone (``edgecap.models.backbone.Backbone``) to put in front of the encoder.
@@ -214,6 +216,7 @@ def captioning_spec(
             the maximum, and region counts on both sides of the export example.
         metadata: extra metadata for every graph.
     """
+    graph_tolerances = graph_tolerances or {}
     output_tolerances = output_tolerances or {}
     fp16 = fp16 or {}
     inputs = _Inputs(model, backbone)
@@ -263,7 +266,7 @@ def captioning_spec(
             outputs=tuple(outputs),
             dynamic_axes=axes,
             make_inputs=maker,
-            tolerances=dict(tolerances),
+            tolerances={**tolerances, **graph_tolerances.get(graph_name, {})},
             output_tolerances=output_tolerances.get(graph_name, {}),
             compose=compose,
             fp16=fp16.get(graph_name, Fp16Policy()),
