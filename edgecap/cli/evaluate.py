@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import beam_option, device_option, fail
+from edgecap.cli.options import apply_threads, beam_option, device_option, fail, threads_option
 
 
 @click.command("eval")
@@ -30,6 +30,7 @@ from edgecap.cli.options import beam_option, device_option, fail
 @click.option("--limit", type=click.IntRange(0), default=0, help="Score only the first N images.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @device_option
+@threads_option
 def evaluate(
     run: str,
     split: str,
@@ -40,8 +41,10 @@ def evaluate(
     limit: int,
     as_json: bool,
     device: str,
+    threads: int,
 ) -> None:
     """Score RUN (a run directory or a trained model name) on a dataset split."""
+    apply_threads(threads)
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.training.loop import resolve_device
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import beam_option, device_option, fail, parse_overrides
+from edgecap.cli.options import apply_threads, beam_option, device_option, fail, parse_overrides, threads_option
 
 
 @click.command("quickstart")
@@ -31,6 +31,7 @@ from edgecap.cli.options import beam_option, device_option, fail, parse_override
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @beam_option
 @device_option
+@threads_option
 def quickstart(
     workdir: Path | None,
     model: str,
@@ -42,8 +43,10 @@ def quickstart(
     overrides: tuple,
     beam: int,
     device: str,
+    threads: int,
 ) -> None:
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
+    apply_threads(threads)
     from edgecap.quickstart import QuickstartCfg, run_quickstart
     from edgecap.runs import edgecap_home
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import device_option, fail, parse_overrides
+from edgecap.cli.options import apply_threads, device_option, fail, parse_overrides, threads_option
 
 
 def default_features_dir(data: Path) -> Path:
@@ -49,10 +49,19 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
+@threads_option
 def train(
-    model_name: str, data: Path, features: Path | None, out: Path | None, no_resume: bool, overrides: tuple, **options
+    model_name: str,
+    data: Path,
+    features: Path | None,
+    out: Path | None,
+    no_resume: bool,
+    overrides: tuple,
+    threads: int,
+    **options,
 ) -> None:
     """Train MODEL on a captioning dataset with cross-entropy; resumable, best checkpoint kept by val CIDEr-D."""
+    apply_threads(threads)
     from edgecap.models import list_models
     from edgecap.runs import default_run_dir
     from edgecap.training.config import TrainCfg

@@ -182,6 +182,7 @@ class OrtRuntime(Runtime):
         self._binding: Any = None
         self._output_names: tuple[str, ...] = ()
         self._inputs: dict[str, TensorMeta] = {}
+        self._fast_checks: dict[str, tuple[Any, tuple[tuple[int, int], ...], int]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def _session_options(self, ort: Any) -> Any:
@@ -223,6 +224,14 @@ class OrtRuntime(Runtime):
             for i in self._session.get_inputs()
         }
         self._output_names = tuple(o.name for o in self._session.get_outputs())
+        self._fast_checks = {
+            name: (
+                _numpy_dtype_or_none(meta.dtype),
+                tuple((i, d) for i, d in enumerate(meta.shape) if isinstance(d, int)),
+                len(meta.shape),
+            )
+            for name, meta in self._inputs.items()
+        }
         self._binding = self._session.io_binding() if self.io_binding else None
 
     def _close(self) -> None:
@@ -254,6 +263,19 @@ class OrtRuntime(Runtime):
         return dict(self.session.get_modelmeta().custom_metadata_map)
 
     # -- inference ---------------------------------------------------------------------------------------------------
+    def check_feed(self, feed: Mapping[str, Array]) -> None:
+        """The base class's check with a fast path for the decode loop: numpy arrays of the declared dtype, rank and
+        fixed sizes pass with a few comparisons (the generic check costs ~20 µs per input, a visible share of a
+        0.3 ms step); anything else goes through the full check and its error messages."""
+        expected = self._fast_checks
+        if len(feed) == len(expected):
+            try:
+                if all(_fits(feed[name], dtype, fixed, rank) for name, (dtype, fixed, rank) in expected.items()):
+                    return
+            except KeyError:
+                pass  # a missing name: let the full check name it
+        super().check_feed(feed)
+
     def _infer(self, feed: Mapping[str, Array]) -> dict[str, Array]:
         if self._binding is not None:
             return self._infer_bound(feed)
@@ -289,6 +311,21 @@ class OrtRuntime(Runtime):
         binding.synchronize_outputs()
         values = binding.get_outputs()
         return {name: torch.from_dlpack(value) for name, value in zip(self._output_names, values, strict=True)}
+
+
+def _numpy_dtype_or_none(name: str) -> np.dtype | None:
+    try:
+        return np.dtype(name)
+    except TypeError:  # e.g. bfloat16: no numpy dtype, always take the full check
+        return None
+
+
+def _fits(value: Array, dtype: np.dtype | None, fixed: tuple[tuple[int, int], ...], rank: int) -> bool:
+    """Cheap "numpy array of the right dtype, rank and fixed sizes" test (False sends the feed to the full check)."""
+    if type(value) is not np.ndarray or value.dtype != dtype or value.ndim != rank:
+        return False
+    shape = value.shape
+    return all(shape[axis] == size for axis, size in fixed)
 
 
 def _dim(value: Any) -> int | str | None:
