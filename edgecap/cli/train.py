@@ -7,6 +7,9 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import apply_threads, device_option, fail, parse_overrides, threads_option
+from edgecap.training.config import TrainCfg
+
+_DEFAULTS = TrainCfg()
 
 
 def default_features_dir(data: Path) -> Path:
@@ -35,14 +38,14 @@ def default_features_dir(data: Path) -> Path:
     default=None,
     help="Run directory [default: $EDGECAP_HOME/runs/MODEL, where `--model MODEL` elsewhere finds it].",
 )
-@click.option("--epochs", type=click.IntRange(1), default=15, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=32, show_default=True, help="Images per batch.")
-@click.option("--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default="adam-noam", show_default=True)
-@click.option("--lr", type=float, default=5e-4, show_default=True, help="Peak learning rate.")
-@click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=400, show_default=True)
-@click.option("--label-smoothing", type=click.FloatRange(0, 1), default=0.1, show_default=True)
-@click.option("--grad-clip", type=click.FloatRange(0), default=1.0, show_default=True)
-@click.option("--max-words", type=click.IntRange(1), default=25, show_default=True)
+@click.option("--epochs", type=click.IntRange(1), default=_DEFAULTS.epochs, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=_DEFAULTS.batch_size, show_default=True, help="Images per batch.")
+@click.option("--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default=_DEFAULTS.optimizer, show_default=True)
+@click.option("--lr", type=float, default=_DEFAULTS.lr, show_default=True, help="Peak learning rate.")
+@click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=_DEFAULTS.warmup_steps, show_default=True)
+@click.option("--label-smoothing", type=click.FloatRange(0, 1), default=_DEFAULTS.label_smoothing, show_default=True)
+@click.option("--grad-clip", type=click.FloatRange(0), default=_DEFAULTS.grad_clip, show_default=True)
+@click.option("--max-words", type=click.IntRange(1), default=_DEFAULTS.max_words, show_default=True)
 @click.option("--max-minutes", type=click.FloatRange(0), default=0.0, help="Stop cleanly after this many minutes.")
 @click.option("--max-steps", type=click.IntRange(0), default=0, help="Stop after this many optimiser steps.")
 @click.option("--seed", type=int, default=0, show_default=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import warnings
+from collections.abc import Collection
 
 import onnx
 from onnx import ModelProto
@@ -39,11 +40,13 @@ __all__ = [
 ALWAYS_FP32_OPS = ("ConstantOfShape",)
 
 
-def isolate_graph_outputs(model: ModelProto) -> int:
-    """Route each graph output that is also read inside the graph through an ``Identity``.
+def isolate_graph_outputs(model: ModelProto, kept_fp32: Collection[str] = ()) -> int:
+    """Route graph outputs through their own ``Identity`` where onnxconverter-common's ``keep_io_types`` mistypes
+    them: outputs also read inside the graph, and outputs produced by a node kept float32 (named in ``kept_fp32``,
+    e.g. an empty cache from ``ConstantOfShape``), which would otherwise be left float16.
 
-    Afterwards every graph output is produced by a node no other node reads from — the shape onnxconverter-common's
-    ``keep_io_types`` handles correctly. Returns the number of outputs rewired.
+    Afterwards every such output is produced by a float16 ``Identity`` no other node reads, which the converter casts
+    back to float32 correctly. Returns the number of outputs rewired.
 
     Raises:
         GraphError: an output that *is* a graph input (no node produces it).
@@ -52,10 +55,12 @@ def isolate_graph_outputs(model: ModelProto) -> int:
     consumed = {name for node in graph.node for name in node.input}
     inputs = {vi.name for vi in graph.input}
     changed = 0
+    producer = {o: node for node in graph.node for o in node.output}
     for out in graph.output:
         if out.name in inputs:
             raise GraphError(f"graph output {out.name!r} is also a graph input; give the output its own name")
-        if out.name not in consumed:
+        made_fp32 = out.name in producer and producer[out.name].name in kept_fp32
+        if out.name not in consumed and not made_fp32:
             continue
         inner = f"{out.name}__value"
         for node in graph.node:
@@ -130,11 +135,13 @@ def drop_cast_round_trips(model: ModelProto) -> int:
         return 0
     for node in graph.node:
         node.input[:] = [replace.get(name, name) for name in node.input]
-    used = {name for node in graph.node for name in node.input} | graph_outputs
-    keep = [n for n in graph.node if n.op_type != "Cast" or any(o in used for o in n.output)]
-    del graph.node[:]
-    graph.node.extend(keep)
-    return len(replace)
+    while True:  # drop casts left without readers (the bypassed pair, then what fed it)
+        used = {name for node in graph.node for name in node.input} | graph_outputs
+        keep = [n for n in graph.node if n.op_type != "Cast" or any(o in used for o in n.output)]
+        if len(keep) == len(graph.node):
+            return len(replace)
+        del graph.node[:]
+        graph.node.extend(keep)
 
 
 def fp32_ancestor_nodes(model: ModelProto, op_types: tuple[str, ...], stops: tuple[str, ...]) -> list[str]:
@@ -170,12 +177,13 @@ def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
         raise GraphError("float16 export needs onnxconverter-common (pip install 'edgecap[onnx]')") from exc
     model = copy.deepcopy(model)
     unique_node_names(model)
-    isolate_graph_outputs(model)
+    blocked = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ALWAYS_FP32_OPS) | set(policy.op_types)
     keep_nodes = fp32_cone_nodes(model, policy.fp32_input_cones, policy.cone_stops)
     keep_nodes += fp32_ancestor_nodes(model, policy.fp32_ancestors_of, policy.cone_stops)
+    kept = set(keep_nodes) | {n.name for n in model.graph.node if n.op_type in blocked}
+    isolate_graph_outputs(model, kept)
     # Value infos computed for float32 would contradict the converted graph; the converter re-infers them.
     del model.graph.value_info[:]
-    blocked = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ALWAYS_FP32_OPS) | set(policy.op_types)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # one "will be truncated" warning per clamped initializer value

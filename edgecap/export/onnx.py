@@ -67,7 +67,7 @@ class _Positional(nn.Module):
 def _quiet_exporter() -> Iterator[io.StringIO]:
     """Silence the dynamo exporter's progress lines and deprecation chatter; yield what it printed."""
     buffer = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "torch.__trace", "onnxscript")]
     levels = [lg.level for lg in loggers]
     try:
         for lg in loggers:
@@ -374,11 +374,15 @@ def export_onnx(
         if backbone is not None:
             backbone.eval()
         spec = get_export_spec(model, backbone=backbone, name=name)
+    for graph in spec.graphs:  # dropout off before any dummy input is computed
+        graph.module.eval()
     precisions = tuple(precisions or spec.precisions)
     unknown = [p for p in precisions if p != "fp32" and p not in PRECISION_CONVERTERS]
     if unknown:
         raise ExportError(f"unknown precision(s) {unknown}; known: ['fp32', *{sorted(PRECISION_CONVERTERS)}]")
     precisions = ("fp32", *(p for p in precisions if p != "fp32"))
+    if simplify not in SIMPLIFIERS:
+        raise ExportError(f"unknown simplifier {simplify!r}; choose one of {sorted(SIMPLIFIERS)}")
     selected = _with_dependencies(spec, graphs)
     if out_dir is not None:
         out_dir = Path(out_dir)

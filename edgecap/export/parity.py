@@ -41,10 +41,16 @@ def compare_arrays(actual: Array, expected: Array, tolerance: Tolerance) -> dict
         ``max_abs`` and ``mean_abs`` error, ``max_rel`` (over elements with ``|expected| > atol``, where a relative
         error means something), ``violations`` (elements outside ``atol + rtol * |expected|``), ``passed``.
         Integer/bool outputs must match exactly; a NaN anywhere fails.
+
+    Raises:
+        ParityError: shapes or dtypes differ (a float16 output where float32 is expected is an export bug, whatever
+            the values).
     """
     a, e = _to_numpy(actual), _to_numpy(expected)
     if a.shape != e.shape:
         raise ParityError(f"shape {a.shape} != reference {e.shape}")
+    if a.dtype != e.dtype:
+        raise ParityError(f"dtype {a.dtype} != reference {e.dtype}")
     if a.size == 0:
         return {"max_abs": 0.0, "mean_abs": 0.0, "max_rel": 0.0, "violations": 0, "elements": 0, "passed": True}
     if not np.issubdtype(e.dtype, np.floating):

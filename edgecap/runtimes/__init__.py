@@ -14,6 +14,7 @@ from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError,
 # registry key -> "module:ClassName"; a backend is one module plus one line here (or a register_runtime call).
 _RUNTIMES: dict[str, str] = {
     "torch": "edgecap.runtimes.torch:TorchRuntime",
+    "ort": "edgecap.runtimes.ort:OrtRuntime",
 }
 
 _LAZY: dict[str, str] = {

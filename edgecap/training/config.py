@@ -28,8 +28,8 @@ class TrainCfg:
     batch_size: int = 32  # images per batch; each image contributes `captions_per_image` captions
     captions_per_image: int = 5
     optimizer: str = "adam-noam"  # "adam-noam" | "radam" | "adamw"
-    lr: float = 5e-4  # peak lr for radam/adamw; the Noam factor for adam-noam
-    warmup_steps: int = 400
+    lr: float = 1e-3  # peak lr (for adam-noam: reached at the end of warm-up, then ∝ 1/sqrt(step))
+    warmup_steps: int = 100
     weight_decay: float = 0.0
     label_smoothing: float = 0.1
     grad_clip: float = 1.0  # max global grad norm (0 disables)

@@ -1,0 +1,61 @@
+"""Bundles: the unit users move around (``/work/shared/ARCHITECTURE.md``, seam 4).
+
+A bundle is one directory::
+
+    BUNDLE/manifest.json            format version, software versions, opset, SHA-256 of every file,
+                                    per-variant parity and task-level quality
+    BUNDLE/config.json              model name + overrides + sizes, vocab kind/size, backbone/preprocessing spec,
+                                    decode defaults (max words, beam)
+    BUNDLE/vocab.json               the vocabulary the weights were trained with
+    BUNDLE/weights.safetensors      the torch weights (``Captioner.load(..., runtime="torch")``)
+    BUNDLE/backbone/<file>          the backbone's local weights, when the run's features came from a file
+    BUNDLE/onnx/<precision>/*.onnx  encoder, start, init (= encoder + start, what runtimes load) and step graphs
+    BUNDLE/calibration/             INT8 ranges (JSON) and a TensorRT-style calibration cache
+
+``export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies one;
+``edgecap.Captioner.load(BUNDLE)`` runs one. Only the manifest and reader are imported eagerly (no torch/onnx).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgecap.bundle.manifest import (
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    BundleConfigError,
+    BundleError,
+    BundleIntegrityError,
+    BundleNotFoundError,
+    BundleVersionError,
+)
+from edgecap.bundle.reader import Bundle, is_bundle, load_bundle
+
+_LAZY: dict[str, str] = {
+    "export_bundle": "edgecap.bundle.export",
+    "BundleExportError": "edgecap.bundle.export",
+    "TARGETS": "edgecap.bundle.export",
+    "create_bundle": "edgecap.bundle.writer",
+}
+
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "Bundle",
+    "BundleConfigError",
+    "BundleError",
+    "BundleIntegrityError",
+    "BundleNotFoundError",
+    "BundleVersionError",
+    "is_bundle",
+    "load_bundle",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgecap.bundle' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

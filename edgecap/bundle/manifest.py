@@ -1,0 +1,332 @@
+"""The bundle manifest: what a bundle holds, proven by checksums, and how well each exported variant did.
+
+``manifest.json`` (format ``edgecap-bundle``) records
+
+- ``format_version``: the layout version; a reader refuses a bundle newer than it understands;
+- ``versions``: edgecap, Python, torch, onnx, onnxruntime and numpy that produced it;
+- ``opset`` and the graph ``interface`` (decode inputs, state names, which graph a runtime loads per role);
+- ``files``: the SHA-256 and size of **every** file of the bundle except the manifest itself;
+- ``variants``: per precision, its graph files, the element-wise parity of each graph against torch, and the
+  task-level check (CIDEr-D and caption agreement against FP32 on a named held-out set).
+
+Nothing here imports torch or onnx: reading and checking a manifest is cheap on an edge board.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+import platform
+import re
+from collections.abc import Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from edgecap._version import __version__
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "PRECISION_ORDER",
+    "BundleConfigError",
+    "BundleError",
+    "BundleIntegrityError",
+    "BundleNotFoundError",
+    "BundleVersionError",
+    "check_relative_path",
+    "hash_files",
+    "jsonable",
+    "parity_summary",
+    "parse_manifest",
+    "sha256_file",
+    "software_versions",
+    "summary_rows",
+    "verify_files",
+]
+
+FORMAT = "edgecap-bundle"
+#: Version of the bundle layout and manifest schema this edgecap writes and the newest it reads.
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+#: Precisions a bundle can hold, best-known first in reports.
+PRECISION_ORDER = ("fp32", "fp16", "int8")
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be used; the message names the bundle and the file or field at fault."""
+
+
+class BundleNotFoundError(BundleError, FileNotFoundError):
+    """The path is not a bundle directory (no ``manifest.json``)."""
+
+
+class BundleIntegrityError(BundleError):
+    """Files missing, unlisted, or whose bytes differ from the manifest's checksums."""
+
+
+class BundleVersionError(BundleError):
+    """A bundle written by a newer edgecap, or with graphs newer than the installed ONNX stack supports."""
+
+
+class BundleConfigError(BundleError):
+    """Parts of a bundle that do not belong together: config vs vocab, graphs vs the recorded interface."""
+
+
+# -- hashing ---------------------------------------------------------------------------------------------------------
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _bundle_files(root: Path) -> list[str]:
+    """Relative POSIX paths of every regular file under ``root``, except the manifest and hidden entries."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        name = rel.as_posix()
+        if name != MANIFEST_NAME:
+            out.append(name)
+    return out
+
+
+def hash_files(root: str | Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"sha256", "bytes"}}`` for every file of a bundle directory (the manifest excluded)."""
+    root = Path(root)
+    return {name: {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size} for name in _bundle_files(root)}
+
+
+def check_relative_path(name: str, where: str) -> str:
+    """``name`` if it is a plain relative path inside the bundle (no absolute path, no ``..``), else BundleError."""
+    pure = PurePosixPath(name)
+    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name:
+        raise BundleError(f"{where}: {name!r} is not a relative path inside the bundle")
+    return name
+
+
+# -- versions --------------------------------------------------------------------------------------------------------
+_DISTRIBUTIONS = {
+    "torch": ("torch",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
+    "numpy": ("numpy",),
+}
+
+
+def _installed(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def software_versions() -> dict[str, str | None]:
+    """Versions of the software that matters to a bundle, from package metadata (nothing is imported)."""
+    versions: dict[str, str | None] = {"edgecap": __version__, "python": platform.python_version()}
+    versions.update({key: _installed(names) for key, names in _DISTRIBUTIONS.items()})
+    return versions
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def is_newer_version(candidate: str, reference: str) -> bool:
+    """``candidate > reference`` comparing the leading numeric components (``"0.2.0rc1"`` reads as 0.2.0)."""
+    return _version_tuple(candidate) > _version_tuple(reference)
+
+
+# -- JSON hygiene ----------------------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists, numpy scalars as Python numbers and NaN/inf as None (strict JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an export parity report (``edgecap.export.parity.check_graph``) a manifest keeps: verdict, the
+    sizes checked and per output the error statistics next to the tolerance they were held to."""
+    keep = ("max_abs", "mean_abs", "max_rel", "violations", "atol", "rtol", "passed")
+    return jsonable(
+        {
+            "passed": bool(report["passed"]),
+            "feeds": report.get("feeds"),
+            "sizes": report.get("sizes"),
+            "outputs": {name: {k: out.get(k) for k in keep} for name, out in report.get("outputs", {}).items()},
+        }
+    )
+
+
+# -- validation ------------------------------------------------------------------------------------------------------
+def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise BundleError(f"{where}: field {key!r} is missing")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise BundleError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def parse_manifest(data: Any, where: str) -> dict[str, Any]:
+    """Check a manifest's schema (``where`` names it in errors) and return it.
+
+    Raises:
+        BundleVersionError: ``format_version`` is newer than :data:`FORMAT_VERSION`.
+        BundleError: any other missing or malformed field.
+    """
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise BundleError(f"{where}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
+    version = _require(data, "format_version", int, where)
+    if version > FORMAT_VERSION:
+        written_by = data.get("versions", {}).get("edgecap") if isinstance(data.get("versions"), dict) else None
+        raise BundleVersionError(
+            f"{where}: bundle format version {version} is newer than this edgecap ({__version__}) supports "
+            f"(up to {FORMAT_VERSION}); it was written by edgecap {written_by or '?'}. "
+            "Upgrade edgecap (pip install -U edgecap) or re-export the bundle with this version."
+        )
+    if version < 1:
+        raise BundleError(f"{where}: field 'format_version' must be >= 1, got {version}")
+    _require(data, "model", dict, where)
+    _require(data["model"], "name", str, f"{where} model")
+    _require(data, "versions", dict, where)
+    _require(data, "opset", int, where)
+    interface = _require(data, "interface", dict, where)
+    for key in ("decode_inputs", "state_names"):
+        _require(interface, key, list, f"{where} interface")
+    _require(interface, "runtime_graphs", dict, f"{where} interface")
+    files = _require(data, "files", dict, where)
+    for name, entry in files.items():
+        check_relative_path(name, f"{where} files")
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256", ""))):
+            raise BundleError(f"{where}: files[{name!r}] needs a 64-hex 'sha256'")
+        if not isinstance(entry.get("bytes"), int) or entry["bytes"] < 0:
+            raise BundleError(f"{where}: files[{name!r}] needs a non-negative integer 'bytes'")
+    variants = _require(data, "variants", dict, where)
+    if "fp32" not in variants:
+        raise BundleError(f"{where}: variants lack 'fp32' (every bundle carries its FP32 graphs)")
+    for precision, variant in variants.items():
+        vwhere = f"{where} variants[{precision!r}]"
+        if precision not in PRECISION_ORDER:
+            raise BundleError(f"{vwhere}: unknown precision (known: {list(PRECISION_ORDER)})")
+        if not isinstance(variant, dict):
+            raise BundleError(f"{vwhere}: expected an object")
+        runtime_files = _require(variant, "files", dict, vwhere)
+        missing_roles = [r for r in interface["runtime_graphs"] if r not in runtime_files]
+        if missing_roles:
+            raise BundleError(f"{vwhere}: no graph file for runtime role(s) {missing_roles}")
+        for role, name in {**runtime_files, **variant.get("graphs", {})}.items():
+            if not isinstance(name, str) or name not in files:
+                raise BundleError(f"{vwhere}: graph {role!r} file {name!r} is not listed in 'files'")
+    return data
+
+
+def verify_files(root: str | Path, manifest: Mapping[str, Any]) -> None:
+    """Check every listed file exists with the recorded size and SHA-256, and that no unlisted file is present.
+
+    Hidden entries (``.DS_Store``, ``._*``) are ignored. All problems are reported in one error.
+
+    Raises:
+        BundleIntegrityError: naming each missing, corrupt or unlisted file.
+    """
+    root = Path(root)
+    listed: Mapping[str, Mapping[str, Any]] = manifest["files"]
+    problems: list[str] = []
+    for name, entry in listed.items():
+        path = root / name
+        if not path.is_file():
+            problems.append(f"{name}: missing (listed in {MANIFEST_NAME})")
+            continue
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            problems.append(f"{name}: {size} bytes, the manifest says {entry['bytes']} (truncated or modified)")
+            continue
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            problems.append(
+                f"{name}: SHA-256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}… (corrupt or modified)"
+            )
+    unlisted = [name for name in _bundle_files(root) if name not in listed]
+    problems.extend(f"{name}: not listed in {MANIFEST_NAME} (added after export)" for name in unlisted)
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise BundleIntegrityError(
+            f"bundle {root} failed verification: {shown}. Re-export it (edgecap export) or copy it again."
+        )
+
+
+# -- reports ---------------------------------------------------------------------------------------------------------
+def _worst_parity(parity: Mapping[str, Any]) -> tuple[float | None, float | None, bool | None]:
+    """Largest ``max_abs / atol`` over every graph output: (max_abs, its atol, all passed)."""
+    worst: tuple[float, float, float] | None = None
+    passed = True
+    for report in parity.values():
+        passed = passed and bool(report.get("passed"))
+        for out in report.get("outputs", {}).values():
+            max_abs, atol = out.get("max_abs"), out.get("atol") or 0.0
+            if max_abs is None:
+                return None, None, False
+            ratio = max_abs / atol if atol else math.inf
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, max_abs, atol)
+    if worst is None:
+        return None, None, None if not parity else passed
+    return worst[1], worst[2], passed
+
+
+def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per variant, in :data:`PRECISION_ORDER`: size, worst parity error vs its tolerance, and the task-level
+    check (CIDEr-D of FP32 and of the variant, their difference, caption agreement)."""
+    files = manifest.get("files", {})
+    rows = []
+    for precision in PRECISION_ORDER:
+        variant = manifest.get("variants", {}).get(precision)
+        if variant is None:
+            continue
+        names = set(variant.get("files", {}).values())
+        max_abs, atol, passed = _worst_parity(variant.get("parity") or {})
+        quality = variant.get("quality") or {}
+        rows.append(
+            {
+                "precision": precision,
+                "bytes": sum(files.get(n, {}).get("bytes", 0) for n in names),
+                "parity_passed": passed,
+                "parity_max_abs": max_abs,
+                "parity_atol": atol,
+                "cider_d_reference": quality.get("reference_cider_d"),
+                "cider_d": quality.get("candidate_cider_d"),
+                "cider_d_delta": quality.get("cider_d_delta"),
+                "agreement": quality.get("agreement"),
+                "images": quality.get("images"),
+                "quality_set": quality.get("set"),
+            }
+        )
+    return rows

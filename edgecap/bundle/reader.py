@@ -1,0 +1,330 @@
+"""Opening a bundle: verify before trusting.
+
+:func:`load_bundle` refuses, with a message naming the bundle and the file or field, a bundle whose
+
+- manifest is missing, malformed, or of a format version newer than this edgecap reads;
+- files are missing, unlisted, or differ from their recorded SHA-256 (truncated copy, bit rot, hand edits);
+- vocabulary disagrees with ``config.json`` (kind or number of classes: the weights would decode to nonsense);
+- graphs do not have the inputs/outputs the manifest's interface promises, or need a newer ONNX opset than the
+  installed ``onnx`` knows.
+
+Only ``json``/``pathlib`` are imported up front; torch, onnx and the vocabulary code are imported when a check or a
+load needs them, so opening a bundle on an edge board stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgecap._version import __version__
+from edgecap.bundle.manifest import (
+    MANIFEST_NAME,
+    PRECISION_ORDER,
+    BundleConfigError,
+    BundleError,
+    BundleIntegrityError,
+    BundleNotFoundError,
+    BundleVersionError,
+    check_relative_path,
+    is_newer_version,
+    parse_manifest,
+    summary_rows,
+    verify_files,
+)
+
+__all__ = ["CONFIG_NAME", "VOCAB_NAME", "WEIGHTS_NAME", "Bundle", "is_bundle", "load_bundle"]
+
+log = logging.getLogger(__name__)
+
+CONFIG_NAME = "config.json"
+VOCAB_NAME = "vocab.json"
+WEIGHTS_NAME = "weights.safetensors"
+
+
+def is_bundle(path: str | Path) -> bool:
+    """Whether ``path`` is a directory with a bundle manifest (nothing is verified)."""
+    return (Path(path) / MANIFEST_NAME).is_file()
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path}: cannot read the {what}: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise BundleError(f"{path}: the {what} is not valid JSON: {exc}") from exc
+
+
+def _field(data: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise BundleConfigError(f"{where}: field {key!r} is missing")
+    value = data[key]
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = "/".join("null" if k is type(None) else k.__name__ for k in kinds)
+        raise BundleConfigError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def _parse_config(config: Any, where: str) -> dict[str, Any]:
+    if not isinstance(config, dict):
+        raise BundleConfigError(f"{where}: expected a JSON object")
+    model = _field(config, "model", (dict,), where)
+    _field(model, "name", (str,), f"{where} model")
+    _field(model, "vocab_size", (int,), f"{where} model")
+    _field(model, "feature_dim", (int, type(None)), f"{where} model")
+    vocab = _field(config, "vocab", (dict,), where)
+    _field(vocab, "kind", (str,), f"{where} vocab")
+    _field(vocab, "size", (int,), f"{where} vocab")
+    decode = _field(config, "decode", (dict,), where)
+    for key in ("max_words", "beam"):
+        if _field(decode, key, (int,), f"{where} decode") < 1:
+            raise BundleConfigError(f"{where}: decode.{key} must be >= 1")
+    _field(config, "backbone", (dict, type(None)), where)
+    _field(config, "backbone_in_graph", (bool,), where)
+    _field(config, "backbone_weights", (str, type(None)), where)
+    if config["backbone_in_graph"] and not config["backbone"]:
+        raise BundleConfigError(f"{where}: backbone_in_graph is true but no backbone spec is recorded")
+    return config
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A verified bundle directory: its manifest and config, and accessors for what runtimes need.
+
+    Attributes:
+        path: the bundle directory.
+        manifest: ``manifest.json`` (see :mod:`edgecap.bundle.manifest`).
+        config: ``config.json``: model (name, overrides, sizes), vocab kind/size, backbone spec, decode defaults.
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    config: dict[str, Any]
+
+    # -- what it is ------------------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return str(self.config["model"]["name"])
+
+    @property
+    def precisions(self) -> tuple[str, ...]:
+        """Precisions this bundle holds, in :data:`~edgecap.bundle.manifest.PRECISION_ORDER`."""
+        return tuple(p for p in PRECISION_ORDER if p in self.manifest["variants"])
+
+    @property
+    def interface(self) -> dict[str, Any]:
+        """``decode_inputs``, ``state_names``, ``runtime_graphs`` (role -> graph) of the exported graphs."""
+        return self.manifest["interface"]
+
+    @property
+    def decode_inputs(self) -> tuple[str, ...]:
+        return tuple(self.interface["decode_inputs"])
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        return tuple(self.interface["state_names"])
+
+    @property
+    def backbone_spec(self) -> dict[str, Any]:
+        return self.config.get("backbone") or {}
+
+    @property
+    def backbone_in_graph(self) -> bool:
+        """True when the encoder graph takes ``pixel_values`` (the bundle goes from pixels to captions)."""
+        return bool(self.config["backbone_in_graph"])
+
+    @property
+    def backbone_weights(self) -> Path | None:
+        """The backbone's local weights file carried in the bundle (None for packaged or absent weights)."""
+        name = self.config.get("backbone_weights")
+        return self.path / name if name else None
+
+    @property
+    def max_words(self) -> int:
+        return int(self.config["decode"]["max_words"])
+
+    @property
+    def beam(self) -> int:
+        return int(self.config["decode"]["beam"])
+
+    # -- variants --------------------------------------------------------------------------------------------------
+    def variant(self, precision: str) -> dict[str, Any]:
+        """The manifest entry of one precision (files, parity, quality)."""
+        try:
+            return self.manifest["variants"][precision]
+        except KeyError:
+            raise BundleError(
+                f"bundle {self.path} has no {precision!r} variant (it holds {list(self.precisions)}); "
+                f"re-export with {'--fp16' if precision == 'fp16' else '--int8 --calib DIR'} to add it"
+            ) from None
+
+    def graph_path(self, precision: str, role: str) -> Path:
+        """The file of runtime role ``role`` (``"encoder"`` or ``"step"``) at ``precision``."""
+        files = self.variant(precision)["files"]
+        if role not in files:
+            raise BundleError(f"bundle {self.path}: the {precision} variant has no {role!r} graph ({sorted(files)})")
+        return self.path / files[role]
+
+    def quality(self, precision: str) -> dict[str, Any] | None:
+        """The task-level check of a variant (CIDEr-D/agreement vs FP32 on the held-out set), if one was run."""
+        return self.variant(precision).get("quality")
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One row per variant: size, parity, task-level quality (see :func:`~edgecap.bundle.manifest.summary_rows`)."""
+        return summary_rows(self.manifest)
+
+    # -- loading parts ---------------------------------------------------------------------------------------------
+    def load_vocab(self) -> Any:
+        from edgecap.data.vocab import load_vocab
+
+        path = self.path / self.config["vocab"].get("file", VOCAB_NAME)
+        try:
+            return load_vocab(path)
+        except (ValueError, FileNotFoundError) as exc:
+            raise BundleConfigError(f"bundle {self.path}: cannot load the vocabulary {path.name}: {exc}") from exc
+
+    def load_torch_model(self, device: str = "cpu") -> Any:
+        """The captioner rebuilt from ``config.json`` with ``weights.safetensors`` loaded, in eval mode."""
+        from edgecap.runs import build_model_from_config
+        from edgecap.training.checkpoint import RunError, load_weights
+
+        model = build_model_from_config(self.config, int(self.config["model"]["vocab_size"]))
+        try:
+            load_weights(model, self.path / self.config.get("weights", WEIGHTS_NAME))
+        except RunError as exc:
+            raise BundleConfigError(f"bundle {self.path}: {exc}") from exc
+        return model.to(device).eval()
+
+    # -- checks ----------------------------------------------------------------------------------------------------
+    def check_graphs(self, precisions: Sequence[str] | None = None) -> None:
+        """Check the runtime graphs of ``precisions`` (default all) against the manifest's interface and the
+        installed ONNX opset. Skipped, with a log line, when ``onnx`` is not installed (the runtime then reports a
+        mismatch on its first call).
+
+        Raises:
+            BundleConfigError: a graph's inputs/outputs differ from the interface.
+            BundleVersionError: a graph needs a newer opset than the installed ``onnx`` supports.
+        """
+        try:
+            import onnx
+        except ImportError:
+            log.info("onnx is not installed: skipping the graph interface check of %s", self.path)
+            return
+        supported = onnx.defs.onnx_opset_version()
+        for precision in precisions if precisions is not None else self.precisions:
+            for role, name in self.variant(precision)["files"].items():
+                path = self.path / name
+                try:
+                    model = onnx.load(str(path), load_external_data=False)
+                except Exception as exc:  # protobuf raises DecodeError and friends
+                    raise BundleIntegrityError(f"{path}: not a readable ONNX model: {exc}") from exc
+                opset = max(
+                    (imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), default=0
+                )
+                if opset > supported:
+                    raise BundleVersionError(
+                        f"{path}: graph uses ONNX opset {opset}, the installed onnx {onnx.__version__} supports up "
+                        f"to {supported}: upgrade onnx/onnxruntime"
+                    )
+                self._check_interface(role, model, path)
+
+    def _check_interface(self, role: str, model: Any, path: Path) -> None:
+        initializers = {t.name for t in model.graph.initializer}
+        inputs = [i.name for i in model.graph.input if i.name not in initializers]
+        outputs = {o.name for o in model.graph.output}
+        interface = self.interface
+        states = list(interface["state_names"])
+        suffix = interface.get("state_output_suffix", "_out")
+        if role == "encoder":
+            want_in, want_out = list(interface["decode_inputs"]), states
+        elif role == "step":
+            tokens, logprobs = interface.get("tokens", "tokens"), interface.get("logprobs", "logprobs")
+            want_in, want_out = [tokens, *states], [logprobs, *(f"{s}{suffix}" for s in states)]
+        else:
+            raise BundleConfigError(f"{path}: unknown runtime role {role!r} in the manifest")
+        missing = [n for n in want_in if n not in inputs]
+        unexpected = [n for n in inputs if n not in want_in]
+        absent = [n for n in want_out if n not in outputs]
+        if missing or unexpected or absent:
+            parts = []
+            if missing:
+                parts.append(f"missing input(s) {missing}")
+            if unexpected:
+                parts.append(f"unexpected input(s) {unexpected}")
+            if absent:
+                parts.append(f"missing output(s) {absent}")
+            raise BundleConfigError(
+                f"{path}: the {role} graph does not match the bundle's interface ({'; '.join(parts)}; "
+                f"expected inputs {want_in}): the graph belongs to another model or export"
+            )
+
+
+def load_bundle(path: str | Path, *, verify: bool = True, graphs: str | Sequence[str] = "all") -> Bundle:
+    """Open and verify a bundle directory.
+
+    Args:
+        path: the bundle directory.
+        verify: check every file's size and SHA-256 against the manifest (and that none is missing or unlisted).
+        graphs: ``"all"`` checks every variant's runtime graphs against the interface, ``"none"`` skips it, or a
+            list of precisions to check (``Captioner.load`` checks only the one it runs).
+
+    Raises:
+        BundleNotFoundError: ``path`` is not a bundle.
+        BundleVersionError, BundleIntegrityError, BundleConfigError, BundleError: see the module docstring.
+    """
+    path = Path(path)
+    manifest_path = path / MANIFEST_NAME
+    if not path.is_dir():
+        raise BundleNotFoundError(f"bundle not found: {path} is not a directory")
+    if not manifest_path.is_file():
+        raise BundleNotFoundError(
+            f"{path} is not an edgecap bundle: {MANIFEST_NAME} is missing (create one with `edgecap export`)"
+        )
+    manifest = parse_manifest(_read_json(manifest_path, "bundle manifest"), str(manifest_path))
+    if verify:
+        verify_files(path, manifest)
+    config_path = path / CONFIG_NAME
+    if CONFIG_NAME not in manifest["files"] or not config_path.is_file():
+        raise BundleIntegrityError(f"bundle {path}: {CONFIG_NAME} is missing")
+    config = _parse_config(_read_json(config_path, "bundle config"), str(config_path))
+    for key, default in (("weights", WEIGHTS_NAME), ("backbone_weights", None)):
+        name = config.get(key, default)
+        if name is not None and check_relative_path(name, f"{config_path} {key}") not in manifest["files"]:
+            raise BundleIntegrityError(f"bundle {path}: {key} file {name!r} named in {CONFIG_NAME} is not in the bundle")
+    if manifest["model"]["name"] != config["model"]["name"]:
+        raise BundleConfigError(
+            f"bundle {path}: {MANIFEST_NAME} describes model {manifest['model']['name']!r} but {CONFIG_NAME} "
+            f"describes {config['model']['name']!r}"
+        )
+    written_by = str(manifest["versions"].get("edgecap") or "")
+    if written_by and is_newer_version(written_by, __version__):
+        log.warning("bundle %s was written by edgecap %s, newer than this %s", path, written_by, __version__)
+    bundle = Bundle(path=path, manifest=manifest, config=config)
+    _check_vocab(bundle)
+    if graphs == "all":
+        bundle.check_graphs()
+    elif graphs != "none":
+        bundle.check_graphs([graphs] if isinstance(graphs, str) else list(graphs))
+    return bundle
+
+
+def _check_vocab(bundle: Bundle) -> None:
+    vocab = bundle.load_vocab()
+    recorded = bundle.config["vocab"]
+    problems = []
+    if vocab.kind != recorded["kind"]:
+        problems.append(f"kind {vocab.kind!r} vs {recorded['kind']!r}")
+    if vocab.size != recorded["size"]:
+        problems.append(f"{vocab.size} classes vs {recorded['size']}")
+    if vocab.size != bundle.config["model"]["vocab_size"]:
+        problems.append(f"{vocab.size} classes vs the model's {bundle.config['model']['vocab_size']} outputs")
+    if problems:
+        raise BundleConfigError(
+            f"bundle {bundle.path}: {bundle.config['vocab'].get('file', VOCAB_NAME)} does not match {CONFIG_NAME} "
+            f"({'; '.join(problems)}): vocabulary and weights do not belong together"
+        )

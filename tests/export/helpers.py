@@ -1,0 +1,80 @@
+"""Tiny registered test models and their exports, built once per test process (export costs seconds per graph).
+
+Shared by ``tests/export`` and ``tests/runtimes/test_ort_runtime.py``; everything is parametrised over
+``list_models("*-test*")``, so a new family's test config is exported and checked without new test code.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from edgecap.decoding import DecodeCfg, RadixSpec
+from edgecap.export.onnx import ExportResult, export_onnx
+from edgecap.models import create_model, get_model_cfg, list_models
+
+TEST_CONFIGS = tuple(list_models("*-test*"))
+FEATURE_DIM = 16
+WORD_VOCAB = 20
+RADIX_BASE = 10  # radix models need vocab_size = radix_base + 3
+BACKBONE = "test_resnet"  # timm's own ~0.5 M-parameter test network
+BACKBONE_SIZE = 64
+
+
+@functools.cache
+def tiny_model(name: str) -> torch.nn.Module:
+    """The registered config with a tiny vocabulary and feature size, deterministic weights, eval mode."""
+    torch.manual_seed(0)
+    if get_model_cfg(name).vocab_kind == "radix":
+        model = create_model(name, vocab_size=RADIX_BASE + 3, feature_dim=FEATURE_DIM, radix_base=RADIX_BASE)
+    else:
+        model = create_model(name, vocab_size=WORD_VOCAB, feature_dim=FEATURE_DIM)
+    return model.eval()
+
+
+@functools.cache
+def exported(name: str) -> ExportResult:
+    """Every graph of ``name`` at fp32 and fp16, in memory, with export-time parity reports."""
+    return export_onnx(tiny_model(name), name=name, precisions=("fp32", "fp16"))
+
+
+@functools.cache
+def backbone_model() -> tuple[torch.nn.Module, torch.nn.Module]:
+    from edgecap.models.backbone import create_backbone
+
+    torch.manual_seed(0)
+    backbone = create_backbone(BACKBONE, pretrained=False, image_size=BACKBONE_SIZE).eval()
+    model = create_model(
+        "acort-test", vocab_size=RADIX_BASE + 3, feature_dim=backbone.feature_dim, radix_base=RADIX_BASE
+    ).eval()
+    return backbone, model
+
+
+@functools.cache
+def exported_with_backbone() -> ExportResult:
+    """acort-test behind a random ``test_resnet``: ``pixel_values`` -> state (the ``init`` graph and its parts)."""
+    backbone, model = backbone_model()
+    return export_onnx(model, backbone=backbone, name="acort-test+backbone", graphs=["init"])
+
+
+def decode_cfg(name: str, **overrides: object) -> DecodeCfg:
+    """Beam-3 decoding with the token ids of the config's vocabulary kind (radix: constrained digits)."""
+    if get_model_cfg(name).vocab_kind == "radix":
+        radix = RadixSpec(base=RADIX_BASE, digits=2, num_words=60)
+        ids = {"pad_id": 0, "bos_id": RADIX_BASE + 1, "eos_id": RADIX_BASE + 2, "radix": radix}
+    else:
+        ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2}
+    return DecodeCfg(**{"strategy": "beam", "beam_size": 3, "max_len": 12, **ids, **overrides})
+
+
+def random_images(count: int, regions: int = 7, seed: int = 7) -> dict[str, torch.Tensor]:
+    """Random features/boxes/masks for ``count`` images (a fixture set in the spirit of precomputed features)."""
+    from edgecap.export.specs.captioning import random_boxes, random_mask
+
+    g = torch.Generator().manual_seed(seed)
+    return {
+        "features": torch.randn(count, regions, FEATURE_DIM, generator=g),
+        "boxes": random_boxes(count, regions, g),
+        "feature_mask": random_mask(count, regions, g),
+    }

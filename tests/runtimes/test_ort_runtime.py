@@ -1,0 +1,157 @@
+"""OrtRuntime and the ORT StepModel: providers, threads, I/O paths, lazy import, and decode-level parity with torch.
+
+The decode test is the end-to-end contract: the *same* ``edgecap.decoding.decode`` on torch (``TorchStepModel``) and
+on ONNX Runtime fp32 gives identical beam-3 token sequences and scores within 1e-4.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from edgecap.decoding import decode
+from edgecap.runtimes import RuntimeInputError, RuntimeStateError, TorchStepModel, get_runtime_class, load_runtime
+from edgecap.runtimes.ort import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
+from tests.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
+
+CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
+
+
+def _step_feed(config: str, batch: int = 3, past: int = 2) -> dict[str, np.ndarray]:
+    spec = exported(config).spec
+    graph = spec.graph("step")
+    made = graph.make_inputs(spec.sizes_for(graph, {"batch": batch, "past": past}), torch.Generator().manual_seed(1))
+    return {n: made[n].numpy() for n in graph.inputs}
+
+
+# -- providers and session settings --------------------------------------------------------------------------------
+def test_resolve_providers() -> None:
+    assert resolve_providers(None, [CPU]) == [CPU]
+    assert resolve_providers(None, ["AzureExecutionProvider", CPU, CUDA, TRT]) == [TRT, CUDA, CPU]
+    assert resolve_providers(["cuda"], [CPU, CUDA, TRT]) == [CUDA, CPU]  # explicit choice, CPU as the fallback
+    assert resolve_providers("CPU", [CPU]) == [CPU]
+    with pytest.raises(OrtProviderError, match="not available"):
+        resolve_providers(["tensorrt"], [CPU])
+
+
+def test_registered_and_lazily_imported() -> None:
+    assert get_runtime_class("ort") is OrtRuntime
+    code = (
+        "import sys, edgecap, edgecap.runtimes, edgecap.export, edgecap.export.spec; "
+        "edgecap.runtimes.list_runtimes(); "
+        "assert 'onnxruntime' not in sys.modules, 'onnxruntime imported eagerly'; "
+        "assert 'onnx' not in sys.modules, 'onnx imported eagerly'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_session_settings_and_lifecycle() -> None:
+    model = exported(TEST_CONFIGS[0]).model("step")
+    runtime = load_runtime("ort", model, intra_op_threads=1, inter_op_threads=1, providers=["cpu"])
+    assert runtime.array_type == "numpy" and not runtime.io_binding
+    with pytest.raises(RuntimeStateError):
+        runtime.infer({})
+    with runtime:
+        session = runtime.session
+        options = session.get_session_options()
+        assert (options.intra_op_num_threads, options.inter_op_num_threads) == (1, 1)
+        assert runtime.providers_in_use() == [CPU]
+        assert runtime.metadata()["graph_role"] == "step"
+        meta = runtime.input_metadata()
+        assert meta["tokens"].dtype == "int64" and meta["tokens"].shape == ("batch",)
+        assert meta["self_k"].shape[3] == "past" and meta["memory_bias"].dtype == "float32"
+        feed = _step_feed(TEST_CONFIGS[0])
+        first = runtime.infer(feed)
+        runtime.activate()  # no-op: the session is created once
+        assert runtime.session is session
+        second = runtime.infer(feed)
+        assert set(first) == set(runtime.output_names) and np.array_equal(first["logprobs"], second["logprobs"])
+        assert runtime.last_latency_s is not None and runtime.inference_count == 2
+
+
+def test_bad_inputs_get_named_errors(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="missing.onnx"):
+        OrtRuntime(tmp_path / "missing.onnx")
+    with pytest.raises(ValueError, match="intra_op_threads"):
+        OrtRuntime(b"", intra_op_threads=-1)
+    with pytest.raises(OrtProviderError, match="provider_options"):
+        OrtRuntime(b"", provider_options={"cuda": {}})
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"not a model")
+    with pytest.raises(RuntimeInputError, match="could not load"), OrtRuntime(bad):
+        pass
+    feed = _step_feed(TEST_CONFIGS[0])
+    with OrtRuntime(exported(TEST_CONFIGS[0]).model("step")) as runtime:
+        with pytest.raises(RuntimeInputError, match="'tokens' has dtype int32"):
+            runtime.infer({**feed, "tokens": feed["tokens"].astype(np.int32)})
+        with pytest.raises(RuntimeInputError, match="missing \\['tokens'\\]"):
+            runtime.infer({k: v for k, v in feed.items() if k != "tokens"})
+        with pytest.raises(RuntimeInputError, match="rank"):
+            runtime.infer({**feed, "self_k": feed["self_k"][0]})
+
+
+def test_io_binding_path_matches_plain_run() -> None:
+    """The binding path (torch tensors by pointer, outputs back through DLPack) — what CUDA uses — run on CPU."""
+    model = exported(TEST_CONFIGS[0]).model("step")
+    feed = _step_feed(TEST_CONFIGS[0])
+    with OrtRuntime(model) as plain, OrtRuntime(model, io_binding=True) as bound:
+        assert bound.array_type == "torch"
+        expected = plain.infer(feed)
+        got = bound.infer({k: torch.from_numpy(v) for k, v in feed.items()})
+        got_np = bound.infer(feed)  # numpy feeds are accepted too
+    for name, value in expected.items():
+        assert isinstance(got[name], torch.Tensor)
+        np.testing.assert_array_equal(got[name].numpy(), value)
+        np.testing.assert_array_equal(got_np[name].numpy(), value)
+
+
+# -- decoding on ONNX Runtime ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("config", TEST_CONFIGS)
+def test_beam_search_identical_to_torch(config: str) -> None:
+    """Same decode() on torch and ORT fp32: identical beam-3 tokens, scores within 1e-4 (6 images, batched)."""
+    model, result = tiny_model(config), exported(config)
+    cfg = decode_cfg(config, min_len=3, n_best=3)
+    images = random_images(6)
+    expected = decode(TorchStepModel(model), images, cfg)
+    with create_ort_step_model(**result.runtime_models("fp32"), intra_op_threads=1) as step_model:
+        assert step_model.state_names == tuple(model.state_names)  # read from the graph's metadata
+        got = decode(step_model, images, cfg)
+        single = decode(step_model, {k: v[:1] for k, v in images.items()}, cfg)  # batch 1 (B = beams = 3)
+    assert len(got) == 6
+    assert any(len(h.tokens) > 3 for hyps in got for h in hyps)
+    for want, have in zip(expected, got, strict=True):
+        assert [h.tokens for h in have] == [h.tokens for h in want]
+        for h_want, h_have in zip(want, have, strict=True):
+            assert h_have.score == pytest.approx(h_want.score, abs=1e-4)
+            assert h_have.finished == h_want.finished
+    assert [h.tokens for h in single[0]] == [h.tokens for h in expected[0]]
+
+
+def test_beam_search_with_io_binding_and_fp16() -> None:
+    config = TEST_CONFIGS[0]
+    model, result = tiny_model(config), exported(config)
+    cfg = decode_cfg(config, min_len=2)
+    images = random_images(3, seed=11)
+    expected = decode(TorchStepModel(model), images, cfg)
+    with create_ort_step_model(**result.runtime_models("fp32"), io_binding=True) as step_model:
+        bound = decode(step_model, images, cfg)
+    assert [h[0].tokens for h in bound] == [h[0].tokens for h in expected]
+    with create_ort_step_model(**result.runtime_models("fp16")) as step_model:
+        half = decode(step_model, images, cfg)
+    assert all(h[0].tokens for h in half)
+    for want, have in zip(expected, half, strict=True):  # fp16 is close, not identical: compare scores loosely
+        assert have[0].score == pytest.approx(want[0].score, abs=0.5)
+
+
+def test_step_model_rejects_missing_decode_inputs() -> None:
+    result = exported(TEST_CONFIGS[0])
+    images = random_images(2)
+    del images["feature_mask"]
+    with create_ort_step_model(**result.runtime_models("fp32")) as step_model, pytest.raises(
+        RuntimeInputError, match="feature_mask"
+    ):
+        decode(step_model, images, decode_cfg(TEST_CONFIGS[0]))
