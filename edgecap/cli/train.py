@@ -39,8 +39,12 @@ def default_features_dir(data: Path) -> Path:
     help="Run directory [default: $EDGECAP_HOME/runs/MODEL, where `--model MODEL` elsewhere finds it].",
 )
 @click.option("--epochs", type=click.IntRange(1), default=_DEFAULTS.epochs, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=_DEFAULTS.batch_size, show_default=True, help="Images per batch.")
-@click.option("--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default=_DEFAULTS.optimizer, show_default=True)
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=_DEFAULTS.batch_size, show_default=True, help="Images per batch."
+)
+@click.option(
+    "--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default=_DEFAULTS.optimizer, show_default=True
+)
 @click.option("--lr", type=float, default=_DEFAULTS.lr, show_default=True, help="Peak learning rate.")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=_DEFAULTS.warmup_steps, show_default=True)
 @click.option("--label-smoothing", type=click.FloatRange(0, 1), default=_DEFAULTS.label_smoothing, show_default=True)
