@@ -1,14 +1,16 @@
-"""The main job, end to end on the built-in default: synthetic scenes → features → train → evaluate → caption."""
+"""The main job, end to end on the built-in default: synthetic scenes → features → train → evaluate → caption →
+export (FP32/FP16/INT8 bundle with its parity and quality table)."""
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from edgecap._io import atomic_write_json
 
 
 @dataclass(frozen=True)
@@ -23,16 +25,19 @@ class QuickstartCfg:
     run_dir: Path | None = None  # default: $EDGECAP_HOME/runs/MODEL, so `--model MODEL` finds it later
     device: str = "auto"
     overrides: dict[str, Any] = field(default_factory=dict)
+    bundle_dir: Path | None = None  # default: $EDGECAP_HOME/bundles/MODEL
+    calib_size: int = 128  # INT8 calibration images (from the train split)
 
 
 def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[str, Any]:
     """Run every stage, reusing finished ones (dataset, feature cache, a completed run) when re-run."""
+    from edgecap.bundle.report import bundle_table
     from edgecap.cli.features import default_cache_dir
     from edgecap.data.feature_cache import extract_features
     from edgecap.data.synthetic import generate_dataset
     from edgecap.evaluation import print_result
     from edgecap.evaluation.run_eval import evaluate_run
-    from edgecap.runs import default_run_dir
+    from edgecap.runs import default_run_dir, edgecap_home
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import resolve_device, train
 
@@ -43,22 +48,22 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
 
     t0 = time.monotonic()
     if dataset_json.is_file():
-        console.print(f"[bold]1/5[/] dataset: reusing {dataset_json}")
+        console.print(f"[bold]1/6[/] dataset: reusing {dataset_json}")
     else:
-        console.print(f"[bold]1/5[/] dataset: synthesising {cfg.images} scenes (seed {cfg.seed}) into {data_dir}")
+        console.print(f"[bold]1/6[/] dataset: synthesising {cfg.images} scenes (seed {cfg.seed}) into {data_dir}")
         generate_dataset(data_dir, cfg.images, seed=cfg.seed)
     timings["dataset_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
     cache_dir = default_cache_dir(data_dir, "tf_efficientnet_lite0", 224)
-    console.print(f"[bold]2/5[/] features: EfficientNet-Lite0 (ImageNet, offline) grid features → {cache_dir}")
+    console.print(f"[bold]2/6[/] features: EfficientNet-Lite0 (ImageNet, offline) grid features → {cache_dir}")
     extract_features(data_dir, cache_dir)  # resumes, or returns at once when complete
     timings["features_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
     run_dir = cfg.run_dir or default_run_dir(cfg.model)
     device = str(resolve_device(cfg.device))
-    console.print(f"[bold]3/5[/] training {cfg.model} for up to {cfg.minutes:g} min on {device} → {run_dir}")
+    console.print(f"[bold]3/6[/] training {cfg.model} for up to {cfg.minutes:g} min on {device} → {run_dir}")
     train_cfg = TrainCfg(
         model=cfg.model,
         data=str(data_dir),
@@ -74,13 +79,24 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     timings["train_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    console.print(f"[bold]4/5[/] evaluating on the test split with beam {cfg.beam}")
+    console.print(f"[bold]4/6[/] evaluating on the test split with beam {cfg.beam}")
     result, predictions = evaluate_run(run_dir, split="test", beam=cfg.beam, device=device, tokenizer="auto")
     print_result(result, console=console, title=f"{cfg.model} · synthetic test split · beam {cfg.beam}")
     timings["eval_s"] = time.monotonic() - t0
 
-    console.print("[bold]5/5[/] captioning test images from their pixels")
+    console.print("[bold]5/6[/] captioning test images from their pixels")
     samples = _caption_samples(run_dir, data_dir, device, cfg.beam, console)
+
+    t0 = time.monotonic()
+    bundle_dir = cfg.bundle_dir or edgecap_home() / "bundles" / cfg.model
+    console.print(
+        f"[bold]6/6[/] export: FP32, FP16 and INT8 (cpu-auto, calibrated on up to {cfg.calib_size} train images) "
+        f"→ {bundle_dir}"
+    )
+    bundle = _export_bundle(run_dir, data_dir, bundle_dir, cfg.calib_size, console)
+    console.print(bundle_table(bundle))
+    bundle_samples = _bundle_samples(bundle.path, samples, cfg.beam, console)
+    timings["export_s"] = time.monotonic() - t0
 
     summary = {
         "model": cfg.model,
@@ -88,10 +104,50 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
         "metrics": result.to_dict()["metrics"],
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "samples": samples,
+        "bundle": {"path": str(bundle.path), "variants": bundle.summary(), "samples": bundle_samples},
     }
-    (run_dir / "quickstart.json").write_text(json.dumps(summary, indent=2) + "\n")
-    console.print(f"done: run in {run_dir}; try `edgecap caption IMAGE --model {cfg.model}`")
+    atomic_write_json(run_dir / "quickstart.json", summary)
+    console.print(
+        f"done: run in {run_dir}, bundle in {bundle.path}; try `edgecap caption IMAGE --model {bundle.path}` "
+        f"or, in Python, `Captioner.load({str(bundle.path)!r})`"
+    )
     return summary
+
+
+def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: int, console: Console) -> Any:
+    """Export the run unless the bundle already holds exactly these weights with all three precisions."""
+    from edgecap.bundle import BundleError, export_bundle, load_bundle
+    from edgecap.bundle.manifest import sha256_file
+
+    wanted = sha256_file(run_dir / "weights.safetensors")
+    try:
+        existing = load_bundle(bundle_dir, graphs="none")
+    except (BundleError, FileNotFoundError):
+        existing = None
+    if existing is not None:
+        same = (existing.config.get("source") or {}).get("weights_sha256") == wanted
+        if same and set(existing.precisions) == {"fp32", "fp16", "int8"}:
+            console.print(f"  reusing {bundle_dir} (exported from these weights)")
+            return existing
+    export_bundle(
+        run_dir, bundle_dir, fp16=True, int8=True, calib=data_dir, target="cpu-auto", calib_size=calib_size,
+        overwrite=True,
+    )  # fmt: skip
+    return load_bundle(bundle_dir, graphs="none")
+
+
+def _bundle_samples(bundle_dir: Path, samples: list[dict], beam: int, console: Console) -> list[dict]:
+    """The run's sample images captioned again by the bundle on the best available runtime/precision."""
+    from edgecap.captioner import Captioner
+
+    with Captioner.load(bundle_dir, beam=beam) as captioner:
+        console.print(f"  the bundle runs on: {captioner.runtime_info['summary']}")
+        captions = captioner.batch([s["image"] for s in samples])
+    out = []
+    for sample, text in zip(samples, captions, strict=True):
+        console.print(f"  {Path(sample['image']).name}: [green]{text}[/]   (torch run: {sample['caption']})")
+        out.append({"image": sample["image"], "caption": text, "precision": captioner.runtime_info["precision"]})
+    return out
 
 
 def _caption_samples(run_dir: Path, data_dir: Path, device: str, beam: int, console: Console) -> list[dict]:

@@ -102,7 +102,8 @@ def _bundle_files(root: Path) -> list[str]:
 def hash_files(root: str | Path) -> dict[str, dict[str, Any]]:
     """``{relative path: {"sha256", "bytes"}}`` for every file of a bundle directory (the manifest excluded)."""
     root = Path(root)
-    return {name: {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size} for name in _bundle_files(root)}
+    files = _bundle_files(root)
+    return {name: {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size} for name in files}
 
 
 def check_relative_path(name: str, where: str) -> str:
@@ -272,7 +273,8 @@ def verify_files(root: str | Path, manifest: Mapping[str, Any]) -> None:
         digest = sha256_file(path)
         if digest != entry["sha256"]:
             problems.append(
-                f"{name}: SHA-256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}… (corrupt or modified)"
+                f"{name}: SHA-256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}… "
+                "(corrupt or modified)"
             )
     unlisted = [name for name in _bundle_files(root) if name not in listed]
     problems.extend(f"{name}: not listed in {MANIFEST_NAME} (added after export)" for name in unlisted)

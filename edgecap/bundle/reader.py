@@ -223,9 +223,7 @@ class Bundle:
                     model = onnx.load(str(path), load_external_data=False)
                 except Exception as exc:  # protobuf raises DecodeError and friends
                     raise BundleIntegrityError(f"{path}: not a readable ONNX model: {exc}") from exc
-                opset = max(
-                    (imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), default=0
-                )
+                opset = max((imp.version for imp in model.opset_import if imp.domain in ("", "ai.onnx")), default=0)
                 if opset > supported:
                     raise BundleVersionError(
                         f"{path}: graph uses ONNX opset {opset}, the installed onnx {onnx.__version__} supports up "
@@ -295,7 +293,9 @@ def load_bundle(path: str | Path, *, verify: bool = True, graphs: str | Sequence
     for key, default in (("weights", WEIGHTS_NAME), ("backbone_weights", None)):
         name = config.get(key, default)
         if name is not None and check_relative_path(name, f"{config_path} {key}") not in manifest["files"]:
-            raise BundleIntegrityError(f"bundle {path}: {key} file {name!r} named in {CONFIG_NAME} is not in the bundle")
+            raise BundleIntegrityError(
+                f"bundle {path}: {key} file {name!r} named in {CONFIG_NAME} is not in the bundle"
+            )
     if manifest["model"]["name"] != config["model"]["name"]:
         raise BundleConfigError(
             f"bundle {path}: {MANIFEST_NAME} describes model {manifest['model']['name']!r} but {CONFIG_NAME} "

@@ -342,6 +342,8 @@ class TrtCalibrator:
         algorithm: ``"entropy2"`` (``IInt8EntropyCalibrator2``, TensorRT's recommendation for CNNs) or ``"minmax"``
             (``IInt8MinMaxCalibrator``, recommended for transformers/NLP).
         device: where batches are copied (``"cuda"``, ``"cuda:1"``; ``"cpu"`` only for tests).
+        batch_size: what :meth:`get_batch_size` reports; TensorRT uses it only for implicit-batch networks (the
+            feeds' own axis-0 sizes are what explicit-batch networks calibrate with).
     """
 
     def __init__(
@@ -352,6 +354,7 @@ class TrtCalibrator:
         *,
         algorithm: str = "entropy2",
         device: str = "cuda",
+        batch_size: int = 1,
     ) -> None:
         if algorithm not in TRT_CALIBRATORS:
             raise CalibrationError(f"unknown TensorRT calibrator {algorithm!r}; choose one of {sorted(TRT_CALIBRATORS)}")
@@ -360,12 +363,12 @@ class TrtCalibrator:
         self.device = device
         self._reader = OrtCalibrationReader(self.source, input_names, dtypes)
         self._buffers: dict[str, Any] = {}
-        self._batch_size: int | None = None
+        self.batch_size = batch_size
         self.batches_served = 0
 
     def get_batch_size(self) -> int:
-        """Axis-0 size of the calibration batches (TensorRT ignores it for explicit-batch networks)."""
-        return self._batch_size or 1
+        """The calibration batch size (TensorRT ignores it for explicit-batch networks)."""
+        return self.batch_size
 
     def get_batch(self, names: Sequence[str]) -> list[int] | None:
         """Device pointers of the next feed's inputs in ``names`` order, or None when the source is exhausted."""
@@ -384,9 +387,6 @@ class TrtCalibrator:
         self._buffers = {n: torch.from_numpy(np.ascontiguousarray(feed[n])).to(self.device) for n in names}
         if self.device.startswith("cuda"):
             torch.cuda.synchronize(self.device)
-        first = self._buffers[names[0]] if names else None
-        if first is not None and first.dim() > 0 and self._batch_size is None:
-            self._batch_size = int(first.shape[0])
         self.batches_served += 1
         return [int(self._buffers[n].data_ptr()) for n in names]
 

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "train": "edgecap.cli.train:train",
     "eval": "edgecap.cli.evaluate:evaluate",
     "caption": "edgecap.cli.caption:caption",
+    "export": "edgecap.cli.export:export",
     "quickstart": "edgecap.cli.quickstart:quickstart",
 }
 
@@ -29,7 +30,8 @@ _HELP: dict[str, str] = {
     "zoo": "List registered model configs with parameter counts.",
     "train": "Train a captioner with cross-entropy.",
     "eval": "Score a trained run with the COCO caption metrics.",
-    "caption": "Describe images with a trained run.",
+    "caption": "Describe images with a bundle or a trained run.",
+    "export": "Export a trained run to a verified bundle (ONNX FP32/FP16/INT8 + manifest).",
     "quickstart": "Synthesise data, extract features, train and evaluate the default model.",
 }
 

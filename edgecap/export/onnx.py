@@ -67,7 +67,9 @@ class _Positional(nn.Module):
 def _quiet_exporter() -> Iterator[io.StringIO]:
     """Silence the dynamo exporter's progress lines and deprecation chatter; yield what it printed."""
     buffer = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "torch.__trace", "onnxscript")]
+    loggers = [
+        logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "torch.__trace", "onnxscript")
+    ]
     levels = [lg.level for lg in loggers]
     try:
         for lg in loggers:
@@ -103,13 +105,19 @@ def trace_graph(spec: ExportSpec, graph: GraphSpec, opset: int | None = None) ->
                 input_names=list(graph.inputs),
                 output_names=list(graph.outputs),
                 dynamic_shapes=(per_input,),
-                optimize=True,
+                optimize=True,  # without it, a passed-through input is renamed to its output name
                 verbose=False,
             )
         except Exception as exc:  # the exporter raises many unrelated types; report them uniformly
             tail = printed.getvalue()[-2000:]
             raise ExportError(f"graph {graph.name!r}: torch.onnx.export failed: {exc}\n{tail}") from exc
     model = program.model_proto
+    names = ([i.name for i in model.graph.input], [o.name for o in model.graph.output])
+    if names != (list(graph.inputs), list(graph.outputs)):
+        raise ExportError(
+            f"graph {graph.name!r}: the exporter produced inputs/outputs {names}, "
+            f"the spec declares {(list(graph.inputs), list(graph.outputs))}"
+        )
     _name_dynamic_dims(model, graph)
     return model
 

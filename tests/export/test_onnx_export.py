@@ -139,6 +139,7 @@ def test_export_writes_files_and_report(tmp_path) -> None:
         "fp16/start.onnx",
         "fp32/start.onnx",
     ]
+    assert result.get("start", "fp16").path == tmp_path / "fp16" / "start.onnx"
     assert not list(tmp_path.rglob("*.tmp"))
     report = json.loads((tmp_path / "export_report.json").read_text())
     assert report["model_name"] == "tiny" and report["parity_passed"] is True
@@ -149,7 +150,9 @@ def test_export_writes_files_and_report(tmp_path) -> None:
     onnx.checker.check_model(str(tmp_path / "fp16" / "start.onnx"))
     with pytest.raises(FileExistsError, match="overwrite"):
         export_onnx(model, tmp_path, graphs=["start"])
-    again = export_onnx(model, tmp_path, graphs=["start"], precisions=("fp32",), simplify="ort", parity=False, overwrite=True)
+    again = export_onnx(
+        model, tmp_path, graphs=["start"], precisions=("fp32",), simplify="ort", parity=False, overwrite=True
+    )
     assert again.get("start").parity is None and again.parity_passed is None
     assert non_portable_nodes(again.model("start")) == []  # ORT's *basic* optimiser adds no contrib ops
 
@@ -241,7 +244,9 @@ def test_compose_models_wires_by_name_and_rejects_unbound_inputs() -> None:
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
 
     first = model([helper.make_node("Add", ["x", "one"], ["h"], name="add")], ["x"], ["h"])
-    second = model([helper.make_node("Mul", ["h", "x"], ["t"]), helper.make_node("Add", ["t", "one"], ["y"])], ["h", "x"], ["y"])
+    second = model(
+        [helper.make_node("Mul", ["h", "x"], ["t"]), helper.make_node("Add", ["t", "one"], ["y"])], ["h", "x"], ["y"]
+    )
     composite = compose_models([("a", first), ("b", second)], ["x"], ["y"], "toy")
     onnx.checker.check_model(composite, full_check=True)
     with OrtRuntime(composite) as rt:

@@ -106,7 +106,9 @@ def test_check_runtime_reports_violations_per_output() -> None:
 
     def perturbed(feed):
         out = reference(feed)
-        out["y"] = out["y"] + np.where(np.arange(out["y"].size).reshape(out["y"].shape) == 0, 1e-3, 0).astype(np.float32)
+        out["y"] = out["y"] + np.where(np.arange(out["y"].size).reshape(out["y"].shape) == 0, 1e-3, 0).astype(
+            np.float32
+        )
         return out
 
     tolerances = {"y": Tolerance(atol=1e-4), "label": Tolerance(atol=0)}

@@ -151,7 +151,8 @@ def test_step_model_rejects_missing_decode_inputs() -> None:
     result = exported(TEST_CONFIGS[0])
     images = random_images(2)
     del images["feature_mask"]
-    with create_ort_step_model(**result.runtime_models("fp32")) as step_model, pytest.raises(
-        RuntimeInputError, match="feature_mask"
+    with (
+        create_ort_step_model(**result.runtime_models("fp32")) as step_model,
+        pytest.raises(RuntimeInputError, match="feature_mask"),
     ):
         decode(step_model, images, decode_cfg(TEST_CONFIGS[0]))

@@ -6,9 +6,13 @@ Float16 (``Fp16Policy``): weights and matmuls go to float16, inputs/outputs stay
 - ``LayerNormalization`` / ``ReduceMean``: variance of activations that grow along the residual stream;
 - ``Softmax`` / ``LogSoftmax``: the −1e4 padding bias and 771-way radix log-probs, where float16's step at 16 is
   0.016;
-- the box-relational embedding (ORT §3.2): the forward cone of ``boxes`` up to the ``W_G`` projection
-  (log-ratios scaled by 100 reach ~700 rad before ``sin``/``cos``; float16's resolution there is 0.5 rad), and
-  ``Log``/``Exp``/``Sin``/``Cos`` wherever else they appear (e.g. the constant grid of a backbone bundle).
+- the box-relational embedding (ORT §3.2): everything computing the inputs of ``sin``/``cos``, back to the
+  ``boxes`` input or a backbone bundle's constant grid (log-ratios scaled by 100 reach ~700 rad; float16's
+  resolution there is 0.5 rad), plus ``Log``/``Exp`` wherever they appear (``log(max(ω, 1e-6))``: 1e-6 is
+  subnormal in float16).
+
+The −1e4 padding bias needs no island: −10000 is exactly representable in float16 (a multiple of its step 8 at
+that magnitude) and the softmax reading it runs in float32.
 
 The tolerances are element-wise bounds set from measured errors with a margin
 (``tests/export/test_parity.py`` checks every registered test config against them).

@@ -1,0 +1,213 @@
+"""The environment block of a report: what the numbers depend on (``deployment-ecosystem.md`` §5.3).
+
+CPU model, physical and logical cores, the CPUs this process may use, thread settings, memory, software versions
+(edgecap, Python, torch + CUDA, onnxruntime + its execution providers, onnx, numpy), GPUs and driver, Jetson
+model / L4T release / ``nvpmodel`` power mode, CPU frequency governor and the load average. Everything is read from
+procfs/sysfs, package metadata and, when present, ``nvidia-smi``/``nvpmodel``; a field that cannot be read is None.
+Parsers take text so tests feed them sample strings.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from edgecap._version import __version__
+
+__all__ = [
+    "capture_environment",
+    "cpu_model",
+    "jetson_model",
+    "parse_cpuinfo",
+    "parse_nvpmodel",
+    "physical_cores",
+]
+
+_DISTRIBUTIONS = {
+    "torch": ("torch",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
+    "onnx": ("onnx",),
+    "numpy": ("numpy",),
+    "tensorrt": ("tensorrt",),
+}
+
+
+def _read(path: str | Path) -> str | None:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+
+
+def _run(args: list[str], timeout_s: float = 5.0) -> str | None:
+    exe = shutil.which(args[0])
+    if exe is None:
+        return None
+    try:
+        return subprocess.run(
+            [exe, *args[1:]], capture_output=True, text=True, timeout=timeout_s, check=True
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def parse_cpuinfo(text: str) -> list[dict[str, str]]:
+    """``/proc/cpuinfo`` as one dict per processor block (keys as printed, e.g. ``model name``, ``core id``)."""
+    blocks: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                blocks.append(current)
+                current = {}
+            continue
+        if ":" in line:
+            key, value = line.split(":", 1)
+            current[key.strip()] = value.strip()
+    if current:
+        blocks.append(current)
+    return blocks
+
+
+def cpu_model(cpuinfo_text: str | None = None) -> str:
+    """The CPU's marketing name (x86 ``model name``; ARM ``Model``/``Hardware`` or the implementer/part codes)."""
+    text = _read("/proc/cpuinfo") if cpuinfo_text is None else cpuinfo_text
+    if text:
+        blocks = parse_cpuinfo(text)
+        for key in ("model name", "Model", "Hardware", "cpu model"):
+            for block in blocks:
+                if block.get(key):
+                    return block[key]
+        for block in blocks:
+            if "CPU implementer" in block and "CPU part" in block:
+                return f"ARM implementer {block['CPU implementer']} part {block['CPU part']}"
+    return platform.processor() or platform.machine()
+
+
+def physical_cores(cpuinfo_text: str | None = None) -> int | None:
+    """Distinct ``(physical id, core id)`` pairs; None when cpuinfo does not say (most ARM kernels)."""
+    text = _read("/proc/cpuinfo") if cpuinfo_text is None else cpuinfo_text
+    if not text:
+        return None
+    pairs = {
+        (b.get("physical id", "0"), b["core id"]) for b in parse_cpuinfo(text) if "core id" in b and "processor" in b
+    }
+    return len(pairs) or None
+
+
+def jetson_model() -> str | None:
+    """The board name on NVIDIA Jetson (device-tree model, or the L4T release file), else None."""
+    model = _read("/proc/device-tree/model")
+    if model and ("jetson" in model.lower() or "nvidia" in model.lower()):
+        return model.strip("\x00 \n")
+    if Path("/etc/nv_tegra_release").is_file():
+        return "NVIDIA Jetson (model unknown)"
+    return None
+
+
+def parse_nvpmodel(text: str) -> str | None:
+    """The power mode from ``nvpmodel -q`` output (``NV Power Mode: MAXN`` then the mode id)."""
+    match = re.search(r"NV Power Mode:\s*(.+)", text)
+    if match is None:
+        return None
+    mode = match.group(1).strip()
+    rest = text[match.end() :].split()
+    return f"{mode} (id {rest[0]})" if rest and rest[0].isdigit() else mode
+
+
+def _versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {"edgecap": __version__, "python": platform.python_version()}
+    for key, names in _DISTRIBUTIONS.items():
+        out[key] = None
+        for name in names:
+            try:
+                out[key] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def _torch_info() -> dict[str, Any]:
+    try:
+        import torch
+    except ImportError:
+        return {}
+    info: dict[str, Any] = {
+        "torch_threads": torch.get_num_threads(),
+        "torch_interop_threads": torch.get_num_interop_threads(),
+        "torch_cuda": torch.version.cuda,
+        "cuda_available": torch.cuda.is_available(),
+        "gpus": [],
+    }
+    if torch.cuda.is_available():
+        for i in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(i)
+            info["gpus"].append(
+                {"index": i, "name": props.name, "memory_bytes": int(props.total_memory), "capability": list(
+                    torch.cuda.get_device_capability(i)
+                )}
+            )  # fmt: skip
+        info["cudnn"] = torch.backends.cudnn.version()
+    return info
+
+
+def _ort_providers() -> list[str] | None:
+    try:
+        import onnxruntime
+    except ImportError:
+        return None
+    return list(onnxruntime.get_available_providers())
+
+
+def _nvidia_smi() -> dict[str, Any] | None:
+    text = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,power.limit", "--format=csv,noheader"])
+    if not text:
+        return None
+    rows = [[p.strip() for p in line.split(",")] for line in text.splitlines() if line.strip()]
+    return {
+        "driver": rows[0][1] if rows and len(rows[0]) > 1 else None,
+        "gpus": [{"name": r[0], "memory": r[2] if len(r) > 2 else None, "power_limit": r[3] if len(r) > 3 else None}
+                 for r in rows],
+    }  # fmt: skip
+
+
+def _memory_total_bytes() -> int | None:
+    text = _read("/proc/meminfo")
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text or "", re.MULTILINE)
+    return int(match.group(1)) * 1024 if match else None
+
+
+def capture_environment() -> dict[str, Any]:
+    """The environment block (see ``docs/bench-report-schema.md``, ``environment``)."""
+    affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    jetson = jetson_model()
+    nvpmodel = _run(["nvpmodel", "-q"]) if jetson else None
+    l4t = _read("/etc/nv_tegra_release")
+    governor = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor")
+    env: dict[str, Any] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpu": cpu_model(),
+        "physical_cores": physical_cores(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(affinity) if affinity is not None else os.cpu_count(),
+        "memory_bytes": _memory_total_bytes(),
+        "versions": _versions(),
+        "ort_providers": _ort_providers(),
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "cpu_governor": governor.strip() if governor else None,
+        "jetson": jetson,
+        "l4t_release": l4t.splitlines()[0].lstrip("# ").strip() if l4t else None,
+        "power_mode": parse_nvpmodel(nvpmodel) if nvpmodel else None,
+        "nvidia_smi": _nvidia_smi(),
+        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+    }
+    env.update(_torch_info())
+    return env

@@ -1,0 +1,69 @@
+"""INT8 calibration and static quantisation (QDQ) of exported captioners.
+
+- :class:`CalibrationSource` (``source``): feeds + a cache path, with ONNX Runtime and TensorRT calibrator adapters.
+- ``record``: the decoder-step feeds of a real FP32 decoding run (realistic caches and tokens).
+- ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``).
+- ``quantize``: :func:`quantize_int8` (both runtime graphs) and :func:`quantize_graph` (one graph), with
+  ONNX Runtime's ``quantize_static``; TensorRT calibration tables from the calibrated ranges.
+- ``quality``: :func:`compare_decoders`, the task-level check of an INT8 decoder against its FP32 reference.
+
+``onnx``/``onnxruntime``/``tensorrt`` are imported only when a quantisation or calibrator actually runs.
+
+    from edgecap.calibration import quantize_int8
+    result = quantize_int8(export.runtime_models("fp32"), export.spec, feeds, decode_cfg, preset="cpu-auto")
+    result.models["step"]          # QDQ onnx.ModelProto
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from edgecap.calibration.presets import (
+    QuantPreset,
+    RolePolicy,
+    detect_cpu_preset,
+    get_preset,
+    list_presets,
+    register_preset,
+)
+from edgecap.calibration.source import (
+    CalibrationError,
+    CalibrationSource,
+    OrtCalibrationReader,
+    TrtCalibrator,
+)
+
+_LAZY: dict[str, str] = {
+    "FeedRecorder": "edgecap.calibration.record",
+    "RecordingStepModel": "edgecap.calibration.record",
+    "record_decoder_feeds": "edgecap.calibration.record",
+    "GraphInt8": "edgecap.calibration.quantize",
+    "Int8Result": "edgecap.calibration.quantize",
+    "quantize_graph": "edgecap.calibration.quantize",
+    "quantize_int8": "edgecap.calibration.quantize",
+    "read_trt_calibration_cache": "edgecap.calibration.quantize",
+    "write_trt_calibration_cache": "edgecap.calibration.quantize",
+    "compare_decoders": "edgecap.calibration.quality",
+}
+
+__all__ = [
+    "CalibrationError",
+    "CalibrationSource",
+    "OrtCalibrationReader",
+    "QuantPreset",
+    "RolePolicy",
+    "TrtCalibrator",
+    "detect_cpu_preset",
+    "get_preset",
+    "list_presets",
+    "register_preset",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'edgecap.calibration' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

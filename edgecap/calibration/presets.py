@@ -1,0 +1,278 @@
+"""INT8 quantisation presets per deployment target: one frozen :class:`QuantPreset` each, registered by name.
+
+The right scheme depends on the target's integer kernels, not on the model (``environment-findings.md`` §3):
+
+- ``tensorrt``: signed INT8 activations and weights, both symmetric (zero point 0), per-channel weights, QDQ with a
+  dedicated Q/DQ pair per consumer — what TensorRT's explicit quantization requires (``deployment-ecosystem.md``
+  §2.4, §3.3). Weights are stored as INT8 initialisers behind a ``DequantizeLinear`` (the DQ-only weight form
+  TensorRT's ONNX parser and ModelOpt's ``--dq_only`` accept), so the file shrinks about 4×.
+- ``cpu-avx2``: x86 without VNNI. ONNX Runtime's U8S8 kernels multiply with ``vpmaddubsw``, which saturates its
+  int16 pair sums; S8S8 graphs are converted to U8S8 internally and hit the same limit. Measured on a Zen3: S8S8
+  symmetric gave encoder top-1 agreement 12 % and was slower than FP32. Hence unsigned (asymmetric) activations,
+  signed weights and ``reduce_range`` (7-bit weights: the pair sums can no longer overflow).
+- ``cpu-vnni``: x86 with AVX512-VNNI / AVX-VNNI (Cascade Lake and later, Zen4 and later). ``vpdpbusd`` multiplies
+  u8 × s8 and accumulates straight into int32, so nothing saturates: U8S8 at full 8-bit weight range, no
+  ``reduce_range`` (which would only throw away one bit of weight resolution).
+- ``arm64``: ARMv8.2+ ``SDOT`` / ARMv8.6 ``SMMLA`` are signed × signed int32-accumulating instructions, and
+  ONNX Runtime's ARM64 QGEMM kernels take S8S8 natively, so activations and weights are both signed INT8, without
+  ``reduce_range``. Activations stay asymmetric (a fitted zero point) to keep all 256 levels on one-sided tensors;
+  the zero-point correction is a per-row constant the kernels fold in.
+- ``cpu-auto``: ``cpu-vnni`` / ``cpu-avx2`` / ``arm64`` chosen from this machine's ``/proc/cpuinfo`` flags and
+  architecture (:func:`detect_cpu_preset`). Choose a named preset when quantising for another machine.
+
+Every preset quantises, per graph role, only ops whose integer kernels pay off and whose inputs tolerate 8 bits:
+``MatMul``/``Gemm`` with constant weights (plus ``Conv`` in an encoder, for a CNN backbone). Activation×activation
+matmuls (attention scores, attention × values), ``Softmax``, the additive attention mask (−1e4), the KV cache and
+normalisation stay float: quantising the masked score path raised the decoder's emulated error from 0.018 to 0.82
+(§3, pitfall 3). Matmul *outputs* are not quantised either (TensorRT's recommended Q/DQ placement is on op inputs,
+and ONNX Runtime then fuses ``DQ → MatMul`` into ``MatMulIntegerToFloat``), so logits and attention scores leave the
+integer kernels in float. Calibration is MinMax by default: decoder feeds vary in batch and cache length, and
+MinMax needs no histogram; Entropy/Percentile suit fixed-shape encoder feeds (the ``tensorrt`` preset's encoder).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import platform
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from edgecap.calibration.source import CalibrationError
+
+__all__ = [
+    "CALIBRATION_METHODS",
+    "QuantPreset",
+    "RolePolicy",
+    "detect_cpu_preset",
+    "get_preset",
+    "list_presets",
+    "register_preset",
+    "resolve_preset_name",
+]
+
+#: Calibration methods by edgecap name -> ``onnxruntime.quantization.CalibrationMethod`` member.
+CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
+#: Methods that build histograms of whole tensors (each feed is calibrated in its own pass, see quantize.py).
+HISTOGRAM_METHODS = frozenset({"entropy", "percentile"})
+_INT_TYPES = {"int8": "QInt8", "uint8": "QUInt8"}
+AUTO = "cpu-auto"
+
+
+@dataclass(frozen=True)
+class RolePolicy:
+    """What gets quantised in one graph role (``"encoder"``, ``"step"``) and how it is calibrated.
+
+    Attributes:
+        op_types: op types whose inputs get Q/DQ.
+        method: calibration method, a key of :data:`CALIBRATION_METHODS`.
+        weight_matmuls_only: quantise only ``MatMul``/``Gemm`` nodes whose second input is a constant (weights);
+            attention's activation × activation matmuls stay float. (ONNX Runtime's ``MatMulConstBOnly`` does this
+            only in QOperator mode, so ``quantize_graph`` excludes those nodes by name.)
+        float_output_op_types: op types whose outputs are not quantised (``OpTypesToExcludeOutputQuantization``).
+    """
+
+    op_types: tuple[str, ...]
+    method: str = "minmax"
+    weight_matmuls_only: bool = True
+    float_output_op_types: tuple[str, ...] = ("MatMul", "Gemm")
+
+    def __post_init__(self) -> None:
+        if not self.op_types:
+            raise CalibrationError("RolePolicy.op_types must name at least one op type")
+        if self.method not in CALIBRATION_METHODS:
+            raise CalibrationError(
+                f"RolePolicy.method must be one of {sorted(CALIBRATION_METHODS)}, got {self.method!r}"
+            )
+
+
+TRANSFORMER_ROLE = RolePolicy(op_types=("MatMul", "Gemm"))
+ENCODER_ROLE = RolePolicy(op_types=("MatMul", "Gemm", "Conv"))
+
+
+@dataclass(frozen=True)
+class QuantPreset:
+    """A static-INT8 QDQ scheme for one target.
+
+    Attributes:
+        name: registry key.
+        description: one line for reports and ``--help``.
+        activation_type, weight_type: ``"uint8"`` or ``"int8"``.
+        activation_symmetric: zero point 0 for activations (TensorRT needs it).
+        weight_symmetric: zero point 0 for weights (every preset: integer kernels want it).
+        per_channel: one scale per output channel of each weight.
+        reduce_range: 7-bit weights, against ``vpmaddubsw`` saturation on x86 without VNNI.
+        roles: graph role -> :class:`RolePolicy`; roles not listed use ``default_role``.
+        default_role: the policy of any other role.
+        extra_options: further ``quantize_static`` ``extra_options`` (e.g. ``DedicatedQDQPair``).
+    """
+
+    name: str
+    description: str
+    activation_type: str
+    weight_type: str = "int8"
+    activation_symmetric: bool = False
+    weight_symmetric: bool = True
+    per_channel: bool = True
+    reduce_range: bool = False
+    roles: Mapping[str, RolePolicy] = field(default_factory=lambda: {"encoder": ENCODER_ROLE, "step": TRANSFORMER_ROLE})
+    default_role: RolePolicy = TRANSFORMER_ROLE
+    extra_options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for label in ("activation_type", "weight_type"):
+            if getattr(self, label) not in _INT_TYPES:
+                raise CalibrationError(f"preset {self.name!r}: {label} must be one of {sorted(_INT_TYPES)}")
+
+    def role(self, role: str) -> RolePolicy:
+        """The policy of graph role ``role``."""
+        return self.roles.get(role, self.default_role)
+
+    def replace(self, **changes: Any) -> QuantPreset:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def quantize_kwargs(self, policy: RolePolicy) -> dict[str, Any]:
+        """Keyword arguments of ``onnxruntime.quantization.quantize_static`` for a graph quantised with ``policy``
+        (without model paths, reader, node lists and cache path). Imports onnxruntime."""
+        from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType
+
+        extra = {
+            "ActivationSymmetric": self.activation_symmetric,
+            "WeightSymmetric": self.weight_symmetric,
+            "OpTypesToExcludeOutputQuantization": list(policy.float_output_op_types),
+            # a MatMul weight (K, N) has its output channels on axis 1 (ONNX Runtime's default, stated for clarity)
+            "QDQOpTypePerChannelSupportToAxis": {"MatMul": 1},
+            **dict(self.extra_options),
+        }
+        return {
+            "quant_format": QuantFormat.QDQ,
+            "op_types_to_quantize": list(policy.op_types),
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "activation_type": getattr(QuantType, _INT_TYPES[self.activation_type]),
+            "weight_type": getattr(QuantType, _INT_TYPES[self.weight_type]),
+            "calibrate_method": getattr(CalibrationMethod, CALIBRATION_METHODS[policy.method]),
+            "extra_options": extra,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready description (recorded in :class:`~edgecap.calibration.quantize.Int8Result`)."""
+        return {
+            "name": self.name,
+            "activation_type": self.activation_type,
+            "weight_type": self.weight_type,
+            "activation_symmetric": self.activation_symmetric,
+            "weight_symmetric": self.weight_symmetric,
+            "per_channel": self.per_channel,
+            "reduce_range": self.reduce_range,
+            "roles": {role: dataclasses.asdict(policy) for role, policy in self.roles.items()},
+            "extra_options": dict(self.extra_options),
+        }
+
+
+# -- registry --------------------------------------------------------------------------------------------------------
+_PRESETS: dict[str, QuantPreset] = {}
+
+
+def register_preset(preset: QuantPreset) -> QuantPreset:
+    """Register ``preset`` under ``preset.name`` (replacing an existing one); returns it."""
+    if preset.name == AUTO:
+        raise CalibrationError(f"{AUTO!r} is reserved: it resolves to a registered CPU preset")
+    _PRESETS[preset.name] = preset
+    return preset
+
+
+def list_presets() -> list[str]:
+    """Registered preset names plus ``cpu-auto``."""
+    return sorted([*_PRESETS, AUTO])
+
+
+def resolve_preset_name(name: str) -> str:
+    """``name`` itself, or for ``cpu-auto`` the CPU preset this machine needs."""
+    return detect_cpu_preset() if name == AUTO else name
+
+
+def get_preset(preset: str | QuantPreset) -> QuantPreset:
+    """The preset called ``preset`` (``cpu-auto`` resolved for this machine), or ``preset`` itself.
+
+    Raises:
+        CalibrationError: unknown name.
+    """
+    if isinstance(preset, QuantPreset):
+        return preset
+    name = resolve_preset_name(preset)
+    try:
+        return _PRESETS[name]
+    except KeyError:
+        raise CalibrationError(f"unknown INT8 preset {preset!r}; choose one of {list_presets()}") from None
+
+
+#: /proc/cpuinfo flags of int8 dot-product instructions that accumulate without int16 saturation.
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "avx512vnni", "amx_int8")
+ARM_MACHINES = ("aarch64", "arm64", "armv8l")
+
+
+def detect_cpu_preset(cpuinfo: str | None = None, machine: str | None = None) -> str:
+    """The CPU preset for a machine: ``arm64`` on 64-bit ARM, ``cpu-vnni`` on x86 with a VNNI flag, else ``cpu-avx2``.
+
+    Args:
+        cpuinfo: the text of ``/proc/cpuinfo``; default read from this machine (empty where it does not exist).
+        machine: ``platform.machine()``; default this machine's.
+
+    Without flags to read (macOS, Windows, containers hiding ``/proc``) an x86 machine gets ``cpu-avx2``: its
+    ``reduce_range`` costs one bit of weight resolution but never saturates, on any x86 CPU.
+    """
+    machine = (machine if machine is not None else platform.machine()).lower()
+    if machine in ARM_MACHINES:
+        return "arm64"
+    if cpuinfo is None:
+        path = Path("/proc/cpuinfo")
+        try:
+            cpuinfo = path.read_text(errors="replace") if path.is_file() else ""
+        except OSError:
+            cpuinfo = ""
+    flags: set[str] = set()
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip().lower() in ("flags", "features"):
+            flags.update(value.split())
+    if "asimddp" in flags:  # an ARM kernel reporting dot-product support under an unusual machine name
+        return "arm64"
+    return "cpu-vnni" if flags & set(VNNI_FLAGS) else "cpu-avx2"
+
+
+# -- built-in presets ------------------------------------------------------------------------------------------------
+register_preset(
+    QuantPreset(
+        name="tensorrt",
+        description="TensorRT explicit quantization: S8S8 symmetric, per-channel weights, dedicated Q/DQ pairs",
+        activation_type="int8",
+        activation_symmetric=True,
+        roles={"encoder": dataclasses.replace(ENCODER_ROLE, method="entropy"), "step": TRANSFORMER_ROLE},
+        extra_options={"DedicatedQDQPair": True},
+    )
+)
+register_preset(
+    QuantPreset(
+        name="cpu-avx2",
+        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel",
+        activation_type="uint8",
+        reduce_range=True,
+    )
+)
+register_preset(
+    QuantPreset(
+        name="cpu-vnni",
+        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel",
+        activation_type="uint8",
+    )
+)
+register_preset(
+    QuantPreset(
+        name="arm64",
+        description="64-bit ARM with SDOT/I8MM (ONNX Runtime CPU): S8S8, asymmetric activations, per-channel",
+        activation_type="int8",
+    )
+)

@@ -1,0 +1,639 @@
+"""Static INT8 quantisation of a captioner's runtime graphs to QDQ ONNX with ONNX Runtime's own quantiser.
+
+:func:`quantize_int8` takes the FP32 runtime graphs (``{"encoder": init graph, "step": step graph}``), the caller's
+encoder feeds (real images: backbone pixels or region features) and the deployed :class:`DecodeCfg`, then
+
+1. decodes the calibration images with the FP32 graphs on ONNX Runtime, recording the step graph's feeds (tokens,
+   cross-attention keys/values and the growing self-attention cache) — realistic decoder calibration data
+   (``edgecap.calibration.record``);
+2. per graph (:func:`quantize_graph`): ``quant_pre_process`` (symbolic shape inference, basic ORT optimisation,
+   ONNX shape inference), then ``quantize_static(QuantFormat.QDQ)`` with the target preset's types, op types and
+   calibration method (``edgecap.calibration.presets``), excluding the nodes/op types the caller names;
+3. returns the QDQ graphs, the calibration tensor ranges (JSON-ready; :func:`write_trt_calibration_cache` turns them
+   into a TensorRT calibration table) and a calibration report for the bundle manifest.
+
+Each feed is checked against the graph's inputs; an empty calibration set, a set from which decoding records no step
+feed, or mismatching names raise :class:`~edgecap.calibration.source.CalibrationError` before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fnmatch
+import inspect
+import io
+import json
+import logging
+import struct
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgecap._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from edgecap.calibration.presets import AUTO, HISTOGRAM_METHODS, QuantPreset, RolePolicy, get_preset
+from edgecap.calibration.record import FeedRecorder, record_decoder_feeds
+from edgecap.calibration.source import (
+    CalibrationError,
+    CalibrationSource,
+    OrtCalibrationReader,
+    as_source,
+    check_feed_names,
+)
+
+__all__ = [
+    "GraphInt8",
+    "Int8Result",
+    "graph_inputs",
+    "quantize_graph",
+    "quantize_int8",
+    "read_trt_calibration_cache",
+    "trt_version_code",
+    "write_trt_calibration_cache",
+]
+
+log = logging.getLogger(__name__)
+
+#: Ranges of one graph: tensor name -> (lowest, highest) calibrated value.
+Ranges = dict[str, tuple[float, float]]
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: TensorRT line used when no tensorrt package tells us the version: 10.3, JetPack 6's (the last TensorRT line on
+#: Jetson Orin that reads implicit-INT8 calibration tables; deployment-ecosystem.md §4.1).
+DEFAULT_TRT_VERSION = "10.3.0"
+
+
+# -- onnxruntime plumbing --------------------------------------------------------------------------------------------
+def _ort_quantization() -> Any:
+    try:
+        import onnxruntime.quantization as ortq
+    except ImportError as exc:
+        raise ImportError("INT8 quantisation needs onnxruntime: pip install 'edgecap[onnx]'") from exc
+    if "calibration_cache_path" not in inspect.signature(ortq.quantize_static).parameters:
+        import onnxruntime
+
+        raise ImportError(
+            f"onnxruntime {onnxruntime.__version__} is too old: edgecap's INT8 path needs quantize_static("
+            "calibration_cache_path=...) (onnxruntime PR #28221); upgrade onnxruntime"
+        )
+    return ortq
+
+
+@contextlib.contextmanager
+def _quiet_ort_logging() -> Iterator[None]:
+    """Silence onnxruntime.quantization's root-logger warnings (one per int64 tensor it cannot quantise) without
+    letting its ``logging.warning`` calls run ``basicConfig`` on an unconfigured root logger."""
+    root = logging.getLogger()
+    level, added = root.level, None
+    if not root.handlers:
+        added = logging.NullHandler()
+        root.addHandler(added)
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+        if added is not None:
+            root.removeHandler(added)
+
+
+def graph_inputs(model: Any) -> dict[str, np.dtype]:
+    """The feed inputs of an ONNX model (initialisers excluded), name -> numpy dtype, in graph order."""
+    import onnx
+
+    initializers = {t.name for t in model.graph.initializer}
+    out: dict[str, np.dtype] = {}
+    for vi in model.graph.input:
+        if vi.name not in initializers:
+            out[vi.name] = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+    return out
+
+
+def _preprocess(model: Any, path: Path, what: str) -> tuple[Any, str]:
+    """``quant_pre_process`` into ``path``; symbolic shape inference with ``auto_merge`` first, without it on failure
+    (the dynamo exporter's shapes are complete already). Returns the model and the mode used."""
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    attempts = (("symbolic+optimize", {"auto_merge": True}), ("optimize", {"skip_symbolic_shape": True}))
+    errors = []
+    for mode, options in attempts:
+        try:
+            with _quiet_ort_logging():
+                quant_pre_process(model, str(path), **options)
+            processed = onnx.load(str(path))
+            break
+        except Exception as exc:  # symbolic shape inference raises bare Exceptions
+            errors.append(f"{mode}: {exc}")
+    else:
+        raise CalibrationError(f"{what}: quant_pre_process failed: {'; '.join(errors)}")
+    before = [i.name for i in model.graph.input], [o.name for o in model.graph.output]
+    after = [i.name for i in processed.graph.input], [o.name for o in processed.graph.output]
+    if before != after:
+        raise CalibrationError(f"{what}: pre-processing changed the graph interface {before} -> {after}")
+    return processed, mode
+
+
+# -- exclusions ------------------------------------------------------------------------------------------------------
+def _split_role(item: str, roles: Iterable[str]) -> tuple[str | None, str]:
+    """``"step:node_*"`` -> ``("step", "node_*")`` when ``step`` is a role; otherwise ``(None, item)``."""
+    role, sep, rest = item.partition(":")
+    return (role, rest) if sep and role in roles else (None, item)
+
+
+def _for_role(items: Iterable[str], role: str, roles: Iterable[str]) -> list[str]:
+    out = []
+    for item in items:
+        target, value = _split_role(item, roles)
+        if target is None or target == role:
+            out.append(value)
+    return out
+
+
+def _match_nodes(model: Any, patterns: Sequence[str]) -> dict[str, list[str]]:
+    """pattern -> names of the nodes it matches (``fnmatch`` globs; an exact name is a glob too)."""
+    names = [n.name for n in model.graph.node if n.name]
+    return {p: [n for n in names if fnmatch.fnmatchcase(n, p)] for p in patterns}
+
+
+def _check_exclusions(models: Mapping[str, Any], exclude_nodes: Sequence[str]) -> None:
+    """Every exclusion pattern must match a node of some graph it targets: a typo must not silently do nothing."""
+    roles = list(models)
+    unmatched = []
+    for item in exclude_nodes:
+        target, pattern = _split_role(item, roles)
+        targets = [target] if target is not None else roles
+        if not any(_match_nodes(models[r], [pattern])[pattern] for r in targets):
+            unmatched.append(item)
+    if unmatched:
+        sample = {r: [n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")][:8] for r, m in models.items()}
+        raise CalibrationError(
+            f"exclude_nodes pattern(s) {unmatched} match no node of {sorted(roles)}; "
+            f"node names look like {sample} (prefix a pattern with 'encoder:' or 'step:' to target one graph)"
+        )
+
+
+# -- graph inspection ------------------------------------------------------------------------------------------------
+def _activation_matmuls(model: Any) -> list[str]:
+    """Names of ``MatMul``/``Gemm`` nodes whose second operand is computed, not a weight (attention's Q·Kᵀ and
+    weights·V): they stay float under ``RolePolicy.weight_matmuls_only``."""
+    constants = {t.name for t in model.graph.initializer}
+    constants.update(o for n in model.graph.node if n.op_type == "Constant" for o in n.output)
+    return sorted(
+        n.name
+        for n in model.graph.node
+        if n.op_type in ("MatMul", "Gemm") and len(n.input) > 1 and n.input[1] not in constants
+    )
+
+
+def qdq_summary(model: Any) -> dict[str, Any]:
+    """Counts of Q/DQ nodes and of quantised nodes per op type (nodes fed by a ``DequantizeLinear``)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    quantised: dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in _QDQ_OPS:
+            continue
+        if any(producer.get(i) is not None and producer[i].op_type == "DequantizeLinear" for i in node.input):
+            quantised[node.op_type] = quantised.get(node.op_type, 0) + 1
+    counts = {op: sum(1 for n in model.graph.node if n.op_type == op) for op in _QDQ_OPS}
+    return {"quantized_ops": dict(sorted(quantised.items())), "quantize_linear": counts[_QDQ_OPS[0]],
+            "dequantize_linear": counts[_QDQ_OPS[1]]}
+
+
+def _ranges_from_cache(path: Path) -> tuple[Ranges, str]:
+    from onnxruntime.quantization.calibrate import load_tensors_data
+
+    data = load_tensors_data(path)
+    ranges: Ranges = {}
+    for name in data:
+        lowest, highest = data[name].range_value
+        ranges[name] = (float(np.min(lowest)), float(np.max(highest)))
+    method = getattr(data.calibration_method, "name", str(data.calibration_method))
+    return dict(sorted(ranges.items())), method
+
+
+def _validate_ort_cache(source: CalibrationSource) -> bytes | None:
+    data = source.read_cache()
+    if data is None:
+        return None
+    try:
+        parsed = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        parsed = None
+    if not isinstance(parsed, dict) or "data" not in parsed or "calibration_method" not in parsed:
+        raise CalibrationError(
+            f"calibration cache {source.cache} is not an ONNX Runtime tensor-range cache (JSON with 'data' and "
+            "'calibration_method'); a TensorRT calibration table cannot be reused here — delete it or use another path"
+        )
+    return data
+
+
+# -- one graph -------------------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class GraphInt8:
+    """One graph quantised by :func:`quantize_graph`.
+
+    Attributes:
+        model: the QDQ ``onnx.ModelProto``.
+        ranges: calibrated tensor -> (lowest, highest).
+        info: JSON-ready report: role, method, feeds, cache use, quantised op counts, excluded nodes, pre-processing.
+    """
+
+    model: Any
+    ranges: Ranges
+    info: dict[str, Any]
+
+
+def quantize_graph(
+    model: Any,
+    feeds: CalibrationSource | Iterable[Mapping[str, Any]],
+    preset: str | QuantPreset = AUTO,
+    role: str = "step",
+    *,
+    exclude_nodes: Sequence[str] = (),
+    exclude_op_types: Sequence[str] = (),
+    strict_exclusions: bool = True,
+    workdir: str | Path | None = None,
+    progress: bool = False,
+) -> GraphInt8:
+    """Quantise one FP32 graph to QDQ INT8, calibrated on ``feeds``.
+
+    Args:
+        model: the FP32 ``onnx.ModelProto`` (single file, no external data).
+        feeds: calibration feeds, each with exactly the graph's inputs (cast to the declared dtypes). A
+            :class:`CalibrationSource` with a ``cache`` path reuses the ONNX Runtime range cache there when it exists
+            (no calibration pass, ``feeds`` is not iterated) and writes it otherwise.
+        preset: a preset name (``cpu-auto`` resolves for this machine) or a :class:`QuantPreset`.
+        role: graph role, selecting the preset's :class:`RolePolicy` (``"encoder"``, ``"step"``).
+        exclude_nodes: node names or ``fnmatch`` globs kept float.
+        exclude_op_types: op types removed from the role's quantised op types.
+        strict_exclusions: raise when a pattern in ``exclude_nodes`` matches no node.
+        workdir: also write ``<role>.fp32-pre.onnx``, ``<role>.int8.onnx`` and ``<role>.ranges.json`` here.
+        progress: show a progress bar over the calibration feeds.
+
+    Raises:
+        CalibrationError: empty calibration set, feed names not matching the graph inputs, an unusable cache, nothing
+            left to quantise, or onnxruntime failing.
+    """
+    ortq = _ort_quantization()
+    import onnx
+
+    from edgecap.export.graph import non_portable_nodes, set_metadata
+
+    preset = get_preset(preset)
+    base_policy = preset.role(role)
+    op_types = tuple(op for op in base_policy.op_types if op not in set(exclude_op_types))
+    if not op_types:
+        raise CalibrationError(
+            f"{role}: exclude_op_types {list(exclude_op_types)} leaves nothing to quantise (policy: {base_policy.op_types})"
+        )
+    policy = dataclasses.replace(base_policy, op_types=op_types)
+    source = as_source(feeds, f"{role} calibration feeds")
+    inputs = graph_inputs(model)
+    cached = _validate_ort_cache(source)
+    histogram = policy.method in HISTOGRAM_METHODS
+    length = source.length_hint()
+    if histogram and length is None and cached is None:
+        # strided calibration needs the count: a one-shot iterator is kept in memory, a re-iterable one counted
+        if source.reiterable:
+            length = sum(1 for _ in source)
+        else:
+            source = source.materialize()
+            length = len(source)
+
+    with tempfile.TemporaryDirectory(prefix="edgecap-int8-") as tmp_name:
+        tmp = Path(tmp_name)
+        pre_model, pre_mode = _preprocess(model, tmp / "pre.onnx", role)
+        matches = _match_nodes(pre_model, list(exclude_nodes))
+        unmatched = [p for p, names in matches.items() if not names]
+        if strict_exclusions and unmatched:
+            _check_exclusions({role: pre_model}, unmatched)
+        excluded = sorted({name for names in matches.values() for name in names})
+        activation_matmuls = _activation_matmuls(pre_model) if policy.weight_matmuls_only else []
+
+        cache_path = tmp / "ranges.json"
+        if cached is not None:
+            cache_path.write_bytes(cached)
+        bar = _progress_bar(progress, length, f"int8 {role}: calibrating ({policy.method})")
+        reader = OrtCalibrationReader(source, list(inputs), inputs, length=length, on_feed=bar.update if bar else None)
+        kwargs = preset.quantize_kwargs(policy)
+        if histogram:
+            # one feed per collect pass: bounded memory, and ORT's histogram collector cannot stack feeds of
+            # different shapes (environment-findings.md §3, pitfall 5)
+            kwargs["extra_options"]["CalibStridedMinMax"] = 1
+        out_path = tmp / "int8.onnx"
+        try:
+            with _quiet_ort_logging(), contextlib.redirect_stdout(io.StringIO()):
+                ortq.quantize_static(
+                    str(tmp / "pre.onnx"),
+                    str(out_path),
+                    reader,
+                    nodes_to_exclude=sorted({*excluded, *activation_matmuls}),
+                    calibration_providers=["CPUExecutionProvider"],
+                    calibration_cache_path=str(cache_path),
+                    **kwargs,
+                )
+        except CalibrationError:
+            raise
+        except Exception as exc:  # onnxruntime raises ValueError, RuntimeError, its own Fail/InvalidArgument types
+            if cached is None and reader.served == 0:
+                raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds") from exc
+            raise CalibrationError(f"{role}: onnxruntime quantize_static failed: {exc}") from exc
+        finally:
+            if bar is not None:
+                bar.close()
+        if cached is None and reader.served == 0:
+            raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds")
+        qdq = onnx.load(str(out_path))
+        ranges, cache_method = _ranges_from_cache(cache_path)
+        if cached is None and source.cache is not None:
+            source.write_cache(cache_path.read_bytes())
+        pre_bytes = pre_model.SerializeToString()
+
+    summary = qdq_summary(qdq)
+    if not summary["dequantize_linear"]:
+        raise CalibrationError(f"{role}: nothing was quantised (no {list(op_types)} node with quantisable inputs)")
+    portable = not non_portable_nodes(qdq)
+    if preset.name == "tensorrt" and not portable:
+        raise CalibrationError(f"{role}: the QDQ graph has non-standard ops {non_portable_nodes(qdq)[:5]}")
+    act, wt = preset.activation_type, preset.weight_type
+    set_metadata(
+        qdq,
+        {
+            "precision": "int8",
+            "quant_format": "QDQ",
+            "int8_preset": preset.name,
+            "int8_activations": f"{act}{'-symmetric' if preset.activation_symmetric else ''}",
+            "int8_weights": f"{wt}{'-per-channel' if preset.per_channel else ''}{'-7bit' if preset.reduce_range else ''}",
+            "calibration_method": policy.method,
+            "calibration_feeds": reader.served if cached is None else "cache",
+        },
+    )
+    info = {
+        "role": role,
+        "method": policy.method,
+        "ort_method": cache_method,
+        "feeds": reader.served,
+        "cache": None if source.cache is None else {"path": str(source.cache), "reused": cached is not None},
+        "op_types": list(op_types),
+        "excluded_op_types": [op for op in base_policy.op_types if op not in op_types],
+        "excluded_nodes": excluded,
+        "float_activation_matmuls": len(activation_matmuls),
+        **summary,
+        "preprocess": pre_mode,
+        "portable": portable,
+        "calibrated_tensors": len(ranges),
+    }
+    if workdir is not None:
+        wd = Path(workdir)
+        atomic_write_bytes(wd / f"{role}.fp32-pre.onnx", pre_bytes)
+        atomic_write_bytes(wd / f"{role}.int8.onnx", qdq.SerializeToString())
+        atomic_write_json(wd / f"{role}.ranges.json", {k: list(v) for k, v in ranges.items()})
+    return GraphInt8(qdq, ranges, info)
+
+
+def _progress_bar(enabled: bool, total: int | None, desc: str) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="feed", leave=False)
+
+
+# -- the runtime graphs of a captioner -------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Int8Result:
+    """What :func:`quantize_int8` produced.
+
+    Attributes:
+        models: graph role -> QDQ ``onnx.ModelProto`` (same roles as the FP32 input).
+        preset: the preset used (``cpu-auto`` resolved, e.g. ``"cpu-vnni"``).
+        calibration: JSON-ready report: feed counts, methods, per-role quantised op counts, excluded nodes, the
+            decoder-feed recording statistics and the preset's settings.
+        ranges: role -> tensor -> (lowest, highest) calibrated values (the calibration artefact; see
+            :func:`write_trt_calibration_cache`).
+    """
+
+    models: dict[str, Any]
+    preset: str
+    calibration: dict[str, Any]
+    ranges: dict[str, Ranges] = dataclasses.field(default_factory=dict)
+
+    def artifact(self) -> dict[str, Any]:
+        """JSON-ready calibration artefact for a bundle: preset, report and ranges (tuples as 2-element lists)."""
+        return {
+            "preset": self.preset,
+            "calibration": self.calibration,
+            "ranges": {role: {k: [lo, hi] for k, (lo, hi) in r.items()} for role, r in self.ranges.items()},
+        }
+
+
+def quantize_int8(
+    fp32_models: Mapping[str, Any],
+    spec: Any,
+    encoder_feeds: Iterable[Mapping[str, np.ndarray]],
+    decode_cfg: Any,
+    preset: str | QuantPreset = AUTO,
+    *,
+    max_decoder_feeds: int = 512,
+    exclude_nodes: Sequence[str] = (),
+    exclude_op_types: Sequence[str] = (),
+    workdir: Path | None = None,
+    progress: bool = True,
+) -> Int8Result:
+    """Static INT8 (QDQ) versions of a captioner's runtime graphs, calibrated on real images.
+
+    Args:
+        fp32_models: ``{"encoder": ..., "step": ...}`` FP32 runtime graphs (``ExportResult.runtime_models("fp32")``).
+        spec: the model's ``ExportSpec`` (state names, token/log-prob names, state output suffix).
+        encoder_feeds: batches of encoder-graph inputs from real calibration images (e.g. ``{"pixel_values"}`` or
+            ``{"features", "boxes", "feature_mask"}``); the set size is the caller's choice (a few hundred images
+            is typical). A list, a re-iterable or a callable is streamed twice; a generator is kept in memory.
+        decode_cfg: the deployed ``DecodeCfg``; the FP32 graphs decode the calibration images with it and the step
+            feeds of that decoding calibrate the step graph.
+        preset: target preset name (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``) or a
+            :class:`QuantPreset`.
+        max_decoder_feeds: cap on recorded step feeds (a uniform sample of all steps beyond it).
+        exclude_nodes: node names or globs kept float; prefix ``"encoder:"``/``"step:"`` to target one graph.
+        exclude_op_types: op types kept float (optionally role-prefixed, e.g. ``"step:Gemm"``).
+        workdir: keep intermediate graphs and range files here (default a temporary directory, removed).
+        progress: show progress bars.
+
+    Raises:
+        CalibrationError: no encoder feeds, no decoder feed recorded, feed names not matching the graph inputs,
+            exclusion patterns matching nothing, or quantisation failing.
+    """
+    from edgecap.runtimes.bridge import RuntimeStepModel
+    from edgecap.runtimes.ort import OrtRuntime
+
+    roles = list(fp32_models)
+    missing = [r for r in ("encoder", "step") if r not in fp32_models]
+    if missing:
+        raise CalibrationError(f"fp32_models lacks role(s) {missing} (got {roles}); pass ExportResult.runtime_models()")
+    resolved = get_preset(preset)
+    _check_exclusions(fp32_models, list(exclude_nodes))
+    encoder_inputs = graph_inputs(fp32_models["encoder"])
+    step_inputs = graph_inputs(fp32_models["step"])
+    expected_step = [spec.tokens_name, *spec.state_names]
+    check_feed_names(dict.fromkeys(step_inputs), expected_step, "the step graph vs spec.tokens_name/state_names")
+
+    source = as_source(encoder_feeds, "encoder calibration feeds")
+    kept: list[dict[str, np.ndarray]] | None = None if source.reiterable else []
+    recorder = FeedRecorder(max_feeds=max_decoder_feeds)
+    bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
+
+    def checked(feeds: CalibrationSource) -> Iterator[dict[str, np.ndarray]]:
+        for index, feed in enumerate(feeds):
+            check_feed_names(feed, list(encoder_inputs), f"{feeds.name} #{index}")
+            yield {k: v.astype(encoder_inputs[k], copy=False) for k, v in feed.items()}
+
+    def on_batch(index: int, batch: dict[str, np.ndarray]) -> None:
+        if kept is not None:
+            kept.append({k: np.array(v, copy=True) for k, v in batch.items()})
+        if bar is not None:
+            bar.update()
+
+    step_model = RuntimeStepModel(
+        OrtRuntime(fp32_models["encoder"], name="fp32-encoder", providers="cpu"),
+        OrtRuntime(fp32_models["step"], name="fp32-step", providers="cpu"),
+        spec.state_names,
+        tokens_name=spec.tokens_name,
+        logprobs_name=spec.logprobs_name,
+        state_output_names=spec.state_output_names,
+    )
+    try:
+        with step_model:
+            record_decoder_feeds(
+                step_model,
+                CalibrationSource(lambda: checked(source), name=source.name),
+                decode_cfg,
+                spec.state_names,
+                recorder=recorder,
+                tokens_name=spec.tokens_name,
+                token_dtype=step_inputs[spec.tokens_name],
+                on_batch=on_batch,
+            )
+    finally:
+        if bar is not None:
+            bar.close()
+    images = source.count or 0
+    encoder_source = CalibrationSource(kept, source.cache, name=source.name) if kept is not None else source
+
+    root = Path(workdir) if workdir is not None else None
+    results: dict[str, GraphInt8] = {}
+    for role, feeds in (("encoder", encoder_source), ("step", recorder.source("decoder step feeds"))):
+        results[role] = quantize_graph(
+            fp32_models[role],
+            feeds,
+            resolved,
+            role,
+            exclude_nodes=_for_role(exclude_nodes, role, roles),
+            exclude_op_types=_for_role(exclude_op_types, role, roles),
+            strict_exclusions=False,
+            workdir=root,
+            progress=progress,
+        )
+
+    calibration = {
+        "preset": resolved.name,
+        "preset_requested": preset if isinstance(preset, str) else resolved.name,
+        "quant_format": "QDQ",
+        "encoder_feeds": images,
+        "decoder_feeds": len(recorder),
+        "decoder_recording": {**recorder.stats(), "decode_strategy": getattr(decode_cfg, "strategy", None)},
+        "roles": {role: r.info for role, r in results.items()},
+        "settings": resolved.summary(),
+    }
+    if root is not None:
+        atomic_write_json(root / "int8_calibration.json", calibration)
+    return Int8Result(
+        models={role: r.model for role, r in results.items()},
+        preset=resolved.name,
+        calibration=calibration,
+        ranges={role: r.ranges for role, r in results.items()},
+    )
+
+
+# -- TensorRT calibration tables -------------------------------------------------------------------------------------
+def trt_version_code(version: str | int) -> int:
+    """TensorRT's ``NV_TENSORRT_VERSION`` for a version string: ``"8.6.1"`` -> 8601, ``"10.3.0"`` -> 100300.
+
+    TensorRT < 10 encodes ``major*1000 + minor*100 + patch``; 10 and later ``major*10000 + minor*100 + patch``.
+    """
+    if isinstance(version, int):
+        return version
+    parts = [int(p) for p in str(version).split(".")[:3] if p.isdigit()]
+    if not parts:
+        raise CalibrationError(f"not a TensorRT version: {version!r}")
+    major, minor, patch = (parts + [0, 0])[:3]
+    return major * (10000 if major >= 10 else 1000) + minor * 100 + patch
+
+
+def _installed_trt_version() -> str:
+    try:
+        import tensorrt
+
+        return str(tensorrt.__version__)
+    except ImportError:
+        return DEFAULT_TRT_VERSION
+
+
+def write_trt_calibration_cache(
+    ranges: Mapping[str, tuple[float, float]],
+    path: str | Path,
+    *,
+    trt_version: str | int | None = None,
+    algorithm: str = "EntropyCalibration2",
+) -> None:
+    """Write one graph's ranges as a TensorRT calibration table (implicit INT8, TensorRT <= 10; ORT's TensorRT EP
+    with ``trt_int8_use_native_calibration_table``).
+
+    Format: a header ``TRT-<NV_TENSORRT_VERSION>-<algorithm>``, then ``<tensor>: <scale>`` per tensor, where the scale
+    is ``max(|lowest|, |highest|) / 127`` (symmetric INT8) written as the hexadecimal bit pattern of the float32.
+    TensorRT rejects a table whose header version differs from its own, so pass the target's ``trt_version``
+    (default: the installed tensorrt's, else 10.3.0).
+
+    Args:
+        ranges: tensor -> (lowest, highest), e.g. ``Int8Result.ranges["encoder"]``.
+        path: the table file (written atomically).
+    """
+    code = trt_version_code(trt_version if trt_version is not None else _installed_trt_version())
+    lines = [f"TRT-{code}-{algorithm}"]
+    for name, (lowest, highest) in ranges.items():
+        if ":" in name or "\n" in name:
+            raise CalibrationError(f"tensor name {name!r} cannot be written to a TensorRT calibration table")
+        amax = max(abs(float(lowest)), abs(float(highest)))
+        if not np.isfinite(amax):
+            raise CalibrationError(f"tensor {name!r} has a non-finite calibrated range ({lowest}, {highest})")
+        bits = struct.unpack(">I", struct.pack(">f", amax / 127.0))[0]
+        lines.append(f"{name}: {bits:x}")
+    atomic_write_text(path, "\n".join(lines) + "\n")
+
+
+def read_trt_calibration_cache(path: str | Path) -> tuple[str, dict[str, float]]:
+    """Parse a TensorRT calibration table: ``(header, {tensor: scale})``.
+
+    Raises:
+        CalibrationError: the file is not a TensorRT calibration table.
+    """
+    path = Path(path)
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CalibrationError(f"cannot read TensorRT calibration table {path}: {exc}") from exc
+    if not lines or not lines[0].startswith("TRT-"):
+        raise CalibrationError(f"{path} is not a TensorRT calibration table (no 'TRT-<version>-<algorithm>' header)")
+    scales: dict[str, float] = {}
+    for number, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        name, sep, value = line.rpartition(":")
+        try:
+            if not sep:
+                raise ValueError("no ':'")
+            scales[name] = struct.unpack(">f", struct.pack(">I", int(value.strip(), 16)))[0]
+        except (ValueError, struct.error) as exc:
+            raise CalibrationError(f"{path} line {number}: malformed entry {line!r} ({exc})") from exc
+    return lines[0], scales

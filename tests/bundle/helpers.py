@@ -1,0 +1,177 @@
+"""Tiny runs and bundles shared by the bundle, captioner and CLI tests.
+
+Exporting even a tiny model costs tens of seconds on a 2-core machine (the dynamo exporter), so each kind of bundle
+is built once per test session and memoised here; tests that alter a bundle work on a copy (:func:`copy_bundle`).
+
+- :func:`region_run`: ``ort-test`` trained for a few steps on ``tiny_data``'s region features (no backbone), so its
+  dataset's val split gives the held-out set;
+- :func:`region_bundle`: that run exported with FP32 + FP16 + INT8 (calibrated on the dataset's train split);
+- :func:`pixel_run`: an untrained ``ort-test`` on a random ``test_efficientnet`` (64 px) whose weights are a file, i.e.
+  a run whose features came from a backbone, so images can be captioned.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import save_file
+
+from edgecap.bundle.manifest import MANIFEST_NAME, hash_files
+
+_CACHE: dict[str, Any] = {}
+
+
+def _root(factory: pytest.TempPathFactory) -> Path:
+    if "root" not in _CACHE:
+        _CACHE["root"] = factory.mktemp("bundles")
+    return _CACHE["root"]
+
+
+def region_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
+    """``ort-test`` trained for a few steps on region features (written once per session)."""
+    if "region_run" not in _CACHE:
+        from edgecap.training.config import TrainCfg
+        from edgecap.training.loop import train
+
+        data, feats = tiny_data
+        cfg = TrainCfg(
+            model="ort-test",
+            data=str(data),
+            features=str(feats),
+            out=str(_root(factory) / "region-run"),
+            epochs=2,
+            batch_size=16,
+            optimizer="adamw",
+            lr=3e-3,
+            warmup_steps=2,
+            vocab_min_count=2,
+            max_words=12,
+            device="cpu",
+            save_every_steps=0,
+        )
+        _CACHE["region_run"] = train(cfg, progress=False)
+    return _CACHE["region_run"]
+
+
+def region_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
+    """The region run exported with FP32, FP16 and INT8 (calibrated on the train split, quality on val)."""
+    if "region_bundle" not in _CACHE:
+        from edgecap.bundle import export_bundle
+
+        data, _ = tiny_data
+        run, out = region_run(tiny_data, factory), _root(factory) / "region-bundle"
+        _CACHE["region_bundle"] = export_bundle(
+            run, out, fp16=True, int8=True, calib=data, calib_size=8, progress=False
+        )
+    return _CACHE["region_bundle"]
+
+
+def pixel_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(run directory, backbone weights file): an untrained ``ort-test`` on a random 64 px ``test_efficientnet`` whose
+    weights are stored in a file, laid out exactly like a run ``edgecap train`` writes."""
+    if "pixel_run" not in _CACHE:
+        from edgecap.data.datasets import load_dataset
+        from edgecap.data.vocab import build_vocab
+        from edgecap.models import create_model
+        from edgecap.models.backbone import create_backbone
+        from edgecap.training.checkpoint import save_weights, write_config
+
+        data, _ = tiny_data
+        root = _root(factory)
+        run = root / "pixel-run"
+        run.mkdir(parents=True)
+        torch.manual_seed(0)
+        weights = root / "tiny-backbone.safetensors"
+        save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
+        backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
+        captions = [c for r in load_dataset(data).split("train") for c in r.captions]
+        vocab = build_vocab(captions, kind="word", min_count=2)
+        vocab.save(run / "vocab.json")
+        model = create_model("ort-test", vocab_size=vocab.size, feature_dim=backbone.feature_dim)
+        save_weights(model, run / "weights.safetensors")
+        write_config(
+            run,
+            {
+                "model": {
+                    "name": "ort-test",
+                    "vocab_size": vocab.size,
+                    "feature_dim": backbone.feature_dim,
+                    "overrides": {},
+                    "cfg": model.cfg.to_dict(),
+                },
+                "train": {"max_words": 8},
+                "data": str(data),
+                "features": None,
+                "backbone": backbone.spec,
+                "vocab": {"kind": vocab.kind, "size": vocab.size},
+            },
+        )
+        _CACHE["pixel_run"] = (run, weights)
+    return _CACHE["pixel_run"]
+
+
+def pixel_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(bundle, the command's output): the pixel run exported **through the CLI** with the backbone in the graph
+    (FP32 only), i.e. the ``edgecap export`` smoke test and a pixels-to-captions bundle in one export."""
+    if "pixel_bundle" not in _CACHE:
+        from edgecap.cli import main
+
+        run, weights = pixel_run(tiny_data, factory)
+        out = _root(factory) / "pixel-bundle"
+        args = ["export", "--model", str(run), "--with-backbone", "--backbone-weights", str(weights), "--out", str(out)]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        _CACHE["pixel_bundle"] = (out, result.output)
+    return _CACHE["pixel_bundle"]
+
+
+def export_result_from(bundle: Path, model: Any, precisions: tuple[str, ...], backbone: Any = None, fail: str = ""):
+    """An ``ExportResult`` rebuilt from a bundle's graphs and parity numbers, standing in for ``export_onnx`` (which
+    takes tens of seconds) in tests of what ``export_bundle`` does around it. ``fail`` names a graph whose FP32
+    parity is reported as failed."""
+    import onnx
+
+    from edgecap.export import ExportedGraph, ExportResult, get_export_spec
+
+    spec = get_export_spec(model.eval(), backbone=backbone, name="ort-test")
+    manifest = json.loads((bundle / MANIFEST_NAME).read_text())
+    graphs = {}
+    for precision in precisions:
+        variant = manifest["variants"][precision]
+        for graph, name in variant["graphs"].items():
+            parity = json.loads(json.dumps(variant["parity"][graph]))
+            if graph == fail and precision == "fp32":
+                parity["passed"] = False
+                first = next(iter(parity["outputs"].values()))
+                first.update(passed=False, max_abs=0.5, violations=3)
+            graphs[(graph, precision)] = ExportedGraph(graph, precision, onnx.load(str(bundle / name)), parity=parity)
+    return ExportResult(spec, graphs)
+
+
+def copy_bundle(bundle: Path, dest: Path) -> Path:
+    """A private copy of a bundle for a test that alters it."""
+    return Path(shutil.copytree(bundle, dest))
+
+
+def rehash(bundle: Path) -> None:
+    """Recompute the manifest's checksums, so that only the check under test can catch a tampered bundle."""
+    manifest = json.loads((bundle / MANIFEST_NAME).read_text())
+    manifest["files"] = hash_files(bundle)
+    (bundle / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+
+
+def edit_json(path: Path, **changes: Any) -> None:
+    data = json.loads(path.read_text())
+    for dotted, value in changes.items():
+        node = data
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    path.write_text(json.dumps(data, indent=2))
