@@ -39,7 +39,8 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.runs import default_run_dir, edgecap_home
     from edgecap.training.config import TrainCfg
-    from edgecap.training.loop import resolve_device, train
+    from edgecap.runtimes.torch import resolve_device
+    from edgecap.training.loop import train
 
     console = console or Console()
     timings: dict[str, float] = {}

@@ -56,7 +56,7 @@ def caption(
 
     from edgecap.bundle.reader import is_bundle
     from edgecap.captioner import Captioner
-    from edgecap.training.loop import resolve_device
+    from edgecap.runtimes.torch import resolve_device
 
     try:
         if is_bundle(model):

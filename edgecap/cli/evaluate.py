@@ -46,7 +46,7 @@ def evaluate(
     """Score RUN (a run directory or a trained model name) on a dataset split."""
     apply_threads(threads)
     from edgecap.evaluation.run_eval import evaluate_run
-    from edgecap.training.loop import resolve_device
+    from edgecap.runtimes.torch import resolve_device
 
     try:
         result, _ = evaluate_run(

@@ -18,13 +18,13 @@ def default_cache_dir(data: Path, backbone: str, size: int) -> Path:
 
 
 def _resolve_device(device: str) -> str:
-    import torch
+    from edgecap.runtimes.torch import resolve_device
 
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        fail(f"--device {device} requested but CUDA is not available on this machine")
-    return device
+    try:
+        return str(resolve_device(device))
+    except ValueError as exc:
+        fail(str(exc))
+        raise  # unreachable: fail() raises
 
 
 def _is_complete(cache_dir: Path) -> bool:

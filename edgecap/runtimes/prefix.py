@@ -14,15 +14,13 @@ search runs on it unchanged. It is the honest baseline for the cached-decoding b
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
 from edgecap.decoding.protocol import DecodeInputError, State
-from edgecap.runtimes.torch import CAPTION_INPUTS, resolve_device
+from edgecap.runtimes.torch import TorchStepModel
 
 __all__ = ["PREFIX_STATE", "PrefixRerunStepModel"]
 
@@ -30,7 +28,7 @@ __all__ = ["PREFIX_STATE", "PrefixRerunStepModel"]
 PREFIX_STATE = ("memory", "feature_mask", "prefix")
 
 
-class PrefixRerunStepModel:
+class PrefixRerunStepModel(TorchStepModel):
     """:class:`~edgecap.decoding.StepModel` that re-runs the decoder over the whole prefix at every step.
 
     ``encode`` runs ``model.encode_memory`` once per image; the state holds the memory, the feature mask (all True
@@ -65,27 +63,7 @@ class PrefixRerunStepModel:
                 f"PrefixRerunStepModel needs a CaptionModel with encode_memory() and decode_full(); "
                 f"{type(model).__name__} lacks {missing}"
             )
-        if dtype is not None and autocast is not None:
-            raise ValueError("pass either dtype (cast the model) or autocast (mixed precision), not both")
-        self.device = resolve_device(device)
-        self.dtype, self.autocast_dtype = dtype, autocast
-        self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype)
-        self.model.eval()
-
-    @contextlib.contextmanager
-    def _context(self) -> Iterator[None]:
-        with torch.inference_mode():
-            if self.autocast_dtype is None:
-                yield
-            else:
-                with torch.autocast(self.device.type, dtype=self.autocast_dtype):
-                    yield
-
-    def _prepare(self, value: Any) -> Tensor:
-        tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
-        if self.dtype is not None and tensor.is_floating_point():
-            return tensor.to(self.device, self.dtype, non_blocking=True)
-        return tensor.to(self.device, non_blocking=True)
+        super().__init__(model, device, dtype=dtype, autocast=autocast)
 
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
         """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool.
@@ -93,16 +71,7 @@ class PrefixRerunStepModel:
         Returns:
             ``memory`` (B, N, d), ``feature_mask`` (B, N) bool and an empty ``prefix`` (B, 0) long.
         """
-        missing = [n for n in CAPTION_INPUTS[:2] if n not in inputs]
-        unknown = [n for n in inputs if n not in CAPTION_INPUTS]
-        if missing or unknown:
-            raise DecodeInputError(
-                f"PrefixRerunStepModel.encode: inputs need {list(CAPTION_INPUTS[:2])} (+ optional 'feature_mask'); "
-                f"missing {missing}, unknown {unknown}"
-            )
-        features, boxes = (self._prepare(inputs[n]) for n in CAPTION_INPUTS[:2])
-        mask = inputs.get("feature_mask")
-        mask = None if mask is None else self._prepare(mask)
+        features, boxes, mask = self._caption_inputs(inputs)
         with self._context():
             memory = self.model.encode_memory(features, boxes, mask)
         if mask is None:
@@ -122,9 +91,3 @@ class PrefixRerunStepModel:
             prefix = torch.cat([state["prefix"], tokens.to(self.device, torch.long)[:, None]], dim=1)
             logprobs = self.model.decode_full(state["memory"], state["feature_mask"], prefix)[:, -1]
         return logprobs.float(), {**state, "prefix": prefix}
-
-    def select(self, state: State, index: Tensor) -> State:
-        """Gather rows of every state entry along axis 0 (beam expansion, reordering and pruning)."""
-        with torch.inference_mode():
-            index = index.to(self.device)
-            return {name: value.index_select(0, index) for name, value in state.items()}

@@ -20,7 +20,9 @@ CAPTION_INPUTS = ("features", "boxes", "feature_mask")
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
-    """``torch.device(device)``, with a clear error when CUDA is asked for but absent."""
+    """``torch.device(device)``; ``"auto"`` means CUDA when available. Clear error when CUDA is asked for but absent."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {str(dev)!r} requested but torch.cuda.is_available() is False")
@@ -70,19 +72,27 @@ class TorchStepModel:
             return tensor.to(self.device, self.dtype, non_blocking=True)
         return tensor.to(self.device, non_blocking=True)
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool."""
+    def _caption_inputs(self, inputs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
+        """``features``, ``boxes`` and the optional ``feature_mask`` on the device, with a clear error otherwise."""
         missing = [n for n in CAPTION_INPUTS[:2] if n not in inputs]
         unknown = [n for n in inputs if n not in CAPTION_INPUTS]
         if missing or unknown:
             raise DecodeInputError(
-                f"TorchStepModel.encode: inputs need {list(CAPTION_INPUTS[:2])} (+ optional 'feature_mask'); "
+                f"{type(self).__name__}.encode: inputs need {list(CAPTION_INPUTS[:2])} (+ optional 'feature_mask'); "
                 f"missing {missing}, unknown {unknown}"
             )
-        args = [self._prepare(inputs[n]) for n in CAPTION_INPUTS[:2]]
         mask = inputs.get("feature_mask")
+        return (
+            self._prepare(inputs["features"]),
+            self._prepare(inputs["boxes"]),
+            (None if mask is None else self._prepare(mask)),
+        )
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool."""
+        features, boxes, mask = self._caption_inputs(inputs)
         with self._context():
-            state = self.model.encode(*args, None if mask is None else self._prepare(mask))
+            state = self.model.encode(features, boxes, mask)
         if not isinstance(state, Mapping):
             raise DecodeInputError(f"{type(self.model).__name__}.encode must return a dict of tensors")
         return dict(state)

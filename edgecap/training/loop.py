@@ -14,19 +14,12 @@ from tqdm.auto import tqdm
 
 from edgecap._io import atomic_write_json
 from edgecap._version import __version__
+from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
 from edgecap.training.losses import label_smoothed_nll
 from edgecap.training.schedules import noam, warmup_constant
-
-
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {device!r} requested but CUDA is not available on this machine")
-    return torch.device(device)
 
 
 def seed_everything(seed: int) -> None:

@@ -1,0 +1,441 @@
+"""What is benchmarked: a bundle on one runtime at one precision, as a :class:`Subject` the driver times.
+
+This is the only module of ``edgecap.bench`` that knows bundles. It opens them through the public API
+(``edgecap.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application runs
+it, and it exposes what the measurement needs: the step model, the decoding config per beam, per-image inputs
+(synthetic, from image files, or from the quality set) and the part of the pipeline that runs before the encoder.
+
+Runtimes are registered by name in :data:`BENCH_RUNTIMES`:
+
+- ``torch``: the bundle's ``weights.safetensors`` through :class:`~edgecap.runtimes.torch.TorchStepModel` (cached
+  decoding);
+- ``torch-rerun``: the same weights through :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`, which re-runs the
+  decoder over the whole prefix every step as the reference implementations do — the baseline every report's
+  "speed-up vs re-run prefix" column divides by;
+- ``ort``: the bundle's ONNX graphs of the precision in ONNX Runtime (``RuntimeStepModel``).
+
+What the timed region covers: from encoder inputs to caption strings. When the bundle takes images (its backbone is
+inside the encoder graph, or rebuilt in torch from the bundle's spec) the timed region starts at preprocessed pixels
+and includes the backbone; image decoding and resizing are measured separately and not timed (MLPerf lists them as
+untimed pre-processing). A bundle trained on precomputed region features starts at features.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BENCH_RUNTIMES",
+    "BenchRuntime",
+    "QualitySet",
+    "Subject",
+    "bundle_input_kind",
+    "collate",
+    "list_images",
+    "open_subject",
+    "resolve_quality_set",
+    "skip_reason",
+]
+
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
+
+Item = dict[str, Tensor]
+
+
+@dataclass(frozen=True)
+class BenchRuntime:
+    """A benchmarkable runtime.
+
+    Attributes:
+        name: registry key (``--runtime``).
+        loader: the ``Captioner.load(runtime=...)`` that builds it (``"torch"`` or ``"ort"``).
+        precisions: precisions it can run at all (the bundle must also hold them).
+        rerun_prefix: decodes by re-running the whole prefix (the baseline).
+        description: one line for reports.
+    """
+
+    name: str
+    loader: str
+    precisions: tuple[str, ...]
+    rerun_prefix: bool
+    description: str
+
+
+BENCH_RUNTIMES: dict[str, BenchRuntime] = {
+    r.name: r
+    for r in (
+        BenchRuntime("torch", "torch", ("fp32", "fp16"), False, "torch eager, cached step decoding"),
+        BenchRuntime(
+            "torch-rerun", "torch", ("fp32", "fp16"), True, "torch eager, re-running the whole prefix each step"
+        ),
+        BenchRuntime("ort", "ort", ("fp32", "fp16", "int8"), False, "ONNX Runtime, exported graphs with a cache"),
+    )
+}
+
+
+def _torch_device(device: str | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -> str | None:
+    """Why ``runtime`` at ``precision`` cannot be measured for ``bundle`` here, or None when it can.
+
+    These are combinations that cannot exist (not failures): the report lists them under ``skipped``.
+    """
+    spec = BENCH_RUNTIMES.get(runtime)
+    if spec is None:
+        return f"unknown runtime {runtime!r}; known: {sorted(BENCH_RUNTIMES)}"
+    if precision not in bundle.precisions:
+        return f"the bundle has no {precision} variant (it holds {', '.join(bundle.precisions)})"
+    if precision not in spec.precisions:
+        return f"{runtime} runs {'/'.join(spec.precisions)} weights; {precision} graphs need --runtime ort"
+    if spec.loader == "torch":
+        dev = _torch_device(device)
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            return f"device {dev} requested but CUDA is not available"
+        if precision == "fp16" and dev.type != "cuda":
+            return "FP16 with torch needs a CUDA device (torch has no fast FP16 CPU kernels)"
+    if spec.loader == "ort":
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return "onnxruntime is not installed (pip install 'edgecap[onnx]')"
+    return None
+
+
+def bundle_input_kind(bundle: Any) -> str:
+    """``"pixels"`` when the bundle captions images (a backbone in the graph or in its spec), else ``"features"``."""
+    return "pixels" if bundle.backbone_in_graph or bundle.backbone_spec else "features"
+
+
+# -- inputs ----------------------------------------------------------------------------------------------------------
+def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
+    """Image files under ``directory`` (recursive, sorted), at most ``limit``.
+
+    Raises:
+        FileNotFoundError: ``directory`` does not exist.
+        ValueError: it holds no image files.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise FileNotFoundError(f"--images: {directory} is not a directory")
+    paths = sorted(p for p in directory.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not paths:
+        raise ValueError(f"--images: no image files in {directory} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
+    return paths[:limit] if limit else paths
+
+
+def collate(items: Sequence[Item]) -> dict[str, Tensor]:
+    """Stack per-image inputs into a batch; region features of different counts are right-padded and masked."""
+    if not items:
+        raise ValueError("collate needs at least one item")
+    if "pixel_values" in items[0]:
+        return {"pixel_values": torch.stack([i["pixel_values"] for i in items])}
+    regions = max(int(i["features"].shape[0]) for i in items)
+    dim = int(items[0]["features"].shape[1])
+    features = torch.zeros(len(items), regions, dim)
+    boxes = torch.zeros(len(items), regions, 4)
+    mask = torch.zeros(len(items), regions, dtype=torch.bool)
+    for row, item in enumerate(items):
+        n = int(item["features"].shape[0])
+        features[row, :n] = item["features"]
+        boxes[row, :n] = item["boxes"]
+        mask[row, :n] = item["feature_mask"] if "feature_mask" in item else True
+    return {"features": features, "boxes": boxes, "feature_mask": mask}
+
+
+@dataclass(frozen=True)
+class QualitySet:
+    """The fixed subset quality is measured on (the same images for every runtime/precision of a bundle).
+
+    Attributes:
+        description: what it is, for the report.
+        image_ids: dataset image ids, in order.
+        paths: image files (None entries for feature-only datasets).
+        references: reference captions per image.
+        features: the feature directory for bundles that caption region features, else None.
+    """
+
+    description: str
+    image_ids: tuple[str, ...]
+    paths: tuple[str | None, ...]
+    references: tuple[tuple[str, ...], ...]
+    features: str | None = None
+
+
+def resolve_quality_set(
+    bundle: Any, data: str | Path | None, features: str | Path | None, limit: int
+) -> tuple[QualitySet | None, str]:
+    """The quality subset for ``bundle``: the first ``limit`` images of the test split (val when there is none) of
+    ``data``, or of the dataset the bundle was trained on when ``data`` is None and that dataset is on this machine.
+
+    Returns:
+        (the set, its description) or (None, why there is none).
+
+    Raises:
+        FileNotFoundError, ValueError: ``data``/``features`` were given explicitly but cannot be used.
+    """
+    from edgecap.data.datasets import load_dataset
+
+    source = bundle.config.get("source") or {}
+    explicit = data is not None
+    if data is None:
+        recorded = source.get("data")
+        if not recorded or not Path(recorded).exists():
+            return None, (
+                "no quality data: the bundle's training dataset is not on this machine "
+                f"({recorded or 'not recorded'}); pass --quality-data DIR"
+            )
+        data = recorded
+    dataset = load_dataset(data)
+    split = "test" if dataset.split("test") else "val"
+    records = [r for r in dataset.split(split) if r.captions][:limit]
+    if not records:
+        message = f"quality data {data}: no test or val images with reference captions"
+        if explicit:
+            raise ValueError(message)
+        return None, message
+    feature_dir = None
+    if bundle_input_kind(bundle) == "features":
+        feature_dir = features or source.get("features")
+        if not feature_dir or not Path(feature_dir).exists():
+            message = (
+                f"the bundle captions region features and no feature directory is available for {data} "
+                f"({feature_dir or 'none recorded'}); pass --quality-features DIR"
+            )
+            if explicit or features is not None:
+                raise FileNotFoundError(message)
+            return None, message
+    elif any(r.path is None for r in records):
+        raise ValueError(f"quality data {data}: the bundle captions images but the dataset has no image files")
+    quality = QualitySet(
+        description=f"{split} split of {data}, first {len(records)} images",
+        image_ids=tuple(r.image_id for r in records),
+        paths=tuple(str(r.path) if r.path is not None else None for r in records),
+        references=tuple(tuple(" ".join(c) for c in r.captions) for r in records),
+        features=str(feature_dir) if feature_dir else None,
+    )
+    return quality, quality.description
+
+
+# -- the subject -----------------------------------------------------------------------------------------------------
+@dataclass
+class Subject:
+    """A loaded bundle on one runtime/precision, ready to be timed.
+
+    Attributes:
+        step_model: the :class:`~edgecap.decoding.StepModel` (the driver wraps it in a timing proxy).
+        vocab: token ids -> words.
+        max_words: the bundle's caption length limit.
+        input_kind: ``"pixels"`` or ``"features"`` — where the timed region starts.
+        backbone_where: ``"torch"`` (run before the encoder, timed as ``backbone``), ``"graph"`` (inside the
+            encoder graph, timed as ``encoder``) or None (region features).
+        device: where inputs go.
+        info: runtime, providers, device, precision as ``Captioner.load`` chose them.
+        load_s: seconds to load (``Captioner.load`` with checksums off; the parent verified them once).
+        size_bytes, files: on-disk size of what this runtime/precision loads, and those files.
+        parameters, backbone_parameters: parameter counts (backbone: when it runs in torch).
+    """
+
+    step_model: Any
+    vocab: Any
+    max_words: int
+    input_kind: str
+    backbone_where: str | None
+    device: torch.device
+    info: dict[str, Any]
+    load_s: float
+    size_bytes: int
+    files: list[str]
+    parameters: int | None
+    backbone_parameters: int | None
+    _backbone: Any = None
+    _preprocess: Callable[[Any], Any] | None = None
+    _feature_dim: int | None = None
+    _image_size: int | None = None
+    _closers: list[Callable[[], Any]] = field(default_factory=list)
+
+    def decode_cfg(self, beam: int) -> Any:
+        """The bundle's production decoding config at beam size ``beam`` (1 = greedy)."""
+        from edgecap.captioning import decode_cfg_for
+
+        return decode_cfg_for(self.vocab, beam_size=beam, max_words=self.max_words)
+
+    @property
+    def sync(self) -> Callable[[], Any] | None:
+        """``torch.cuda.synchronize`` on CUDA (timings must cover kernels, not launches), else None."""
+        if self.device.type == "cuda":
+            device = self.device
+            return lambda: torch.cuda.synchronize(device)
+        return None
+
+    # -- per-image inputs (untimed preparation) ----------------------------------------------------------------------
+    def synthetic_items(self, count: int, seed: int, regions: int) -> list[Item]:
+        """``count`` random inputs: normalised pixels at the backbone's size, or ``regions`` non-negative region
+        features (post-ReLU statistics) with random valid boxes."""
+        g = torch.Generator().manual_seed(seed)
+        items: list[Item] = []
+        for _ in range(count):
+            if self.input_kind == "pixels":
+                size = int(self._image_size or 224)
+                items.append({"pixel_values": torch.randn(3, size, size, generator=g)})
+            else:
+                dim = int(self._feature_dim or 0)
+                corner = torch.rand(regions, 2, generator=g) * 0.7
+                extent = 0.05 + torch.rand(regions, 2, generator=g) * 0.25
+                items.append(
+                    {
+                        "features": torch.randn(regions, dim, generator=g).clamp_(0, 6),
+                        "boxes": torch.cat([corner, corner + extent], dim=1),
+                        "feature_mask": torch.ones(regions, dtype=torch.bool),
+                    }
+                )
+        return items
+
+    def image_items(self, paths: Sequence[str | Path]) -> tuple[list[Item], float]:
+        """Preprocessed pixels of image files, and the mean preprocessing time per image in seconds (untimed in the
+        end-to-end latency, reported on its own)."""
+        if self._preprocess is None:
+            raise ValueError(
+                "this bundle captions precomputed region features, not images: use --synthetic N (or --quality-data "
+                "with --quality-features)"
+            )
+        items, total = [], 0.0
+        for path in paths:
+            start = time.perf_counter()
+            pixels = self._preprocess(path)
+            total += time.perf_counter() - start
+            items.append({"pixel_values": torch.from_numpy(pixels)})
+        return items, total / max(1, len(paths))
+
+    def feature_items(self, directory: str | Path, image_ids: Sequence[str]) -> list[Item]:
+        """Region features of ``image_ids`` from a feature directory (a feature cache or a region-feature store)."""
+        from edgecap.data.sources import open_feature_source
+
+        source = open_feature_source(directory)
+        missing = [i for i in image_ids if i not in source]
+        if missing:
+            raise FileNotFoundError(f"{directory}: no features for {len(missing)} image(s), e.g. {missing[:3]}")
+        items = []
+        for image_id in image_ids:
+            features, boxes = source.get(image_id)
+            items.append(
+                {
+                    "features": torch.as_tensor(features, dtype=torch.float32),
+                    "boxes": torch.as_tensor(boxes, dtype=torch.float32),
+                    "feature_mask": torch.ones(len(features), dtype=torch.bool),
+                }
+            )
+        return items
+
+    # -- the timed part before the encoder ---------------------------------------------------------------------------
+    def to_inputs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        """Encoder inputs for a collated batch: the torch backbone's grid features when it runs outside the graph,
+        else the batch itself (pixels for an in-graph backbone, region features)."""
+        if self.backbone_where != "torch":
+            return dict(batch)
+        with torch.inference_mode():
+            features, boxes = self._backbone(batch["pixel_values"].to(self.device, non_blocking=True))
+            mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
+        return {"features": features, "boxes": boxes, "feature_mask": mask}
+
+    def close(self) -> None:
+        while self._closers:
+            self._closers.pop()()
+
+
+def _file_bytes(bundle: Any, names: Sequence[str]) -> int:
+    files = bundle.manifest["files"]
+    return sum(int(files[n]["bytes"]) for n in names if n in files)
+
+
+def open_subject(
+    bundle: Any,
+    runtime: str,
+    precision: str,
+    *,
+    device: str | None = None,
+    threads: int | None = None,
+    providers: Sequence[str] | None = None,
+) -> Subject:
+    """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision``.
+
+    Raises:
+        ValueError: the runtime is unknown; ``Captioner.load`` errors (``CaptionerError``, ``BundleError``) pass
+            through with their messages.
+    """
+    from edgecap.captioner import BackboneInputs, Captioner, PixelInputs
+
+    spec = BENCH_RUNTIMES.get(runtime)
+    if spec is None:
+        raise ValueError(f"unknown benchmark runtime {runtime!r}; known: {sorted(BENCH_RUNTIMES)}")
+    start = time.perf_counter()
+    captioner = Captioner.load(
+        bundle.path,
+        runtime=spec.loader,
+        precision=precision,
+        threads=threads or None,
+        providers=list(providers) if (providers and spec.loader == "ort") else None,
+        device=None if device in (None, "auto") else device,
+        verify=False,
+    )
+    step_model = captioner.step_model
+    if spec.rerun_prefix:
+        from edgecap.runtimes.prefix import PrefixRerunStepModel
+
+        step_model = PrefixRerunStepModel(step_model.model, step_model.device, dtype=step_model.dtype)
+    load_s = time.perf_counter() - start
+
+    inputs = captioner.inputs
+    backbone = preprocess = None
+    backbone_where: str | None = None
+    image_size = None
+    if isinstance(inputs, BackboneInputs):
+        backbone, backbone_where = inputs.backbone, "torch"
+        preprocess, image_size = backbone.preprocess_cfg, backbone.preprocess_cfg.image_size
+    elif isinstance(inputs, PixelInputs):
+        backbone_where, preprocess, image_size = "graph", inputs.cfg, inputs.cfg.image_size
+    info = dict(captioner.runtime_info)
+    info.pop("summary", None)
+    torch_device = torch.device(
+        str(getattr(step_model, "device", None) or ("cuda" if info.get("device") == "cuda" else "cpu"))
+    )
+    if spec.loader == "ort":
+        files = sorted(set(bundle.variant(precision)["files"].values()))
+    else:
+        files = [bundle.config.get("weights", "weights.safetensors")]
+    if backbone_where == "torch" and bundle.backbone_weights is not None:
+        files.append(str(bundle.backbone_weights.relative_to(bundle.path)))
+    parameters = bundle.manifest.get("model", {}).get("parameters")
+    model = getattr(step_model, "model", None)
+    if parameters is None and isinstance(model, torch.nn.Module):
+        parameters = sum(p.numel() for p in model.parameters())
+    subject = Subject(
+        step_model=step_model,
+        vocab=captioner.vocab,
+        max_words=bundle.max_words,
+        input_kind="pixels" if preprocess is not None else "features",
+        backbone_where=backbone_where,
+        device=torch_device,
+        info=info,
+        load_s=load_s,
+        size_bytes=_file_bytes(bundle, files),
+        files=files,
+        parameters=int(parameters) if parameters is not None else None,
+        backbone_parameters=sum(p.numel() for p in backbone.parameters()) if backbone is not None else None,
+        _backbone=backbone,
+        _preprocess=preprocess,
+        _feature_dim=bundle.config["model"].get("feature_dim"),
+        _image_size=image_size,
+    )
+    subject._closers.append(captioner.close)
+    return subject

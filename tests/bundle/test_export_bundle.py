@@ -1,0 +1,184 @@
+"""``export_bundle``: what the manifest records is measured, failures leave nothing, bad inputs are named.
+
+The real FP32+FP16+INT8 export runs once (``region_bundle``); tests of what happens around ``export_onnx`` (an
+interrupted or failed export) stand in for it with an ``ExportResult`` rebuilt from that bundle's own graphs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import edgecap.bundle.export as bundle_export
+import edgecap.export
+from edgecap.bundle import BundleExportError, export_bundle, load_bundle
+from edgecap.bundle.export import calibration_images
+from edgecap.runs import load_run
+from edgecap.training.checkpoint import RunError
+from tests.bundle.helpers import export_result_from, region_bundle, region_run
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_data, tmp_path_factory) -> Path:
+    return region_bundle(tiny_data, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def run(tiny_data, tmp_path_factory) -> Path:
+    return region_run(tiny_data, tmp_path_factory)
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_manifest_records_versions_parity_and_files(bundle: Path):
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["versions"]["torch"] == torch.__version__.split("+")[0] or manifest["versions"]["torch"]
+    assert manifest["versions"]["onnx"] and manifest["versions"]["onnxruntime"] and manifest["opset"] >= 17
+    assert set(manifest["files"]) >= {"config.json", "vocab.json", "weights.safetensors", "onnx/int8/step.onnx"}
+    for precision in ("fp32", "fp16"):
+        variant = manifest["variants"][precision]
+        assert set(variant["parity"]) == {"encoder", "start", "init", "step"}
+        for report in variant["parity"].values():
+            assert report["passed"] and report["feeds"] >= 2
+            for out in report["outputs"].values():
+                assert 0 <= out["max_abs"] <= out["atol"] + out["rtol"] * 100 and out["violations"] == 0
+    config = json.loads((bundle / "config.json").read_text())
+    assert config["model"]["name"] == "ort-test" and config["model"]["family"] == "ort"
+    assert config["vocab"]["kind"] == "word" and config["decode"] == {"max_words": 12, "beam": 3}
+
+
+def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny_data):
+    """The INT8 numbers are recomputed here, independently, from the bundle's graphs and the run's torch weights."""
+    from edgecap.captioning import caption_bank, decode_cfg_for
+    from edgecap.data.datasets import load_dataset
+    from edgecap.data.sources import open_feature_source
+    from edgecap.decoding import decode
+    from edgecap.evaluation import cider_d
+    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.training.batches import FeatureBank
+
+    loaded = load_bundle(bundle)
+    quality = loaded.quality("int8")
+    data, feats = tiny_data
+    val = load_dataset(data).split("val")
+    assert quality["images"] == len(val) == 4 and quality["set"].startswith("val split of dataset")
+    assert quality["reference"] == "torch FP32" and quality["references"] == "human captions"
+    assert loaded.manifest["held_out"]["images"] == 4
+
+    trained = load_run(run)
+    bank = FeatureBank(open_feature_source(feats), [r.image_id for r in val])
+    torch_caps = caption_bank(trained.model, bank, trained.vocab, beam_size=3, max_words=12)
+    cfg = decode_cfg_for(trained.vocab, beam_size=3, max_words=12)
+    with create_ort_step_model(loaded.graph_path("int8", "encoder"), loaded.graph_path("int8", "step")) as sm:
+        hyps = decode(sm, bank.batch(list(range(len(val)))).as_inputs(), cfg)
+    int8_caps = [" ".join(trained.vocab.decode(h[0].tokens)) for h in hyps]
+    refs = {i: [" ".join(c) for c in r.captions] for i, r in enumerate(val)}
+    assert quality["agreement"] == pytest.approx(np.mean([a == b for a, b in zip(torch_caps, int8_caps)]))
+    assert quality["reference_cider_d"] == pytest.approx(cider_d(dict(enumerate(torch_caps)), refs))
+    assert quality["candidate_cider_d"] == pytest.approx(cider_d(dict(enumerate(int8_caps)), refs))
+    assert quality["cider_d_delta"] == pytest.approx(quality["candidate_cider_d"] - quality["reference_cider_d"])
+    assert loaded.quality("fp32")["agreement"] == 1.0  # the decode-level parity promise, measured at export
+
+
+def test_int8_calibration_artefacts(bundle: Path, tiny_data):
+    loaded = load_bundle(bundle)
+    int8 = loaded.variant("int8")
+    assert int8["target"] == "cpu-auto" and int8["preset"] in ("cpu-avx2", "cpu-vnni", "arm64")
+    assert int8["calibration"]["images"] == 8 and int8["calibration"]["set"].startswith("train split of dataset")
+    ranges = json.loads((bundle / int8["artefacts"]["ranges"]).read_text())
+    assert ranges["preset"] == int8["preset"] and set(ranges["ranges"]) == {"encoder", "step"}
+    lo, hi = next(iter(ranges["ranges"]["step"].values()))
+    assert lo <= hi
+    for cache in int8["artefacts"]["tensorrt_caches"].values():
+        assert (bundle / cache).read_text().startswith("TRT-")
+
+
+def test_an_interrupted_export_leaves_no_half_written_bundle(run: Path, bundle: Path, tmp_path: Path, monkeypatch):
+    def export_onnx(model, out_dir=None, **kwargs):
+        return export_result_from(bundle, model, precisions=("fp32",))
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt  # Ctrl-C after the graphs, config, vocab and weights were written
+
+    monkeypatch.setattr(edgecap.export, "export_onnx", export_onnx)
+    monkeypatch.setattr(bundle_export, "_task_check", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export_bundle(run, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def test_a_failed_parity_check_fails_the_export_and_leaves_nothing(run: Path, bundle: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(
+        edgecap.export, "export_onnx", lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), fail="step")
+    )
+    with pytest.raises(BundleExportError) as err:
+        export_bundle(run, tmp_path / "out", progress=False)
+    assert "parity check failed" in str(err.value) and "step (fp32)" in str(err.value) and "0.5" in str(err.value)
+    assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def test_an_empty_calibration_set_is_a_clear_error(run: Path, tmp_path: Path):
+    empty = tmp_path / "calib"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("no images here")
+    with pytest.raises(BundleExportError, match="calibration set is empty"):
+        export_bundle(run, tmp_path / "out", int8=True, calib=empty, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_calibration_images_from_a_folder_or_a_dataset(tiny_data, tmp_path: Path):
+    data, _ = tiny_data
+    images, description = calibration_images(data)
+    assert len(images) == 32 and description.startswith("train split") and images[0].image_id.isdigit()
+    folder = tmp_path / "calib" / "nested"
+    folder.mkdir(parents=True)
+    for image in images[:3]:
+        (folder / image.path.name).write_bytes(image.path.read_bytes())
+    (folder / "README.md").write_text("not an image")
+    found, description = calibration_images(tmp_path / "calib")
+    assert [i.path.name for i in found] == sorted(i.path.name for i in images[:3]) and "images in" in description
+    with pytest.raises(FileNotFoundError):
+        calibration_images(tmp_path / "missing")
+
+
+def test_unreadable_calibration_images_are_skipped_and_counted(tiny_data, tmp_path: Path):
+    from edgecap.bundle.export import _InputMaker
+    from edgecap.models.backbone import create_backbone
+
+    images, _ = calibration_images(tiny_data[0])
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    torch.manual_seed(0)
+    backbone = create_backbone("test_efficientnet", pretrained=False, image_size=64)
+    maker = _InputMaker(source=None, backbone=backbone, with_backbone=True)
+    inputs = maker.images([images[0].path, bad, images[1].path])
+    assert len(inputs) == 2 and list(inputs.skipped) == [str(bad)] and "broken.jpg" in inputs.skipped[str(bad)]
+    assert inputs.batches[0]["pixel_values"].shape == (2, 3, 64, 64)
+
+
+def test_arguments_are_checked_before_any_work(run: Path, bundle: Path, tmp_path: Path):
+    with pytest.raises(BundleExportError, match="needs calibration images"):
+        export_bundle(run, tmp_path / "out", int8=True)
+    with pytest.raises(BundleExportError, match="only used for INT8"):
+        export_bundle(run, tmp_path / "out", calib=tmp_path)
+    with pytest.raises(BundleExportError, match="unknown INT8 target 'gpu'"):
+        export_bundle(run, tmp_path / "out", int8=True, calib=tmp_path, target="gpu")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_bundle(run, bundle)
+    with pytest.raises(BundleExportError, match="region features"):
+        export_bundle(run, tmp_path / "out", with_backbone=True)
+
+
+def test_a_bare_model_name_resolves_under_edgecap_home(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("EDGECAP_HOME", str(tmp_path / "home"))
+    with pytest.raises(RunError) as err:
+        export_bundle("acort-nothing", tmp_path / "out")
+    message = str(err.value)
+    assert str(tmp_path / "home" / "runs" / "acort-nothing" / "config.json") in message
+    assert "edgecap train --model acort-nothing" in message
