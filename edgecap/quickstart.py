@@ -38,8 +38,8 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.evaluation import print_result
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.runs import default_run_dir, edgecap_home
-    from edgecap.training.config import TrainCfg
     from edgecap.runtimes.torch import resolve_device
+    from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train
 
     console = console or Console()
