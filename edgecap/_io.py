@@ -36,6 +36,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         with open(tmp_path, "rb+") as f:
             os.fsync(f.fileno())
+        _apply_default_mode(tmp_path, 0o666)  # writers that recreate the file (safetensors) reset its mode
         os.replace(tmp_path, path)
     finally:
         tmp_path.unlink(missing_ok=True)

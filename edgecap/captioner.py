@@ -86,7 +86,7 @@ class PixelInputs:
     normalise exactly as ``Backbone.preprocess``), for bundles whose encoder graph contains the backbone."""
 
     def __init__(self, spec: Mapping[str, Any]) -> None:
-        from edgecap.models.backbone import PreprocessCfg
+        from edgecap.data.preprocess import PreprocessCfg
 
         self.cfg = PreprocessCfg(
             image_size=int(spec["image_size"]),
@@ -269,10 +269,15 @@ class Captioner:
         step_model, inputs, info, resources, no_images = builder(
             opened, precision, threads, providers, device, available or []
         )
-        from edgecap.captioning import decode_cfg_for
+        try:
+            from edgecap.captioning import decode_cfg_for
 
-        vocab = opened.load_vocab()
-        cfg = decode_cfg_for(vocab, beam_size=beam, max_words=opened.max_words)
+            vocab = opened.load_vocab()
+            cfg = decode_cfg_for(vocab, beam_size=beam, max_words=opened.max_words)
+        except BaseException:
+            for resource in resources:
+                resource.__exit__(None, None, None)
+            raise
         info = {"runtime": runtime, "runtime_reason": runtime_reason, **info, "beam": beam}
         info.update(bundle=str(opened.path), model=opened.name)
         info["summary"] = _describe(info)

@@ -50,9 +50,7 @@ def _run(args: list[str], timeout_s: float = 5.0) -> str | None:
     if exe is None:
         return None
     try:
-        return subprocess.run(
-            [exe, *args[1:]], capture_output=True, text=True, timeout=timeout_s, check=True
-        ).stdout
+        return subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=timeout_s, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -150,10 +148,13 @@ def _torch_info() -> dict[str, Any]:
         for i in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(i)
             info["gpus"].append(
-                {"index": i, "name": props.name, "memory_bytes": int(props.total_memory), "capability": list(
-                    torch.cuda.get_device_capability(i)
-                )}
-            )  # fmt: skip
+                {
+                    "index": i,
+                    "name": props.name,
+                    "memory_bytes": int(props.total_memory),
+                    "capability": list(torch.cuda.get_device_capability(i)),
+                }
+            )
         info["cudnn"] = torch.backends.cudnn.version()
     return info
 
@@ -173,9 +174,11 @@ def _nvidia_smi() -> dict[str, Any] | None:
     rows = [[p.strip() for p in line.split(",")] for line in text.splitlines() if line.strip()]
     return {
         "driver": rows[0][1] if rows and len(rows[0]) > 1 else None,
-        "gpus": [{"name": r[0], "memory": r[2] if len(r) > 2 else None, "power_limit": r[3] if len(r) > 3 else None}
-                 for r in rows],
-    }  # fmt: skip
+        "gpus": [
+            {"name": r[0], "memory": r[2] if len(r) > 2 else None, "power_limit": r[3] if len(r) > 3 else None}
+            for r in rows
+        ],
+    }
 
 
 def _memory_total_bytes() -> int | None:

@@ -437,7 +437,8 @@ class ResourceMonitor:
         cuda_device: the torch CUDA device in use (torch allocator peaks + nvidia-smi sampling), or None on CPU.
         unified: sample ``/proc/meminfo`` (unified-memory boards).
         tegrastats: run tegrastats when it is installed.
-        interval_s: background sampling period.
+        interval_s: sampling period of ``/proc/meminfo``; ``nvidia-smi`` (tens of milliseconds per call) is sampled
+            every ``max(interval_s, 0.2)`` seconds on its own thread.
     """
 
     def __init__(
@@ -451,24 +452,25 @@ class ResourceMonitor:
         self.cuda_device = cuda_device
         self.unified = unified
         self.clock = clock
-        probes: dict[str, Callable[[], float | None]] = {}
-        if cuda_device is not None and shutil.which("nvidia-smi"):
-            probes["gpu_process"] = nvidia_smi_process_memory
+        self.samplers: list[BackgroundSampler] = []
         if unified:
-            probes["unified_used"] = system_used_bytes
-        # nvidia-smi takes tens of milliseconds per call: sample it less often than procfs.
-        self.sampler = BackgroundSampler(probes, interval_s=max(interval_s, 0.2 if "gpu_process" in probes else 0))
+            self.samplers.append(BackgroundSampler({"unified_used": system_used_bytes}, interval_s, clock))
+        if cuda_device is not None and shutil.which("nvidia-smi"):
+            probe = {"gpu_process": nvidia_smi_process_memory}
+            self.samplers.append(BackgroundSampler(probe, max(interval_s, 0.2), clock))
         self.tegrastats = TegrastatsMonitor(clock=clock) if tegrastats and TegrastatsMonitor.available() else None
         self._can_reset_rss = False
 
     def __enter__(self) -> ResourceMonitor:
-        self.sampler.start()
+        for sampler in self.samplers:
+            sampler.start()
         if self.tegrastats is not None and not self.tegrastats.start():
             self.tegrastats = None
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.sampler.stop()
+        for sampler in self.samplers:
+            sampler.stop()
         if self.tegrastats is not None:
             self.tegrastats.stop()
 
@@ -480,17 +482,23 @@ class ResourceMonitor:
 
             torch.cuda.synchronize(self.cuda_device)
             torch.cuda.reset_peak_memory_stats(self.cuda_device)
-        self.sampler.sample_once()  # a sample at the start of every window, however short the window
+        for sampler in self.samplers:
+            sampler.sample_once()  # a sample at the start of every window, however short the window
         return {
             "t0": self.clock(),
             "rss": current_rss_bytes(),
             "unified": system_used_bytes() if self.unified else None,
         }
 
+    def _peak(self, name: str, start: float, end: float) -> float | None:
+        peaks = [p for p in (s.peak(name, start, end) for s in self.samplers if name in s.probes) if p is not None]
+        return max(peaks) if peaks else None
+
     def end(self, window: dict[str, Any], power_from: float | None = None) -> tuple[MemoryStats, PowerStats | None]:
         """Peaks since :meth:`begin`, and the power from ``power_from`` (a ``clock()`` reading, e.g. the end of the
         warm-up, so power averages the timed calls only; default the whole window) to now."""
-        self.sampler.sample_once()
+        for sampler in self.samplers:
+            sampler.sample_once()
         t1 = self.clock()
         gpu_alloc = gpu_reserved = None
         if self.cuda_device is not None:
@@ -503,8 +511,8 @@ class ResourceMonitor:
         start = window["t0"] if power_from is None else power_from
         timed = self.tegrastats.window(start, t1) if self.tegrastats is not None else []
         ram_peaks = [s.ram_used_mb for s in tegra if s.ram_used_mb is not None]
-        gpu_process = self.sampler.peak("gpu_process", window["t0"], t1)
-        unified_peak = self.sampler.peak("unified_used", window["t0"], t1)
+        gpu_process = self._peak("gpu_process", window["t0"], t1)
+        unified_peak = self._peak("unified_used", window["t0"], t1)
         baseline, peak = window["rss"], peak_rss_bytes()
         memory = MemoryStats(
             rss_baseline_bytes=baseline,

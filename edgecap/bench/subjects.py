@@ -149,7 +149,7 @@ def collate(items: Sequence[Item]) -> dict[str, Tensor]:
         n = int(item["features"].shape[0])
         features[row, :n] = item["features"]
         boxes[row, :n] = item["boxes"]
-        mask[row, :n] = item["feature_mask"] if "feature_mask" in item else True
+        mask[row, :n] = item.get("feature_mask", True)
     return {"features": features, "boxes": boxes, "feature_mask": mask}
 
 

@@ -308,8 +308,8 @@ class _HeldOut:
 def _held_out_from_dataset(source: ExportSource, maker: _InputMaker, limit: int) -> _HeldOut | None:
     from edgecap.data.datasets import load_dataset
 
-    if source.data is None:
-        return None
+    if source.data is None or not (maker.from_images or source.features is not None):
+        return None  # no dataset, or neither a backbone nor the feature store to turn its images into inputs
     try:
         dataset = load_dataset(source.data)
     except (ValueError, FileNotFoundError) as exc:
@@ -436,6 +436,11 @@ class _Stages:
         log.info("export: %s", text)
         if self._console is not None:
             self._console.print(f"    {text}")
+
+    def warn(self, text: str) -> None:
+        log.warning("export: %s", text)
+        if self._console is not None:
+            self._console.print(f"    [yellow]warning:[/] {text}")
 
 
 def _check_arguments(int8: bool, calib: Any, target: str, calib_size: int, quality_images: int) -> None:
@@ -598,7 +603,7 @@ def export_bundle(
             held_out = _held_out_from_dataset(source, maker, quality_images)
         if int8:
             stages(f"INT8 for {target}: calibration set = {calib_description}")
-            held_out, calibration = _int8_variant(
+            held_out = _int8_variant(
                 bundle, source, maker, spec, models, variants, cfg, calib_images, calib_description,
                 calib_size, target, held_out, quality_images, progress, stages,
             )  # fmt: skip
@@ -607,7 +612,11 @@ def export_bundle(
         if with_backbone:
             reference = _PixelReference(backbone, reference)
         if held_out is None:
-            stages.note("no held-out set (the run's dataset is not reachable and no calibration images were given)")
+            stages.note(
+                "skipped (quality_images=0)"
+                if not quality_images
+                else "no held-out set: the run's dataset is not reachable and no spare calibration images were given"
+            )
         else:
             batches = _torch_batches(held_out.inputs)
             references = held_out.references or _fp32_references(reference, batches, source.vocab, cfg)
@@ -661,9 +670,9 @@ def _int8_variant(
     quality_images: int,
     progress: bool,
     stages: _Stages,
-) -> tuple[_HeldOut | None, dict[str, Any]]:
-    """Calibrate and quantise; returns the held-out set (carved out of the calibration images when the run has
-    none) and the calibration record."""
+) -> _HeldOut | None:
+    """Calibrate, quantise and write the INT8 variant; returns the held-out set (carved out of the calibration images
+    when the run has none)."""
     from edgecap.calibration import quantize_int8, write_trt_calibration_cache
 
     images = list(calib_images)
@@ -682,7 +691,7 @@ def _int8_variant(
         )
     if calib_inputs.skipped:
         first = next(iter(calib_inputs.skipped))
-        stages.note(f"skipped {len(calib_inputs.skipped)} unreadable calibration image(s), e.g. {first}")
+        stages.warn(f"skipped {len(calib_inputs.skipped)} unreadable calibration image(s), e.g. {first}")
     stages.note(f"calibrating on {len(calib_inputs)} images")
     quantized = quantize_int8(models["fp32"], spec, calib_inputs.batches, cfg, preset=target, progress=progress)
     graphs = {}
@@ -721,7 +730,7 @@ def _int8_variant(
                 f"{len(inputs)} calibration images kept out of calibration ({calib_description}); "
                 "references = torch FP32 captions",
             )
-    return held_out, calibration
+    return held_out
 
 
 def _calibration_inputs(

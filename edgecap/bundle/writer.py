@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from edgecap._io import atomic_directory
+from edgecap._io import _apply_default_mode, atomic_directory
 from edgecap.bundle.manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -80,6 +80,9 @@ class BundleBuilder:
         """
         from edgecap.bundle.reader import load_bundle
 
+        for path in self.root.rglob("*"):
+            # some writers (safetensors) create private 0600 files; a bundle is meant to be copied and shared
+            _apply_default_mode(path, 0o777 if path.is_dir() else 0o666)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,

@@ -88,7 +88,8 @@ def compare_decoders(
     report: dict[str, Any] = {
         "images": images,
         "caption_agreement_pct": 100.0 * same / images,
-        "token_agreement_pct": 100.0 * float(np.mean([token_agreement(a, b) for a, b in zip(ref_tokens, cand_tokens, strict=True)])),
+        "token_agreement_pct": 100.0
+        * float(np.mean([token_agreement(a, b) for a, b in zip(ref_tokens, cand_tokens, strict=True)])),
         "mean_length_reference": float(np.mean([len(c.split()) for c in ref_caps])),
         "mean_length_candidate": float(np.mean([len(c.split()) for c in cand_caps])),
         "differing_examples": [

@@ -13,7 +13,7 @@ encoder feeds (real images: backbone pixels or region features) and the deployed
    into a TensorRT calibration table) and a calibration report for the bundle manifest.
 
 Each feed is checked against the graph's inputs; an empty calibration set, a set from which decoding records no step
-feed, or mismatching names raise :class:`~edgecap.calibration.source.CalibrationError` before anything is written.
+feed, or mismatching names raise :class:`~edgecap.calibration.source.CalibrationError` before any quantisation runs.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from edgecap._io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from edgecap.calibration.presets import AUTO, HISTOGRAM_METHODS, QuantPreset, RolePolicy, get_preset
+from edgecap.calibration.presets import AUTO, HISTOGRAM_METHODS, QuantPreset, get_preset
 from edgecap.calibration.record import FeedRecorder, record_decoder_feeds
 from edgecap.calibration.source import (
     CalibrationError,
@@ -55,11 +55,14 @@ __all__ = [
     "write_trt_calibration_cache",
 ]
 
-log = logging.getLogger(__name__)
-
 #: Ranges of one graph: tensor name -> (lowest, highest) calibrated value.
 Ranges = dict[str, tuple[float, float]]
 _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+#: Memory bound of the recorded decoder feeds: at most this many hypotheses per step feed, and this many bytes in all.
+#: A step row of acort-xsmall at 49 regions holds ~50 KB of cross-attention keys plus its cache, so 512 beam-search
+#: feeds of 12 rows would need ~300 MB; 8 rows and 256 MiB keep calibration on a laptop.
+DECODER_ROWS_PER_FEED = 8
+DECODER_FEED_BYTES = 256 << 20
 #: TensorRT line used when no tensorrt package tells us the version: 10.3, JetPack 6's (the last TensorRT line on
 #: Jetson Orin that reads implicit-INT8 calibration tables; deployment-ecosystem.md §4.1).
 DEFAULT_TRT_VERSION = "10.3.0"
@@ -168,7 +171,9 @@ def _check_exclusions(models: Mapping[str, Any], exclude_nodes: Sequence[str]) -
         if not any(_match_nodes(models[r], [pattern])[pattern] for r in targets):
             unmatched.append(item)
     if unmatched:
-        sample = {r: [n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")][:8] for r, m in models.items()}
+        sample = {
+            r: [n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv")][:8] for r, m in models.items()
+        }
         raise CalibrationError(
             f"exclude_nodes pattern(s) {unmatched} match no node of {sorted(roles)}; "
             f"node names look like {sample} (prefix a pattern with 'encoder:' or 'step:' to target one graph)"
@@ -188,18 +193,81 @@ def _activation_matmuls(model: Any) -> list[str]:
     )
 
 
-def qdq_summary(model: Any) -> dict[str, Any]:
-    """Counts of Q/DQ nodes and of quantised nodes per op type (nodes fed by a ``DequantizeLinear``)."""
+def qdq_summary(model: Any, op_types: Iterable[str]) -> dict[str, Any]:
+    """Counts of Q/DQ nodes and of quantised nodes per op type (nodes of ``op_types`` fed by a
+    ``DequantizeLinear``; other ops reading a dequantised tensor, e.g. a ``Relu`` after a ``Conv``, still run float)."""
     producer = {o: n for n in model.graph.node for o in n.output}
+    wanted = set(op_types)
     quantised: dict[str, int] = {}
     for node in model.graph.node:
-        if node.op_type in _QDQ_OPS:
+        if node.op_type not in wanted:
             continue
         if any(producer.get(i) is not None and producer[i].op_type == "DequantizeLinear" for i in node.input):
             quantised[node.op_type] = quantised.get(node.op_type, 0) + 1
     counts = {op: sum(1 for n in model.graph.node if n.op_type == op) for op in _QDQ_OPS}
-    return {"quantized_ops": dict(sorted(quantised.items())), "quantize_linear": counts[_QDQ_OPS[0]],
-            "dequantize_linear": counts[_QDQ_OPS[1]]}
+    return {
+        "quantized_ops": dict(sorted(quantised.items())),
+        "quantize_linear": counts[_QDQ_OPS[0]],
+        "dequantize_linear": counts[_QDQ_OPS[1]],
+    }
+
+
+def _prune_opset_imports(model: Any) -> None:
+    """Drop opset imports of domains no node uses (ORT's pre-processing and quantiser add ``com.microsoft``,
+    ``ai.onnx.ml`` …), so the QDQ file declares only what it needs."""
+    used = {n.domain for n in model.graph.node} | {"", "ai.onnx"}
+    keep = [imp for imp in model.opset_import if imp.domain in used]
+    if len(keep) != len(model.opset_import):
+        del model.opset_import[:]
+        model.opset_import.extend(keep)
+
+
+def _restore_float_inputs(model: Any, original: Any, targets: set[str]) -> int:
+    """Give the nodes named in ``targets`` and every ``Shape`` node their original float inputs back; returns how
+    many inputs were restored.
+
+    ONNX Runtime's QDQ quantiser rewires *every* consumer of a quantised tensor to the ``DequantizeLinear`` output:
+    an excluded ``MatMul`` sharing its input (or, with cross-layer parameter sharing, its weight) with a quantised
+    one would silently run on fake-quantised values, and a ``Shape`` would read a dequantised tensor. Nodes keep
+    their names through quantisation, so the original inputs come from the pre-processed FP32 graph; a shared
+    weight then exists once as float and once as INT8. Other consumers keep ORT's placement (e.g. the ``Relu`` after
+    a quantised ``Conv`` output, which lets ORT fuse ``QLinearConv`` chains). Unused Q/DQ nodes are removed.
+    """
+    before = {n.name: n for n in original.graph.node if n.name}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    have = {t.name for t in model.graph.initializer}
+    float_weights = {t.name: t for t in original.graph.initializer}
+    restored = 0
+    for node in model.graph.node:
+        old = before.get(node.name)
+        if old is None or not (node.name in targets or node.op_type == "Shape") or len(old.input) != len(node.input):
+            continue
+        for k, name in enumerate(node.input):
+            source = producer.get(name)
+            if source is None or source.op_type != "DequantizeLinear" or old.input[k] == name:
+                continue
+            node.input[k] = old.input[k]
+            if old.input[k] in float_weights and old.input[k] not in have:
+                model.graph.initializer.append(float_weights[old.input[k]])
+                have.add(old.input[k])
+            restored += 1
+    _drop_dead_nodes(model)
+    return restored
+
+
+def _drop_dead_nodes(model: Any) -> None:
+    """Remove Q/DQ nodes whose outputs nobody reads, then initialisers nobody reads."""
+    while True:
+        used = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+        dead = [n for n in model.graph.node if n.op_type in _QDQ_OPS and not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for node in dead:
+            model.graph.node.remove(node)
+    inputs = {i.name for i in model.graph.input}
+    unused = [t for t in model.graph.initializer if t.name not in used and t.name not in inputs]
+    for tensor in unused:
+        model.graph.initializer.remove(tensor)
 
 
 def _ranges_from_cache(path: Path) -> tuple[Ranges, str]:
@@ -277,25 +345,22 @@ def quantize_graph(
         CalibrationError: empty calibration set, feed names not matching the graph inputs, an unusable cache, nothing
             left to quantise, or onnxruntime failing.
     """
-    ortq = _ort_quantization()
-    import onnx
-
     from edgecap.export.graph import non_portable_nodes, set_metadata
 
+    _ort_quantization()
     preset = get_preset(preset)
     base_policy = preset.role(role)
     op_types = tuple(op for op in base_policy.op_types if op not in set(exclude_op_types))
     if not op_types:
         raise CalibrationError(
-            f"{role}: exclude_op_types {list(exclude_op_types)} leaves nothing to quantise (policy: {base_policy.op_types})"
+            f"{role}: exclude_op_types {list(exclude_op_types)} leaves nothing to quantise "
+            f"(policy: {list(base_policy.op_types)})"
         )
     policy = dataclasses.replace(base_policy, op_types=op_types)
     source = as_source(feeds, f"{role} calibration feeds")
-    inputs = graph_inputs(model)
     cached = _validate_ort_cache(source)
-    histogram = policy.method in HISTOGRAM_METHODS
     length = source.length_hint()
-    if histogram and length is None and cached is None:
+    if policy.method in HISTOGRAM_METHODS and length is None and cached is None:
         # strided calibration needs the count: a one-shot iterator is kept in memory, a re-iterable one counted
         if source.reiterable:
             length = sum(1 for _ in source)
@@ -312,75 +377,53 @@ def quantize_graph(
             _check_exclusions({role: pre_model}, unmatched)
         excluded = sorted({name for names in matches.values() for name in names})
         activation_matmuls = _activation_matmuls(pre_model) if policy.weight_matmuls_only else []
+        qdq, ranges, ort_method, served = _calibrate_and_quantize(
+            tmp,
+            preset,
+            policy,
+            role,
+            source,
+            graph_inputs(model),
+            length,
+            cached,
+            sorted({*excluded, *activation_matmuls}),
+            progress,
+        )
 
-        cache_path = tmp / "ranges.json"
-        if cached is not None:
-            cache_path.write_bytes(cached)
-        bar = _progress_bar(progress, length, f"int8 {role}: calibrating ({policy.method})")
-        reader = OrtCalibrationReader(source, list(inputs), inputs, length=length, on_feed=bar.update if bar else None)
-        kwargs = preset.quantize_kwargs(policy)
-        if histogram:
-            # one feed per collect pass: bounded memory, and ORT's histogram collector cannot stack feeds of
-            # different shapes (environment-findings.md §3, pitfall 5)
-            kwargs["extra_options"]["CalibStridedMinMax"] = 1
-        out_path = tmp / "int8.onnx"
-        try:
-            with _quiet_ort_logging(), contextlib.redirect_stdout(io.StringIO()):
-                ortq.quantize_static(
-                    str(tmp / "pre.onnx"),
-                    str(out_path),
-                    reader,
-                    nodes_to_exclude=sorted({*excluded, *activation_matmuls}),
-                    calibration_providers=["CPUExecutionProvider"],
-                    calibration_cache_path=str(cache_path),
-                    **kwargs,
-                )
-        except CalibrationError:
-            raise
-        except Exception as exc:  # onnxruntime raises ValueError, RuntimeError, its own Fail/InvalidArgument types
-            if cached is None and reader.served == 0:
-                raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds") from exc
-            raise CalibrationError(f"{role}: onnxruntime quantize_static failed: {exc}") from exc
-        finally:
-            if bar is not None:
-                bar.close()
-        if cached is None and reader.served == 0:
-            raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds")
-        qdq = onnx.load(str(out_path))
-        ranges, cache_method = _ranges_from_cache(cache_path)
-        if cached is None and source.cache is not None:
-            source.write_cache(cache_path.read_bytes())
-        pre_bytes = pre_model.SerializeToString()
-
-    summary = qdq_summary(qdq)
-    if not summary["dequantize_linear"]:
+    _prune_opset_imports(qdq)
+    restored = _restore_float_inputs(qdq, pre_model, {*excluded, *activation_matmuls})
+    summary = qdq_summary(qdq, op_types)
+    if not summary["quantized_ops"]:
         raise CalibrationError(f"{role}: nothing was quantised (no {list(op_types)} node with quantisable inputs)")
     portable = not non_portable_nodes(qdq)
     if preset.name == "tensorrt" and not portable:
         raise CalibrationError(f"{role}: the QDQ graph has non-standard ops {non_portable_nodes(qdq)[:5]}")
-    act, wt = preset.activation_type, preset.weight_type
+    act = preset.activation_type + ("-symmetric" if preset.activation_symmetric else "")
+    wt = preset.weight_type + ("-per-channel" if preset.per_channel else "") + ("-7bit" if preset.reduce_range else "")
     set_metadata(
         qdq,
         {
             "precision": "int8",
             "quant_format": "QDQ",
             "int8_preset": preset.name,
-            "int8_activations": f"{act}{'-symmetric' if preset.activation_symmetric else ''}",
-            "int8_weights": f"{wt}{'-per-channel' if preset.per_channel else ''}{'-7bit' if preset.reduce_range else ''}",
+            "int8_activations": act,
+            "int8_weights": wt,
             "calibration_method": policy.method,
-            "calibration_feeds": reader.served if cached is None else "cache",
+            "calibration_feeds": served if cached is None else "cache",
         },
     )
     info = {
         "role": role,
         "method": policy.method,
-        "ort_method": cache_method,
-        "feeds": reader.served,
+        "ort_method": ort_method,
+        "feeds": served,
         "cache": None if source.cache is None else {"path": str(source.cache), "reused": cached is not None},
         "op_types": list(op_types),
         "excluded_op_types": [op for op in base_policy.op_types if op not in op_types],
         "excluded_nodes": excluded,
+        "unmatched_exclusions": unmatched,
         "float_activation_matmuls": len(activation_matmuls),
+        "float_inputs_restored": restored,
         **summary,
         "preprocess": pre_mode,
         "portable": portable,
@@ -388,10 +431,67 @@ def quantize_graph(
     }
     if workdir is not None:
         wd = Path(workdir)
-        atomic_write_bytes(wd / f"{role}.fp32-pre.onnx", pre_bytes)
+        atomic_write_bytes(wd / f"{role}.fp32-pre.onnx", pre_model.SerializeToString())
         atomic_write_bytes(wd / f"{role}.int8.onnx", qdq.SerializeToString())
         atomic_write_json(wd / f"{role}.ranges.json", {k: list(v) for k, v in ranges.items()})
     return GraphInt8(qdq, ranges, info)
+
+
+def _calibrate_and_quantize(
+    tmp: Path,
+    preset: QuantPreset,
+    policy: Any,
+    role: str,
+    source: CalibrationSource,
+    inputs: Mapping[str, np.dtype],
+    length: int | None,
+    cached: bytes | None,
+    nodes_to_exclude: list[str],
+    progress: bool,
+) -> tuple[Any, Ranges, str, int]:
+    """``quantize_static`` on ``tmp/pre.onnx`` with the range cache in ``tmp``; returns the QDQ model, the ranges,
+    ORT's name of the calibration method and the number of feeds read (0 when the cache was reused)."""
+    import onnx
+
+    ortq = _ort_quantization()
+    cache_path = tmp / "ranges.json"
+    if cached is not None:
+        cache_path.write_bytes(cached)
+    bar = _progress_bar(progress, length, f"int8 {role}: calibrating ({policy.method})")
+    reader = OrtCalibrationReader(source, list(inputs), inputs, length=length, on_feed=bar.update if bar else None)
+    kwargs = preset.quantize_kwargs(policy)
+    if policy.method in HISTOGRAM_METHODS:
+        # one feed per collect pass: bounded memory, and ORT's histogram collector cannot stack feeds of different
+        # shapes (environment-findings.md §3, pitfall 5)
+        kwargs["extra_options"]["CalibStridedMinMax"] = 1
+    out_path = tmp / "int8.onnx"
+    try:
+        with _quiet_ort_logging(), contextlib.redirect_stdout(io.StringIO()):
+            ortq.quantize_static(
+                str(tmp / "pre.onnx"),
+                str(out_path),
+                reader,
+                nodes_to_exclude=nodes_to_exclude,
+                calibration_providers=["CPUExecutionProvider"],
+                calibration_cache_path=str(cache_path),
+                **kwargs,
+            )
+    except CalibrationError:
+        raise
+    except Exception as exc:  # onnxruntime raises ValueError, RuntimeError, its own Fail/InvalidArgument types
+        if cached is None and reader.served == 0:
+            raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds") from exc
+        hint = f" (the range cache {source.cache} may come from another graph or method: delete it)" if cached else ""
+        raise CalibrationError(f"{role}: onnxruntime quantize_static failed: {exc}{hint}") from exc
+    finally:
+        if bar is not None:
+            bar.close()
+    if cached is None and reader.served == 0:
+        raise CalibrationError(f"empty calibration set: {source.name} yielded no feeds")
+    ranges, ort_method = _ranges_from_cache(cache_path)
+    if cached is None and source.cache is not None:
+        source.write_cache(cache_path.read_bytes())
+    return onnx.load(str(out_path)), ranges, ort_method, reader.served
 
 
 def _progress_bar(enabled: bool, total: int | None, desc: str) -> Any:
@@ -455,10 +555,12 @@ def quantize_int8(
             feeds of that decoding calibrate the step graph.
         preset: target preset name (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``) or a
             :class:`QuantPreset`.
-        max_decoder_feeds: cap on recorded step feeds (a uniform sample of all steps beyond it).
+        max_decoder_feeds: cap on recorded step feeds (a uniform sample of all steps beyond it; each feed keeps at
+            most :data:`DECODER_ROWS_PER_FEED` hypotheses, and all of them at most :data:`DECODER_FEED_BYTES`).
         exclude_nodes: node names or globs kept float; prefix ``"encoder:"``/``"step:"`` to target one graph.
         exclude_op_types: op types kept float (optionally role-prefixed, e.g. ``"step:Gemm"``).
-        workdir: keep intermediate graphs and range files here (default a temporary directory, removed).
+        workdir: also keep the pre-processed FP32 graphs, the QDQ graphs, the range files and the calibration report
+            here (None: nothing is written).
         progress: show progress bars.
 
     Raises:
@@ -472,6 +574,11 @@ def quantize_int8(
     missing = [r for r in ("encoder", "step") if r not in fp32_models]
     if missing:
         raise CalibrationError(f"fp32_models lacks role(s) {missing} (got {roles}); pass ExportResult.runtime_models()")
+    extra = [r for r in roles if r not in ("encoder", "step")]
+    if extra:
+        raise CalibrationError(
+            f"quantize_int8 quantises the encoder and step graphs; quantise {extra} with quantize_graph"
+        )
     resolved = get_preset(preset)
     _check_exclusions(fp32_models, list(exclude_nodes))
     encoder_inputs = graph_inputs(fp32_models["encoder"])
@@ -481,7 +588,7 @@ def quantize_int8(
 
     source = as_source(encoder_feeds, "encoder calibration feeds")
     kept: list[dict[str, np.ndarray]] | None = None if source.reiterable else []
-    recorder = FeedRecorder(max_feeds=max_decoder_feeds)
+    recorder = FeedRecorder(max_feeds=max_decoder_feeds, max_rows=DECODER_ROWS_PER_FEED, max_bytes=DECODER_FEED_BYTES)
     bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
 
     def checked(feeds: CalibrationSource) -> Iterator[dict[str, np.ndarray]]:
@@ -536,6 +643,17 @@ def quantize_int8(
             progress=progress,
         )
 
+    lost = [
+        item
+        for item in exclude_nodes
+        if all(
+            _split_role(item, roles)[1] in results[r].info["unmatched_exclusions"]
+            for r in results
+            if _split_role(item, roles)[0] in (None, r)
+        )
+    ]
+    if lost:  # matched the FP32 graph, but pre-processing renamed or fused those nodes
+        raise CalibrationError(f"exclude_nodes pattern(s) {lost} match no node of the pre-processed graphs")
     calibration = {
         "preset": resolved.name,
         "preset_requested": preset if isinstance(preset, str) else resolved.name,

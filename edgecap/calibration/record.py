@@ -6,9 +6,10 @@ cache's values, its length distribution and the tokens all come from the model's
 calibration images with the FP32 model (greedy or beam search, exactly the deployed :class:`DecodeCfg`) and keep the
 feeds of the step calls — what optimum leaves to its users (``deployment-ecosystem.md`` §2.2).
 
-Memory stays bounded: :class:`FeedRecorder` keeps every ``every``-th step feed and at most ``max_feeds`` of them, as a
-uniform random sample of all steps once the cap is reached (reservoir sampling, Vitter's Algorithm R, seeded), so
-late steps with long caches are represented as well as early ones.
+Memory stays bounded: :class:`FeedRecorder` keeps every ``every``-th step feed and at most ``max_feeds`` of them (and at
+most ``max_bytes``), as a uniform random sample of all steps once the cap is reached (reservoir sampling, Vitter's
+Algorithm R, seeded), so late steps with long caches are represented as well as early ones; ``max_rows`` keeps a
+random subset of a step's hypotheses (beam search feeds B·K rows, each holding its image's cross-attention keys).
 """
 
 from __future__ import annotations
@@ -33,16 +34,33 @@ class FeedRecorder:
     Args:
         max_feeds: keep at most this many feeds (>= 1).
         every: consider only every ``every``-th feed offered (1 = all), a cheap first subsampling.
-        seed: seed of the reservoir sampling once more than ``max_feeds`` feeds were considered.
+        seed: seed of the reservoir and row sampling.
+        max_rows: keep at most this many rows (hypotheses) of a feed, a seeded random subset taken alike from every
+            tensor (all of them have the batch on axis 0); None keeps all. Beam search feeds B·K rows per step.
+        max_bytes: stop growing the sample once the kept feeds hold this many bytes; later feeds then only replace
+            kept ones (the reservoir shrinks to the size reached). None: no byte budget.
     """
 
-    def __init__(self, max_feeds: int = 512, every: int = 1, seed: int = 0) -> None:
-        for label, value in (("max_feeds", max_feeds), ("every", every)):
+    def __init__(
+        self,
+        max_feeds: int = 512,
+        every: int = 1,
+        seed: int = 0,
+        *,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> None:
+        for label, value in (("max_feeds", max_feeds), ("every", every), ("max_rows", max_rows or 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise CalibrationError(f"FeedRecorder: {label} must be an integer >= 1, got {value!r}")
-        self.max_feeds, self.every = max_feeds, every
+        if max_bytes is not None and (isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1):
+            raise CalibrationError(f"FeedRecorder: max_bytes must be an integer >= 1 or None, got {max_bytes!r}")
+        self.max_feeds, self.every, self.max_rows, self.max_bytes = max_feeds, every, max_rows, max_bytes
         self._rng = random.Random(seed)
+        self._rows_rng = np.random.default_rng(seed)
         self._kept: list[tuple[int, Feed]] = []  # (arrival index among considered feeds, feed)
+        self._capacity = max_feeds
+        self.nbytes = 0  # memory held by the kept feeds
         self.offered = 0  # feeds offered to add()
         self.considered = 0  # feeds that passed the ``every`` filter
 
@@ -53,14 +71,30 @@ class FeedRecorder:
             return False
         index = self.considered
         self.considered += 1
-        if len(self._kept) < self.max_feeds:
-            self._kept.append((index, _copy_feed(feed)))
-            return True
-        slot = self._rng.randrange(self.considered)  # Algorithm R: keep with probability max_feeds / considered
-        if slot < self.max_feeds:
-            self._kept[slot] = (index, _copy_feed(feed))
+        copied = None
+        if len(self._kept) < self._capacity:
+            copied = self._copy(feed)
+            size = _feed_bytes(copied)
+            if self.max_bytes is None or self.nbytes + size <= self.max_bytes or not self._kept:
+                self._kept.append((index, copied))
+                self.nbytes += size
+                return True
+            self._capacity = len(self._kept)  # the byte budget is reached: the reservoir stops growing
+        slot = self._rng.randrange(self.considered)  # Algorithm R: keep with probability capacity / considered
+        if slot < self._capacity:
+            copied = copied if copied is not None else self._copy(feed)
+            self.nbytes += _feed_bytes(copied) - _feed_bytes(self._kept[slot][1])
+            self._kept[slot] = (index, copied)
             return True
         return False
+
+    def _copy(self, feed: Mapping[str, Any]) -> Feed:
+        arrays = as_feed(feed, "recorded step feed")
+        rows = {a.shape[0] for a in arrays.values() if a.ndim}
+        if self.max_rows is not None and len(rows) == 1 and next(iter(rows)) > self.max_rows:
+            keep = np.sort(self._rows_rng.choice(next(iter(rows)), self.max_rows, replace=False))
+            return {name: np.ascontiguousarray(a[keep]) if a.ndim else a.copy() for name, a in arrays.items()}
+        return {name: np.array(a, copy=True) for name, a in arrays.items()}
 
     @property
     def feeds(self) -> list[Feed]:
@@ -70,18 +104,20 @@ class FeedRecorder:
     def __len__(self) -> int:
         return len(self._kept)
 
-    @property
-    def nbytes(self) -> int:
-        """Memory held by the kept feeds."""
-        return sum(a.nbytes for _, feed in self._kept for a in feed.values())
-
     def source(self, name: str = "decoder feeds") -> CalibrationSource:
         """The kept feeds as a (list-backed, re-iterable) :class:`CalibrationSource`."""
         return CalibrationSource(self.feeds, name=name)
 
     def stats(self, length_axis: tuple[str, int] | None = None) -> dict[str, Any]:
-        """JSON-ready summary: feeds offered/kept, bytes, and the range of one axis (e.g. the cache length)."""
-        out: dict[str, Any] = {"offered": self.offered, "kept": len(self), "every": self.every, "bytes": self.nbytes}
+        """JSON-ready summary: feeds offered/kept, bytes, rows per feed and the range of one axis (e.g. the cache
+        length)."""
+        out: dict[str, Any] = {
+            "offered": self.offered,
+            "kept": len(self),
+            "every": self.every,
+            "max_rows": self.max_rows,
+            "bytes": self.nbytes,
+        }
         rows = [next(iter(f.values())).shape[0] for _, f in self._kept if next(iter(f.values())).ndim]
         if rows:
             out["batch_rows"] = [int(min(rows)), int(max(rows))]
@@ -93,8 +129,8 @@ class FeedRecorder:
         return out
 
 
-def _copy_feed(feed: Mapping[str, Any]) -> Feed:
-    return {name: np.array(value, copy=True) for name, value in as_feed(feed, "recorded step feed").items()}
+def _feed_bytes(feed: Feed) -> int:
+    return sum(a.nbytes for a in feed.values())
 
 
 class RecordingStepModel:

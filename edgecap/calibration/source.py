@@ -19,7 +19,6 @@ of silently yielding nothing (which would look like an empty calibration set).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -37,8 +36,6 @@ __all__ = [
     "as_feed",
     "check_feed_names",
 ]
-
-log = logging.getLogger(__name__)
 
 #: One graph feed: input name -> array.
 Feed = dict[str, np.ndarray]
@@ -357,7 +354,9 @@ class TrtCalibrator:
         batch_size: int = 1,
     ) -> None:
         if algorithm not in TRT_CALIBRATORS:
-            raise CalibrationError(f"unknown TensorRT calibrator {algorithm!r}; choose one of {sorted(TRT_CALIBRATORS)}")
+            raise CalibrationError(
+                f"unknown TensorRT calibrator {algorithm!r}; choose one of {sorted(TRT_CALIBRATORS)}"
+            )
         self.source = as_source(source)
         self.algorithm = algorithm
         self.device = device
@@ -414,7 +413,9 @@ class TrtCalibrator:
         try:
             import tensorrt as trt
         except ImportError as exc:
-            raise ImportError("TensorRT calibration needs the tensorrt package: pip install 'edgecap[tensorrt]'") from exc
+            raise ImportError(
+                "TensorRT calibration needs the tensorrt package: pip install 'edgecap[tensorrt]'"
+            ) from exc
         base = getattr(trt, TRT_CALIBRATORS[self.algorithm], None)
         if base is None:
             raise CalibrationError(

@@ -20,18 +20,32 @@ fairseq's 2K-candidate trick:
 
 Scores are raw sums of log-probs unless ``cfg.length_penalty`` is set; ranking of running beams always uses the raw
 sums (the penalty only compares finished hypotheses, as in the reference and fairseq).
+
+Cost per step. For a small decoder the search's own work is a visible share of a step, so the loop keeps it to a
+handful of tensor ops and one small host read:
+
+- the processors' static masks are one precomputed (V,) mask per step, applied in the one copy of the log-probs
+  (:class:`~edgecap.decoding.processors.ProcessorPlan`);
+- the top-2K candidates come to the host as two short lists (flat indices and scores); when no EOS ranks within an
+  image's top K — most steps — the running beams are simply the first K candidates, taken with four tensor ops;
+- the rare steps where an EOS ranks within the top K run the general selection in Python over those lists;
+- tokens are not gathered into growing (B·K, t) sequences every step: each step stores back-pointers (token,
+  log-prob, parent row), and a hypothesis is traced back only when it finishes. The (B·K, t) history is built only
+  when a processor reads it (n-gram blocking, a multi-digit radix constraint).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from edgecap.decoding.config import DecodeCfg
-from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, StepContext, apply_processors, build_processors
-from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, check_logprobs, device_of
+from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, processor_plan
+from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, device_of, validate_logprobs
 from edgecap.decoding.search import BeamSearch
 
 NEG_INF = float("-inf")
@@ -58,6 +72,58 @@ class _Finished:
         return self.items[-1].score if self.items else NEG_INF
 
 
+class _BackPointers:
+    """Per step, for every running beam it produced ("output row"): its token, log-prob and parent output row of the
+    previous step, appended as host lists — except the log-probs of a fast step, kept as the device tensor of the
+    step's candidates and read to the host only when a hypothesis is traced through that step.
+
+    ``row_map`` of a step maps its *input* rows to the previous step's output rows; it is None (identity) unless
+    pruning dropped rows in between.
+    """
+
+    def __init__(self) -> None:
+        self._tokens: list[list[int]] = []
+        self._parents: list[list[int]] = []
+        self._lps: list[list[float] | tuple[Tensor, int]] = []
+
+    def append(
+        self, tokens: list[int], lps: list[float] | tuple[Tensor, int], src: list[int], row_map: list[int] | None
+    ) -> None:
+        """``src``: each output row's parent as an input row of this step; ``lps``: a list, or ``(tensor, width)``
+        for the first ``width`` columns of a (groups, C) tensor, row-major."""
+        self._tokens.append(tokens)
+        self._parents.append(src if row_map is None else [row_map[r] for r in src])
+        self._lps.append(lps)
+
+    def _logprobs(self, t: int) -> list[float]:
+        lps = self._lps[t]
+        if isinstance(lps, tuple):
+            tensor, width = lps
+            lps = self._lps[t] = [v for row in tensor.tolist() for v in row[:width]]
+        return lps
+
+    def trace(self, t: int, row: int) -> tuple[list[int], list[float]]:
+        """Tokens and log-probs of output row ``row`` of step ``t``, from step 0 (``t = -1``: empty)."""
+        tokens, lps = [], []
+        for s in range(t, -1, -1):
+            tokens.append(self._tokens[s][row])
+            lps.append(self._logprobs(s)[row])
+            row = self._parents[s][row]
+        tokens.reverse()
+        lps.reverse()
+        return tokens, lps
+
+
+def _has_nan(rows: list[list[float]]) -> bool:
+    total = sum(map(sum, rows))  # NaN propagates (as does +inf + -inf, a harmless false alarm)
+    return total != total
+
+
+def _long(values: list[int], device: torch.device) -> Tensor:
+    """A small host list as a long tensor (numpy is the cheapest route from Python ints)."""
+    return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(device)
+
+
 @torch.inference_mode()
 def beam_search(
     step_model: StepModel,
@@ -78,8 +144,8 @@ def beam_search(
         For each of the B images, its ``n_best`` best hypotheses, best first (fewer only if the processors leave fewer
         legal sequences).
     """
-    procs = build_processors(cfg) if processors is None else list(processors)
-    beam = cfg.beam_size
+    procs = None if processors is None else list(processors)
+    beam, eos, max_len = cfg.beam_size, cfg.eos_id, cfg.max_len
     penalty = LengthPenalty(cfg.length_penalty, cfg.length_penalty_alpha)
     search = BeamSearch(beam)
 
@@ -89,102 +155,142 @@ def beam_search(
     finished = [_Finished(beam) for _ in range(images)]
     done = [False] * images
     active = list(range(images))  # image of each group of rows in the batch
+    pointers = _BackPointers()
+    row_map: list[int] | None = None  # input rows of this step -> output rows of the previous one (None: identity)
+    plan = None
+    identity = {n: list(range(n)) for n in range(beam, images * beam + 1, beam)}  # rows -> the identity index
 
     k = 1  # live beams per image: 1 at step 0, K afterwards
     live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
-    seqs = torch.empty(images, 0, dtype=torch.long, device=device)  # (n·k, t)
-    seq_lps = torch.empty(images, 0, dtype=torch.float32, device=device)
-    scores = torch.zeros(images, device=device)
+    scores = torch.zeros(images, 1, 1, device=device)  # (groups, k, 1) running sums
+    history = torch.empty(images, 0, dtype=torch.long, device=device)  # (rows, t), kept only if a processor reads it
 
-    for t in range(cfg.max_len):
+    for t in range(max_len):
         groups = len(active)
-        lp, state = step_model.step(live_tokens, state)
-        lp = check_logprobs(lp.to(device), groups * k)
-        lp = apply_processors(procs, lp, StepContext(t, cfg.max_len, seqs))
-        vocab = lp.shape[1]
+        raw, state = step_model.step(live_tokens, state)
+        raw = validate_logprobs(raw, groups * k, device)
+        if plan is None:
+            plan = processor_plan(cfg, procs, raw.shape[1], device)
+        vocab = raw.shape[1]
+        lp, biased = plan.biased(raw, t, history)
+        cand_scores, flat = search.candidates(lp.reshape(groups, k, vocab), scores)
+        scores_l = cand_scores.tolist()
+        if biased and _has_nan(scores_l):  # a NaN/+inf under a mask: redo this step with exact masking
+            lp = plan(raw, t, history)
+            cand_scores, flat = search.candidates(lp.reshape(groups, k, vocab), scores)
+            scores_l = cand_scores.tolist()
+        flat_l = flat.tolist()
+        eos_flat = {b * vocab + eos for b in range(k)}
+        cand_lps = lp.reshape(groups, k * vocab).gather(1, flat)  # (groups, C)
 
-        cand_scores, cand_tokens, cand_beams = search.step(t, lp.view(groups, k, vocab), scores.view(groups, k))
-        n_cand = cand_scores.shape[1]
-        cand_lps = lp.view(groups, k * vocab).gather(1, cand_beams * vocab + cand_tokens)
-        is_eos = cand_tokens.eq(cfg.eos_id)
-        rank = torch.arange(n_cand, device=device).expand(groups, n_cand)
-        to_finish = is_eos & (rank < beam) & torch.isfinite(cand_scores)
+        if flat.shape[1] >= beam and all(eos_flat.isdisjoint(row[:beam]) for row in flat_l):
+            # No EOS within any image's top K: the K best candidates run on, nothing finishes.
+            tokens_h = [f % vocab for row in flat_l for f in row[:beam]]
+            src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row[:beam]]
+            next_scores = cand_scores[:, :beam, None]
+            best = [row[0] for row in scores_l]
+            pointers.append(tokens_h, (cand_lps, beam), src_h, row_map)
+        else:
+            tokens_h, src_h, scores_h, lps_h, best = _select_with_eos(
+                flat_l, scores_l, cand_lps.tolist(), vocab, k, beam, cfg.pad_id, eos, t, active, done, finished,
+                penalty, pointers, row_map,
+            )  # fmt: skip
+            next_scores = torch.tensor(scores_h, dtype=torch.float32, device=device).view(groups, beam, 1)
+            pointers.append(tokens_h, lps_h, src_h, row_map)
 
-        # The K best non-EOS candidates continue (EOS ones sort last and, if picked at all, are dead).
-        order = torch.where(is_eos, rank + n_cand, rank).argsort(dim=1)[:, :beam]
-        next_scores = cand_scores.gather(1, order).masked_fill(is_eos.gather(1, order), NEG_INF)
-        next_tokens, next_lps = cand_tokens.gather(1, order), cand_lps.gather(1, order)
-        src = (torch.arange(groups, device=device) * k)[:, None] + cand_beams.gather(1, order)
-        if order.shape[1] < beam:  # fewer than K candidates exist (tiny vocabulary): pad with dead beams
-            pad = beam - order.shape[1]
-            next_scores = torch.cat([next_scores, next_scores.new_full((groups, pad), NEG_INF)], 1)
-            next_tokens = torch.cat([next_tokens, next_tokens.new_full((groups, pad), cfg.pad_id)], 1)
-            next_lps = torch.cat([next_lps, next_lps.new_full((groups, pad), NEG_INF)], 1)
-            src = torch.cat([src, src[:, :1].expand(groups, pad)], 1)
-        src = src.reshape(-1)
-
-        _finish_eos(to_finish, cand_beams, cand_scores, cand_lps, seqs, seq_lps, k, t, active, done, finished, penalty)
-        seqs = torch.cat([seqs.index_select(0, src), next_tokens.reshape(-1, 1)], dim=1)
-        seq_lps = torch.cat([seq_lps.index_select(0, src), next_lps.reshape(-1, 1)], dim=1)
-        next_scores = next_scores.reshape(-1)
-
-        if t == cfg.max_len - 1:
-            _finish_running(next_scores, seqs, seq_lps, beam, active, done, finished, penalty)
+        if t == max_len - 1:
+            _finish_running(next_scores, pointers, t, beam, active, done, finished, penalty)
             break
-        best_running = next_scores.view(groups, beam).max(dim=1).values.tolist()
         for g, image in enumerate(active):
             if done[image]:
                 continue
-            bound = penalty.upper_bound(best_running[g], t + 2, cfg.max_len)
+            bound = penalty.upper_bound(best[g], t + 2, max_len)
             if bound == NEG_INF or (finished[image].full and bound <= finished[image].worst):
                 done[image] = True
         if all(done):
             break
 
-        keep = [g for g, image in enumerate(active) if not done[image]] if cfg.prune_finished else list(range(groups))
-        if len(keep) < groups:
-            rows = (torch.tensor(keep, device=device)[:, None] * beam + torch.arange(beam, device=device)).reshape(-1)
-            src, seqs, seq_lps = src[rows], seqs[rows], seq_lps[rows]
-            next_scores, next_tokens = next_scores[rows], next_tokens.reshape(-1)[rows]
+        row_map = None
+        if cfg.prune_finished and any(done[image] for image in active):
+            keep = [g for g, image in enumerate(active) if not done[image]]
+            row_map = [g * beam + b for g in keep for b in range(beam)]
+            src_h, tokens_h = [src_h[r] for r in row_map], [tokens_h[r] for r in row_map]
+            scores = next_scores[_long(keep, device)]
             active = [active[g] for g in keep]
-        state = step_model.select(state, src)
-        live_tokens, scores, k = next_tokens.reshape(-1), next_scores, beam
+        else:
+            scores = next_scores
+        live_tokens = _long(tokens_h, device)
+        if len(src_h) != groups * k or src_h != identity[len(src_h)]:  # each beam continuing itself needs no gather
+            index = _long(src_h, device)
+            state = step_model.select(state, index)
+            if plan.needs_history:
+                history = history.index_select(0, index)
+        if plan.needs_history:
+            history = torch.cat([history, live_tokens[:, None]], dim=1)
+        k = beam
 
     return [f.items[: cfg.n_best] for f in finished]
 
 
-def _finish_eos(
-    to_finish: Tensor,
-    cand_beams: Tensor,
-    cand_scores: Tensor,
-    cand_lps: Tensor,
-    seqs: Tensor,
-    seq_lps: Tensor,
+def _select_with_eos(
+    flat: list[list[int]],
+    cand_scores: list[list[float]],
+    cand_lps: list[list[float]],
+    vocab: int,
     k: int,
+    beam: int,
+    pad_id: int,
+    eos_id: int,
     t: int,
     active: list[int],
     done: list[bool],
     finished: list[_Finished],
     penalty: LengthPenalty,
-) -> None:
-    """Move the EOS candidates of this step into their images' finished lists (one host transfer)."""
-    where = to_finish.nonzero()
-    if where.numel() == 0:
-        return
-    groups, cols = where[:, 0], where[:, 1]
-    src = groups * k + cand_beams[groups, cols]
-    prefixes, prefix_lps = seqs[src].tolist(), seq_lps[src].tolist()
-    eos_lps, raws = cand_lps[groups, cols].tolist(), cand_scores[groups, cols].tolist()
-    for g, prefix, lps, eos_lp, raw in zip(groups.tolist(), prefixes, prefix_lps, eos_lps, raws, strict=True):
+    pointers: _BackPointers,
+    row_map: list[int] | None,
+) -> tuple[list[int], list[int], list[float], list[float], list[float]]:
+    """The general selection, on the host, for a step where some EOS ranks within an image's top K.
+
+    Per image: EOS candidates ranked within the top K with a finite score finish (in rank order, unless the image is
+    done); the running beams are the non-EOS candidates in rank order, then EOS ones (dead), then padding (dead) if
+    fewer than K candidates exist.
+
+    Returns:
+        The next beams (tokens, source input rows, scores, log-probs; K per image, image-major) and each image's
+        best running score.
+    """
+    tokens, src, scores, lps, best = [], [], [], [], []
+    for g, (row, row_scores, row_lps) in enumerate(zip(flat, cand_scores, cand_lps, strict=True)):
+        is_eos = [f % vocab == eos_id for f in row]
+        order = [j for j, e in enumerate(is_eos) if not e] + [j for j, e in enumerate(is_eos) if e]
         image = active[g]
-        if not done[image]:
-            finished[image].add(Hypothesis(prefix, penalty(raw, t + 1), [*lps, eos_lp], True))
+        for j, e in enumerate(is_eos[:beam]):
+            if e and math.isfinite(row_scores[j]) and not done[image]:
+                prefix, prefix_lps = pointers.trace(t - 1, _out_row(g * k + row[j] // vocab, row_map))
+                finished[image].add(Hypothesis(prefix, penalty(row_scores[j], t + 1), [*prefix_lps, row_lps[j]], True))
+        chosen = order[:beam]
+        for j in chosen:
+            tokens.append(row[j] % vocab)
+            src.append(g * k + row[j] // vocab)
+            scores.append(NEG_INF if is_eos[j] else row_scores[j])
+            lps.append(row_lps[j])
+        for _ in range(beam - len(chosen)):  # fewer than K candidates exist (tiny vocabulary): dead beams
+            tokens.append(pad_id)
+            src.append(g * k + row[chosen[0]] // vocab)
+            scores.append(NEG_INF)
+            lps.append(NEG_INF)
+        best.append(scores[g * beam])  # non-EOS candidates come first, best first: column 0 is the maximum
+    return tokens, src, scores, lps, best
+
+
+def _out_row(row: int, row_map: list[int] | None) -> int:
+    return row if row_map is None else row_map[row]
 
 
 def _finish_running(
     scores: Tensor,
-    seqs: Tensor,
-    seq_lps: Tensor,
+    pointers: _BackPointers,
+    t: int,
     beam: int,
     active: list[int],
     done: list[bool],
@@ -192,8 +298,8 @@ def _finish_running(
     penalty: LengthPenalty,
 ) -> None:
     """Force-finish the running beams at ``max_len`` (no EOS appended)."""
-    length = seqs.shape[1]
-    for row, (raw, tokens, lps) in enumerate(zip(scores.tolist(), seqs.tolist(), seq_lps.tolist(), strict=True)):
+    for row, raw in enumerate(scores.reshape(-1).tolist()):
         image = active[row // beam]
         if raw != NEG_INF and not done[image]:
-            finished[image].add(Hypothesis(tokens, penalty(raw, length), lps, False))
+            tokens, lps = pointers.trace(t, row)
+            finished[image].add(Hypothesis(tokens, penalty(raw, t + 1), lps, False))

@@ -4,18 +4,24 @@ Each row (one per image, or ``n`` per image when sampling) is an independent hyp
 B encoded images only — all of an image's rows would see the same BOS — and the state is expanded to B·n rows after
 it. A row that emits EOS is finished: with ``prune_finished`` it is dropped from the batch with ``select`` (fewer rows
 per step); without it the row keeps being fed PAD at full batch size (fixed shapes) and its outputs are ignored.
+
+Per step the loop runs the processors (one masked copy when they are static, see
+:class:`~edgecap.decoding.processors.ProcessorPlan`), picks one token per row (:meth:`Search.choose`: for greedy a
+single ``max``), and reads the chosen tokens to the host once to find EOS. Tokens and log-probs are kept per step and
+assembled into hypotheses at the end; ``select`` runs only when rows are expanded or pruned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from edgecap.decoding.config import DecodeCfg
-from edgecap.decoding.processors import LogitsProcessor, StepContext, apply_processors, build_processors
-from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, check_logprobs, device_of
+from edgecap.decoding.processors import LogitsProcessor, processor_plan
+from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, device_of, validate_logprobs
 from edgecap.decoding.search import GreedySearch, Search
 
 
@@ -34,68 +40,82 @@ def decode_rows(
         For each of the B images, its ``rows_per_image`` hypotheses in row order; ``score`` is the sum of the
         per-token log-probs (EOS included when finished).
     """
-    procs = build_processors(cfg) if processors is None else list(processors)
+    procs = None if processors is None else list(processors)
+    eos, max_len = cfg.eos_id, cfg.max_len
     state = step_model.encode(inputs)
     images = batch_size_of(state)
     device = device_of(state)
     total = images * rows_per_image
+    plan = None
 
-    tokens_out = torch.full((total, cfg.max_len), cfg.pad_id, dtype=torch.long, device=device)
-    logprobs_out = torch.zeros(total, cfg.max_len, dtype=torch.float32, device=device)
-    lengths = torch.full((total,), cfg.max_len, dtype=torch.long, device=device)  # tokens incl. EOS
-    ended = torch.zeros(total, dtype=torch.bool, device=device)
-
-    row_ids = torch.arange(total, device=device)  # output row of each live row
+    rows = list(range(total))  # output row of each live row
+    ended = [False] * total
+    n_ended = 0
+    pad_mask: Tensor | None = None  # without pruning: live rows already ended (fed PAD)
+    steps: list[tuple[list[int], list[int], Tensor]] = []  # per step: output rows, chosen tokens, their log-probs
     live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
-    history = torch.empty(images, 0, dtype=torch.long, device=device)
-    scores = torch.zeros(images, device=device)
-    for t in range(cfg.max_len):
+    history = torch.empty(images, 0, dtype=torch.long, device=device)  # kept only if a processor reads it
+    for t in range(max_len):
         lp, state = step_model.step(live_tokens, state)
-        lp = check_logprobs(lp.to(device), live_tokens.shape[0])
+        lp = validate_logprobs(lp, live_tokens.shape[0], device)
         if t == 0 and rows_per_image > 1:
             expand = torch.arange(images, device=device).repeat_interleave(rows_per_image)
             state = step_model.select(state, expand)
-            lp, history, scores = lp[expand], history[expand], scores[expand]
-        lp = apply_processors(procs, lp, StepContext(t, cfg.max_len, history))
-        new_scores, tokens, _ = search.step(t, lp[:, None, :], scores[:, None])
-        tokens, new_scores = tokens[:, 0], new_scores[:, 0]
+            lp, history = lp[expand], history[expand]
+        if plan is None:
+            plan = processor_plan(cfg, procs, lp.shape[1], device)
+        lp = plan(lp, t, history)
+        tokens, token_lps = search.choose(t, lp)
+        chosen = tokens.tolist()
+        steps.append((rows, chosen, token_lps))
 
-        writable = ~ended[row_ids]
-        rows = row_ids[writable]
-        tokens_out[rows, t] = tokens[writable]
-        logprobs_out[rows, t] = lp.gather(1, tokens[:, None])[:, 0][writable]
-        is_eos = tokens.eq(cfg.eos_id) & writable
-        lengths[row_ids[is_eos]] = t + 1
-        ended[row_ids[is_eos]] = True
-
-        if t == cfg.max_len - 1 or bool(ended.all()):
+        eos_rows = [j for j, tok in enumerate(chosen) if tok == eos and not ended[rows[j]]] if eos in chosen else []
+        for j in eos_rows:
+            ended[rows[j]] = True
+        n_ended += len(eos_rows)
+        if t == max_len - 1 or n_ended == total:
             break
-        history = torch.cat([history, tokens[:, None]], dim=1)
-        scores = new_scores
+        if plan.needs_history:
+            history = torch.cat([history, tokens[:, None]], dim=1)
         if cfg.prune_finished:
-            if bool(is_eos.any()):
-                keep = (~is_eos).nonzero().squeeze(1)
+            if eos_rows:
+                dropped = set(eos_rows)
+                keep_l = [j for j in range(len(rows)) if j not in dropped]
+                keep = torch.from_numpy(np.asarray(keep_l, dtype=np.int64)).to(device)
                 state = step_model.select(state, keep)
-                row_ids, history, scores, tokens = row_ids[keep], history[keep], scores[keep], tokens[keep]
+                rows, tokens = [rows[j] for j in keep_l], tokens[keep]
+                if plan.needs_history:
+                    history = history[keep]
             live_tokens = tokens
         else:
-            live_tokens = torch.where(ended[row_ids], torch.full_like(tokens, cfg.pad_id), tokens)
+            if eos_rows:
+                pad_mask = torch.tensor(ended, dtype=torch.bool, device=device)
+            live_tokens = tokens if pad_mask is None else tokens.masked_fill(pad_mask, cfg.pad_id)
 
-    return _collect(tokens_out, logprobs_out, lengths, ended, images, rows_per_image)
+    return _collect(steps, total, eos, images, rows_per_image)
 
 
 def _collect(
-    tokens: Tensor, logprobs: Tensor, lengths: Tensor, ended: Tensor, images: int, rows_per_image: int
+    steps: list[tuple[list[int], list[int], Tensor]], total: int, eos_id: int, images: int, rows_per_image: int
 ) -> list[list[Hypothesis]]:
-    tokens_l, logprobs_l = tokens.cpu().tolist(), logprobs.cpu().tolist()
-    lengths_l, ended_l = lengths.cpu().tolist(), ended.cpu().tolist()
+    """Assemble each output row's tokens up to and including its first EOS (later outputs of a row fed PAD are not
+    part of it)."""
+    tokens: list[list[int]] = [[] for _ in range(total)]
+    logprobs: list[list[float]] = [[] for _ in range(total)]
+    ended = [False] * total
+    for rows, chosen, lps_t in steps:
+        for row, tok, lp in zip(rows, chosen, lps_t.tolist(), strict=True):
+            if ended[row]:
+                continue
+            tokens[row].append(tok)
+            logprobs[row].append(lp)
+            ended[row] = tok == eos_id
     out: list[list[Hypothesis]] = []
     for image in range(images):
         hyps = []
         for row in range(image * rows_per_image, (image + 1) * rows_per_image):
-            n, fin = lengths_l[row], ended_l[row]
-            lps = logprobs_l[row][:n]
-            hyps.append(Hypothesis(tokens_l[row][: n - 1 if fin else n], float(sum(lps)), lps, fin))
+            toks, lps, fin = tokens[row], logprobs[row], ended[row]
+            hyps.append(Hypothesis(toks[:-1] if fin else toks, float(sum(lps)), lps, fin))
         out.append(hyps)
     return out
 

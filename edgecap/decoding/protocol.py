@@ -127,11 +127,22 @@ def check_logprobs(logprobs: Any, rows: int) -> Tensor:
     Processors edit log-probs in place; the copy keeps them from writing into a buffer the backend still owns (a
     zero-copy view of an ONNX Runtime output, a cached tensor) or into a torch inference tensor.
     """
+    return validate_logprobs(logprobs, rows).to(torch.float32, copy=True)
+
+
+def validate_logprobs(logprobs: Any, rows: int, device: torch.device | None = None) -> Tensor:
+    """Validate a step's output — a (rows, V) tensor — and move it to ``device``; no copy, no dtype change.
+
+    The search loops use this and leave the one copy to :class:`~edgecap.decoding.processors.ProcessorPlan`, which
+    makes it while masking (it never writes into the backend's buffer).
+    """
     if not isinstance(logprobs, Tensor):
         raise DecodeInputError(f"step() must return a torch.Tensor of log-probs, got {type(logprobs)!r}")
     if logprobs.dim() != 2 or logprobs.shape[0] != rows:
         raise DecodeInputError(f"step() returned log-probs of shape {tuple(logprobs.shape)}, expected ({rows}, V)")
-    return logprobs.to(torch.float32, copy=True)
+    if device is not None and logprobs.device != device:
+        logprobs = logprobs.to(device)
+    return logprobs
 
 
 def stack_hypotheses(

@@ -33,7 +33,10 @@ class RadixConstraint:
     - At a word boundary with fewer than d steps left before ``max_len``, no word can be completed, so only EOS is
       legal (a cut caption never ends mid-word).
 
-    Vectorised over the (N, V) batch: the prefix value of each row comes from its last p tokens.
+    The legal set therefore takes few forms, each precomputed once as a (V,) mask: at a word boundary (p = 0, where
+    P = 0) it is the same for every row (:meth:`step_mask`, folded into the search's one masked copy); inside a word
+    a row's P is below, equal to or above the limit's prefix, and a per-position (3, V) table indexed by that
+    comparison gives every row's mask with one gather.
     """
 
     def __init__(self, spec: RadixSpec) -> None:
@@ -46,7 +49,10 @@ class RadixConstraint:
         # limit_prefix[p]: value of the limit's first p digits; limit_digit[p]: its digit at position p.
         self.limit_prefix = [limit // v ** (d - p) for p in range(d)]
         self.limit_digit = [(limit // v ** (d - 1 - p)) % v for p in range(d)]
-        self._digit_values: dict[torch.device, Tensor] = {}
+        # At a boundary the prefix is empty (P = 0 = the limit's empty prefix), so the limit's first digit bounds.
+        first = self.limit_digit[0] if self.limit >= 0 else -1
+        self._boundary = {final: self._banned(-1 if final else first, eos=True) for final in (False, True)}
+        self._tables: dict[torch.device, list[tuple[Tensor, Tensor, Tensor | None] | None]] = {}
 
     @classmethod
     def from_spec(cls, spec: RadixSpec) -> RadixConstraint:
@@ -66,6 +72,14 @@ class RadixConstraint:
             raise DecodeCfgError(f"radix vocabulary has (pad, bos, eos) = {got}, expected {want} for base {spec.base}")
         return cls(spec)
 
+    def _banned(self, max_digit: int, *, eos: bool) -> Tensor:
+        """(V,) bool CPU mask of the illegal tokens when digits 0 … ``max_digit`` (none for −1) and, if ``eos``,
+        EOS are legal."""
+        banned = torch.ones(self.vocab_size, dtype=torch.bool)
+        banned[self.eos_id] = not eos
+        banned[1 : max_digit + 2] = False  # digits 0 … max_digit are tokens 1 … max_digit + 1
+        return banned
+
     def max_digit(self, prefix_value: Tensor, position: int) -> Tensor:
         """Largest legal digit at ``position`` for each row's word prefix value (N,) → (N,) long; −1 = none."""
         if self.limit < 0:
@@ -75,33 +89,60 @@ class RadixConstraint:
         out = torch.where(prefix_value == self.limit_prefix[position], bounded, free)
         return out.masked_fill(prefix_value > self.limit_prefix[position], -1)
 
-    def allowed(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
-        """(N, V) bool: which tokens each row may generate at step ``ctx.step``."""
+    def _check_vocab(self, vocab_size: int) -> None:
         if vocab_size != self.vocab_size:
             raise DecodeCfgError(
                 f"radix base {self.spec.base} implies {self.vocab_size} output classes, the model has {vocab_size}"
             )
-        v, d, t = self.spec.base, self.spec.digits, ctx.step
+
+    def step_mask(self, step: int, max_len: int, vocab_size: int) -> Tensor | None:
+        """The tokens banned in every row at a word boundary (EOS legal; only EOS when no word fits any more);
+        None inside a word, where the ban depends on the row's earlier digits."""
+        self._check_vocab(vocab_size)
+        if step % self.spec.digits:
+            return None
+        return self._boundary[step + self.spec.digits > max_len]
+
+    def _table(self, position: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor | None]:
+        """For a position inside a word: the (3, V) banned masks for a prefix below / equal to / above the limit's,
+        the bucket boundaries of the rows' weighted token sums that pick among them, and the weights (None: p = 1)."""
+        tables = self._tables.setdefault(device, [None] * self.spec.digits)
+        entry = tables[position]
+        if entry is None:
+            v, p, limit_prefix = self.spec.base, position, self.limit_prefix[position]
+            ok = self.limit >= 0
+            rows = [
+                self._banned(v - 1 if ok else -1, eos=False),
+                self._banned(self.limit_digit[p] if ok else -1, eos=False),
+                self._banned(-1, eos=False),
+            ]
+            weights = [v ** (p - 1 - j) for j in range(p)]
+            offset = sum(weights)  # tokens are digits + 1: sum((tok - 1) * w) = sum(tok * w) - offset
+            bounds = torch.tensor([limit_prefix + offset, limit_prefix + offset + 1], dtype=torch.long, device=device)
+            weight_t = torch.tensor(weights, dtype=torch.long, device=device) if p > 1 else None
+            entry = tables[position] = (torch.stack(rows).to(device), bounds, weight_t)
+        return entry
+
+    def banned(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
+        """(N, V) bool: which tokens each row may *not* generate at step ``ctx.step``."""
+        self._check_vocab(vocab_size)
+        t, d = ctx.step, self.spec.digits
         position = t % d
-        allowed = torch.zeros(rows, vocab_size, dtype=torch.bool, device=device)
         if position == 0:
-            allowed[:, self.eos_id] = True
-            if t + d > ctx.max_len:  # no room left to complete another word
-                return allowed
-        prefix = torch.zeros(rows, dtype=torch.long, device=device)
-        if position:
-            digits = ctx.tokens[:, t - position : t].to(device=device, dtype=torch.long) - 1
-            for j in range(position):
-                prefix = prefix * v + digits[:, j]
-        values = self._digit_values.get(device)
-        if values is None:
-            values = self._digit_values[device] = torch.arange(v, device=device)
-        allowed[:, 1 : v + 1] = values[None, :] <= self.max_digit(prefix, position)[:, None]
-        return allowed
+            return self._boundary[t + d > ctx.max_len].to(device).expand(rows, vocab_size)
+        table, bounds, weights = self._table(position, device)
+        digits = ctx.tokens[:, t - position : t].to(device=device, dtype=torch.long)
+        value = digits[:, 0].contiguous() if weights is None else (digits * weights).sum(dim=1)
+        # 0: prefix below the limit's (all digits), 1: equal (digits up to the limit's), 2: above (none).
+        return table.index_select(0, torch.bucketize(value, bounds, right=True))
+
+    def allowed(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
+        """(N, V) bool: which tokens each row may generate at step ``ctx.step``."""
+        return ~self.banned(ctx, rows, vocab_size, device)
 
     def __call__(self, logprobs: Tensor, ctx: StepContext) -> Tensor:
-        allowed = self.allowed(ctx, logprobs.shape[0], logprobs.shape[1], logprobs.device)
-        return logprobs.masked_fill_(~allowed, NEG_INF)
+        banned = self.banned(ctx, logprobs.shape[0], logprobs.shape[1], logprobs.device)
+        return logprobs.masked_fill_(banned, NEG_INF)
 
     def __repr__(self) -> str:
         s = self.spec

@@ -6,7 +6,9 @@ Every strategy has the same signature::
 
 where B is the number of groups (images for beam search, rows for greedy/sampling), k the live hypotheses per group,
 ``scores`` their running sums of log-probs and C the number of candidates returned. The loops in ``beam.py`` and
-``greedy.py`` turn candidates into finished and running hypotheses.
+``greedy.py`` turn candidates into finished and running hypotheses; on their hot paths they call the leaner forms
+``BeamSearch.candidates`` (flat ``beam * V + token`` indices) and ``Search.choose`` (row-wise, C = 1), which give the
+same selections with fewer tensor ops per step.
 """
 
 from __future__ import annotations
@@ -24,6 +26,20 @@ class Search:
         """Select candidates; see the module docstring for shapes."""
         raise NotImplementedError(f"{type(self).__name__} must implement step()")
 
+    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
+        """The row-wise form (C = 1, k = 1) the greedy/sampling loop uses: no running scores, no reshapes.
+
+        Args:
+            step: t.
+            lprobs: (N, V) processed log-probs.
+
+        Returns:
+            tokens (N,) long and their log-probs (N,). The default goes through :meth:`step`.
+        """
+        _, tokens, _ = self.step(step, lprobs[:, None, :], lprobs.new_zeros(lprobs.shape[0], 1))
+        tokens = tokens[:, :1]
+        return tokens[:, 0], lprobs.gather(1, tokens)[:, 0]
+
 
 class GreedySearch(Search):
     """The most likely continuation of each hypothesis (C = 1; expects k = 1)."""
@@ -31,6 +47,10 @@ class GreedySearch(Search):
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         best_lp, tokens = lprobs[:, 0, :].max(dim=-1, keepdim=True)  # (B, 1)
         return scores[:, :1] + best_lp, tokens, torch.zeros_like(tokens)
+
+    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
+        best_lp, tokens = lprobs.max(dim=-1)  # one op gives both: the max *is* the chosen token's log-prob
+        return tokens, best_lp
 
 
 class BeamSearch(Search):
@@ -46,10 +66,24 @@ class BeamSearch(Search):
         self.beam_size = beam_size
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        groups, k, vocab = lprobs.shape
-        total = (scores[:, :, None] + lprobs).view(groups, k * vocab)
-        cand_scores, flat = total.topk(min(2 * self.beam_size, k * vocab), dim=1)
+        vocab = lprobs.shape[2]
+        cand_scores, flat = self.candidates(lprobs, scores[:, :, None])
         return cand_scores, flat % vocab, torch.div(flat, vocab, rounding_mode="floor")
+
+    def candidates(self, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor]:
+        """:meth:`step` without splitting the indices, as the beam loop consumes them.
+
+        Args:
+            lprobs: (B, k, V).
+            scores: (B, k, 1) running sums.
+
+        Returns:
+            cand_scores (B, C) best first and flat (B, C) long indices ``beam * V + token`` into the k·V
+            continuations, C = min(2K, k·V).
+        """
+        groups, k, vocab = lprobs.shape
+        total = (lprobs + scores).view(groups, k * vocab)
+        return total.topk(min(2 * self.beam_size, k * vocab), dim=1)
 
 
 class Sampling(Search):
@@ -77,12 +111,20 @@ class Sampling(Search):
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         lp = lprobs[:, 0, :]
+        tokens = self._sample(lp)
+        return scores[:, :1] + lp.gather(1, tokens), tokens, torch.zeros_like(tokens)
+
+    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
+        tokens = self._sample(lprobs)
+        return tokens[:, 0], lprobs.gather(1, tokens)[:, 0]
+
+    def _sample(self, lp: Tensor) -> Tensor:
+        """(N, V) untempered log-probs -> (N, 1) drawn tokens (temperature and top-k applied here only)."""
         logits = lp / self.temperature if self.temperature != 1.0 else lp
         if 0 < self.top_k < logits.shape[-1]:
             kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
-        tokens = self._draw(torch.softmax(logits, dim=-1), lp.device)
-        return scores[:, :1] + lp.gather(1, tokens), tokens, torch.zeros_like(tokens)
+        return self._draw(torch.softmax(logits, dim=-1), lp.device)
 
     def _draw(self, probs: Tensor, device: torch.device) -> Tensor:
         """One token per row by inverse-CDF sampling: (B, V) probabilities -> (B, 1) long.
@@ -90,11 +132,13 @@ class Sampling(Search):
         ``torch.multinomial`` is ~15x slower on CPU for (250, 10k) rows. ``searchsorted(..., right=True)`` returns the
         first index whose cumulative mass exceeds the uniform draw, so zero-probability (masked) tokens, whose
         cumulative value equals their predecessor's, are never chosen; a draw rounded up to the total mass falls back
-        to the last token with positive probability.
+        to the last token with positive probability. A row with no legal token at all (every log-prob ``-inf``, so
+        softmax gives NaN) would search past the end; it gets the last token, whose log-prob ``-inf`` marks the
+        sample as impossible, instead of an out-of-range index.
         """
         cdf = probs.cumsum(dim=-1)
         total = cdf[:, -1:].contiguous()
         draw = torch.rand(total.shape, generator=self._generator_for(device), device=device, dtype=cdf.dtype) * total
         tokens = torch.searchsorted(cdf, draw, right=True)
         last_positive = torch.searchsorted(cdf, total)  # first index whose cumulative mass reaches the total
-        return torch.minimum(tokens, last_positive)
+        return torch.minimum(tokens, last_positive).clamp_(max=probs.shape[-1] - 1)

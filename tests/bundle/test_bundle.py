@@ -4,6 +4,7 @@ one is atomic."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -43,6 +44,10 @@ def test_a_fresh_bundle_loads_with_everything_it_promises(bundle: Path):
         assert loaded.graph_path(precision, "encoder").is_file() and loaded.graph_path(precision, "step").is_file()
     assert loaded.load_vocab().size == loaded.config["model"]["vocab_size"]
     assert loaded.max_words == 12 and loaded.beam == 3
+    umask = os.umask(0)
+    os.umask(umask)
+    modes = {p.relative_to(bundle).as_posix(): p.stat().st_mode & 0o777 for p in bundle.rglob("*") if p.is_file()}
+    assert set(modes.values()) == {0o666 & ~umask}, modes  # shareable, even what safetensors writes 0600
 
 
 def test_a_flipped_byte_in_a_graph_is_refused_naming_the_file(copy: Path):

@@ -6,7 +6,9 @@ interrupted or failed export) stand in for it with an ``ExportResult`` rebuilt f
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ from edgecap.bundle import BundleExportError, export_bundle, load_bundle
 from edgecap.bundle.export import calibration_images
 from edgecap.runs import load_run
 from edgecap.training.checkpoint import RunError
-from tests.bundle.helpers import export_result_from, region_bundle, region_run
+from tests.bundle.helpers import edit_json, export_result_from, pixel_bundle, pixel_run, region_bundle, region_run
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +40,7 @@ def _leftovers(parent: Path) -> list[str]:
 
 def test_manifest_records_versions_parity_and_files(bundle: Path):
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["versions"]["torch"] == torch.__version__.split("+")[0] or manifest["versions"]["torch"]
+    assert manifest["versions"]["torch"] == importlib.metadata.version("torch")
     assert manifest["versions"]["onnx"] and manifest["versions"]["onnxruntime"] and manifest["opset"] >= 17
     assert set(manifest["files"]) >= {"config.json", "vocab.json", "weights.safetensors", "onnx/int8/step.onnx"}
     for precision in ("fp32", "fp16"):
@@ -79,7 +81,7 @@ def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny
         hyps = decode(sm, bank.batch(list(range(len(val)))).as_inputs(), cfg)
     int8_caps = [" ".join(trained.vocab.decode(h[0].tokens)) for h in hyps]
     refs = {i: [" ".join(c) for c in r.captions] for i, r in enumerate(val)}
-    assert quality["agreement"] == pytest.approx(np.mean([a == b for a, b in zip(torch_caps, int8_caps)]))
+    assert quality["agreement"] == pytest.approx(np.mean([a == b for a, b in zip(torch_caps, int8_caps, strict=True)]))
     assert quality["reference_cider_d"] == pytest.approx(cider_d(dict(enumerate(torch_caps)), refs))
     assert quality["candidate_cider_d"] == pytest.approx(cider_d(dict(enumerate(int8_caps)), refs))
     assert quality["cider_d_delta"] == pytest.approx(quality["candidate_cider_d"] - quality["reference_cider_d"])
@@ -113,7 +115,7 @@ def test_an_interrupted_export_leaves_no_half_written_bundle(run: Path, bundle: 
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
 
 
-def test_a_failed_parity_check_fails_the_export_and_leaves_nothing(run: Path, bundle: Path, tmp_path: Path, monkeypatch):
+def test_a_failed_parity_check_fails_the_export_and_leaves_nothing(run: Path, bundle: Path, tmp_path, monkeypatch):
     monkeypatch.setattr(
         edgecap.export, "export_onnx", lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), fail="step")
     )
@@ -121,6 +123,51 @@ def test_a_failed_parity_check_fails_the_export_and_leaves_nothing(run: Path, bu
         export_bundle(run, tmp_path / "out", progress=False)
     assert "parity check failed" in str(err.value) and "step (fp32)" in str(err.value) and "0.5" in str(err.value)
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
+
+
+def test_a_bundle_can_be_exported_again_from_its_own_weights(bundle: Path, tmp_path: Path, monkeypatch):
+    from edgecap.bundle.manifest import sha256_file
+
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",))  # noqa: E731
+    monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+    out = export_bundle(bundle, tmp_path / "again", progress=False)
+    again, original = load_bundle(out), load_bundle(bundle)
+    assert again.precisions == ("fp32",) and again.config["source"]["origin"] == f"bundle {bundle}"
+    assert again.config["source"]["weights_sha256"] == original.config["source"]["weights_sha256"]
+    assert sha256_file(out / "weights.safetensors") == sha256_file(bundle / "weights.safetensors")
+    assert again.quality("fp32")["agreement"] == 1.0 and again.quality("fp32")["images"] == 4
+
+
+def test_int8_without_a_dataset_holds_out_calibration_images(tiny_data, tmp_path_factory, tmp_path, monkeypatch):
+    """A run whose dataset is gone: INT8 is judged on calibration images kept out of calibration, scored against
+    the FP32 captions; an unreadable file in the folder is skipped and counted."""
+    torch.set_flush_denormal(True)  # random EfficientNet weights
+    try:
+        pixels, _ = pixel_bundle(tiny_data, tmp_path_factory)
+        run, weights = pixel_run(tiny_data, tmp_path_factory)
+        moved = Path(shutil.copytree(run, tmp_path / "run"))
+        edit_json(moved / "config.json", data=None)
+        calib = tmp_path / "calib"
+        calib.mkdir()
+        for image in sorted((tiny_data[0] / "images").iterdir())[:9]:
+            shutil.copy(image, calib / image.name)
+        (calib / "000004x.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
+        stand_in = lambda model, *a, **k: export_result_from(pixels, model, ("fp32",), backbone=k["backbone"])  # noqa: E731
+        monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+        out = export_bundle(
+            moved, tmp_path / "b", int8=True, calib=calib, with_backbone=True, backbone_weights=weights, progress=False
+        )
+    finally:
+        torch.set_flush_denormal(False)
+    loaded = load_bundle(out)
+    held_out = loaded.manifest["held_out"]
+    assert held_out["images"] == 2 and "kept out of calibration" in held_out["set"]
+    calibration = loaded.variant("int8")["calibration"]
+    assert calibration["images"] == 7 and calibration["skipped"] == 1
+    assert "000004x.jpg" in next(iter(calibration["skipped_examples"]))
+    quality = loaded.quality("int8")
+    assert quality["references"] == "torch FP32 captions" and quality["images"] == 2
+    assert loaded.quality("fp32")["agreement"] == 1.0 and 0.0 <= quality["agreement"] <= 1.0
 
 
 def test_an_empty_calibration_set_is_a_clear_error(run: Path, tmp_path: Path):

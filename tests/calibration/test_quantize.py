@@ -50,7 +50,8 @@ def zero_point_types(model, weights: bool) -> set:
     inits = {t.name: t for t in model.graph.initializer}
     types = set()
     for node in model.graph.node:
-        if weights and node.op_type == "DequantizeLinear" and node.input[0] in inits:
+        is_weight = node.op_type == "DequantizeLinear" and node.input[0] in inits
+        if weights and is_weight and inits[node.input[0]].data_type != TensorProto.INT32:  # not the int32 biases
             types.add(inits[node.input[2]].data_type)
         if not weights and node.op_type == "QuantizeLinear":
             types.add(inits[node.input[2]].data_type)
@@ -58,8 +59,12 @@ def zero_point_types(model, weights: bool) -> set:
 
 
 def weight_arrays(model) -> list[np.ndarray]:
+    """Quantised weights: constant inputs of DequantizeLinear, without the int32 biases of Gemm."""
     inits = initializers(model)
-    return [inits[n.input[0]] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits]
+    dq_constants = [
+        inits[n.input[0]] for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in inits
+    ]
+    return [w for w in dq_constants if w.dtype != np.int32]
 
 
 # -- fixtures --------------------------------------------------------------------------------------------------------
@@ -83,19 +88,20 @@ def test_qdq_graphs_quantise_weights_only_where_the_preset_says(avx2, acort) -> 
     assert set(avx2.models) == {"encoder", "step"} and avx2.preset == "cpu-avx2"
     for role, model in avx2.models.items():
         onnx.checker.check_model(model)
+        assert {i.domain for i in model.opset_import} <= {"", "ai.onnx"}  # nothing TensorRT would not know
         ops = [n.op_type for n in model.graph.node]
         assert ops.count("QuantizeLinear") > 0 and ops.count("DequantizeLinear") > 0, role
         assert weight_arrays(model) and all(w.dtype == np.int8 for w in weight_arrays(model))
         prod = producers(model)
         consumers = {n.op_type for n in model.graph.node if dq_fed(model, n) and n.op_type != "QuantizeLinear"}
-        assert consumers <= WEIGHT_OPS | {"Shape"}, (role, consumers)  # Shape only reads a dequantised shape
+        assert consumers <= WEIGHT_OPS, (role, consumers)
         constants = set(initializers(model))
         for node in model.graph.node:
             if node.op_type in ("Softmax", "LogSoftmax", "LayerNormalization", "Add", "Mul", "Concat", "Where"):
                 assert not dq_fed(model, node), (role, node.name)  # mask, softmax, residuals, caches: float
-            if node.op_type == "MatMul" and node.input[1] not in constants and node.input[1] in prod:
-                if prod[node.input[1]].op_type != "DequantizeLinear":
-                    assert not dq_fed(model, node), (role, node.name)  # attention Q·Kᵀ and P·V stay float
+            second = prod.get(node.input[1]) if node.op_type == "MatMul" else None
+            if second is not None and node.input[1] not in constants and second.op_type != "DequantizeLinear":
+                assert not dq_fed(model, node), (role, node.name)  # attention Q·Kᵀ and P·V stay float
         for output in model.graph.output:  # states and log-probs leave the graph in float, never via a DQ
             assert output.name not in prod or prod[output.name].op_type != "DequantizeLinear"
         meta = {p.key: p.value for p in model.metadata_props}
@@ -118,8 +124,13 @@ def test_presets_are_visible_in_the_graph(avx2, trt, acort, calib) -> None:
         for node in trt.models[role].graph.node:
             for name in node.input:
                 uses[name] = uses.get(name, 0) + 1
-        dq_outputs = [n.output[0] for n in trt.models[role].graph.node if n.op_type == "DequantizeLinear"]
-        assert all(uses.get(o, 0) == 1 for o in dq_outputs)  # dedicated Q/DQ pair per consumer
+        prod = producers(trt.models[role])
+        activation_dq = [
+            n.output[0]
+            for n in trt.models[role].graph.node
+            if n.op_type == "DequantizeLinear" and n.input[0] in prod and prod[n.input[0]].op_type == "QuantizeLinear"
+        ]
+        assert activation_dq and all(uses.get(o, 0) == 1 for o in activation_dq)  # a dedicated pair per consumer
         # reduce_range: 7-bit weights on AVX2; full 8-bit range elsewhere
         assert max(int(np.abs(w.astype(np.int32)).max()) for w in weight_arrays(avx2.models[role])) <= 64
         assert max(int(np.abs(w.astype(np.int32)).max()) for w in weight_arrays(trt.models[role])) == 127
@@ -132,9 +143,10 @@ def test_int8_runs_in_onnx_runtime_close_to_fp32(avx2, acort, region_feeds) -> N
     test = region_feeds(4, batch=4, seed=9)
     fp32 = acort.fp32
     cfg = acort.cfg("greedy")
-    with create_ort_step_model(fp32["encoder"], fp32["step"]) as ref, create_ort_step_model(
-        avx2.models["encoder"], avx2.models["step"]
-    ) as cand:
+    with (
+        create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
+        create_ort_step_model(avx2.models["encoder"], avx2.models["step"]) as cand,
+    ):
         report = compare_decoders(ref, cand, test, None, acort.vocab, cfg)
         feeds = record_decoder_feeds(ref, test, cfg, acort.spec.state_names).feeds
         memory_ref = ref.encode(test[0])["cross_k"]
@@ -227,9 +239,11 @@ def test_feed_names_must_match_the_encoder_inputs(acort, calib) -> None:
         quantize_int8(acort.fp32, acort.spec, extra, acort.cfg(), "cpu-avx2", progress=False)
 
 
-def test_missing_roles_are_an_error(acort, calib) -> None:
+def test_missing_or_unknown_roles_are_an_error(acort, calib) -> None:
     with pytest.raises(CalibrationError, match=r"lacks role\(s\) \['step'\]"):
         quantize_int8({"encoder": acort.fp32["encoder"]}, acort.spec, calib, acort.cfg(), "cpu-avx2")
+    with pytest.raises(CalibrationError, match=r"quantise \['refine'\] with quantize_graph"):
+        quantize_int8({**acort.fp32, "refine": acort.fp32["step"]}, acort.spec, calib, acort.cfg(), "cpu-avx2")
 
 
 # -- one graph, and the range cache ----------------------------------------------------------------------------------
@@ -344,9 +358,10 @@ def test_a_word_vocabulary_model_with_separate_values(ort_word, region_feeds) ->
     test = region_feeds(3, seed=8)
     cfg = ort_word.cfg("greedy")
     refs = [["w1 w2 w3", "w4 w5"]] * 12
-    with create_ort_step_model(ort_word.fp32["encoder"], ort_word.fp32["step"]) as ref, create_ort_step_model(
-        result.models["encoder"], result.models["step"]
-    ) as cand:
+    with (
+        create_ort_step_model(ort_word.fp32["encoder"], ort_word.fp32["step"]) as ref,
+        create_ort_step_model(result.models["encoder"], result.models["step"]) as cand,
+    ):
         report = compare_decoders(ref, cand, test, refs, ort_word.vocab, cfg)
     assert report["images"] == 12 and report["token_agreement_pct"] >= 70.0
     assert np.isfinite(report["cider_d_delta"])

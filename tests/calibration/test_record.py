@@ -143,3 +143,16 @@ def test_beam_recording_is_capped_and_covers_long_caches(acort, fp32_step_model,
     assert rows <= {2, 4, 6} and max(rows) > 2  # B images at step 0, up to B·K beams afterwards
     stats = recorder.stats(("self_k", 3))
     assert stats["kept"] == 6 and stats["self_k_axis3"][1] >= 3
+
+
+def test_recorder_subsamples_rows_and_respects_a_byte_budget() -> None:
+    recorder = FeedRecorder(max_feeds=100, max_rows=3, max_bytes=5 * (3 * 8 + 3 * 8 * 4))  # five 3-row feeds
+    for i in range(40):
+        recorder.add({"tokens": np.arange(6) + 10 * i, "state": np.full((6, 8), float(i), np.float32)})
+    assert len(recorder) == 5 and recorder.nbytes <= recorder.max_bytes
+    for feed in recorder.feeds:
+        assert feed["tokens"].shape == (3,) and feed["state"].shape == (3, 8)
+        image = int(feed["state"][0, 0])
+        rows = feed["tokens"] - 10 * image  # the same rows were taken from every tensor
+        assert set(rows.tolist()) <= set(range(6)) and list(rows) == sorted(rows)
+    assert max(int(f["state"][0, 0]) for f in recorder.feeds) > 5  # later feeds still replace kept ones

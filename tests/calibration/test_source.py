@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -184,7 +186,9 @@ def test_trt_calibration_table_round_trip(tmp_path) -> None:
         assert scales[name] == pytest.approx(expected, rel=0, abs=0)
 
 
-@pytest.mark.parametrize(("version", "code"), [("7.1.3", 7103), ("8.6.1", 8601), ("10.3.0", 100300), ("10.14.1", 101401)])
+@pytest.mark.parametrize(
+    ("version", "code"), [("7.1.3", 7103), ("8.6.1", 8601), ("10.3.0", 100300), ("10.14.1", 101401)]
+)
 def test_trt_version_codes(version: str, code: int) -> None:
     assert trt_version_code(version) == code
 
@@ -198,3 +202,12 @@ def test_malformed_trt_tables_are_rejected(tmp_path) -> None:
         read_trt_calibration_cache(tmp_path / "b.cache")
     with pytest.raises(CalibrationError, match="non-finite"):
         write_trt_calibration_cache({"x": (0.0, float("inf"))}, tmp_path / "c.cache")
+
+
+def test_importing_calibration_loads_no_backend() -> None:
+    code = (
+        "import sys, edgecap.calibration as c; c.quantize_int8, c.compare_decoders, c.TrtCalibrator; "
+        "print(sorted(m for m in ('onnx', 'onnxruntime', 'tensorrt') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

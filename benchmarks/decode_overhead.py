@@ -1,0 +1,321 @@
+"""The decoding search's own per-step cost, apart from the model: where a small captioner's beam search spends time.
+
+A decode call is ``encode`` + ``max_len`` × (``step`` + ``select``) inside the step model, plus the search code around
+them (processors, top-k, bookkeeping of finished hypotheses, Python). For a small decoder on ONNX Runtime the last
+part is a visible share of the total, and it is the same for every backend. This script measures it:
+
+- ``trivial``: a step model that returns precomputed log-probs, so (almost) all the time is the search's;
+- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager);
+- ``ort``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
+- ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
+
+Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
+call is its wall time minus the time inside ``encode``/``step``/``select``. Models are random-init at edge settings
+(``acort-xsmall``: 1280-d features, 49 regions, radix 771 classes); the setting is *forced*: ``min_len = steps − 1``,
+``max_len = steps``, so every hypothesis runs every step. Repeats interleave backends and implementations (and
+alternate their order) so a drifting load on a shared machine hits all of them; medians are reported.
+
+``--impl`` names importable modules exposing ``decode`` (default ``edgecap.decoding``), e.g. a saved copy of an older
+search, to compare implementations in one process; their results must agree token for token.
+
+Usage::
+
+    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend ort
+    python benchmarks/decode_overhead.py --backend trivial --profile cprofile
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib
+import io
+import os
+import pstats
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from edgecap._io import atomic_write_json
+from edgecap.bench.harness import TimedStepModel
+from edgecap.decoding import DecodeCfg, RadixSpec, State
+from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+
+BACKENDS = ("trivial", "torch", "ort", "prefix")
+GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
+
+
+class PrecomputedStepModel:
+    """A step model whose ``step`` costs next to nothing: it returns a slice of log-probs drawn once up front.
+
+    Step ``t`` returns ``table[t][:rows]`` (rows = the tokens fed), so the search sees fresh distributions at every
+    step and the beams evolve as with a real model; ``select`` gathers a one-column state.
+    """
+
+    def __init__(self, rows: int, vocab_size: int, steps: int, seed: int = 0) -> None:
+        g = torch.Generator().manual_seed(seed)
+        self.table = [torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1) for _ in range(steps)]
+        self._t = 0
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        self._t = 0
+        return {"h": torch.zeros(inputs["features"].shape[0], 1)}
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        lp = self.table[self._t][: tokens.shape[0]]
+        self._t += 1
+        return lp, state
+
+    def select(self, state: State, index: Tensor) -> State:
+        return {k: v.index_select(0, index) for k, v in state.items()}
+
+
+def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, DecodeCfg, dict[str, Tensor]]:
+    """Random-init ``name`` at edge settings, its DecodeCfg (radix: 120 words + ``<unk>`` in one base-768 digit) and
+    one input batch (ReLU6-like features on a 7 × 7 grid)."""
+    torch.manual_seed(seed)
+    settings = edge_settings(name)
+    model = create_model(name, **settings).eval()
+    cfg = get_model_cfg(name)
+    if cfg.vocab_kind == "radix":
+        base = cfg.radix_base
+        decode_cfg = DecodeCfg(
+            pad_id=0, bos_id=base + 1, eos_id=base + 2, radix=RadixSpec(base, 1, EDGE_WORD_VOCAB_SIZE - 3)
+        )
+    else:
+        decode_cfg = DecodeCfg(pad_id=0, bos_id=1, eos_id=2)
+    g = torch.Generator().manual_seed(seed)
+    regions = GRID * GRID
+    features = torch.randn(batch, regions, settings["feature_dim"], generator=g).clamp_(0, 6)
+    cells = torch.arange(GRID, dtype=torch.float32) / GRID
+    y, x = torch.meshgrid(cells, cells, indexing="ij")
+    boxes = torch.stack([x, y, x + 1 / GRID, y + 1 / GRID], dim=-1).reshape(1, regions, 4).expand(batch, -1, -1)
+    inputs = {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
+    return model, decode_cfg, inputs
+
+
+class Backends:
+    """Builds each backend's step model once per batch size (the ORT export once per process)."""
+
+    def __init__(self, model_name: str, seed: int, ort_threads: int) -> None:
+        self.model_name, self.seed, self.ort_threads = model_name, seed, ort_threads
+        self._ort: Any = None
+
+    def build(self, backend: str, model: torch.nn.Module, cfg: DecodeCfg, batch: int) -> Any:
+        if backend == "trivial":
+            return PrecomputedStepModel(batch * cfg.beam_size, model.vocab_size, cfg.max_len, self.seed)
+        if backend == "torch":
+            from edgecap.runtimes.torch import TorchStepModel
+
+            return TorchStepModel(model)
+        if backend == "prefix":
+            from edgecap.runtimes.prefix import PrefixRerunStepModel
+
+            return PrefixRerunStepModel(model)
+        if backend == "ort":
+            if self._ort is None:
+                from edgecap.export import export_onnx
+                from edgecap.runtimes.ort import create_ort_step_model
+
+                result = export_onnx(model, None, precisions=["fp32"])
+                self._ort = create_ort_step_model(
+                    **result.runtime_models("fp32"),
+                    intra_op_threads=self.ort_threads,
+                    session_config={"session.intra_op.allow_spinning": "0"},
+                )
+                self._ort.__enter__()
+            return self._ort
+        raise ValueError(f"unknown backend {backend!r}; known: {BACKENDS}")
+
+    def close(self) -> None:
+        if self._ort is not None:
+            self._ort.__exit__(None, None, None)
+
+
+def _tokens(result: Sequence[Sequence[Any]]) -> list[list[list[int]]]:
+    return [[h.tokens for h in hyps] for hyps in result]
+
+
+def _scores(result: Sequence[Sequence[Any]]) -> list[list[float]]:
+    return [[h.score for h in hyps] for hyps in result]
+
+
+def measure(
+    backends: Sequence[str],
+    impls: Mapping[str, Callable[..., Any]],
+    batch: int,
+    cfg: DecodeCfg,
+    inputs: dict[str, Tensor],
+    builder: Backends,
+    model: torch.nn.Module,
+    warmup: int,
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """Time every (backend, implementation) pair ``repeats`` times, interleaved; one summary row per pair."""
+    timed = {b: TimedStepModel(builder.build(b, model, cfg, batch)) for b in backends}
+    pairs = [(b, i) for b in backends for i in impls]
+    samples: dict[tuple[str, str], list[dict[str, float]]] = {p: [] for p in pairs}
+    outputs: dict[tuple[str, str], Any] = {}
+    for r in range(warmup + repeats):
+        for backend, impl in pairs if r % 2 == 0 else pairs[::-1]:
+            sm = timed[backend]
+            sm.reset()
+            start = time.perf_counter()
+            result = impls[impl](sm, inputs, cfg)
+            wall = time.perf_counter() - start
+            t = sm.times()
+            outputs.setdefault((backend, impl), result)
+            if r >= warmup:
+                inside = t.encode_s + t.step_s + t.select_s
+                samples[(backend, impl)].append(
+                    {
+                        "wall": wall,
+                        "encode": t.encode_s,
+                        "step": t.step_s,
+                        "select": t.select_s,
+                        "search": wall - inside,
+                        "steps": t.steps,
+                    }
+                )
+    rows = []
+    for backend, impl in pairs:
+        s = samples[(backend, impl)]
+        steps = s[0]["steps"]
+
+        def med(key: str, s: list[dict[str, float]] = s) -> float:
+            return statistics.median(x[key] for x in s)
+
+        reference = outputs[(backend, next(iter(impls)))]
+        same = _tokens(outputs[(backend, impl)]) == _tokens(reference)
+        same_scores = _scores(outputs[(backend, impl)]) == _scores(reference)
+        rows.append(
+            {
+                "backend": backend,
+                "impl": impl,
+                "batch": batch,
+                "steps": steps,
+                "ms_per_image": 1e3 * med("wall") / batch,
+                "encode_ms": 1e3 * med("encode"),
+                "step_ms": 1e3 * med("step"),
+                "select_ms": 1e3 * med("select"),
+                "search_ms": 1e3 * med("search"),
+                "search_us_per_step": 1e6 * med("search") / steps,
+                "same_as_first_impl": same and same_scores,
+            }
+        )
+    return rows
+
+
+def profile(backend: str, impl: Callable[..., Any], sm: Any, inputs: dict[str, Tensor], cfg: DecodeCfg, n: int) -> str:
+    """cProfile of ``n`` decode calls (after one warm-up), top functions by internal time."""
+    impl(sm, inputs, cfg)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        impl(sm, inputs, cfg)
+    prof.disable()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(25)
+    return f"== cProfile, {backend}, {n} calls ==\n{out.getvalue()}"
+
+
+def torch_profile(backend: str, impl: Callable[..., Any], sm: Any, inputs: dict[str, Tensor], cfg: DecodeCfg) -> str:
+    """torch.profiler op table of one decode call (after one warm-up)."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as tprofile
+
+    impl(sm, inputs, cfg)
+    with tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        impl(sm, inputs, cfg)
+    table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    return f"== torch.profiler, {backend} ==\n{table}"
+
+
+def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    lines = [
+        "| backend | impl | batch | steps | ms/image | encode ms | step ms | select ms | search ms | search µs/step "
+        "| same result |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['backend']} | {r['impl']} | {r['batch']} | {r['steps']} | {r['ms_per_image']:.2f} "
+            f"| {r['encode_ms']:.2f} | {r['step_ms']:.2f} | {r['select_ms']:.2f} | {r['search_ms']:.2f} "
+            f"| {r['search_us_per_step']:.0f} | {r['same_as_first_impl']} |"
+        )
+    return "\n".join(lines)
+
+
+def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """torch-eager / ORT and re-run prefix / cached, per (impl, batch), from the median ms/image."""
+    by = {(r["backend"], r["impl"], r["batch"]): r["ms_per_image"] for r in rows}
+    out = []
+    for (backend, impl, batch), ms in by.items():
+        if backend != "torch":
+            continue
+        if ("ort", impl, batch) in by:
+            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('ort', impl, batch)]:.2f}x")
+        if ("prefix", impl, batch) in by:
+            out.append(f"{impl} batch {batch}: re-run prefix / cached = {by[('prefix', impl, batch)] / ms:.2f}x")
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="acort-xsmall")
+    p.add_argument("--batch", type=int, action="append", help="images per decode call (repeatable; default 1 and 8)")
+    p.add_argument("--beam", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1")
+    p.add_argument("--backend", action="append", choices=BACKENDS, help="repeatable; default all")
+    p.add_argument("--impl", action="append", help="module exposing decode() (repeatable; default edgecap.decoding)")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=20)
+    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads and ORT intra_op_threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", choices=("cprofile", "torch"), help="print a profile of each backend (first impl)")
+    p.add_argument("--json", type=Path, help="write the rows here")
+    args = p.parse_args(argv)
+    if args.steps < 2:
+        p.error("--steps must be >= 2")
+
+    torch.set_num_threads(args.threads)
+    impls = {name: importlib.import_module(name).decode for name in (args.impl or ["edgecap.decoding"])}
+    backends = args.backend or list(BACKENDS)
+    builder = Backends(args.model, args.seed, args.threads)
+    print(f"load: {os.getloadavg()}", file=sys.stderr)
+    rows: list[dict[str, Any]] = []
+    try:
+        for batch in args.batch or [1, 8]:
+            model, base_cfg, inputs = edge_setup(args.model, batch, args.seed)
+            strategy = "beam" if args.beam > 1 else "greedy"
+            cfg = base_cfg.replace(strategy=strategy, beam_size=args.beam, max_len=args.steps, min_len=args.steps - 1)
+            if args.profile:
+                first = next(iter(impls.values()))
+                for backend in backends:
+                    sm = builder.build(backend, model, cfg, batch)
+                    if args.profile == "cprofile":
+                        print(profile(backend, first, sm, inputs, cfg, 20))
+                    else:
+                        print(torch_profile(backend, first, sm, inputs, cfg))
+                continue
+            rows += measure(backends, impls, batch, cfg, inputs, builder, model, args.warmup, args.repeats)
+    finally:
+        builder.close()
+    print(f"load: {os.getloadavg()}", file=sys.stderr)
+    if rows:
+        print(markdown(rows))
+        for line in ratios(rows):
+            print(line)
+        if args.json is not None:
+            atomic_write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

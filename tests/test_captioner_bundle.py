@@ -1,0 +1,140 @@
+"""``Captioner.load(bundle)``: the embedded API on verified bundles, the same captions as the torch run."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from edgecap import Captioner
+from edgecap.bundle import BundleError, BundleIntegrityError, load_bundle
+from edgecap.captioner import CaptionerError
+from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
+
+
+@pytest.fixture(autouse=True)
+def _flush_denormals():
+    # A randomly initialised EfficientNet produces denormals that make CPU convolutions ~40x slower.
+    torch.set_flush_denormal(True)
+    yield
+    torch.set_flush_denormal(False)
+
+
+@pytest.fixture(scope="module")
+def pixels(tiny_data, tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(pixel bundle, its run, the run's backbone weights)."""
+    bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    return bundle, run, weights
+
+
+@pytest.fixture(scope="module")
+def images(tiny_data) -> list[Path]:
+    return sorted((tiny_data[0] / "images").iterdir())[:5]
+
+
+def test_pixels_to_captions_match_the_torch_run_at_fp32_beam_3(pixels, images):
+    bundle, run, weights = pixels
+    expected = Captioner.from_run(run, beam=3, backbone_weights=weights).batch(images)
+    assert all(expected)  # non-empty captions: the comparison means something
+    with Captioner.load(bundle, runtime="ort", precision="fp32", beam=3) as cap:
+        assert cap.runtime_info["backbone"].startswith("in the ONNX graph") and cap.backbone is None
+        assert cap.batch(images) == expected
+        assert cap(images[0]) == expected[0]
+        assert cap.batch(images, batch_size=2) == expected
+
+
+def test_the_torch_runtime_uses_the_bundled_weights_and_backbone(pixels, images):
+    bundle, run, weights = pixels
+    expected = Captioner.from_run(run, beam=3, backbone_weights=weights).batch(images[:2])
+    cap = Captioner.load(bundle, runtime="torch")
+    assert cap.runtime_info["runtime"] == "torch" and cap.runtime_info["precision"] == "fp32"
+    assert cap.backbone is not None and cap.batch(images[:2]) == expected
+
+
+def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
+    bundle, _, _ = pixels
+    with caplog.at_level(logging.INFO, logger="edgecap.captioner"):
+        cap = Captioner.load(bundle)
+    info = cap.runtime_info
+    assert info["runtime"] == "ort" and info["runtime_reason"] == "onnxruntime is installed"
+    assert info["providers"][-1] == "CPUExecutionProvider" and info["precision"] == "fp32"
+    assert info["model"] == "ort-test" and info["beam"] == 3 and info["bundle"] == str(bundle)
+    assert info["summary"] in caplog.text and "CPUExecutionProvider" in caplog.text
+    assert repr(cap).startswith("Captioner(ort-test on ort")
+
+
+def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_factory):
+    """A bundle of a region-feature run captions features (not images) exactly like the torch run."""
+    from edgecap.captioning import caption_bank
+    from edgecap.data.datasets import load_dataset
+    from edgecap.data.sources import open_feature_source
+    from edgecap.runs import load_run
+    from edgecap.training.batches import FeatureBank
+
+    bundle = region_bundle(tiny_data, tmp_path_factory)
+    trained = load_run(region_run(tiny_data, tmp_path_factory))
+    data, feats = tiny_data
+    records = load_dataset(data).split("test") + load_dataset(data).split("val")
+    bank = FeatureBank(open_feature_source(feats), [r.image_id for r in records])
+    expected = caption_bank(trained.model, bank, trained.vocab, beam_size=3, max_words=trained.max_words)
+    batch = bank.batch(list(range(len(records)))).as_inputs()
+    with Captioner.load(bundle, precision="fp32") as cap:
+        assert cap.caption_inputs(batch) == expected
+        with pytest.raises(CaptionerError, match="precomputed region features"):
+            cap.batch([tiny_data[0] / "images" / "000000.png"])
+    with Captioner.load(bundle, precision="fp16") as cap:
+        assert len(cap.caption_inputs(batch)) == len(records)
+
+
+def test_auto_precision_on_cpu_takes_int8_when_its_preset_suits_this_cpu(tiny_data, tmp_path_factory):
+    from edgecap.calibration import detect_cpu_preset
+
+    bundle = region_bundle(tiny_data, tmp_path_factory)
+    preset = load_bundle(bundle, graphs="none").variant("int8")["preset"]
+    with Captioner.load(bundle, runtime="ort") as cap:
+        suits = preset in (detect_cpu_preset(), "cpu-avx2")
+        assert cap.runtime_info["precision"] == ("int8" if suits else "fp32")
+        assert preset in cap.runtime_info["precision_reason"]
+
+
+def test_requests_the_bundle_or_machine_cannot_serve(pixels, tiny_data, tmp_path_factory):
+    bundle, _, _ = pixels
+    with pytest.raises(BundleError, match=r"no 'int8' variant \(it holds \['fp32'\]\)"):
+        Captioner.load(bundle, precision="int8")
+    with pytest.raises(CaptionerError, match="INT8 graphs need runtime='ort'"):
+        Captioner.load(region_bundle(tiny_data, tmp_path_factory), runtime="torch", precision="int8")
+    with pytest.raises(CaptionerError, match="runtime must be one of"):
+        Captioner.load(bundle, runtime="tensorflow")
+    with pytest.raises(CaptionerError, match="beam must be >= 1"):
+        Captioner.load(bundle, beam=0)
+
+
+def test_a_corrupt_bundle_is_refused_by_load(pixels, tmp_path: Path):
+    copy = copy_bundle(pixels[0], tmp_path / "copy")
+    weights = copy / "weights.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01
+    weights.write_bytes(bytes(data))
+    with pytest.raises(BundleIntegrityError, match=r"weights\.safetensors: SHA-256"):
+        Captioner.load(copy)
+
+
+def test_a_three_line_script_needs_no_training_code(pixels, images):
+    bundle, _, _ = pixels
+    script = (
+        "import sys; from edgecap import Captioner\n"
+        f"cap = Captioner.load({str(bundle)!r})\n"
+        f"print(cap({str(images[0])!r}))\n"
+        "heavy = [m for m in ('edgecap.training.loop', 'edgecap.export', 'edgecap.calibration.quantize', "
+        "'edgecap.evaluation', 'pycocoevalcap', 'onnxscript') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    caption, heavy = done.stdout.strip().splitlines()
+    assert caption and heavy == "HEAVY []"
