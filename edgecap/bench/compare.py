@@ -23,9 +23,18 @@ __all__ = ["METRICS", "Comparison", "Metric", "compare_reports", "format_compari
 
 @dataclass(frozen=True)
 class Metric:
-    """A compared number: its name, how to read it from a result, and whether lower is better."""
+    """A compared number.
+
+    Attributes:
+        name: key in :class:`Row` values and ``compare.json``.
+        label: column header in markdown, with its unit.
+        read: the number of a result (None when not measured).
+        lower_is_better: direction of "better" (the header shows ↓ or ↑).
+        fmt: how to print a value.
+    """
 
     name: str
+    label: str
     read: Callable[[ComboResult], float | int | None]
     lower_is_better: bool
     fmt: Callable[[Any], str]
@@ -36,14 +45,14 @@ def _quality(r: ComboResult) -> float | None:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("p50_ms", lambda r: r.latency.p50_ms, True, fmt_ms),
-    Metric("p90_ms", lambda r: r.latency.p90_ms, True, fmt_ms),
-    Metric("p99_ms", lambda r: r.latency.p99_ms, True, fmt_ms),
-    Metric("images_per_s", lambda r: r.throughput.images_per_s, False, lambda v: f"{v:.2f}"),
-    Metric("peak_rss_bytes", lambda r: r.memory.rss_peak_bytes, True, fmt_mib),
-    Metric("gpu_peak_bytes", lambda r: r.memory.gpu_allocated_peak_bytes, True, fmt_mib),
-    Metric("cider_d", _quality, False, lambda v: f"{v:.1f}"),
-    Metric("size_bytes", lambda r: r.size.bytes, True, fmt_mib),
+    Metric("p50_ms", "p50 ms", lambda r: r.latency.p50_ms, True, fmt_ms),
+    Metric("p90_ms", "p90 ms", lambda r: r.latency.p90_ms, True, fmt_ms),
+    Metric("p99_ms", "p99 ms", lambda r: r.latency.p99_ms, True, fmt_ms),
+    Metric("images_per_s", "images/s", lambda r: r.throughput.images_per_s, False, lambda v: f"{v:.2f}"),
+    Metric("peak_rss_bytes", "peak RSS MiB", lambda r: r.memory.rss_peak_bytes, True, fmt_mib),
+    Metric("gpu_peak_bytes", "GPU peak MiB", lambda r: r.memory.gpu_allocated_peak_bytes, True, fmt_mib),
+    Metric("cider_d", "CIDEr-D ×100", _quality, False, lambda v: f"{v:.1f}"),
+    Metric("size_bytes", "size MiB", lambda r: r.size.bytes, True, fmt_mib),
 )
 
 
@@ -184,23 +193,12 @@ def format_comparison(comparison: Comparison, metrics: Sequence[Metric] = METRIC
     """Markdown: one table of latency/throughput, one of memory/size/quality, then environment differences."""
     by_name = {m.name: m for m in metrics}
     lines = [f"# Benchmark comparison: A = {comparison.a}, B = {comparison.b}", ""]
-    lines.append(
-        "Ratios are B / A: below 1 is better for latency, memory and size; above 1 for throughput and quality."
-    )
+    lines.append("Ratios are B / A. ↓: lower is better (B/A < 1 means B is better); ↑: higher is better.")
     lines.append("")
     groups = (
         ("Latency and throughput", ("p50_ms", "p90_ms", "images_per_s")),
         ("Memory, size and quality", ("peak_rss_bytes", "gpu_peak_bytes", "size_bytes", "cider_d")),
     )
-    units = {
-        "p50_ms": "ms",
-        "p90_ms": "ms",
-        "peak_rss_bytes": "MiB",
-        "gpu_peak_bytes": "MiB",
-        "size_bytes": "MiB",
-        "cider_d": "×100",
-        "images_per_s": "",
-    }
     keys = [row.key for row in comparison.rows]
     show_bundles = len(set(keys)) != len(keys)  # two bundles of one model: say which is which
     for title, names in groups:
@@ -214,8 +212,8 @@ def format_comparison(comparison: Comparison, metrics: Sequence[Metric] = METRIC
             else ["model", "runtime", "precision", "beam", "batch"]
         )
         for name in shown:
-            unit = f" {units.get(name, '')}".rstrip()
-            header += [f"{name.removesuffix('_ms').removesuffix('_bytes')}{unit} A", "B", "B/A"]
+            metric = by_name[name]
+            header += [f"{metric.label} {'↓' if metric.lower_is_better else '↑'} A", "B", "B/A"]
         lines += [
             f"## {title}",
             "",
@@ -235,7 +233,8 @@ def format_comparison(comparison: Comparison, metrics: Sequence[Metric] = METRIC
         lines += ["No combination appears in both reports.", ""]
     for label, keys in (("A", comparison.only_a), ("B", comparison.only_b)):
         if keys:
-            lines.append(f"Only in {label}: " + "; ".join(" ".join(str(k) for k in key) for key in keys))
+            lines += [f"Only in {label}:", ""]
+            lines += [f"- {' '.join(str(k) for k in key)}" for key in keys]
             lines.append("")
     if comparison.environment:
         lines += ["## Environment differences", "", "| field | A | B |", "|---|---|---|"]

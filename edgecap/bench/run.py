@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import os
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -451,11 +452,15 @@ def _run_isolated(task: GroupTask, emit: Emit) -> GroupOutcome:
         task_path, outcome_path = Path(tmp, "task.pkl"), Path(tmp, "outcome.pkl")
         with open(task_path, "wb") as f:
             pickle.dump(task, f)
+        # The worker imports the same edgecap as this process, installed or not (a source checkout on sys.path).
+        root = str(Path(__file__).resolve().parents[2])
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
         process = subprocess.Popen(
             [sys.executable, "-m", "edgecap.bench.run", str(task_path), str(outcome_path)],
             stdout=subprocess.PIPE,
             text=True,
             bufsize=1,
+            env=env,
         )
         try:
             assert process.stdout is not None

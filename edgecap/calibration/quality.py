@@ -42,7 +42,7 @@ def _as_tensors(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
         if isinstance(value, torch.Tensor):
             out[name] = value
         else:
-            out[name] = torch.from_numpy(np.ascontiguousarray(np.asarray(value)))
+            out[name] = torch.from_numpy(np.require(np.asarray(value), requirements=["C", "W"]))
     return out
 
 

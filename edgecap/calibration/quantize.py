@@ -79,7 +79,7 @@ def _ort_quantization() -> Any:
 
         raise ImportError(
             f"onnxruntime {onnxruntime.__version__} is too old: edgecap's INT8 path needs quantize_static("
-            "calibration_cache_path=...) (onnxruntime PR #28221); upgrade onnxruntime"
+            "calibration_cache_path=...) (onnxruntime PR #28221, May 2026; present in 1.32): upgrade onnxruntime"
         )
     return ortq
 

@@ -213,7 +213,7 @@ def record_decoder_feeds(
     wrapped = RecordingStepModel(step_model, recorder, state_names, tokens_name=tokens_name, token_dtype=token_dtype)
     batches = 0
     for index, batch in enumerate(as_source(inputs, "decoder calibration inputs")):
-        decode(wrapped, {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in batch.items()}, cfg)
+        decode(wrapped, {k: torch.from_numpy(np.require(v, requirements=["C", "W"])) for k, v in batch.items()}, cfg)
         batches += 1
         if on_batch is not None:
             on_batch(index, batch)

@@ -102,7 +102,11 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
 @click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads (torch and ONNX Runtime).")
 @click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available).")
 @click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available).")
-@click.option("--no-isolate", is_flag=True, help="Run everything in this process (faster; RSS becomes cumulative).")
+@click.option(
+    "--no-isolate",
+    is_flag=True,
+    help="Run everything in this process (faster; memory baselines then include earlier models).",
+)
 @click.option("--no-plots", is_flag=True, help="Write report.json and report.md only.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")

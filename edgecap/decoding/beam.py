@@ -36,6 +36,7 @@ handful of tensor ops and one small host read:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 
@@ -119,6 +120,11 @@ def _has_nan(rows: list[list[float]]) -> bool:
     return total != total
 
 
+@functools.lru_cache(maxsize=64)
+def _identity(n: int) -> list[int]:
+    return list(range(n))
+
+
 def _long(values: list[int], device: torch.device) -> Tensor:
     """A small host list as a long tensor (numpy is the cheapest route from Python ints)."""
     return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(device)
@@ -147,6 +153,7 @@ def beam_search(
     procs = None if processors is None else list(processors)
     beam, eos, max_len = cfg.beam_size, cfg.eos_id, cfg.max_len
     penalty = LengthPenalty(cfg.length_penalty, cfg.length_penalty_alpha)
+    bounded = penalty.active  # without a penalty a running beam's bound is its current sum
     search = BeamSearch(beam)
 
     state = step_model.encode(inputs)
@@ -158,7 +165,8 @@ def beam_search(
     pointers = _BackPointers()
     row_map: list[int] | None = None  # input rows of this step -> output rows of the previous one (None: identity)
     plan = None
-    identity = {n: list(range(n)) for n in range(beam, images * beam + 1, beam)}  # rows -> the identity index
+    n_done = 0
+    eos_at: dict[int, set[int]] = {}  # k -> flat indices of EOS among k·V continuations
 
     k = 1  # live beams per image: 1 at step 0, K afterwards
     live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
@@ -180,14 +188,15 @@ def beam_search(
             cand_scores, flat = search.candidates(lp.reshape(groups, k, vocab), scores)
             scores_l = cand_scores.tolist()
         flat_l = flat.tolist()
-        eos_flat = {b * vocab + eos for b in range(k)}
+        eos_flat = eos_at.get(k) or eos_at.setdefault(k, {b * vocab + eos for b in range(k)})
         cand_lps = lp.reshape(groups, k * vocab).gather(1, flat)  # (groups, C)
 
         if flat.shape[1] >= beam and all(eos_flat.isdisjoint(row[:beam]) for row in flat_l):
             # No EOS within any image's top K: the K best candidates run on, nothing finishes.
             tokens_h = [f % vocab for row in flat_l for f in row[:beam]]
             src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row[:beam]]
-            next_scores = cand_scores[:, :beam, None]
+            # (groups, K, 1) view of the first K columns; as_strided is one cheap call where [:, :K, None] is three.
+            next_scores = cand_scores.as_strided((groups, beam, 1), (flat.shape[1], 1, 1))
             best = [row[0] for row in scores_l]
             pointers.append(tokens_h, (cand_lps, beam), src_h, row_map)
         else:
@@ -201,17 +210,19 @@ def beam_search(
         if t == max_len - 1:
             _finish_running(next_scores, pointers, t, beam, active, done, finished, penalty)
             break
+        newly_done = False
         for g, image in enumerate(active):
             if done[image]:
                 continue
-            bound = penalty.upper_bound(best[g], t + 2, max_len)
+            bound = penalty.upper_bound(best[g], t + 2, max_len) if bounded else best[g]  # same value, inlined
             if bound == NEG_INF or (finished[image].full and bound <= finished[image].worst):
-                done[image] = True
-        if all(done):
+                done[image] = newly_done = True
+                n_done += 1
+        if n_done == images:
             break
 
         row_map = None
-        if cfg.prune_finished and any(done[image] for image in active):
+        if newly_done and cfg.prune_finished:
             keep = [g for g, image in enumerate(active) if not done[image]]
             row_map = [g * beam + b for g in keep for b in range(beam)]
             src_h, tokens_h = [src_h[r] for r in row_map], [tokens_h[r] for r in row_map]
@@ -220,7 +231,7 @@ def beam_search(
         else:
             scores = next_scores
         live_tokens = _long(tokens_h, device)
-        if len(src_h) != groups * k or src_h != identity[len(src_h)]:  # each beam continuing itself needs no gather
+        if len(src_h) != groups * k or src_h != _identity(len(src_h)):  # each beam continuing itself: no gather
             index = _long(src_h, device)
             state = step_model.select(state, index)
             if plan.needs_history:

@@ -6,8 +6,9 @@ it. A row that emits EOS is finished: with ``prune_finished`` it is dropped from
 per step); without it the row keeps being fed PAD at full batch size (fixed shapes) and its outputs are ignored.
 
 Per step the loop runs the processors (one masked copy when they are static, see
-:class:`~edgecap.decoding.processors.ProcessorPlan`), picks one token per row (:meth:`Search.choose`: for greedy a
-single ``max``), and reads the chosen tokens to the host once to find EOS. Tokens and log-probs are kept per step and
+:class:`~edgecap.decoding.processors.ProcessorPlan`; for greedy one biased add, checked for NaN on the chosen
+log-probs), picks one token per row (:meth:`Search.choose`: for greedy a single ``max``), and reads the chosen tokens
+to the host once to find EOS. Tokens and log-probs are kept per step and
 assembled into hypotheses at the end; ``select`` runs only when rows are expanded or pruned.
 """
 
@@ -52,7 +53,7 @@ def decode_rows(
     ended = [False] * total
     n_ended = 0
     pad_mask: Tensor | None = None  # without pruning: live rows already ended (fed PAD)
-    steps: list[tuple[list[int], list[int], Tensor]] = []  # per step: output rows, chosen tokens, their log-probs
+    steps: list[tuple[list[int], list[int], Tensor | list[float]]] = []  # per step: rows, tokens, their log-probs
     live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
     history = torch.empty(images, 0, dtype=torch.long, device=device)  # kept only if a processor reads it
     for t in range(max_len):
@@ -64,10 +65,18 @@ def decode_rows(
             lp, history = lp[expand], history[expand]
         if plan is None:
             plan = processor_plan(cfg, procs, lp.shape[1], device)
-        lp = plan(lp, t, history)
-        tokens, token_lps = search.choose(t, lp)
+        if search.reveals_nan:
+            processed, biased = plan.biased(lp, t, history)
+            tokens, token_lps = search.choose(t, processed)
+            chosen_lps = token_lps.tolist()
+            if biased and _has_nan(chosen_lps):  # a NaN/+inf under a mask: redo this step with exact masking
+                tokens, token_lps = search.choose(t, plan(lp, t, history))
+                chosen_lps = token_lps.tolist()
+        else:
+            tokens, token_lps = search.choose(t, plan(lp, t, history))
+            chosen_lps = token_lps
         chosen = tokens.tolist()
-        steps.append((rows, chosen, token_lps))
+        steps.append((rows, chosen, chosen_lps))
 
         eos_rows = [j for j, tok in enumerate(chosen) if tok == eos and not ended[rows[j]]] if eos in chosen else []
         for j in eos_rows:
@@ -95,8 +104,17 @@ def decode_rows(
     return _collect(steps, total, eos, images, rows_per_image)
 
 
+def _has_nan(values: list[float]) -> bool:
+    total = sum(values)  # NaN propagates (as does +inf + -inf, a harmless false alarm)
+    return total != total
+
+
 def _collect(
-    steps: list[tuple[list[int], list[int], Tensor]], total: int, eos_id: int, images: int, rows_per_image: int
+    steps: list[tuple[list[int], list[int], Tensor | list[float]]],
+    total: int,
+    eos_id: int,
+    images: int,
+    rows_per_image: int,
 ) -> list[list[Hypothesis]]:
     """Assemble each output row's tokens up to and including its first EOS (later outputs of a row fed PAD are not
     part of it)."""
@@ -104,7 +122,8 @@ def _collect(
     logprobs: list[list[float]] = [[] for _ in range(total)]
     ended = [False] * total
     for rows, chosen, lps_t in steps:
-        for row, tok, lp in zip(rows, chosen, lps_t.tolist(), strict=True):
+        lps_l = lps_t.tolist() if isinstance(lps_t, Tensor) else lps_t
+        for row, tok, lp in zip(rows, chosen, lps_l, strict=True):
             if ended[row]:
                 continue
             tokens[row].append(tok)

@@ -20,7 +20,15 @@ from edgecap.decoding.config import DecodeCfgError
 
 
 class Search:
-    """Base of the candidate selectors."""
+    """Base of the candidate selectors.
+
+    Attributes:
+        reveals_nan: a NaN anywhere in a row of log-probs always shows in that row's chosen log-prob (greedy's
+            ``max`` propagates NaN); lets the row loop use :meth:`ProcessorPlan.biased` and check only the chosen
+            values.
+    """
+
+    reveals_nan = False
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Select candidates; see the module docstring for shapes."""
@@ -43,6 +51,8 @@ class Search:
 
 class GreedySearch(Search):
     """The most likely continuation of each hypothesis (C = 1; expects k = 1)."""
+
+    reveals_nan = True
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         best_lp, tokens = lprobs[:, 0, :].max(dim=-1, keepdim=True)  # (B, 1)

@@ -82,7 +82,8 @@ def test_markdown_and_json() -> None:
     assert "A = A.json, B = B.json" in text
     assert "| acort-xsmall | torch | fp32 | 3 | 1 | 10.0 | 20.0 | 2.00 |" in text
     assert "| acort-xsmall | ort | fp32 | 3 | 1 | 8.00 | 4.00 | 0.50 |" in text
-    assert "Only in A: acort-xsmall torch-rerun fp32 3 1 acort" in text
+    assert "Only in A:\n\n- acort-xsmall torch-rerun fp32 3 1 acort" in text
+    assert "p50 ms ↓ A" in text and "images/s ↑ A" in text
     assert "| cpu | Test CPU | Jetson CPU |" in text
     data = json.loads(json.dumps(comparison.to_dict(), allow_nan=False))
     assert data["rows"][0]["p50_ms"] == {"a": 10.0, "b": 20.0, "ratio_b_over_a": 2.0}

@@ -193,6 +193,16 @@ def test_matches_on_the_edge_setting_forced_and_natural() -> None:
         _assert_same(lambda b=batch: HashedStepModel(b, 771, seed=5, eos_id=770, eos_boost=4.0), cfg)
 
 
+@pytest.mark.parametrize("strategy", ["beam", "greedy", "sample"])
+@pytest.mark.parametrize("poison", [{0: math.nan}, {1: math.inf}, {0: math.nan, 1: -math.nan}])
+def test_matches_when_banned_tokens_hold_nan_or_inf(strategy: str, poison: dict[int, float]) -> None:
+    # The fast paths mask by adding -inf, which turns NaN/+inf into NaN instead of -inf: they must notice and redo
+    # the step with exact masking. PAD (0) and BOS (1) are always banned.
+    cfg = DecodeCfg(strategy=strategy, max_len=7, beam_size=3, min_len=2, num_samples=3, seed=2, prune_finished=False)
+    for seed in range(3):
+        _assert_same(lambda s=seed: HashedStepModel(2, 8, seed=s, eos_boost=1.0, poison=poison), cfg)
+
+
 class _Bonus:
     """A dynamic, non-masking processor: rewards one token in rows whose last token is even (not a step_mask)."""
 
