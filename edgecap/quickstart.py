@@ -49,15 +49,15 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
 
     t0 = time.monotonic()
     if dataset_json.is_file():
-        console.print(f"[bold]1/6[/] dataset: reusing {dataset_json}")
+        console.print(f"[bold]1/7[/] dataset: reusing {dataset_json}")
     else:
-        console.print(f"[bold]1/6[/] dataset: synthesising {cfg.images} scenes (seed {cfg.seed}) into {data_dir}")
+        console.print(f"[bold]1/7[/] dataset: synthesising {cfg.images} scenes (seed {cfg.seed}) into {data_dir}")
         generate_dataset(data_dir, cfg.images, seed=cfg.seed)
     timings["dataset_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
     cache_dir = default_cache_dir(data_dir, "tf_efficientnet_lite0", 224)
-    console.print(f"[bold]2/6[/] features: EfficientNet-Lite0 (ImageNet, offline) grid features → {cache_dir}")
+    console.print(f"[bold]2/7[/] features: EfficientNet-Lite0 (ImageNet, offline) grid features → {cache_dir}")
     extract_features(data_dir, cache_dir)  # resumes, or returns at once when complete
     timings["features_s"] = time.monotonic() - t0
 
@@ -65,7 +65,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     run_dir = cfg.run_dir or default_run_dir(cfg.model)
     device = str(resolve_device(cfg.device))
     budget = f"{cfg.epochs} epochs" + (f" (at most {cfg.minutes:g} min)" if cfg.minutes else "")
-    console.print(f"[bold]3/6[/] training {cfg.model} for {budget} on {device} → {run_dir}")
+    console.print(f"[bold]3/7[/] training {cfg.model} for {budget} on {device} → {run_dir}")
     train_cfg = TrainCfg(
         model=cfg.model,
         data=str(data_dir),
@@ -81,24 +81,32 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     timings["train_s"] = time.monotonic() - t0
 
     t0 = time.monotonic()
-    console.print(f"[bold]4/6[/] evaluating on the test split with beam {cfg.beam}")
+    console.print(f"[bold]4/7[/] evaluating on the test split with beam {cfg.beam}")
     result, predictions = evaluate_run(run_dir, split="test", beam=cfg.beam, device=device, tokenizer="auto")
     print_result(result, console=console, title=f"{cfg.model} · synthetic test split · beam {cfg.beam}")
     timings["eval_s"] = time.monotonic() - t0
 
-    console.print("[bold]5/6[/] captioning test images from their pixels")
+    console.print("[bold]5/7[/] captioning test images from their pixels")
     samples = _caption_samples(run_dir, data_dir, device, cfg.beam, console)
 
     t0 = time.monotonic()
     bundle_dir = cfg.bundle_dir or edgecap_home() / "bundles" / cfg.model
     console.print(
-        f"[bold]6/6[/] export: FP32, FP16 and INT8 (cpu-auto, calibrated on up to {cfg.calib_size} train images) "
+        f"[bold]6/7[/] export: FP32, FP16 and INT8 (cpu-auto, calibrated on up to {cfg.calib_size} train images) "
         f"→ {bundle_dir}"
     )
     bundle = _export_bundle(run_dir, data_dir, bundle_dir, cfg.calib_size, console)
     console.print(bundle_table(bundle))
     bundle_samples = _bundle_samples(bundle.path, samples, cfg.beam, console)
     timings["export_s"] = time.monotonic() - t0
+
+    t0 = time.monotonic()
+    bench_dir = bundle.path.parent / f"{bundle.path.name}-bench"
+    console.print(
+        f"[bold]7/7[/] benchmark: torch vs re-run prefix vs ONNX Runtime, batch 1, beam {cfg.beam} → {bench_dir}"
+    )
+    bench_files = _benchmark(bundle.path, bench_dir, cfg.beam, console)
+    timings["bench_s"] = time.monotonic() - t0
 
     summary = {
         "model": cfg.model,
@@ -107,6 +115,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "samples": samples,
         "bundle": {"path": str(bundle.path), "variants": bundle.summary(), "samples": bundle_samples},
+        "bench_report": str(bench_files["report.md"]),
     }
     atomic_write_json(run_dir / "quickstart.json", summary)
     console.print(
@@ -136,6 +145,19 @@ def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: 
         overwrite=True,
     )  # fmt: skip
     return load_bundle(bundle_dir, graphs="none")
+
+
+def _benchmark(bundle_dir: Path, out_dir: Path, beam: int, console: Console) -> dict[str, Path]:
+    """A short single-stream report of the bundle (``edgecap bench`` measures more: batches, beams, throughput)."""
+    from edgecap.bench import BenchCfg, run_benchmark, write_report
+
+    cfg = BenchCfg(
+        bundles=(str(bundle_dir),), batches=(1,), beams=(beam,), quality_images=50, warmup=2, min_repeats=10,
+        min_seconds=1.0, threads=1,
+    )  # fmt: skip
+    files = write_report(run_benchmark(cfg), out_dir)
+    console.print(f"  report: {files['report.md']}  (full run: `edgecap bench --bundle {bundle_dir} --out DIR`)")
+    return files
 
 
 def _bundle_samples(bundle_dir: Path, samples: list[dict], beam: int, console: Console) -> list[dict]:
