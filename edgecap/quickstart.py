@@ -115,7 +115,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
         "timings_s": {k: round(v, 1) for k, v in timings.items()},
         "samples": samples,
         "bundle": {"path": str(bundle.path), "variants": bundle.summary(), "samples": bundle_samples},
-        "bench_report": str(bench_files["report.md"]),
+        "bench_report": str(bench_files["markdown"]),
     }
     atomic_write_json(run_dir / "quickstart.json", summary)
     console.print(
@@ -156,7 +156,7 @@ def _benchmark(bundle_dir: Path, out_dir: Path, beam: int, console: Console) -> 
         min_seconds=1.0, threads=1,
     )  # fmt: skip
     files = write_report(run_benchmark(cfg), out_dir)
-    console.print(f"  report: {files['report.md']}  (full run: `edgecap bench --bundle {bundle_dir} --out DIR`)")
+    console.print(f"  report: {files['markdown']}  (full run: `edgecap bench --bundle {bundle_dir} --out DIR`)")
     return files
 
 

@@ -8,8 +8,8 @@ per step); without it the row keeps being fed PAD at full batch size (fixed shap
 Per step the loop runs the processors (one masked copy when they are static, see
 :class:`~edgecap.decoding.processors.ProcessorPlan`; for greedy one biased add, checked for NaN on the chosen
 log-probs), picks one token per row (:meth:`Search.choose`: for greedy a single ``max``), and reads the chosen tokens
-to the host once to find EOS. Tokens and log-probs are kept per step and
-assembled into hypotheses at the end; ``select`` runs only when rows are expanded or pruned.
+to the host once to find EOS. Tokens and log-probs are kept per step and assembled into hypotheses at the end;
+``select`` runs only when rows are expanded or pruned.
 """
 
 from __future__ import annotations

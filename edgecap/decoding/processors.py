@@ -170,7 +170,9 @@ class ProcessorPlan:
     At each step, runs of consecutive processors that offer a static ``step_mask`` are folded into one mask (masks
     commute; order is kept relative to processors that must be called). Applying a step is then: one out-of-place
     ``masked_fill`` (the copy the search needs anyway, as processors write in place), then any dynamic processor.
-    The result equals running the processors in order on a float32 copy.
+    The result equals running the processors in order on a float32 copy. Steps that are a single mask also have a
+    cheaper additive form, :meth:`biased`. Masks are built once per plan, and the plan of a ``DecodeCfg`` once per
+    process (:func:`processor_plan`), so a decode call computes no mask at all.
 
     Args:
         processors: in application order.

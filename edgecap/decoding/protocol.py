@@ -57,7 +57,8 @@ class StepModel(Protocol):
         """Gather rows of ``state`` along axis 0.
 
         Used both to expand B images to B·K beams (``index`` = ``arange(B).repeat_interleave(K)``) and to reorder or
-        prune beams.
+        prune beams. The searches skip the call when the gather would be the identity (every row continues itself,
+        in order), so ``step`` must accept the state it returned itself, as greedy decoding always feeds it.
 
         Args:
             state: batch B.
@@ -119,15 +120,6 @@ def device_of(state: State) -> torch.device:
         if isinstance(value, Tensor):
             return value.device
     return torch.device("cpu")
-
-
-def check_logprobs(logprobs: Any, rows: int) -> Tensor:
-    """Validate a step's output: a (rows, V) tensor, returned as a float32 *copy*.
-
-    Processors edit log-probs in place; the copy keeps them from writing into a buffer the backend still owns (a
-    zero-copy view of an ONNX Runtime output, a cached tensor) or into a torch inference tensor.
-    """
-    return validate_logprobs(logprobs, rows).to(torch.float32, copy=True)
 
 
 def validate_logprobs(logprobs: Any, rows: int, device: torch.device | None = None) -> Tensor:

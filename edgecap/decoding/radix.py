@@ -80,15 +80,6 @@ class RadixConstraint:
         banned[1 : max_digit + 2] = False  # digits 0 … max_digit are tokens 1 … max_digit + 1
         return banned
 
-    def max_digit(self, prefix_value: Tensor, position: int) -> Tensor:
-        """Largest legal digit at ``position`` for each row's word prefix value (N,) → (N,) long; −1 = none."""
-        if self.limit < 0:
-            return torch.full_like(prefix_value, -1)
-        free = torch.full_like(prefix_value, self.spec.base - 1)
-        bounded = torch.full_like(prefix_value, self.limit_digit[position])
-        out = torch.where(prefix_value == self.limit_prefix[position], bounded, free)
-        return out.masked_fill(prefix_value > self.limit_prefix[position], -1)
-
     def _check_vocab(self, vocab_size: int) -> None:
         if vocab_size != self.vocab_size:
             raise DecodeCfgError(
@@ -124,7 +115,8 @@ class RadixConstraint:
         return entry
 
     def banned(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
-        """(N, V) bool: which tokens each row may *not* generate at step ``ctx.step``."""
+        """(N, V) bool: which tokens each row may *not* generate at step ``ctx.step`` (read-only: at a word boundary a
+        broadcast view of a shared mask)."""
         self._check_vocab(vocab_size)
         t, d = ctx.step, self.spec.digits
         position = t % d
