@@ -37,11 +37,13 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.data.synthetic import generate_dataset
     from edgecap.evaluation import print_result
     from edgecap.evaluation.run_eval import evaluate_run
+    from edgecap.export import require_onnx_stack
     from edgecap.runs import default_run_dir, edgecap_home
     from edgecap.runtimes.torch import resolve_device
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train
 
+    require_onnx_stack()  # stage 6 exports: say what to install before training for minutes
     console = console or Console()
     timings: dict[str, float] = {}
     data_dir = cfg.workdir / "synthetic"

@@ -546,6 +546,9 @@ def export_bundle(
         BundleExportError: bad arguments, an empty calibration set, or a failed FP32/FP16 parity check (nothing is
             left on disk).
     """
+    from edgecap.export import require_onnx_stack
+
+    require_onnx_stack()
     from edgecap.captioning import decode_cfg_for
     from edgecap.export import export_onnx
     from edgecap.runtimes.torch import TorchStepModel

@@ -64,5 +64,5 @@ def quickstart(
     )
     try:
         run_quickstart(cfg)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+    except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
         fail(str(exc))

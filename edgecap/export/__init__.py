@@ -40,6 +40,8 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "ONNX_STACK",
+    "require_onnx_stack",
     "DimSpec",
     "ExportSpec",
     "ExportSpecError",
@@ -51,6 +53,18 @@ __all__ = [
     "register_export_spec",
     *_LAZY,
 ]
+
+
+ONNX_STACK = ("onnx", "onnxruntime", "onnxscript", "onnxslim", "onnxconverter_common")
+
+
+def require_onnx_stack() -> None:
+    """Fail early, with the install command, when the ``[onnx]`` extra is missing."""
+    import importlib.util
+
+    missing = [name for name in ONNX_STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"exporting needs {missing}: install the extra with pip install 'edgecap[onnx]'")
 
 
 def __getattr__(name: str) -> Any:
