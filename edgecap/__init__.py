@@ -6,9 +6,7 @@ Heavy submodules (torch models, onnxruntime, TensorRT) are imported lazily so th
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from edgecap._lazy import lazy_getattr
 from edgecap._version import __version__
 
 _LAZY: dict[str, str] = {
@@ -24,8 +22,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -7,8 +7,7 @@ Modules are imported on first use, so ``import edgecap.bench`` costs nothing.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from edgecap._lazy import lazy_getattr
 
 _LAZY: dict[str, str] = {
     "BenchCfg": "edgecap.bench.run",
@@ -34,8 +33,4 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.bench' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -18,9 +18,7 @@ A bundle is one directory::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from edgecap._lazy import lazy_getattr
 from edgecap.bundle.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -54,8 +52,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.bundle' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -16,9 +16,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from edgecap._lazy import lazy_getattr
 from edgecap.calibration.presets import (
     QuantPreset,
     RolePolicy,
@@ -62,8 +60,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.calibration' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -11,9 +11,7 @@ without the ``[onnx]`` extra.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from edgecap._lazy import lazy_getattr
 from edgecap.export.spec import (
     DimSpec,
     ExportSpec,
@@ -67,8 +65,4 @@ def require_onnx_stack() -> None:
         raise ImportError(f"exporting needs {missing}: install the extra with pip install 'edgecap[onnx]'")
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.export' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

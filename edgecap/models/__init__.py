@@ -7,9 +7,7 @@ The backbone (timm) is imported only when ``create_backbone``/``Backbone`` is fi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from edgecap._lazy import lazy_getattr
 from edgecap.models import ort  # noqa: F401  (registers the ORT/ACORT family and its variants)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
@@ -70,8 +68,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.models' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from edgecap._lazy import lazy_getattr
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 
 # registry key -> "module:ClassName"; a backend is one module plus one line here (or a register_runtime call).
@@ -69,11 +70,7 @@ def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
     return get_runtime_class(name)(*args, **kwargs)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'edgecap.runtimes' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
