@@ -9,7 +9,6 @@ beside the target and moved into place only when complete (:func:`edgecap._io.at
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,13 +53,6 @@ def split_counts(num_images: int, fractions: Sequence[float]) -> tuple[int, int,
     for k in by_remainder[: num_images - sum(counts)]:
         counts[k] += 1
     return counts[0], counts[1], counts[2]
-
-
-def _dir_mode() -> int:
-    """0o777 minus the process umask: the mode ``mkdir`` would have given."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return 0o777 & ~mask
 
 
 def _heldout_pairs(rng: np.random.Generator, count: int) -> list[Pair]:
@@ -150,7 +142,6 @@ def generate_dataset(
     entries: list[dict[str, Any]] = []
     sentid = 0
     with atomic_directory(out_dir, overwrite=True) as tmp:
-        tmp.chmod(_dir_mode())  # mkdtemp makes it owner-only; the dataset is meant to be shared like any output
         (tmp / _IMAGE_DIR).mkdir()
         for index in tqdm(range(num_images), desc="synthesising", unit="img", disable=not progress):
             split = SPLIT_NAMES[int(labels[index])]
@@ -202,5 +193,4 @@ def generate_dataset(
             "images": entries,
         }
         atomic_write_text(tmp / "dataset.json", json.dumps(document) + "\n")
-        (tmp / "dataset.json").chmod(_dir_mode() & 0o666)
     return out_dir / "dataset.json"
