@@ -8,20 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from edgecap import Captioner
 from edgecap.bundle import BundleError, BundleIntegrityError, load_bundle
 from edgecap.captioner import CaptionerError
 from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
 
-
-@pytest.fixture(autouse=True)
-def _flush_denormals():
-    # A randomly initialised EfficientNet produces denormals that make CPU convolutions ~40x slower.
-    torch.set_flush_denormal(True)
-    yield
-    torch.set_flush_denormal(False)
+pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
 @pytest.fixture(scope="module")

@@ -6,18 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
 
 from edgecap.cli import main
 from tests.bundle.helpers import pixel_bundle, pixel_run
 
-
-@pytest.fixture(autouse=True)
-def _flush_denormals():
-    torch.set_flush_denormal(True)  # random EfficientNet weights: denormals slow CPU convolutions ~40x
-    yield
-    torch.set_flush_denormal(False)
+pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
 @pytest.fixture(scope="module")

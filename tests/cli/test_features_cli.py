@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -15,13 +14,7 @@ from PIL import Image
 from edgecap.cli import main
 from edgecap.data.feature_cache import FeatureCache
 
-
-@pytest.fixture(autouse=True)
-def _flush_denormals() -> Iterator[None]:
-    """Random tiny weights give denormal activations, which make CPU convolutions very slow."""
-    torch.set_flush_denormal(True)
-    yield
-    torch.set_flush_denormal(False)
+pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
 @pytest.fixture

@@ -11,13 +11,7 @@ from safetensors.torch import save_file
 from edgecap.cli import main
 from edgecap.models.backbone import create_backbone
 
-
-@pytest.fixture(autouse=True)
-def _flush_denormals():
-    # A randomly initialised EfficientNet produces denormals that make CPU convolutions ~40x slower.
-    torch.set_flush_denormal(True)
-    yield
-    torch.set_flush_denormal(False)
+pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
 @pytest.fixture(scope="module")

@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import json
 
-import pytest
-import torch
 from click.testing import CliRunner
 
 from edgecap.cli.zoo import zoo
 from edgecap.models import list_models
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_zoo_table_lists_every_model():

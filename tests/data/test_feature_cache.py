@@ -6,7 +6,7 @@ import fcntl
 import io
 import json
 import pickle
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,12 +29,7 @@ from edgecap.models.backbone import Backbone, create_backbone, grid_boxes
 SIZE = 64  # test_efficientnet at 64 px: a 2x2 grid of 256-d features
 
 
-@pytest.fixture(autouse=True)
-def _flush_denormals() -> Iterator[None]:
-    """Randomly initialised tiny models produce denormal activations, which make CPU convolutions ~40x slower."""
-    torch.set_flush_denormal(True)
-    yield
-    torch.set_flush_denormal(False)
+pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
 def _tiny(seed: int = 0, image_size: int = SIZE) -> Backbone:

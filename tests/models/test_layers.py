@@ -26,16 +26,6 @@ from edgecap.models.layers.norm import AnnotatedLayerNorm, make_norm
 from edgecap.models.layers.position import SinusoidalPositions, sinusoid_table
 from edgecap.models.layers.transformer import EncoderLayer, LayerStack
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run far faster single-threaded on a shared 2-core machine (no intra-op spin contention)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 # -- layer maps (ACORT §4.2) -------------------------------------------------------------------------------------
 
 

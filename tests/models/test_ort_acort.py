@@ -12,15 +12,6 @@ from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 FEATURE_DIM = 12
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run far faster single-threaded on a shared 2-core machine (no intra-op spin contention)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def small_model(name: str, **overrides) -> CaptionModel:
     """The registered architecture (width, depth, sharing) with a tiny vocabulary and feature dim, in eval mode."""
     if get_model_cfg(name).vocab_kind == "radix":

@@ -48,15 +48,6 @@ TABLE_1 = {
 EXACT = {"acort-base": 14_979_347, "acort-small": 4_213_779, "acort-xsmall": 2_567_435, "ort-base": 55_443_777}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models run far faster single-threaded on a shared 2-core machine (no intra-op spin contention)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
     """The reference notes' §1.3 formula, generalised: what ORT/ACORT count, shared layers once."""
     d, f = cfg.d_model, cfg.d_ff
