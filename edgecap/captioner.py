@@ -378,7 +378,11 @@ def _load_ort(
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
     step_model = create_ort_step_model(
-        bundle.graph_path(precision, "encoder"), bundle.graph_path(precision, "step"), bundle.state_names, **options
+        bundle.graph_path(precision, "encoder"),
+        bundle.graph_path(precision, "step"),
+        bundle.state_names,
+        updated_state_names=bundle.updated_state_names,
+        **options,
     )
     step_model.__enter__()
     try:

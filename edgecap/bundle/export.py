@@ -386,7 +386,11 @@ def _task_check(
 
     batches = _torch_batches(held_out.inputs)
     with create_ort_step_model(
-        models["encoder"], models["step"], state_names=spec.state_names, providers=("cpu",)
+        models["encoder"],
+        models["step"],
+        state_names=spec.state_names,
+        updated_state_names=spec.step_state_names,
+        providers=("cpu",),
     ) as candidate:
         measured = compare_decoders(reference, candidate, batches, references, vocab, cfg)
     return {
@@ -643,6 +647,7 @@ def export_bundle(
                 "interface": {
                     "decode_inputs": list(spec.decode_inputs),
                     "state_names": list(spec.state_names),
+                    "updated_state_names": list(spec.step_state_names),
                     "runtime_graphs": dict(spec.runtime_graphs),
                     "tokens": spec.tokens_name,
                     "logprobs": spec.logprobs_name,

@@ -130,6 +130,11 @@ class Bundle:
         return tuple(self.interface["state_names"])
 
     @property
+    def updated_state_names(self) -> tuple[str, ...]:
+        """The states the step graph outputs (bundles written before this field: all of them)."""
+        return tuple(self.interface.get("updated_state_names") or self.interface["state_names"])
+
+    @property
     def backbone_spec(self) -> dict[str, Any]:
         return self.config.get("backbone") or {}
 
@@ -242,7 +247,8 @@ class Bundle:
             want_in, want_out = list(interface["decode_inputs"]), states
         elif role == "step":
             tokens, logprobs = interface.get("tokens", "tokens"), interface.get("logprobs", "logprobs")
-            want_in, want_out = [tokens, *states], [logprobs, *(f"{s}{suffix}" for s in states)]
+            updated = self.updated_state_names
+            want_in, want_out = [tokens, *states], [logprobs, *(f"{s}{suffix}" for s in updated)]
         else:
             raise BundleConfigError(f"{path}: unknown runtime role {role!r} in the manifest")
         missing = [n for n in want_in if n not in inputs]

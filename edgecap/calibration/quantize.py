@@ -609,6 +609,7 @@ def quantize_int8(
         tokens_name=spec.tokens_name,
         logprobs_name=spec.logprobs_name,
         state_output_names=spec.state_output_names,
+        updated_state_names=spec.step_state_names,
     )
     try:
         with step_model:

@@ -314,6 +314,7 @@ class ExportResult:
             "edgecap_version": __version__,
             "opset": spec.opset,
             "state_names": list(spec.state_names),
+            "updated_state_names": list(spec.step_state_names),
             "decode_inputs": list(spec.decode_inputs),
             "runtime_graphs": dict(spec.runtime_graphs),
             "dims": {n: {"min": d.min, "max": d.max, "example": d.example} for n, d in spec.dims.items()},

@@ -190,6 +190,9 @@ class ExportSpec:
             0/1 here, the point is to exercise the dynamic axes.
         runtime_graphs: which graph a runtime loads per role: ``{"encoder": ..., "step": ...}``.
         state_names: decoder state tensors in the step graph's input order.
+        updated_state_names: the states the step graph outputs (a new value each step), in ``state_names`` order;
+            None = all. The others (cross-attention keys/values, the memory bias) are carried over unchanged by the
+            runtime: re-emitting them would cost an output copy per step for nothing.
         tokens_name, logprobs_name, state_output_suffix: the step graph's interface (``RuntimeStepModel``).
         decode_inputs: the inputs a caller feeds to the runtime encoder graph.
         opset: ONNX opset to export with.
@@ -203,6 +206,7 @@ class ExportSpec:
     parity_sizes: tuple[Mapping[str, int], ...]
     runtime_graphs: Mapping[str, str]
     state_names: tuple[str, ...] = ()
+    updated_state_names: tuple[str, ...] | None = None
     tokens_name: str = "tokens"
     logprobs_name: str = "logprobs"
     state_output_suffix: str = "_out"
@@ -224,6 +228,10 @@ class ExportSpec:
         for graph in self.graphs:
             self._check_graph(graph, seen)
             seen.add(graph.name)
+        if self.updated_state_names is not None:
+            unknown = [n for n in self.updated_state_names if n not in self.state_names]
+            if unknown:
+                raise ExportSpecError(f"spec {self.name!r}: updated_state_names {unknown} are not in state_names")
         for role, graph_name in self.runtime_graphs.items():
             if graph_name not in names:
                 raise ExportSpecError(f"spec {self.name!r}: runtime role {role!r} names unknown graph {graph_name!r}")
@@ -275,8 +283,16 @@ class ExportSpec:
         return full
 
     @property
+    def step_state_names(self) -> tuple[str, ...]:
+        """The states the step graph outputs, in ``state_names`` order."""
+        if self.updated_state_names is None:
+            return self.state_names
+        return tuple(n for n in self.state_names if n in self.updated_state_names)
+
+    @property
     def state_output_names(self) -> tuple[str, ...]:
-        return tuple(f"{n}{self.state_output_suffix}" for n in self.state_names)
+        """The step graph's state outputs, one per :attr:`step_state_names` entry."""
+        return tuple(f"{n}{self.state_output_suffix}" for n in self.step_state_names)
 
     def replace(self, **changes: Any) -> ExportSpec:
         """A copy with ``changes`` (validated again), e.g. ``spec.replace(opset=18, precisions=("fp32",))``."""

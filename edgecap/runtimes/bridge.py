@@ -39,6 +39,10 @@ class ArrayOps(ABC):
     def take(self, array: Array, index: Tensor) -> Array:
         """Rows ``index`` of ``array`` along axis 0."""
 
+    def take_all(self, state: Mapping[str, Array], index: Tensor) -> dict[str, Array]:
+        """Rows ``index`` of every state array (the beam reorder)."""
+        return {n: self.take(v, index) for n, v in state.items()}
+
 
 class NumpyOps(ArrayOps):
     def from_torch(self, tensor: Tensor, dtype: str) -> np.ndarray:
@@ -52,6 +56,10 @@ class NumpyOps(ArrayOps):
 
     def take(self, array: Array, index: Tensor) -> np.ndarray:
         return np.take(array, index.detach().cpu().numpy(), axis=0)
+
+    def take_all(self, state: Mapping[str, Array], index: Tensor) -> dict[str, np.ndarray]:
+        rows = index.detach().cpu().numpy()  # converted once for all state arrays
+        return {n: np.take(v, rows, axis=0) for n, v in state.items()}
 
 
 class TorchOps(ArrayOps):
@@ -86,8 +94,9 @@ class RuntimeStepModel:
     - ``encoder``: inputs = the decode inputs (e.g. ``features``, ``boxes``, ``feature_mask``), outputs ⊇
       ``state_names`` — the initial state (batch on axis 0).
     - ``step``: inputs = ``tokens_name`` (B,) + every ``state_names`` entry; outputs = ``logprobs_name`` (B, V) +
-      the updated state under ``state_output_names`` (same order as ``state_names``; graph outputs cannot reuse input
-      names).
+      the new value of each ``updated_state_names`` entry under ``state_output_names`` (same order; graph outputs
+      cannot reuse input names). States not updated (cross-attention keys/values) are carried to the next step as
+      they are, so the graph need not copy them out every step.
 
     Inputs are cast to the dtype each graph declares (e.g. fp32 features into an fp16 engine, int64 tokens into an
     int32 graph), so the search stays backend-agnostic.
@@ -96,9 +105,10 @@ class RuntimeStepModel:
         encoder: the encoder runtime.
         step: the decoder-step runtime.
         state_names: the state tensors, in the step graph's order.
+        updated_state_names: the states the step graph outputs; default all of ``state_names``.
         tokens_name: the step graph's token input.
         logprobs_name: the step graph's log-prob output.
-        state_output_names: step outputs holding the new state; default ``f"{name}_out"`` per state name.
+        state_output_names: step outputs holding the new state; default ``f"{name}_out"`` per updated state.
     """
 
     def __init__(
@@ -110,21 +120,30 @@ class RuntimeStepModel:
         tokens_name: str = "tokens",
         logprobs_name: str = "logprobs",
         state_output_names: Sequence[str] | None = None,
+        updated_state_names: Sequence[str] | None = None,
     ) -> None:
         if not state_names:
             raise ValueError("RuntimeStepModel needs at least one state name")
         self.encoder, self.step_runtime = encoder, step
         self.state_names = tuple(state_names)
-        self.state_output_names = tuple(state_output_names or (f"{n}_out" for n in self.state_names))
-        if len(self.state_output_names) != len(self.state_names):
+        updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
+        unknown = [n for n in updated if n not in self.state_names]
+        if unknown:
+            raise ValueError(f"updated_state_names {unknown} are not state names {list(self.state_names)}")
+        self.updated_state_names = tuple(n for n in self.state_names if n in updated)
+        self.state_output_names = tuple(state_output_names or (f"{n}_out" for n in self.updated_state_names))
+        if len(self.state_output_names) != len(self.updated_state_names):
             raise ValueError(
-                f"state_output_names has {len(self.state_output_names)} names for {len(self.state_names)} states"
+                f"state_output_names has {len(self.state_output_names)} names for "
+                f"{len(self.updated_state_names)} updated states"
             )
+        self._token_dtype: str | None = None
         self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
         self._enc_ops, self._step_ops = array_ops(encoder), array_ops(step)
 
     # -- lifecycle: activates both runtimes --------------------------------------------------------------------------
     def __enter__(self) -> RuntimeStepModel:
+        self._token_dtype = None
         self.encoder.activate()
         try:
             self.step_runtime.activate()
@@ -158,23 +177,29 @@ class RuntimeStepModel:
         return {n: self._step_ops.adopt(outputs[n]) for n in self.state_names}
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
-        token_meta = self.step_runtime.input_metadata().get(self.tokens_name)
-        if token_meta is None:
-            raise RuntimeInputError(f"{self.step_runtime.name}: the step graph has no token input {self.tokens_name!r}")
-        token_dtype = token_meta.dtype
+        token_dtype = self._token_dtype
+        if token_dtype is None:  # looked up once per activation: the decode loop calls this every token
+            token_meta = self.step_runtime.input_metadata().get(self.tokens_name)
+            if token_meta is None:
+                raise RuntimeInputError(
+                    f"{self.step_runtime.name}: the step graph has no token input {self.tokens_name!r}"
+                )
+            token_dtype = self._token_dtype = token_meta.dtype
         feed: dict[str, Array] = {self.tokens_name: self._step_ops.from_torch(tokens, token_dtype)}
         feed.update((n, state[n]) for n in self.state_names)
         outputs = self.step_runtime.infer(feed)
-        expected = (self.logprobs_name, *self.state_output_names)
-        absent = [n for n in expected if n not in outputs]
-        if absent:
-            raise DecodeInputError(f"{self.step_runtime.name}: outputs lack {absent} (got {sorted(outputs)})")
-        logprobs = self._step_ops.to_torch(outputs[self.logprobs_name]).float()
-        new_state = {n: outputs[o] for n, o in zip(self.state_names, self.state_output_names, strict=True)}
+        try:
+            logprobs = self._step_ops.to_torch(outputs[self.logprobs_name]).float()
+            new_state = dict(state)
+            for name, output in zip(self.updated_state_names, self.state_output_names, strict=True):
+                new_state[name] = outputs[output]
+        except KeyError:
+            absent = [n for n in (self.logprobs_name, *self.state_output_names) if n not in outputs]
+            raise DecodeInputError(f"{self.step_runtime.name}: outputs lack {absent} (got {sorted(outputs)})") from None
         return logprobs, new_state
 
     def select(self, state: State, index: Tensor) -> State:
-        return {n: self._step_ops.take(v, index) for n, v in state.items()}
+        return self._step_ops.take_all(state, index)
 
 
 def _as_tensor(value: Any) -> Tensor:

@@ -360,6 +360,7 @@ def create_ort_step_model(
     encoder: ModelSource,
     step: ModelSource,
     state_names: Sequence[str] | None = None,
+    updated_state_names: Sequence[str] | None = None,
     **runtime_options: Any,
 ) -> Any:
     """A :class:`~edgecap.runtimes.bridge.RuntimeStepModel` over the exported ``init`` (encoder + start) and ``step``
@@ -371,6 +372,8 @@ def create_ort_step_model(
         step: the step graph: ``tokens`` + state -> ``logprobs`` + ``<state>_out``.
         state_names: state order; default read from the step graph's ``state_names`` metadata (written by export),
             else its inputs other than ``tokens``.
+        updated_state_names: the states the step graph outputs; default read from its ``updated_state_names``
+            metadata, else all.
         **runtime_options: :class:`OrtRuntime` options for both sessions (``providers``, ``intra_op_threads`` …).
 
     Use it as a context manager (``with create_ort_step_model(...) as sm: decode(sm, inputs, cfg)``); both sessions
@@ -378,15 +381,20 @@ def create_ort_step_model(
     """
     from edgecap.runtimes.bridge import RuntimeStepModel
 
-    names = tuple(state_names) if state_names is not None else _state_names_of(step)
+    if state_names is None or updated_state_names is None:
+        meta_names, meta_updated = _state_names_of(step)
+        state_names = meta_names if state_names is None else state_names
+        updated_state_names = meta_updated if updated_state_names is None else updated_state_names
     return RuntimeStepModel(
         OrtRuntime(encoder, name="ort-encoder", **runtime_options),
         OrtRuntime(step, name="ort-step", **runtime_options),
-        names,
+        tuple(state_names),
+        updated_state_names=updated_state_names,
     )
 
 
-def _state_names_of(step: ModelSource) -> tuple[str, ...]:
+def _state_names_of(step: ModelSource) -> tuple[tuple[str, ...], tuple[str, ...] | None]:
+    """(state names, updated state names or None = all) from the step graph's metadata or its inputs."""
     try:
         import onnx
     except ImportError as exc:
@@ -395,7 +403,9 @@ def _state_names_of(step: ModelSource) -> tuple[str, ...]:
     if model is None:
         model = onnx.load(os.fspath(step), load_external_data=False)
     meta = {p.key: p.value for p in model.metadata_props}
+    updated = tuple(meta["updated_state_names"].split(",")) if meta.get("updated_state_names") else None
     if meta.get("state_names"):
-        return tuple(meta["state_names"].split(","))
+        return tuple(meta["state_names"].split(",")), updated
     initializers = {t.name for t in model.graph.initializer}
-    return tuple(i.name for i in model.graph.input if i.name != "tokens" and i.name not in initializers)
+    names = tuple(i.name for i in model.graph.input if i.name != "tokens" and i.name not in initializers)
+    return names, updated

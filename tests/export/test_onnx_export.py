@@ -70,7 +70,9 @@ def test_step_graph_interface(config: str) -> None:
     inputs = {vi.name: vi for vi in step.graph.input}
     outputs = {vi.name: vi for vi in step.graph.output}
     assert list(inputs) == ["tokens", *names]
-    assert list(outputs) == ["logprobs", *(f"{n}_out" for n in names)]
+    caches = tuple(n for n in names if n.startswith("self_"))  # only what a step changes is an output
+    assert result.spec.step_state_names == caches
+    assert list(outputs) == ["logprobs", *(f"{n}_out" for n in caches)]
     assert inputs["tokens"].type.tensor_type.elem_type == TensorProto.INT64
     assert _dims(inputs["tokens"]) == ["batch"]
     assert _dims(outputs["logprobs"]) == ["batch", model.vocab_size]
@@ -100,7 +102,7 @@ def test_step_runs_with_empty_and_grown_cache() -> None:
             with torch.no_grad():
                 logprobs, state = model.step(tokens, state)
             out = step.infer({"tokens": tokens.numpy(), **{n: ort_state[n] for n in model.state_names}})
-            ort_state = {n: out[f"{n}_out"] for n in model.state_names}
+            ort_state = {**ort_state, **{n: out[f"{n}_out"] for n in result.spec.step_state_names}}
             assert ort_state["self_k"].shape[3] == t + 1
             np.testing.assert_allclose(out["logprobs"], logprobs.numpy(), atol=1e-4)
             np.testing.assert_allclose(ort_state["self_k"], state["self_k"].numpy(), atol=1e-4)

@@ -193,3 +193,46 @@ def test_runtime_step_model_reports_missing_inputs_and_outputs() -> None:
     broken = RuntimeStepModel(model.encoder, model.step_runtime, ["h", "trace"], state_output_names=["h_new", "t_new"])
     with broken, pytest.raises(ValueError, match="h_new"):
         broken.step(torch.zeros(3, dtype=torch.long), broken.encode(inputs()))
+
+
+def test_runtime_step_model_carries_states_the_step_does_not_output() -> None:
+    """A step graph that outputs only the states it changes: the others ride along unchanged, and decoding is the
+    same as with a graph that copies them out every step."""
+    bias = {"h0": np.linspace(-1, 1, HIDDEN, dtype=np.float32)}
+
+    def encode(features: np.ndarray) -> dict:
+        return {**np_encode(features), "h0": np.repeat(bias["h0"][None], features.shape[0], 0)}
+
+    def step_fn(tokens: np.ndarray, h: np.ndarray, trace: np.ndarray, h0: np.ndarray) -> dict:
+        out = np_step(tokens.astype(np.int64), h + h0, trace)
+        return {"logprobs": out["logprobs"], "h_out": out["h_out"], "trace_out": out["trace_out"]}
+
+    def step_all(tokens: np.ndarray, h: np.ndarray, trace: np.ndarray, h0: np.ndarray) -> dict:
+        return {**step_fn(tokens, h, trace, h0), "h0_out": h0.copy()}
+
+    enc_meta = {"features": TensorMeta.of("features", "float32", (None, None, FEAT))}
+    step_meta = {
+        "tokens": TensorMeta.of("tokens", "int64", (None,)),
+        "h": TensorMeta.of("h", "float32", (None, HIDDEN)),
+        "trace": TensorMeta.of("trace", "int64", (None, None)),
+        "h0": TensorMeta.of("h0", "float32", (None, HIDDEN)),
+    }
+    names = ["h", "trace", "h0"]
+    carried = RuntimeStepModel(
+        FunctionRuntime(encode, enc_meta, "enc"),
+        FunctionRuntime(step_fn, step_meta, "step"),
+        names,
+        updated_state_names=["trace", "h"],  # any order: kept in state order
+    )
+    copied = RuntimeStepModel(
+        FunctionRuntime(encode, enc_meta, "enc"), FunctionRuntime(step_all, step_meta, "s"), names
+    )
+    assert carried.updated_state_names == ("h", "trace") and carried.state_output_names == ("h_out", "trace_out")
+    cfg = DecodeCfg(beam_size=3, n_best=2, max_len=6)
+    with carried, copied:
+        state = carried.encode(inputs())
+        _, after = carried.step(torch.zeros(3, dtype=torch.long), state)
+        assert after["h0"] is state["h0"] and after["trace"].shape == (3, 1)
+        assert beam_search(carried, inputs(), cfg) == beam_search(copied, inputs(), cfg)
+    with pytest.raises(ValueError, match="not state names"):
+        RuntimeStepModel(carried.encoder, carried.step_runtime, names, updated_state_names=["h", "cache"])

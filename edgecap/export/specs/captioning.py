@@ -9,8 +9,10 @@ zero-length cache instead of a second decoder or an ``If`` node, which TensorRT 
   ``model.state_names`` entry (cross-attention keys/values, the memory bias, empty self-attention caches).
 - ``init``: ``encoder`` and ``start`` composed into one graph (built from the two exported graphs, not traced again).
   Runtimes load this one: one session call per batch, and the memory never leaves the device.
-- ``step``: ``tokens`` (B,) int64 + the state (``state_names`` order) -> ``logprobs`` (B, V) + ``<state>_out``.
-  The cache length ``past`` is dynamic from 0 (first step) to ``max_len - 1``.
+- ``step``: ``tokens`` (B,) int64 + the state (``state_names`` order) -> ``logprobs`` (B, V) + ``<state>_out`` for
+  each state a step changes (the caches). States a step returns unchanged (cross-attention keys/values, the memory
+  bias) are not outputs: the runtime carries them, which saves a copy of them per step. The cache length ``past`` is
+  dynamic from 0 (first step) to ``max_len - 1``.
 
 Every dummy input is produced by running the torch model on random visual inputs (a step's cache comes from real
 steps on random tokens), so parity checks see realistic value ranges: −1e4 in the memory bias, normalised memory.
@@ -95,16 +97,17 @@ class InitGraph(nn.Module):
 
 
 class StepGraph(nn.Module):
-    """``(tokens, *state) -> (logprobs, *new_state)``."""
+    """``(tokens, *state) -> (logprobs, *new_state[updated])``: only the states a step changes are outputs."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, updated: Sequence[str]) -> None:
         super().__init__()
         self.model = model
+        self.updated = tuple(updated)
 
     def forward(self, tokens: torch.Tensor, *state: torch.Tensor) -> tuple[torch.Tensor, ...]:
         names = self.model.state_names
         logprobs, new_state = self.model.step(tokens, dict(zip(names, state, strict=True)))
-        return (logprobs, *(new_state[n] for n in names))
+        return (logprobs, *(new_state[n] for n in self.updated))
 
 
 # -- dummy inputs ----------------------------------------------------------------------------------------------------
@@ -164,9 +167,12 @@ class _Inputs:
 
 
 # -- the spec --------------------------------------------------------------------------------------------------------
-def _state_axes(model: nn.Module, start: StartGraph, inputs: _Inputs, regions: DimSpec) -> dict[str, dict[int, str]]:
-    """Dynamic axes of each state tensor, found by probing instead of declared per family: batch is axis 0 (the
-    contract); an axis that one step grows is ``past``; an axis that changes with the region count is ``regions``."""
+def _probe_state(
+    model: nn.Module, start: StartGraph, inputs: _Inputs, regions: DimSpec
+) -> tuple[dict[str, dict[int, str]], tuple[str, ...]]:
+    """Dynamic axes of each state tensor and the states a step updates, found by probing instead of declared per
+    family: batch is axis 0 (the contract); an axis that one step grows is ``past``; an axis that changes with the
+    region count is ``regions``; a state is *updated* unless ``step`` hands back the very tensor it was given."""
     probe_regions = (regions.example, regions.example + 1) if regions.is_dynamic else (regions.example,)
     states = []
     with torch.no_grad():
@@ -183,7 +189,8 @@ def _state_axes(model: nn.Module, start: StartGraph, inputs: _Inputs, regions: D
             elif any(s[name].shape[axis] != states[0][name].shape[axis] for s in states[1:]):
                 entry[axis] = "regions"
         axes[name] = entry
-    return axes
+    updated = tuple(n for n in model.state_names if after[n] is not states[0][n])
+    return axes, updated
 
 
 def captioning_spec(
@@ -244,10 +251,10 @@ def captioning_spec(
 
     start_module = StartGraph(model, with_mask=backbone is None)
     start_inputs = ("memory", "feature_mask") if backbone is None else ("memory",)
-    state_axes = _state_axes(model, start_module, inputs, dims["regions"])
+    state_axes, updated = _probe_state(model, start_module, inputs, dims["regions"])
     start_state_axes = {n: {a: d for a, d in axes.items() if d != "past"} for n, axes in state_axes.items()}
     names = tuple(model.state_names)
-    out_names = tuple(f"{n}_out" for n in names)
+    out_names = tuple(f"{n}_out" for n in updated)
 
     def graph(
         graph_name: str,
@@ -305,7 +312,7 @@ def captioning_spec(
         ),
         graph(
             "step",
-            StepGraph(model),
+            StepGraph(model, updated),
             ("tokens", *names),
             ("logprobs", *out_names),
             {"tokens": {0: "batch"}, **state_axes, "logprobs": {0: "batch"}},
@@ -321,7 +328,12 @@ def captioning_spec(
         )
     if backbone is not None:
         parity_sizes = tuple({k: v for k, v in s.items() if k != "regions"} for s in parity_sizes)
-    meta = {"state_names": ",".join(names), "max_len": str(model.max_len), "vocab_size": str(model.vocab_size)}
+    meta = {
+        "state_names": ",".join(names),
+        "updated_state_names": ",".join(updated),
+        "max_len": str(model.max_len),
+        "vocab_size": str(model.vocab_size),
+    }
     if backbone is not None:
         meta["backbone"] = str(getattr(backbone, "name", type(backbone).__name__))
         meta["image_size"] = str(backbone.image_size)
@@ -333,6 +345,7 @@ def captioning_spec(
         parity_sizes=tuple(dict(s) for s in parity_sizes),
         runtime_graphs={"encoder": "init", "step": "step"},
         state_names=names,
+        updated_state_names=updated,
         decode_inputs=tuple(encoder_inputs),
         metadata=meta,
     )
