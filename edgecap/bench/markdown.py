@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap.bench.ratios import ratio_lines
 from edgecap.bench.report import BenchReport, ComboResult
 
 __all__ = ["fmt_count", "fmt_mib", "fmt_ms", "fmt_num", "format_markdown"]
@@ -232,8 +233,8 @@ def _memory_note(report: BenchReport, results: Sequence[ComboResult]) -> str:
 
 
 def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None = None) -> str:
-    """``report.md``: single-stream latency, offline throughput, time split, memory/size/power, quality, skipped and
-    failed combinations, environment, bundles and notes; ``plots`` (name -> file) are embedded after the tables."""
+    """``report.md``: headline ratios, single-stream latency, offline throughput, time split, memory/size/power,
+    quality, skipped and failed combinations, environment, bundles and notes; ``plots`` (name -> file) are embedded after the tables."""
     cfg = report.config
     results = _sorted(report.results)
     version = (report.environment.get("versions") or {}).get("edgecap")
@@ -253,6 +254,7 @@ def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None 
         "has its backbone, else features) to caption strings.",
         "",
     ]
+    lines += ratio_lines(results)
     single = [r for r in results if r.batch == 1]
     if single:
         lines += ["## Single-stream latency (batch 1, one image per query; MLPerf SingleStream reports p90)", ""]

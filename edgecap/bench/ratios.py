@@ -1,0 +1,160 @@
+"""The report's headline ratios: the speed-ups and costs our docs promise, computed from measured results.
+
+Three comparisons, each between results of the same bundle, beam and batch (so the same images and caption lengths):
+
+- **cached vs re-run prefix** (``torch`` / ``torch-rerun``, FP32): what the decoder cache buys, the way the reference
+  implementations decode.
+- **ONNX Runtime vs torch eager** (``ort`` FP32 / ``torch`` FP32): what the export buys.
+- **INT8 vs FP32** (both ``ort``): encoder speed-up, size on disk, CIDEr-D delta.
+
+Speed is compared on three spans, because they answer different questions and dilute differently:
+
+- *decoder loop*: every ``step`` + ``select`` + the search's own work (what a cached decoder changes);
+- *decode*: the encoder plus the decoder loop (caption from features; the backbone excluded, since a bundle exported
+  without its backbone runs it in torch for every runtime);
+- *end to end*: the query's p50 latency, backbone and detokenisation included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from edgecap.bench.report import Breakdown, ComboResult
+
+__all__ = ["HeadlineRatio", "decode_ms", "headline_ratios", "loop_ms", "ratio_lines"]
+
+
+def loop_ms(b: Breakdown) -> float:
+    """The decoder loop of one query: steps, beam reordering and the search's own work."""
+    return b.decoder_ms + b.select_ms + b.search_overhead_ms
+
+
+def decode_ms(b: Breakdown) -> float:
+    """Encoder + decoder loop (the backbone excluded)."""
+    return b.encoder_ms + loop_ms(b)
+
+
+@dataclass(frozen=True)
+class HeadlineRatio:
+    """One comparison of two results (``subject`` against ``baseline``) at one bundle/beam/batch.
+
+    Attributes:
+        comparison: ``"cached vs re-run prefix"``, ``"ort vs torch"`` or ``"int8 vs fp32"``.
+        model, beam, batch: where.
+        subject, baseline: ``"runtime precision"`` labels.
+        loop_speedup, decode_speedup, end_to_end_speedup: baseline time / subject time on each span.
+        step_speedup: per-``step`` time ratio.
+        encoder_speedup: encoder time ratio.
+        size_ratio: subject size / baseline size on disk.
+        quality_delta: subject CIDEr-D − baseline CIDEr-D (×100), when both were measured.
+    """
+
+    comparison: str
+    model: str
+    beam: int
+    batch: int
+    subject: str
+    baseline: str
+    loop_speedup: float | None
+    decode_speedup: float | None
+    end_to_end_speedup: float | None
+    step_speedup: float | None
+    encoder_speedup: float | None
+    size_ratio: float | None
+    quality_delta: float | None
+
+
+_COMPARISONS: tuple[tuple[str, tuple[str, str], tuple[str, str]], ...] = (
+    ("cached vs re-run prefix", ("torch", "fp32"), ("torch-rerun", "fp32")),
+    ("ort vs torch", ("ort", "fp32"), ("torch", "fp32")),
+    ("int8 vs fp32", ("ort", "int8"), ("ort", "fp32")),
+)
+
+
+def _div(numerator: float | None, denominator: float | None) -> float | None:
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def _compare(name: str, subject: ComboResult, baseline: ComboResult) -> HeadlineRatio:
+    s, b = subject.breakdown, baseline.breakdown
+    quality = None
+    if subject.quality is not None and baseline.quality is not None:
+        quality = (subject.quality.score - baseline.quality.score) * 100
+    return HeadlineRatio(
+        comparison=name,
+        model=subject.model,
+        beam=subject.beam,
+        batch=subject.batch,
+        subject=f"{subject.runtime} {subject.precision}",
+        baseline=f"{baseline.runtime} {baseline.precision}",
+        loop_speedup=_div(loop_ms(b), loop_ms(s)),
+        decode_speedup=_div(decode_ms(b), decode_ms(s)),
+        end_to_end_speedup=_div(baseline.latency.p50_ms, subject.latency.p50_ms),
+        step_speedup=_div(b.decoder_step_ms, s.decoder_step_ms),
+        encoder_speedup=_div(b.encoder_ms, s.encoder_ms),
+        size_ratio=_div(float(subject.size.bytes), float(baseline.size.bytes)),
+        quality_delta=quality,
+    )
+
+
+def headline_ratios(results: Iterable[ComboResult]) -> list[HeadlineRatio]:
+    """Every comparison whose two results exist, grouped by bundle, beam and batch (in that order)."""
+    by_key: dict[tuple[str, int, int], dict[tuple[str, str], ComboResult]] = {}
+    for r in results:
+        by_key.setdefault((r.bundle, r.beam, r.batch), {})[(r.runtime, r.precision)] = r
+    ratios = []
+    for key in sorted(by_key):
+        found = by_key[key]
+        for name, subject, baseline in _COMPARISONS:
+            if subject in found and baseline in found:
+                ratios.append(_compare(name, found[subject], found[baseline]))
+    return ratios
+
+
+def _x(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value * 100:.0f} %"
+
+
+def _signed(value: float | None) -> str:
+    return "–" if value is None else f"{value:+.1f}"
+
+
+_COLUMNS: Sequence[tuple[str, Callable[[HeadlineRatio], str]]] = (
+    ("comparison", lambda h: h.comparison),
+    ("model", lambda h: h.model),
+    ("beam", lambda h: str(h.beam)),
+    ("batch", lambda h: str(h.batch)),
+    ("subject / baseline", lambda h: f"{h.subject} / {h.baseline}"),
+    ("decoder loop", lambda h: _x(h.loop_speedup)),
+    ("per step", lambda h: _x(h.step_speedup)),
+    ("decode (encoder + loop)", lambda h: _x(h.decode_speedup)),
+    ("end to end p50", lambda h: _x(h.end_to_end_speedup)),
+    ("encoder", lambda h: _x(h.encoder_speedup)),
+    ("size", lambda h: _pct(h.size_ratio)),
+    ("Δ CIDEr-D", lambda h: _signed(h.quality_delta)),
+)
+
+
+def ratio_lines(results: Iterable[ComboResult]) -> list[str]:
+    """The markdown section (empty when no comparison has both of its results)."""
+    ratios = headline_ratios(results)
+    if not ratios:
+        return []
+    lines = [
+        "## Headline ratios (speed-ups: baseline time / subject time)",
+        "",
+        "Decoder loop = steps + beam reordering + search; decode = encoder + decoder loop (backbone excluded); "
+        "end to end = p50 query latency. Size = subject / baseline on disk.",
+        "",
+        "| " + " | ".join(c[0] for c in _COLUMNS) + " |",
+        "|" + "|".join("---" if i < 5 else "---:" for i in range(len(_COLUMNS))) + "|",
+    ]
+    lines += ["| " + " | ".join(f(h) for _, f in _COLUMNS) + " |" for h in ratios]
+    return [*lines, ""]

@@ -1,0 +1,63 @@
+"""Headline ratios from hand-made results with known breakdowns: which pairs are compared and the arithmetic."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from edgecap.bench.markdown import format_markdown
+from edgecap.bench.ratios import decode_ms, headline_ratios, loop_ms, ratio_lines
+from edgecap.bench.report import Quality
+from tests.bench.conftest import make_report, make_result, replace
+
+
+def _with(result, **breakdown):  # type: ignore[no-untyped-def]
+    return replace(result, breakdown=dataclasses.replace(result.breakdown, **breakdown))
+
+
+def _results():  # type: ignore[no-untyped-def]
+    rerun = _with(make_result("torch-rerun", times_ms=(40.0,)), decoder_ms=30.0, decoder_step_ms=3.0)
+    torch = _with(make_result("torch", times_ms=(20.0,)), decoder_ms=12.0, decoder_step_ms=1.2)
+    ort = _with(make_result("ort", times_ms=(10.0,), size=8 << 20), decoder_ms=4.0, decoder_step_ms=0.4, encoder_ms=0.8)
+    int8 = _with(make_result("ort", "int8", times_ms=(8.0,), size=2 << 20), decoder_ms=3.0, encoder_ms=0.5)
+    q = Quality("CIDEr-D", 0.80, 20, "set", 3)
+    ort = replace(ort, quality=q)
+    int8 = replace(int8, quality=dataclasses.replace(q, score=0.795))
+    return rerun, torch, ort, int8
+
+
+def test_spans_add_up() -> None:
+    _, torch, _, _ = _results()
+    assert loop_ms(torch.breakdown) == pytest.approx(12.0 + 0.5 + 0.5)
+    assert decode_ms(torch.breakdown) == pytest.approx(1.0 + 13.0)
+
+
+def test_headline_ratios_pair_the_promised_comparisons() -> None:
+    rerun, torch, ort, int8 = _results()
+    ratios = {h.comparison: h for h in headline_ratios([int8, ort, torch, rerun])}
+    assert list(ratios) == ["cached vs re-run prefix", "ort vs torch", "int8 vs fp32"]
+    cached = ratios["cached vs re-run prefix"]
+    assert cached.loop_speedup == pytest.approx(31.0 / 13.0) and cached.step_speedup == pytest.approx(2.5)
+    assert cached.end_to_end_speedup == pytest.approx(2.0)
+    ort_vs_torch = ratios["ort vs torch"]
+    assert ort_vs_torch.decode_speedup == pytest.approx(14.0 / 5.8) and ort_vs_torch.step_speedup == pytest.approx(3.0)
+    q8 = ratios["int8 vs fp32"]
+    assert q8.encoder_speedup == pytest.approx(0.8 / 0.5) and q8.size_ratio == pytest.approx(0.25)
+    assert q8.quality_delta == pytest.approx(-0.5)
+    assert ratios["ort vs torch"].quality_delta is None  # torch's quality was not measured
+
+
+def test_ratios_only_compare_the_same_bundle_beam_and_batch() -> None:
+    rerun, torch, ort, _ = _results()
+    other = [replace(torch, batch=8), replace(ort, beam=1), replace(rerun, bundle="/bundles/other")]
+    assert headline_ratios(other) == []
+    assert ratio_lines(other) == []
+    assert [h.batch for h in headline_ratios([torch, ort, replace(torch, batch=8), replace(ort, batch=8)])] == [1, 8]
+
+
+def test_report_markdown_leads_with_the_ratios() -> None:
+    text = format_markdown(make_report(list(_results())))
+    section = text.index("## Headline ratios")
+    assert section < text.index("## Single-stream latency")
+    assert "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 2.60× | 3.00× | 2.41× | 2.00× |" in text
