@@ -234,7 +234,8 @@ def _memory_note(report: BenchReport, results: Sequence[ComboResult]) -> str:
 
 def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None = None) -> str:
     """``report.md``: headline ratios, single-stream latency, offline throughput, time split, memory/size/power,
-    quality, skipped and failed combinations, environment, bundles and notes; ``plots`` (name -> file) are embedded after the tables."""
+    quality, skipped and failed combinations, environment, bundles and notes; ``plots`` (name -> file) are
+    embedded after the tables."""
     cfg = report.config
     results = _sorted(report.results)
     version = (report.environment.get("versions") or {}).get("edgecap")
