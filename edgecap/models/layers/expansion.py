@@ -47,8 +47,13 @@ ExpansionCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, t
 
 
 def psi(x: torch.Tensor, eps: float, dim: int | tuple[int, ...] = -1) -> torch.Tensor:
-    """``Ψ(X, ε)``: ``x / (Σ_dim x + ε)`` (v2 Eq. 6); all-zero rows stay zero instead of dividing by zero."""
-    return x / (x.sum(dim=dim, keepdim=True) + eps)
+    """``Ψ(X, ε)``: ``x / (Σ_dim x + ε)`` (v2 Eq. 6); all-zero rows stay zero instead of dividing by zero.
+
+    The ``clamp_min(ε)`` changes nothing for the non-negative ``x`` it is used on, but the dynamo ONNX exporter's
+    optimiser deletes an ``Add`` of a constant as small as 1e-9 (measured), leaving ``0 / 0 = NaN`` on all-zero
+    rows; the clamp survives export and keeps the graph finite.
+    """
+    return x / (x.sum(dim=dim, keepdim=True) + eps).clamp_min(eps)
 
 
 def _two_paths(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
