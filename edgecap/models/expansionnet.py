@@ -131,10 +131,11 @@ class ExpansionNetCaptioner(CaptionModel):
 
     - ``memory_bias`` (B, 1, 1, N): 0 for valid regions, −1e4 for padding;
     - ``cross_k``, ``cross_v`` (B, L, H, N, d_k): cross-attention keys/values, computed once per image;
-    - ``exp_c``, ``exp_k``, ``exp_v1``, ``exp_v2`` (B, L, T, d): the Dynamic Expansion's conditioning, key and two
-      value projections of every past token;
-    - ``exp_f1``, ``exp_f2`` (B, L, T, E, d): the past forward slots ``F_{1,2} + β`` of both paths, which never
-      change once written.
+    - per decoder layer ``i``: ``exp_c_i``, ``exp_k_i``, ``exp_v1_i``, ``exp_v2_i`` (B, T, d): the Dynamic
+      Expansion's conditioning, key and two value projections of every past token, and ``exp_f1_i``, ``exp_f2_i``
+      (B, T, E, d): the past forward slots ``F_{1,2} + β`` of both paths, which never change once written.
+      One entry per layer (not one stacked tensor) so that a step appends to each cache once instead of also
+      re-stacking every layer's cache.
     """
 
     def __init__(self, cfg: ExpansionNetCfg, vocab_size: int) -> None:
@@ -150,14 +151,25 @@ class ExpansionNetCaptioner(CaptionModel):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """Xavier-uniform on every matrix, embeddings included, as the official code initialises."""
+        """Xavier-uniform on every matrix, embeddings included, as the official code initialises (the expansion
+        layers' fused projections block by block, as the separate maps they stand for)."""
         for p in self.parameters():
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
+        for module in self.modules():
+            if isinstance(module, (StaticExpansion, DynamicExpansion)):
+                module.reset_parameters()
 
     @property
     def state_names(self) -> tuple[str, ...]:
-        return ("memory_bias", "cross_k", "cross_v", *_CACHE_NAMES)
+        return ("memory_bias", "cross_k", "cross_v", *self._cache_names)
+
+    @property
+    def _cache_names(self) -> tuple[str, ...]:
+        return tuple(f"{name}_{i}" for i in range(len(self.decoder)) for name in _CACHE_NAMES)
+
+    def _layer_cache_names(self, layer: int) -> tuple[str, ...]:
+        return tuple(f"{name}_{layer}" for name in _CACHE_NAMES)
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None
@@ -177,24 +189,22 @@ class ExpansionNetCaptioner(CaptionModel):
     def _start_impl(self, memory: torch.Tensor, feature_mask: torch.Tensor | None) -> State:
         cross_k, cross_v = self._project_memory(memory)
         state = {"memory_bias": mask_to_bias(feature_mask, memory), "cross_k": cross_k, "cross_v": cross_v}
-        empty = self.decoder[0].expansion.empty_cache(memory)
-        for name, value in zip(_CACHE_NAMES, empty, strict=True):
-            state[name] = torch.stack([value] * len(self.decoder), dim=1)
+        for i, layer in enumerate(self.decoder):
+            empty = layer.expansion.empty_cache(memory)
+            state.update(zip(self._layer_cache_names(i), empty, strict=True))
         return state
 
     def _step_impl(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        position = state["exp_k"].shape[2]
+        position = state["exp_k_0"].shape[1]
         x = self.embed(tokens[:, None], start=position)
-        outputs, caches = [], []
+        outputs, new_state = [], dict(state)
         for i, layer in enumerate(self.decoder):
-            cache = tuple(state[name][:, i] for name in _CACHE_NAMES)
+            names = self._layer_cache_names(i)
+            cache = tuple(state[name] for name in names)
             x, cache = layer.step(x, cache, state["cross_k"][:, i], state["cross_v"][:, i], state["memory_bias"])
             outputs.append(x)
-            caches.append(cache)
+            new_state.update(zip(names, cache, strict=True))
         h = self.decoder_reduce(outputs)
-        new_state = dict(state)
-        for j, name in enumerate(_CACHE_NAMES):
-            new_state[name] = torch.stack([c[j] for c in caches], dim=1)
         return torch.log_softmax(self.output_proj(h[:, 0]), dim=-1), new_state
 
     def _decode_full_impl(

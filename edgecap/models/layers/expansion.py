@@ -61,16 +61,26 @@ def _two_paths(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.relu(z), torch.relu(-z)
 
 
-class _Selector(nn.Module):
-    """``σ(S x) ⊙ a + (1 − σ(S x)) ⊙ b`` (v2 Eq. 9)."""
+def _select(s: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``σ(S) ⊙ a + (1 − σ(S)) ⊙ b`` (v2 Eq. 9), ``s`` the selector projection ``S x``."""
+    gate = torch.sigmoid(s)
+    return gate * a + (1.0 - gate) * b
 
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
 
-    def forward(self, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        s = torch.sigmoid(self.proj(x))
-        return s * a + (1.0 - s) * b
+def _fused_projection(dim: int, parts: int) -> nn.Linear:
+    """The layer's ``parts`` linear maps of ``x`` (C, K, V1, V2, S) as one ``Linear(d, parts·d)``: one matmul per
+    call instead of ``parts`` (what bounds a cached step at small batch is the number of weight reads)."""
+    return nn.Linear(dim, parts * dim)
+
+
+def _init_fused(linear: nn.Linear, parts: int) -> None:
+    """Xavier-uniform per block and PyTorch's default bias, i.e. exactly ``parts`` independent ``Linear(d, d)``."""
+    dim = linear.in_features
+    with torch.no_grad():
+        for block in linear.weight.split(dim, dim=0):
+            nn.init.xavier_uniform_(block)
+        bound = 1.0 / math.sqrt(dim)
+        linear.bias.uniform_(-bound, bound)
 
 
 class StaticExpansion(nn.Module):
@@ -92,11 +102,18 @@ class StaticExpansion(nn.Module):
         slots = sum(groups)
         self.query = nn.Parameter(torch.empty(slots, dim))  # E_Q^G (Eq. 10)
         self.bias = nn.Parameter(torch.empty(slots, dim))  # E_B^G
-        self.k_proj, self.v1_proj, self.v2_proj = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.selector = _Selector(dim)
+        self.in_proj = _fused_projection(dim, 4)  # K, V1, V2, S
         self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.query)
         nn.init.xavier_uniform_(self.bias)
+        _init_fused(self.in_proj, 4)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(K x, V1 x, V2 x, S x)``, each (B, N, d)."""
+        return self.in_proj(x).split(self.dim, dim=-1)
 
     def _block_psi(self, x: torch.Tensor) -> torch.Tensor:
         """``Ψ`` within each group's columns of ``x`` (..., S) (the block backward normalisation)."""
@@ -106,7 +123,7 @@ class StaticExpansion(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (B, N, d), ``mask`` (B, N) bool (True = valid, None = all) -> (B, N, d)."""
-        k = self.k_proj(x)
+        k, v1, v2, sel = self.project(x)
         z = self.dropout(torch.matmul(self.query, k.transpose(1, 2)) * (1.0 / math.sqrt(self.dim)))  # (B, S, N)
         pos, neg = _two_paths(z)
         if mask is not None:  # forward step: slots read only valid inputs
@@ -114,12 +131,12 @@ class StaticExpansion(nn.Module):
             pos_fw, neg_fw = pos * keep, neg * keep
         else:
             pos_fw, neg_fw = pos, neg
-        f1 = torch.matmul(psi(pos_fw, self.eps), self.v1_proj(x)) + self.bias  # (B, S, d)
-        f2 = torch.matmul(psi(neg_fw, self.eps), self.v2_proj(x)) + self.bias
+        f1 = torch.matmul(psi(pos_fw, self.eps), v1) + self.bias  # (B, S, d)
+        f2 = torch.matmul(psi(neg_fw, self.eps), v2) + self.bias
         scale = 1.0 / len(self.groups)
         b1 = torch.matmul(self._block_psi(pos.transpose(1, 2)), f1) * scale  # (B, N, d)
         b2 = torch.matmul(self._block_psi(neg.transpose(1, 2)), f2) * scale
-        return self.selector(x, b1, b2)
+        return _select(sel, b1, b2)
 
 
 class DynamicExpansion(nn.Module):
@@ -139,21 +156,24 @@ class DynamicExpansion(nn.Module):
         self.dim, self.slots, self.eps = dim, slots, eps
         self.query = nn.Parameter(torch.empty(slots, dim))  # E_Q (v2 Eq. 4)
         self.bias = nn.Parameter(torch.empty(slots, dim))  # E_B
-        self.c_proj, self.k_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.v1_proj, self.v2_proj = nn.Linear(dim, dim), nn.Linear(dim, dim)
-        self.selector = _Selector(dim)
+        self.in_proj = _fused_projection(dim, 5)  # C, K, V1, V2, S
         self.dropout = nn.Dropout(dropout)
         self.scale = 1.0 / math.sqrt(dim)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
         nn.init.xavier_uniform_(self.query)
         nn.init.xavier_uniform_(self.bias)
+        _init_fused(self.in_proj, 5)
 
-    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return self.c_proj(x), self.k_proj(x), self.v1_proj(x), self.v2_proj(x)
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``(C x, K x, V1 x, V2 x, S x)``, each (B, T, d)."""
+        return self.in_proj(x).split(self.dim, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: ``x`` (B, T, d) -> (B, T, d); position ``i`` depends on ``x_≤i`` only."""
         length = x.shape[1]
-        c, k, v1, v2 = self._project(x)
+        c, k, v1, v2, sel = self.project(x)
         q = c[:, :, None, :] + self.query  # (B, T, E, d): slot (t, n)
         beta = c[:, :, None, :] + self.bias
         # z[b, t, n, s] = q_{t,n} · k_s / √d
@@ -170,7 +190,7 @@ class DynamicExpansion(nn.Module):
         w2 = (neg.permute(0, 3, 1, 2) * bw).flatten(2)
         b1 = torch.matmul(psi(w1, self.eps), f1.flatten(1, 2))
         b2 = torch.matmul(psi(w2, self.eps), f2.flatten(1, 2))
-        return self.selector(x, b1, b2)
+        return _select(sel, b1, b2)
 
     def empty_cache(self, like: torch.Tensor) -> ExpansionCache:
         """A length-0 cache for a batch like ``like`` (B, ..., d)."""
@@ -185,7 +205,7 @@ class DynamicExpansion(nn.Module):
         The new slots ``(P, n)`` read ``x_0..x_P`` (forward); the output reads all ``(P+1)·N_E`` slots (backward).
         Earlier slots are reused unchanged: their forward rows never see later positions.
         """
-        c_new, k_new, v1_new, v2_new = self._project(x)
+        c_new, k_new, v1_new, v2_new, sel = self.project(x)
         c = torch.cat((cache[0], c_new), dim=1)
         k = torch.cat((cache[1], k_new), dim=1)
         v1 = torch.cat((cache[2], v1_new), dim=1)
@@ -196,9 +216,11 @@ class DynamicExpansion(nn.Module):
         pos, neg = _two_paths(z_new)
         f1 = torch.cat((cache[4], (torch.matmul(psi(pos, self.eps), v1) + beta_new)[:, None]), dim=1)
         f2 = torch.cat((cache[5], (torch.matmul(psi(neg, self.eps), v2) + beta_new)[:, None]), dim=1)
-        q = (c[:, :, None, :] + self.query).flatten(1, 2)  # (B, (P+1)·E, d)
-        zb = torch.matmul(q, k_new.transpose(1, 2)).transpose(1, 2) * self.scale  # (B, 1, (P+1)·E)
-        w1, w2 = _two_paths(zb)
+        # Backward scores of every slot against the new key: (c_t + E_Q[n]) · k = c_t · k + E_Q[n] · k, so the
+        # (P+1)·E slot queries are never materialised: O((P+1)·d + E·d) instead of O((P+1)·E·d).
+        key = k_new.transpose(1, 2)  # (B, d, 1)
+        zb = (torch.matmul(c, key) + torch.matmul(self.query, key).transpose(1, 2)) * self.scale  # (B, P+1, E)
+        w1, w2 = _two_paths(zb.flatten(1)[:, None])  # (B, 1, (P+1)·E)
         b1 = torch.matmul(psi(w1, self.eps), f1.flatten(1, 2))
         b2 = torch.matmul(psi(w2, self.eps), f2.flatten(1, 2))
-        return self.selector(x, b1, b2), (c, k, v1, v2, f1, f2)
+        return _select(sel, b1, b2), (c, k, v1, v2, f1, f2)

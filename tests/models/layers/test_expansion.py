@@ -11,16 +11,11 @@ from torch import nn
 from edgecap.models.layers.expansion import DynamicExpansion, StaticExpansion, psi
 
 
-def _identity(layer: nn.Linear) -> None:
+def _set_projections(layer: nn.Module, *scales: float) -> None:
+    """d = 1: the fused projection's maps (C,) K, V1, V2, S become ``x -> scale · x``."""
     with torch.no_grad():
-        layer.weight.copy_(torch.eye(layer.weight.shape[0]))
-        layer.bias.zero_()
-
-
-def _zero(layer: nn.Linear) -> None:
-    with torch.no_grad():
-        layer.weight.zero_()
-        layer.bias.zero_()
+        layer.in_proj.weight.copy_(torch.tensor(scales)[:, None])
+        layer.in_proj.bias.zero_()
 
 
 # -- Ψ (v2 Eq. 6) ---------------------------------------------------------------------------------------------------
@@ -33,9 +28,7 @@ def test_psi_normalises_rows_and_keeps_zero_rows_zero() -> None:
 # -- hand-checkable cases (d = 1, identity projections, selector σ(0) = 1/2) -------------------------------------
 def test_static_expansion_by_hand_with_and_without_mask() -> None:
     layer = StaticExpansion(1, groups=(1,))
-    for proj in (layer.k_proj, layer.v1_proj, layer.v2_proj):
-        _identity(proj)
-    _zero(layer.selector.proj)
+    _set_projections(layer, 1.0, 1.0, 1.0, 0.0)  # K, V1, V2 identity; S = 0
     with torch.no_grad():
         layer.query.fill_(1.0)
         layer.bias.zero_()
@@ -48,9 +41,7 @@ def test_static_expansion_by_hand_with_and_without_mask() -> None:
 
 def test_dynamic_expansion_by_hand() -> None:
     layer = DynamicExpansion(1, slots=1)
-    for proj in (layer.c_proj, layer.k_proj, layer.v1_proj, layer.v2_proj):
-        _identity(proj)
-    _zero(layer.selector.proj)
+    _set_projections(layer, 1.0, 1.0, 1.0, 1.0, 0.0)  # C, K, V1, V2 identity; S = 0
     with torch.no_grad():
         layer.query.zero_()
         layer.bias.zero_()
@@ -72,7 +63,8 @@ def test_dynamic_expansion_by_hand() -> None:
 def _reference_static(layer: StaticExpansion, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Eq. 5-10 written element by element for one image x (N, d) and mask (N,)."""
     n, d = x.shape
-    k, v = layer.k_proj(x), (layer.v1_proj(x), layer.v2_proj(x))
+    k, v1, v2, s_proj = layer.project(x)
+    v = (v1, v2)
     z = [[float(layer.query[s] @ k[j]) / math.sqrt(d) for j in range(n)] for s in range(sum(layer.groups))]
     outs = []
     for path, sign in enumerate((1.0, -1.0)):
@@ -91,15 +83,15 @@ def _reference_static(layer: StaticExpansion, x: torch.Tensor, mask: torch.Tenso
                 start += g
             out.append(acc / len(layer.groups))
         outs.append(torch.stack(out))
-    sel = torch.sigmoid(layer.selector.proj(x))
+    sel = torch.sigmoid(s_proj)
     return sel * outs[0] + (1 - sel) * outs[1]
 
 
 def _reference_dynamic(layer: DynamicExpansion, x: torch.Tensor) -> torch.Tensor:
     """The dynamic expansion for one sequence x (T, d), with the forward/backward causal masks as loops."""
     t_len, d = x.shape
-    c, k = layer.c_proj(x), layer.k_proj(x)
-    v = (layer.v1_proj(x), layer.v2_proj(x))
+    c, k, v1, v2, s_proj = layer.project(x)
+    v = (v1, v2)
     e = layer.slots
     q = [[c[t] + layer.query[n] for n in range(e)] for t in range(t_len)]
 
@@ -121,7 +113,7 @@ def _reference_dynamic(layer: DynamicExpansion, x: torch.Tensor) -> torch.Tensor
             total = sum(w) + layer.eps
             out.append(sum(w[j] / total * f[slot] for j, slot in enumerate(slots)))
         outs.append(torch.stack(out))
-    sel = torch.sigmoid(layer.selector.proj(x))
+    sel = torch.sigmoid(s_proj)
     return sel * outs[0] + (1 - sel) * outs[1]
 
 
@@ -176,6 +168,15 @@ def test_block_groups_are_normalised_separately_and_averaged() -> None:
     torch.testing.assert_close(double(x), single(x))
     # without the 1/|G| scaling the sum would double the reconstruction
     assert not torch.allclose(double(x), single(x) * 2, atol=1e-3)
+
+
+def test_fused_projection_is_initialised_like_separate_maps() -> None:
+    torch.manual_seed(4)
+    layer = DynamicExpansion(64, slots=2)
+    bound = math.sqrt(6.0 / (64 + 64))  # xavier-uniform of one (d, d) map, not of the (5d, d) stack
+    for block in layer.in_proj.weight.split(64, dim=0):
+        assert block.abs().max() <= bound and block.abs().max() > 0.9 * bound
+    assert [p.shape for p in layer.project(torch.zeros(1, 3, 64))] == [(1, 3, 64)] * 5
 
 
 def test_bad_sizes_are_refused() -> None:
