@@ -61,7 +61,11 @@ class ExpansionEmbedding(nn.Module):
                 f"decoder position {start + length - 1} is past max_len={self.max_len}; "
                 f"create the model with a larger max_len (positions are a fixed table)"
             )
-        return self.dropout(self.embed(tokens)) * self.scale + self.positions.weight[start : start + length]
+        # A gather at arange(start, start + T), not a slice of the table: the slice's exported length
+        # min(max_len, past + T) - past made ONNX Runtime's symbolic shape inference (INT8 calibration) merge the
+        # cache length with other dims and plan wrong buffer sizes.
+        positions = self.positions(torch.arange(length, device=tokens.device) + start)
+        return self.dropout(self.embed(tokens)) * self.scale + positions
 
 
 class _LayerReduce(nn.Module):
