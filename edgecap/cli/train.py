@@ -53,6 +53,20 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--max-minutes", type=click.FloatRange(0), default=0.0, help="Stop cleanly after this many minutes.")
 @click.option("--max-steps", type=click.IntRange(0), default=0, help="Stop after this many optimiser steps.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--finetune-epochs",
+    type=click.IntRange(0),
+    default=0,
+    help="After the frozen-backbone epochs, fine-tune backbone + captioner end to end from images for this many "
+    "epochs (ExpansionNet v2 §4.3; RAdam). 0 = off.",
+)
+@click.option("--finetune-lr", type=float, default=_DEFAULTS.finetune_lr, show_default=True)
+@click.option(
+    "--backbone-weights",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="The feature cache's backbone weights file, when it came from a local file (needed for --finetune-epochs).",
+)
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
@@ -80,6 +94,7 @@ def train(
     if not features.exists():
         fail(f"no features at {features}: run `edgecap features --data {data}` first, or pass --features")
     out = out or default_run_dir(model_name)
+    options["backbone_weights"] = options["backbone_weights"] or ""
     cfg = TrainCfg(
         model=model_name,
         data=str(data),

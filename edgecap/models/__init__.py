@@ -8,7 +8,7 @@ The backbone (timm) is imported only when ``create_backbone``/``Backbone`` is fi
 from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
-from edgecap.models import ort  # noqa: F401  (registers the ORT/ACORT family and its variants)
+from edgecap.models import expansionnet, ort  # noqa: F401  (register the families and their variants)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
@@ -30,6 +30,7 @@ from edgecap.models._registry import (
     register_model,
 )
 from edgecap.models.base import CaptionModel, ModelInputError, State
+from edgecap.models.expansionnet import ExpansionNetCaptioner, ExpansionNetCfg
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.ort import ORTCaptioner
 
@@ -40,6 +41,8 @@ __all__ = [
     "PAPER_FEATURE_DIM",
     "PAPER_WORD_VOCAB_SIZE",
     "CaptionModel",
+    "ExpansionNetCaptioner",
+    "ExpansionNetCfg",
     "LayerMapError",
     "ModelCfg",
     "ModelCfgError",

@@ -209,11 +209,13 @@ def count_model_parameters(name: str, vocab_size: int, feature_dim: int | None =
 
 
 def paper_settings(name: str) -> dict[str, int]:
-    """``create_model`` arguments at the paper's setting: 2,048-d bottom-up region features and the COCO
-    vocabulary (10,001 SentencePiece word ids, or ``radix_base + 3`` radix classes) — Table 1's counts."""
+    """``create_model`` arguments at the paper's setting: 2,048-d bottom-up region features (or the cfg's
+    ``paper_feature_dim``) and the COCO vocabulary (10,001 SentencePiece word ids, or ``radix_base + 3`` radix
+    classes) — Table 1's counts."""
     cfg = get_model_cfg(name)
     vocab = cfg.radix_base + 3 if cfg.vocab_kind == "radix" else PAPER_WORD_VOCAB_SIZE
-    return {"vocab_size": vocab, "feature_dim": PAPER_FEATURE_DIM}
+    # A family whose paper uses other features (ExpansionNet v2: a Swin-L grid) says so in its cfg.
+    return {"vocab_size": vocab, "feature_dim": getattr(cfg, "paper_feature_dim", PAPER_FEATURE_DIM)}
 
 
 def edge_settings(name: str, vocab_size: int = EDGE_WORD_VOCAB_SIZE, feature_dim: int | None = None) -> dict[str, int]:

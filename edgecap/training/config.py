@@ -42,6 +42,12 @@ class TrainCfg:
     save_every_steps: int = 200
     max_steps: int = 0  # 0 = no limit (used by tests and time-boxed runs)
     max_minutes: float = 0.0  # 0 = no limit; stops cleanly after the running epoch's step
+    # End-to-end fine-tuning after the frozen-backbone stage (ExpansionNet v2 §4.3; edgecap/training/end_to_end.py).
+    finetune_epochs: int = 0  # 0 = off; v2 uses 2
+    finetune_lr: float = 3e-5
+    finetune_anneal: float = 0.55  # lr factor per epoch
+    finetune_batch_size: int = 0  # images per batch; 0 = batch_size
+    backbone_weights: str = ""  # the cache's backbone weights file, when it came from a local file (e.g. a Swin)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

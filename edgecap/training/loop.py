@@ -40,7 +40,7 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainCfg, d_model: int):
         peak = noam(d_model, cfg.warmup_steps)(cfg.warmup_steps)
         schedule = noam(d_model, cfg.warmup_steps, factor=cfg.lr / peak)
     elif cfg.optimizer == "radam":
-        opt = torch.optim.RAdam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        opt = torch.optim.RAdam(params, lr=cfg.lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)  # v2 §4.3
         schedule = warmup_constant(cfg.warmup_steps)
     elif cfg.optimizer == "adamw":
         opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -234,6 +234,10 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         "train_seconds_this_session": round(time.monotonic() - started, 1),
     }
     atomic_write_json(run_dir / "summary.json", summary)
+    if cfg.finetune_epochs and prog.epoch >= cfg.epochs:  # frozen stage complete: end to end from images
+        from edgecap.training.end_to_end import finetune_end_to_end
+
+        finetune_end_to_end(cfg, run_dir, progress=progress)
     return run_dir
 
 

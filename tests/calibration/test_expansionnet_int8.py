@@ -1,0 +1,42 @@
+"""INT8 (QDQ) graphs of an ExpansionNet captioner: calibration runs on the cached step, and INT8 decodes like FP32."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edgecap.calibration import compare_decoders, quantize_int8
+from edgecap.data.vocab import WordVocab
+from edgecap.decoding import DecodeCfg
+from edgecap.runtimes.ort import create_ort_step_model
+
+
+@pytest.fixture(scope="module")
+def expansionnet(region_feeds):
+    pytest.importorskip("onnxruntime")
+    from edgecap.export import export_onnx
+    from edgecap.models import create_model
+
+    torch.manual_seed(0)
+    vocab = WordVocab([f"w{i}" for i in range(26)])
+    model = create_model("expansionnet-test", vocab_size=vocab.size, feature_dim=16).eval()
+    with torch.no_grad():  # top-1 margins above int8 noise, like a trained model's
+        model.output_proj.weight.mul_(4.0)
+    result = export_onnx(model, None, precisions=["fp32"], parity=False)
+    return result, vocab
+
+
+def test_int8_calibrates_the_cached_step_and_decodes_like_fp32(expansionnet, region_feeds) -> None:
+    result, vocab = expansionnet
+    fp32 = result.runtime_models("fp32")
+    cfg = DecodeCfg.for_vocab(vocab, strategy="beam", beam_size=2, max_len=6)
+    int8 = quantize_int8(fp32, result.spec, region_feeds(4, batch=4, seed=1), cfg, "cpu-avx2", progress=False)
+    step_ops = {n.op_type for n in int8.models["step"].graph.node}
+    assert "DequantizeLinear" in step_ops  # the step's weight matmuls really are quantised
+    with (
+        create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
+        create_ort_step_model(int8.models["encoder"], int8.models["step"]) as cand,
+    ):
+        report = compare_decoders(ref, cand, region_feeds(3, batch=4, seed=9), None, vocab, cfg)
+    assert report["images"] == 12
+    assert report["token_agreement_pct"] >= 80.0
