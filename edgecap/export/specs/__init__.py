@@ -3,7 +3,7 @@
 A new family adds one module here that calls :func:`~edgecap.export.spec.register_export_spec` and one import line.
 """
 
-from edgecap.export.specs import ort  # noqa: F401  (registers the ORT/ACORT family)
+from edgecap.export.specs import labert, ort  # noqa: F401  (register the LaBERT and ORT/ACORT families)
 from edgecap.export.specs.captioning import captioning_spec
 
 __all__ = ["captioning_spec"]
