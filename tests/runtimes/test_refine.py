@@ -54,6 +54,6 @@ def test_torch_and_ort_give_identical_captions_at_fp32(level: int, rule: str) ->
 
 
 def test_ort_refine_rejects_missing_inputs() -> None:
-    with create_ort_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1) as refine_model:
-        with pytest.raises(RuntimeInputError, match="feature_mask"):
-            refine_model.encode({"features": torch.zeros(1, 3, FEATURE_DIM), "boxes": torch.zeros(1, 3, 4)})
+    runtime = create_ort_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1)
+    with runtime as refine_model, pytest.raises(RuntimeInputError, match="feature_mask"):
+        refine_model.encode({"features": torch.zeros(1, 3, FEATURE_DIM), "boxes": torch.zeros(1, 3, 4)})
