@@ -87,6 +87,8 @@ def exported_with_backbone() -> ExportResult:
 
 def decode_cfg(name: str, **overrides: object) -> DecodeCfg:
     """Beam-3 decoding with the token ids of the config's vocabulary kind (radix: constrained digits)."""
+    if getattr(get_model_cfg(name), "length_levels", None):
+        overrides = {"length_level": 2, **overrides}
     if get_model_cfg(name).vocab_kind == "radix":
         radix = RadixSpec(base=RADIX_BASE, digits=2, num_words=60)
         ids = {"pad_id": 0, "bos_id": RADIX_BASE + 1, "eos_id": RADIX_BASE + 2, "radix": radix}

@@ -78,7 +78,8 @@ def test_step_graph_interface(config: str) -> None:
     assert _dims(inputs["memory_bias"]) == ["batch", 1, 1, "regions"]
     assert result.spec.state_names == names
     init = result.model("init")
-    assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask"]
+    level_input = ["length_level"] if model.length_levels else []
+    assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask", *level_input]
     assert [vi.name for vi in init.graph.output] == list(names)
     assert init.graph.input[2].type.tensor_type.elem_type == TensorProto.BOOL
 

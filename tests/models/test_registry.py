@@ -68,6 +68,7 @@ def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
         + vocab_size * d  # input embedding
         + d * vocab_size
         + vocab_size  # untied output projection
+        + (len(cfg.length_levels) + 1) * d * bool(cfg.length_levels)  # level embedding (LaBERT Eq. 2), row 0 unused
     )
 
 
@@ -79,7 +80,7 @@ def test_all_paper_and_test_configs_are_registered():
     assert names == sorted(names)
     assert set(TABLE_1) | {"ort-test", "acort-test", "acort-test-qk"} <= set(names)
     assert list_models("acort-*") == [n for n in names if n.startswith("acort-")]
-    assert list_models("*-test*") == ["acort-test", "acort-test-qk", "labert-test", "ort-test"]
+    assert list_models("*-test*") == ["acort-test", "acort-test-len", "acort-test-qk", "labert-test", "ort-test"]
     assert list_models("nothing-*") == []
     assert {model_family(n) for n in names} == {"ort", "labert"}
     assert list_models("labert-*") == [
