@@ -68,7 +68,7 @@ def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
         + vocab_size * d  # input embedding
         + d * vocab_size
         + vocab_size  # untied output projection
-        + (len(cfg.length_levels) + 1) * d * bool(cfg.length_levels)  # level embedding (LaBERT Eq. 2), row 0 unused
+        + ((len(cfg.length_levels) + 1) * d if cfg.length_levels else 0)  # level embedding (Eq. 2), row 0 unused
     )
 
 
