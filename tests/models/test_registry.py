@@ -251,7 +251,8 @@ def test_settings_helpers():
 
 def test_describe_models_rows():
     rows = describe_models("acort-base*")
-    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al"]
+    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len"]
+    assert rows[2]["params_paper"] == EXACT["acort-base"] + 5 * 512  # the level embedding: 4 levels + unused row 0
     base = rows[0]
     assert base["params_paper"] == EXACT["acort-base"]
     assert base["paper_reported"] == pytest.approx(15.0e6)
