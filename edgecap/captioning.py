@@ -61,6 +61,8 @@ def caption_bank(
     step_model = decoder_for(model, device)
     if hasattr(model, "refine"):
         decode_overrides = {"strategy": "mask_predict", "length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
+    elif getattr(model, "length_levels", None):
+        decode_overrides = {"length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
     cfg = decode_cfg_for(vocab, beam_size=beam_size, max_words=max_words, **decode_overrides)
     was_training = model.training
     model.eval()

@@ -175,7 +175,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             captions = pick_captions([train_caps[int(r)] for r in rows], cfg.captions_per_image, cap_gen)
             tokens = encode_captions(vocab, captions, cfg.max_words).to(device)
             visual = train_bank.batch(rows).to(device)
-            loss, nll = _train_step(model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler)
+            loss, nll = _train_step(
+                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word
+            )
             prog.step += 1
             prog.batch_in_epoch = b + 1
             bar.update(1)
@@ -240,8 +242,10 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     return run_dir
 
 
-def _train_step(model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler) -> tuple[float, float]:
-    loss, nll = objective_for(model)(model, visual, tokens, pad_id, cfg)
+def _train_step(
+    model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler, tokens_per_word: int = 1
+) -> tuple[float, float]:
+    loss, nll = objective_for(model)(model, visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip > 0:

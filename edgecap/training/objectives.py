@@ -32,13 +32,16 @@ def _autocast(visual: Any) -> contextlib.AbstractContextManager:
     return torch.autocast("cuda", dtype=torch.bfloat16) if visual.features.is_cuda else contextlib.nullcontext()
 
 
-def cross_entropy(model: Any, visual: Any, tokens: torch.Tensor, pad_id: int, cfg: Any) -> tuple[torch.Tensor, ...]:
-    """Teacher forcing (ACORT §5.1). A length-aware model gets each caption's ground-truth level (LaBERT §3.1)."""
+def cross_entropy(
+    model: Any, visual: Any, tokens: torch.Tensor, pad_id: int, cfg: Any, tokens_per_word: int = 1
+) -> tuple[torch.Tensor, ...]:
+    """Teacher forcing (ACORT §5.1). A length-aware model gets each caption's ground-truth level (LaBERT §3.1);
+    ``tokens_per_word`` converts token counts to words (radix digits per word)."""
     per_image = cfg.captions_per_image
     extra: dict[str, torch.Tensor] = {}
     levels = getattr(model, "length_levels", None)
     if levels:
-        extra["length_level"] = caption_levels(tokens, pad_id, levels, getattr(model, "tokens_per_word", 1))
+        extra["length_level"] = caption_levels(tokens, pad_id, levels, tokens_per_word)
     with _autocast(visual):
         memory = model.encode_memory(visual.features, visual.boxes, visual.mask)
         memory = memory.repeat_interleave(per_image, dim=0)
@@ -47,13 +50,17 @@ def cross_entropy(model: Any, visual: Any, tokens: torch.Tensor, pad_id: int, cf
     return label_smoothed_nll(logprobs.float(), tokens[:, 1:], pad_id, cfg.label_smoothing)
 
 
-def masked_lm(model: Any, visual: Any, tokens: torch.Tensor, pad_id: int, cfg: Any) -> tuple[torch.Tensor, ...]:
+def masked_lm(
+    model: Any, visual: Any, tokens: torch.Tensor, pad_id: int, cfg: Any, tokens_per_word: int = 1
+) -> tuple[torch.Tensor, ...]:
     """LaBERT's objective (§3.2): each caption padded with EOS to its level's ``L_high``, ``m ~ U[1, L_high]``
     random positions replaced by ``[MASK]``, label-smoothed cross-entropy over the masked positions only (Eq. 4).
 
     Rows are grouped by level so every forward pass has exactly the shape inference uses (no text padding mask).
     Captions longer than the last level are truncated to its ``L_high`` words.
     """
+    if tokens_per_word != 1:
+        raise ValueError("LaBERT predicts one word per position; train it with a word vocabulary")
     eos_id = _eos_of(tokens, pad_id)
     levels = model.levels
     row_levels = caption_levels(tokens, pad_id, levels)

@@ -95,3 +95,39 @@ def test_tiny_labert_learns_length_control(tiny_data, tmp_path: Path) -> None:
         captions = caption_bank(model, bank, vocab, length_level=level)
         lengths[level] = sum(len(c.split()) for c in captions) / len(captions)
     assert lengths[1] <= 9 < 15 <= lengths[4]
+
+
+def test_length_aware_acort_trains_with_the_ground_truth_level(tiny_data, tmp_path: Path) -> None:
+    """Cross-entropy feeds each caption's level (radix: words = digit tokens / digits) through the same trainer,
+    checkpoints and validation (which decodes at the default level)."""
+    from edgecap.training.config import TrainCfg
+    from edgecap.training.loop import train
+
+    data, feats = tiny_data
+    cfg = TrainCfg(
+        model="acort-test-len",
+        data=str(data),
+        features=str(feats),
+        out=str(tmp_path / "run"),
+        epochs=100,
+        batch_size=8,
+        lr=3e-3,
+        warmup_steps=5,
+        optimizer="adamw",
+        vocab_min_count=1,
+        model_overrides={"radix_base": 64},
+        val_images=4,
+        device="cpu",
+        seed=1,
+        max_steps=12,
+    )
+    run = train(cfg, progress=False)
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert any(x["event"] == "train" for x in lines)
+    levels = caption_levels(
+        torch.tensor([[65] + [1, 2] * 10 + [66, 0], [65] + [3, 4] * 3 + [66] + [0] * 15]),
+        0,
+        ((1, 9), (10, 14), (15, 19), (20, 25)),
+        tokens_per_word=2,
+    )
+    assert levels.tolist() == [2, 1]
