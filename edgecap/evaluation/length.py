@@ -79,7 +79,7 @@ def self_cider(caption_sets: Mapping[str, Sequence[str]]) -> float:
         eig = np.clip(np.linalg.eigvalsh(kernel), 0.0, None)
         root = np.sqrt(eig)
         if root.sum() <= 0:
-            scores.append(1.0)  # nothing shared at all (e.g. all-empty): maximally diverse by convention
+            scores.append(0.0)  # every n-gram has zero IDF (in every image's set): generic captions, no diversity
             continue
         scores.append(float(-math.log(root.max() / root.sum()) / math.log(m)))
     return float(np.mean(scores))
