@@ -49,12 +49,7 @@ def test_masked_lm_scores_only_masked_positions_against_eos_padded_targets() -> 
 @pytest.mark.filterwarnings("ignore")
 def test_tiny_labert_learns_length_control(tiny_data, tmp_path: Path) -> None:
     """A few hundred steps on the tiny synthetic set: the requested level changes the caption length."""
-    from edgecap.captioning import caption_bank
-    from edgecap.data.datasets import load_dataset
-    from edgecap.data.sources import open_feature_source
-    from edgecap.data.vocab import load_vocab
-    from edgecap.training import checkpoint as ckpt
-    from edgecap.training.batches import FeatureBank
+    from edgecap.evaluation.length_eval import evaluate_run_levels
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train
 
@@ -77,24 +72,13 @@ def test_tiny_labert_learns_length_control(tiny_data, tmp_path: Path) -> None:
         max_steps=150,
     )
     run = train(cfg, progress=False)
-    config = json.loads((run / ckpt.CONFIG).read_text())
-    vocab = load_vocab(run / ckpt.VOCAB)
-    model = create_model(
-        "labert-test",
-        vocab_size=vocab.size,
-        feature_dim=config["model"]["feature_dim"],
-        d_model=64,
-        d_ff=128,
-        dropout=0.0,
-    )
-    ckpt.load_weights(model, run / ckpt.WEIGHTS)
-    records = load_dataset(str(data)).split("train")[:8]
-    bank = FeatureBank(open_feature_source(str(feats)), [r.image_id for r in records])
-    lengths = {}
-    for level in (1, 4):
-        captions = caption_bank(model, bank, vocab, length_level=level)
-        lengths[level] = sum(len(c.split()) for c in captions) / len(captions)
-    assert lengths[1] <= 9 < 15 <= lengths[4]
+    summary = evaluate_run_levels(run, split="train", limit=8, tokenizer="simple", metrics=("bleu", "cider"))
+    levels = summary["levels"]
+    assert set(levels) == {"1", "2", "3", "4"} and levels["4"]["range"] == [20, 25]
+    assert levels["1"]["mean_words"] <= 9 < 15 <= levels["4"]["mean_words"]  # the level controls the length
+    assert levels["1"]["control_precision"] >= 0.5
+    assert 0.0 <= summary["diversity"]["div_1"] <= 1.0
+    assert (run / "eval" / "train-levels.json").is_file()
 
 
 def test_length_aware_acort_trains_with_the_ground_truth_level(tiny_data, tmp_path: Path) -> None:
