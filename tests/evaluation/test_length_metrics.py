@@ -36,3 +36,13 @@ def test_self_cider_is_zero_for_identical_and_one_for_disjoint_captions() -> Non
     assert set(diversity(same)) == {"self_cider", "div_1", "div_2"}
     with pytest.raises(ValueError, match="two or more"):
         self_cider({"a": ["one caption"]})
+
+
+def test_per_level_evaluation_needs_a_length_controllable_model() -> None:
+    from edgecap.evaluation.length_eval import model_levels
+    from edgecap.models import LengthLevelError, create_model
+
+    assert model_levels(create_model("labert-test", vocab_size=20, feature_dim=8))[3] == (20, 25)
+    assert len(model_levels(create_model("acort-test-len", vocab_size=13, feature_dim=8, radix_base=10))) == 4
+    with pytest.raises(LengthLevelError, match="no length control"):
+        model_levels(create_model("ort-test", vocab_size=20, feature_dim=8))
