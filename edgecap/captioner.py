@@ -195,16 +195,20 @@ class Captioner:
         cls, run: str | Path, device: str = "cpu", beam: int = 3, backbone_weights: str | Path | None = None
     ) -> Captioner:
         """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier)."""
-        from edgecap.captioning import decode_cfg_for
+        from edgecap.captioning import DEFAULT_LENGTH_LEVEL, decode_cfg_for, decoder_for
         from edgecap.runs import load_run
-        from edgecap.runtimes.torch import TorchStepModel
 
         trained = load_run(run, device=device)
         backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
-        cfg = decode_cfg_for(trained.vocab, beam_size=beam, max_words=trained.max_words)
+        overrides: dict[str, Any] = {}
+        if hasattr(trained.model, "refine"):  # LaBERT: mask-predict (LaBERT §3.2)
+            overrides = {"strategy": "mask_predict", "length_level": DEFAULT_LENGTH_LEVEL}
+        elif getattr(trained.model, "length_levels", None):
+            overrides = {"length_level": DEFAULT_LENGTH_LEVEL}
+        cfg = decode_cfg_for(trained.vocab, beam_size=beam, max_words=trained.max_words, **overrides)
         info = {"runtime": "torch", "device": str(device), "precision": "fp32", "run": str(trained.path)}
         return cls(
-            BackboneInputs(backbone, device), TorchStepModel(trained.model, device=device), trained.vocab, cfg,
+            BackboneInputs(backbone, device), decoder_for(trained.model, device), trained.vocab, cfg,
             runtime_info=info,
         )  # fmt: skip
 
@@ -285,29 +289,36 @@ class Captioner:
         return cls(inputs, step_model, vocab, cfg, runtime_info=info, resources=resources, no_images_reason=no_images)
 
     # -- captioning ------------------------------------------------------------------------------------------------
-    def __call__(self, image: Any) -> str:
-        return self.batch([image])[0]
+    def __call__(self, image: Any, length_level: int | None = None) -> str:
+        """The caption of one image; ``length_level`` (1-based; LaBERT and ``*-len`` models) asks for a short
+        (1) or a detailed (4, 4-level plan) caption."""
+        return self.batch([image], length_level=length_level)[0]
 
-    def batch(self, images: Sequence[Any], batch_size: int = 16) -> list[str]:
-        """Captions for ``images`` (paths, PIL images or arrays), in order."""
+    def batch(self, images: Sequence[Any], batch_size: int = 16, length_level: int | None = None) -> list[str]:
+        """Captions for ``images`` (paths, PIL images or arrays), in order, at ``length_level`` when given."""
         if self.inputs is None:
             raise CaptionerError(self._no_images_reason or "this captioner cannot take images")
         if isinstance(images, (str, os.PathLike)):
             images = [images]
         out: list[str] = []
         for start in range(0, len(images), batch_size):
-            out.extend(self.caption_inputs(self.inputs(list(images[start : start + batch_size]))))
+            batch = self.inputs(list(images[start : start + batch_size]))
+            out.extend(self.caption_inputs(batch, length_level=length_level))
         return out
 
-    def caption_inputs(self, inputs: Mapping[str, Any]) -> list[str]:
+    def caption_inputs(self, inputs: Mapping[str, Any], length_level: int | None = None) -> list[str]:
         """Captions for one batch of precomputed encoder inputs (``features``/``boxes``/``feature_mask`` or
         ``pixel_values``, batch first), e.g. bottom-up region features."""
         from edgecap.captioning import captions_from_hypotheses
         from edgecap.decoding import decode
 
+        cfg = self.decode_cfg
+        if length_level is not None:
+            _check_length_level(self.step_model, length_level)
+            cfg = cfg.replace(length_level=length_level)
         tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in inputs.items()}
         with torch.inference_mode():
-            return captions_from_hypotheses(self.vocab, decode(self.step_model, tensors, self.decode_cfg))
+            return captions_from_hypotheses(self.vocab, decode(self.step_model, tensors, cfg))
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -323,6 +334,27 @@ class Captioner:
 
     def __repr__(self) -> str:
         return f"Captioner({self.runtime_info.get('summary') or self.runtime_info})"
+
+
+def _check_length_level(decoder: Any, level: Any) -> None:
+    """A clear error for a level out of range, or for a model without length control (LaBERT §3.1)."""
+    from edgecap.models.length import LengthLevelError, check_level
+
+    levels = getattr(decoder, "length_levels", None)
+    if levels is None:
+        levels = getattr(getattr(decoder, "model", None), "length_levels", None)
+    if levels is None and "length_level" not in _encoder_inputs(decoder):
+        raise LengthLevelError("this model has no length control; length_level needs LaBERT or a *-len model")
+    if levels:
+        check_level(tuple(levels), level)
+
+
+def _encoder_inputs(decoder: Any) -> tuple[str, ...]:
+    encoder = getattr(decoder, "encoder", None)
+    try:
+        return tuple(encoder.input_metadata()) if encoder is not None else ()
+    except Exception:  # an inactive runtime: nothing to learn from it
+        return ()
 
 
 # -- builders per runtime --------------------------------------------------------------------------------------------

@@ -10,9 +10,17 @@ import torch
 from edgecap.decoding import DecodeCfg, decode
 from edgecap.training.batches import FeatureBank, VisualBatch
 
+#: The level a LaBERT model is validated at when none is given: 10–14 words, the paper's "normal" range (§4.3).
+DEFAULT_LENGTH_LEVEL = 2
+
 
 def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overrides: Any) -> DecodeCfg:
-    """The decoding config for a vocab: greedy at beam 1, radix digits constrained, room for ``max_words`` words."""
+    """The decoding config for a vocab: greedy at beam 1, radix digits constrained, room for ``max_words`` words.
+
+    ``strategy="mask_predict"`` (LaBERT) ignores ``beam_size``; the caption length comes from ``length_level``.
+    """
+    if overrides.get("strategy") == "mask_predict":
+        return DecodeCfg.for_vocab(vocab, max_len=max_words * vocab.tokens_per_word + 1, **overrides)
     strategy = "greedy" if beam_size == 1 else "beam"
     max_len = max_words * vocab.tokens_per_word + 1
     return DecodeCfg.for_vocab(vocab, strategy=strategy, beam_size=beam_size, max_len=max_len, **overrides)
@@ -27,6 +35,17 @@ def caption_visual(step_model: Any, visual: VisualBatch, vocab: Any, cfg: Decode
     return captions_from_hypotheses(vocab, decode(step_model, visual.as_inputs(), cfg))
 
 
+def decoder_for(model: torch.nn.Module, device: torch.device | str = "cpu") -> Any:
+    """The torch adapter decoding drives: a ``TorchRefineModel`` for LaBERT, a ``TorchStepModel`` otherwise."""
+    if hasattr(model, "refine"):
+        from edgecap.runtimes.refine import TorchRefineModel
+
+        return TorchRefineModel(model, device=device)
+    from edgecap.runtimes.torch import TorchStepModel
+
+    return TorchStepModel(model, device=device)
+
+
 def caption_bank(
     model: torch.nn.Module,
     bank: FeatureBank,
@@ -37,10 +56,13 @@ def caption_bank(
     batch_size: int = 100,
     **decode_overrides: Any,
 ) -> list[str]:
-    """Captions for every image of ``bank``, in order, decoded with the torch adapter."""
-    from edgecap.runtimes.torch import TorchStepModel
-
-    step_model = TorchStepModel(model, device=device)
+    """Captions for every image of ``bank``, in order, decoded with the torch adapter (mask-predict for a model
+    with ``refine``, i.e. LaBERT, at ``length_level`` — default :data:`DEFAULT_LENGTH_LEVEL`)."""
+    step_model = decoder_for(model, device)
+    if hasattr(model, "refine"):
+        decode_overrides = {"strategy": "mask_predict", "length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
+    elif getattr(model, "length_levels", None):
+        decode_overrides = {"length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
     cfg = decode_cfg_for(vocab, beam_size=beam_size, max_words=max_words, **decode_overrides)
     was_training = model.training
     model.eval()

@@ -39,6 +39,12 @@ from edgecap.cli.options import beam_option, device_option, fail
     default=None,
     help="Local backbone weights, when the run's features were made with a weights file.",
 )
+@click.option(
+    "--length-level",
+    type=click.IntRange(1),
+    default=None,
+    help="Caption length level (1 = shortest; LaBERT and *-len models): 4-level plan 1-9, 10-14, 15-19, 20-25 words.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print {image: caption} as JSON.")
 @device_option
 def caption(
@@ -48,6 +54,7 @@ def caption(
     runtime: str,
     precision: str,
     backbone_weights: Path | None,
+    length_level: int | None,
     as_json: bool,
     device: str,
 ) -> None:
@@ -75,7 +82,7 @@ def caption(
                 model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights
             )
         with captioner:
-            captions = captioner.batch([str(p) for p in images])
+            captions = captioner.batch([str(p) for p in images], length_level=length_level)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
         fail(str(exc))
     if as_json:

@@ -43,7 +43,10 @@ def default_features_dir(data: Path) -> Path:
     "--batch-size", type=click.IntRange(1), default=_DEFAULTS.batch_size, show_default=True, help="Images per batch."
 )
 @click.option(
-    "--optimizer", type=click.Choice(["adam-noam", "radam", "adamw"]), default=_DEFAULTS.optimizer, show_default=True
+    "--optimizer",
+    type=click.Choice(["adam-noam", "radam", "adamw", "adamw-cosine"]),
+    default=_DEFAULTS.optimizer,
+    show_default=True,
 )
 @click.option("--lr", type=float, default=_DEFAULTS.lr, show_default=True, help="Peak learning rate.")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=_DEFAULTS.warmup_steps, show_default=True)

@@ -1,4 +1,5 @@
-"""Decoding strategies written once against :class:`StepModel`: greedy, batched beam search and sampling.
+"""Decoding strategies written once against :class:`StepModel`: greedy, batched beam search and sampling; and
+LaBERT's mask-predict-update against :class:`RefineModel`.
 
 The same code runs on every backend (torch, ONNX Runtime, TensorRT) through ``edgecap.runtimes`` adapters; search
 knobs (min length, forbidden tokens, n-gram blocking, the radix constraint) are log-prob processors.
@@ -8,6 +9,7 @@ from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError, RadixSpec
 from edgecap.decoding.dispatch import decode
 from edgecap.decoding.greedy import greedy
+from edgecap.decoding.mask_predict import RefineModel, mask_predict
 from edgecap.decoding.processors import (
     ForbidTokens,
     LengthPenalty,
@@ -36,6 +38,7 @@ __all__ = [
     "NoRepeatNGram",
     "RadixConstraint",
     "RadixSpec",
+    "RefineModel",
     "Sampling",
     "Search",
     "State",
@@ -45,6 +48,7 @@ __all__ = [
     "build_processors",
     "decode",
     "greedy",
+    "mask_predict",
     "sample",
     "stack_hypotheses",
 ]

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-STRATEGIES = ("greedy", "beam", "sample")
+STRATEGIES = ("greedy", "beam", "sample", "mask_predict")
+UPDATE_RULES = ("global", "original")
 LENGTH_PENALTIES = ("none", "wu", "avg")
 
 
@@ -66,6 +67,11 @@ class DecodeCfg:
         radix: radix layout to enforce during search (None for word vocabularies).
         prune_finished: drop finished images (beam) or rows (greedy/sample) from the batch, a real speed-up for
             batches; False keeps every step at the full batch, which fixed-shape graphs prefer.
+        length_level: 1-based length level (LaBERT §3.1) for length-controllable models; required by
+            ``"mask_predict"``, fed to a length-aware autoregressive model's encoder otherwise (None = no control).
+        refine_steps: mask-predict steps T (None: the model's per-level default, §4.4).
+        eos_decay: mask-predict EOS decay γ (None: the model's per-level default, §4.2, Eq. 5).
+        update_rule: mask-predict confidence update: ``"global"`` (LaBERT Eq. 7) or ``"original"`` (mask-predict).
     """
 
     strategy: str = "beam"
@@ -86,8 +92,20 @@ class DecodeCfg:
     eos_id: int = 2
     radix: RadixSpec | None = None
     prune_finished: bool = True
+    length_level: int | None = None
+    refine_steps: int | None = None
+    eos_decay: float | None = None
+    update_rule: str = "global"
 
     def __post_init__(self) -> None:
+        if self.length_level is not None and (isinstance(self.length_level, bool) or self.length_level < 1):
+            raise DecodeCfgError(f"length_level must be a 1-based level (>= 1), got {self.length_level!r}")
+        if self.refine_steps is not None and self.refine_steps < 1:
+            raise DecodeCfgError(f"refine_steps must be >= 1, got {self.refine_steps}")
+        if self.eos_decay is not None and not 0.0 < self.eos_decay <= 1.0:
+            raise DecodeCfgError(f"eos_decay must be in (0, 1], got {self.eos_decay}")
+        if self.update_rule not in UPDATE_RULES:
+            raise DecodeCfgError(f"update_rule must be one of {UPDATE_RULES}, got {self.update_rule!r}")
         if self.strategy not in STRATEGIES:
             raise DecodeCfgError(f"strategy must be one of {STRATEGIES}, got {self.strategy!r}")
         if self.length_penalty not in LENGTH_PENALTIES:

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
 from torch import Tensor
 
 from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.greedy import greedy
+from edgecap.decoding.mask_predict import mask_predict
 from edgecap.decoding.processors import LogitsProcessor
 from edgecap.decoding.protocol import Hypothesis, StepModel
 from edgecap.decoding.sampling import sample
 
 Strategy = Callable[..., list[list[Hypothesis]]]
 
-STRATEGY_FNS: dict[str, Strategy] = {"greedy": greedy, "beam": beam_search, "sample": sample}
+STRATEGY_FNS: dict[str, Strategy] = {
+    "greedy": greedy,
+    "beam": beam_search,
+    "sample": sample,
+    "mask_predict": mask_predict,
+}
+#: Encoder input that carries the length level to a length-aware autoregressive model (LaBERT §3.1).
+LENGTH_LEVEL_INPUT = "length_level"
 
 
 def decode(
@@ -24,7 +33,11 @@ def decode(
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
 ) -> list[list[Hypothesis]]:
-    """Decode a batch with ``cfg.strategy`` (``"greedy"``, ``"beam"`` or ``"sample"``).
+    """Decode a batch with ``cfg.strategy`` (``"greedy"``, ``"beam"``, ``"sample"`` or ``"mask_predict"``).
+
+    With ``cfg.length_level`` set, an autoregressive strategy feeds ``length_level`` (B,) int64 to the step model's
+    encoder next to the visual inputs (the level rides in the decoder state from there); ``"mask_predict"`` needs a
+    :class:`~edgecap.decoding.mask_predict.RefineModel` instead of a step model.
 
     Args:
         step_model: any :class:`~edgecap.decoding.StepModel` (torch, ONNX Runtime, TensorRT adapters).
@@ -38,4 +51,12 @@ def decode(
     fn = STRATEGY_FNS.get(cfg.strategy)
     if fn is None:
         raise DecodeCfgError(f"unknown decoding strategy {cfg.strategy!r}; known: {sorted(STRATEGY_FNS)}")
+    if cfg.length_level is not None and cfg.strategy != "mask_predict":
+        inputs = {**inputs, LENGTH_LEVEL_INPUT: _levels_like(inputs, cfg.length_level)}
     return fn(step_model, inputs, cfg, processors)
+
+
+def _levels_like(inputs: Mapping[str, Tensor], level: int) -> Tensor:
+    first = next(iter(inputs.values()), None)
+    batch = int(first.shape[0]) if first is not None else 1
+    return torch.full((batch,), level, dtype=torch.long)

@@ -10,6 +10,7 @@ from typing import Any
 from edgecap.models.layers.attention import SHARE_KINDS
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.layers.norm import NORM_KINDS
+from edgecap.models.length import LengthLevelError, parse_levels
 
 __all__ = ["ModelCfg", "ModelCfgError", "PAPER_FEATURE_DIM", "PAPER_WORD_VOCAB_SIZE", "VOCAB_KINDS"]
 
@@ -51,6 +52,9 @@ class ModelCfg:
             model needs ``digits · words + 1``. Positions are a fixed table, so this bounds decoding length.
         layer_norm: ``"standard"`` (``nn.LayerNorm``; exports and fuses in TensorRT) or ``"annotated"`` (the
             reference's unbiased-std variant, for porting reference weights). Fresh models use ``"standard"``.
+        length_levels: None (no length control) or a length-level plan (``"4level"``, ``"5level"`` or
+            ``[[low, high], ...]``): a learned level embedding is added to every token embedding (LaBERT §3.1, Eq. 2)
+            and ``encode``/``decode_full`` take ``length_level``.
     """
 
     family: str = "ort"
@@ -70,8 +74,16 @@ class ModelCfg:
     feature_dropout: float = 0.5
     max_len: int = 31
     layer_norm: str = "standard"
+    length_levels: Any = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.length_levels, str) and self.length_levels.lower() in ("none", "null", ""):
+            object.__setattr__(self, "length_levels", None)
+        if self.length_levels is not None:
+            try:
+                object.__setattr__(self, "length_levels", parse_levels(self.length_levels))
+            except LengthLevelError as exc:
+                raise ModelCfgError(f"ModelCfg.length_levels: {exc}") from exc
         for name in ("enc_layer_map", "dec_layer_map"):
             try:
                 object.__setattr__(self, name, parse_layer_map(getattr(self, name)))
@@ -146,6 +158,8 @@ class ModelCfg:
         out = dataclasses.asdict(self)
         out["enc_layer_map"] = list(self.enc_layer_map)
         out["dec_layer_map"] = list(self.dec_layer_map)
+        if self.length_levels is not None:
+            out["length_levels"] = [list(p) for p in self.length_levels]
         return out
 
     @classmethod
@@ -183,4 +197,5 @@ class ModelCfg:
             "vocab_kind": self.vocab_kind,
             "radix_base": self.radix_base if self.vocab_kind == "radix" else None,
             "geometry": self.geometry,
+            "length_levels": len(self.length_levels) if self.length_levels else None,
         }

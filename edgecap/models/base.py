@@ -10,6 +10,10 @@ The base class owns the public methods and their input checks; a family fills in
 
 Every state tensor is batch-first, so beam reordering is ``index_select(0, idx)`` on each entry
 (:meth:`CaptionModel.select_state`). Models are token-agnostic: BOS/EOS/PAD ids belong to the vocabulary.
+
+Length control (LaBERT §3.1): a family whose model sets :attr:`CaptionModel.length_levels` takes a 1-based
+``length_level`` (B,) in ``start``/``encode``/``decode_full``/``forward``; its hooks receive it as a keyword. The level
+is constant per caption, so it rides in the decoder state and ``step`` is unchanged. Other families never see it.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from edgecap.models.length import LengthLevelError
 
 __all__ = ["CaptionModel", "ModelInputError", "State"]
 
@@ -44,6 +50,9 @@ class CaptionModel(nn.Module, abc.ABC):
         vocab_size: number of output classes ``V``.
         feature_dim: channels ``C`` of the visual features the encoder accepts.
     """
+
+    #: ``((L_low, L_high), ...)`` when the model is length-controllable, else None.
+    length_levels: tuple[tuple[int, int], ...] | None = None
 
     def __init__(self, cfg: Any, vocab_size: int, feature_dim: int) -> None:
         super().__init__()
@@ -85,9 +94,11 @@ class CaptionModel(nn.Module, abc.ABC):
         boxes: torch.Tensor,
         feature_mask: torch.Tensor | None,
         tokens: torch.Tensor,
+        length_level: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Teacher forcing: ``tokens`` (B, T) (starting with BOS) -> log-probs (B, T, V) of each next token."""
-        return self.decode_full(self.encode_memory(features, boxes, feature_mask), feature_mask, tokens)
+        memory = self.encode_memory(features, boxes, feature_mask)
+        return self.decode_full(memory, feature_mask, tokens, length_level)
 
     def encode_memory(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None = None
@@ -97,16 +108,27 @@ class CaptionModel(nn.Module, abc.ABC):
         self._check_visual(features, boxes, feature_mask)
         return self._encode_memory_impl(features, boxes, feature_mask)
 
-    def start(self, memory: torch.Tensor, feature_mask: torch.Tensor | None = None) -> State:
-        """Memory (B, N, d) -> the initial decoder state (see :attr:`state_names`), with an empty cache."""
+    def start(
+        self, memory: torch.Tensor, feature_mask: torch.Tensor | None = None, length_level: torch.Tensor | None = None
+    ) -> State:
+        """Memory (B, N, d) -> the initial decoder state (see :attr:`state_names`), with an empty cache.
+
+        ``length_level`` (B,) long, 1-based: required by a length-controllable model, refused by the others.
+        """
         if memory.dim() != 3:
             raise ModelInputError(f"memory must be (B, N, d), got shape {tuple(memory.shape)}")
         self._check_mask(feature_mask, memory)
-        return self._start_impl(memory, feature_mask)
+        return self._start_impl(memory, feature_mask, **self._level_kwargs(length_level, memory))
 
-    def encode(self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None = None) -> State:
+    def encode(
+        self,
+        features: torch.Tensor,
+        boxes: torch.Tensor,
+        feature_mask: torch.Tensor | None = None,
+        length_level: torch.Tensor | None = None,
+    ) -> State:
         """``start(encode_memory(...))``: everything :meth:`step` needs for these images."""
-        return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask)
+        return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask, length_level)
 
     def step(self, tokens: torch.Tensor, state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, State]:
         """One token per hypothesis: ``tokens`` (B,) -> (log-probs (B, V), new state with the cache grown by one).
@@ -126,7 +148,11 @@ class CaptionModel(nn.Module, abc.ABC):
         return self._step_impl(tokens, dict(state))
 
     def decode_full(
-        self, memory: torch.Tensor, feature_mask: torch.Tensor | None, tokens: torch.Tensor
+        self,
+        memory: torch.Tensor,
+        feature_mask: torch.Tensor | None,
+        tokens: torch.Tensor,
+        length_level: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Teacher forcing on an already encoded memory: tokens (B, T), T >= 1 -> log-probs (B, T, V).
 
@@ -145,7 +171,7 @@ class CaptionModel(nn.Module, abc.ABC):
         if _differ(tokens.shape[0], memory.shape[0]):
             raise ModelInputError(f"tokens have batch {tokens.shape[0]} but memory has batch {memory.shape[0]}")
         self._check_mask(feature_mask, memory)
-        return self._decode_full_impl(memory, feature_mask, tokens)
+        return self._decode_full_impl(memory, feature_mask, tokens, **self._level_kwargs(length_level, memory))
 
     @staticmethod
     def select_state(state: Mapping[str, torch.Tensor], index: torch.Tensor) -> State:
@@ -153,6 +179,31 @@ class CaptionModel(nn.Module, abc.ABC):
         return {name: value.index_select(0, index) for name, value in state.items()}
 
     # -- checks ----------------------------------------------------------------------------------------------------
+    def _level_kwargs(self, length_level: torch.Tensor | None, memory: torch.Tensor) -> dict[str, torch.Tensor]:
+        """``{"length_level": ...}`` for a length-controllable model (checked), ``{}`` for the others."""
+        levels = self.length_levels
+        if not levels:
+            if length_level is not None:
+                raise LengthLevelError(
+                    f"{type(self).__name__} ({getattr(self.cfg, 'family', '?')}) has no length control; use a "
+                    f"length-aware variant (e.g. acort-xsmall-len) or --set length_levels=4level, then retrain"
+                )
+            return {}
+        if length_level is None:
+            raise LengthLevelError(f"this model is length-controllable: pass length_level in 1..{len(levels)}")
+        if not isinstance(length_level, torch.Tensor) or length_level.dim() != 1 or length_level.is_floating_point():
+            raise ModelInputError(f"length_level must be an integer tensor (B,), got {length_level!r}")
+        if _differ(length_level.shape[0], memory.shape[0]):
+            raise ModelInputError(f"length_level has batch {length_level.shape[0]}, memory {memory.shape[0]}")
+        if not (torch.compiler.is_compiling() or torch.compiler.is_exporting()):
+            bad = (length_level < 1) | (length_level > len(levels))
+            if bool(bad.any()):
+                ranges = ", ".join(f"{i + 1}: {lo}-{hi}" for i, (lo, hi) in enumerate(levels))
+                raise LengthLevelError(
+                    f"length_level must be in 1..{len(levels)} ({ranges} words), got {int(length_level[bad][0])}"
+                )
+        return {"length_level": length_level}
+
     def _check_visual(self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None) -> None:
         if features.dim() != 3 or not features.is_floating_point():
             raise ModelInputError(

@@ -63,6 +63,9 @@ class ORTCaptioner(CaptionModel):
         )
         self.output_proj = nn.Linear(d, vocab_size)
         self._separate_values = cfg.share_att != "kv"
+        # Length control (LaBERT §3.1, Eq. 2): e_l added to every token embedding; row 0 unused (levels are 1-based).
+        self.length_levels = cfg.length_levels
+        self.level_embed = nn.Embedding(len(cfg.length_levels) + 1, d) if cfg.length_levels else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -73,9 +76,14 @@ class ORTCaptioner(CaptionModel):
 
     @property
     def state_names(self) -> tuple[str, ...]:
-        if self._separate_values:
-            return ("memory_bias", "cross_k", "cross_v", "self_k", "self_v")
-        return ("memory_bias", "cross_k", "self_k")
+        names = ("memory_bias", "cross_k", "cross_v", "self_k", "self_v")
+        if not self._separate_values:
+            names = ("memory_bias", "cross_k", "self_k")
+        return (*names, "level_embed") if self.level_embed is not None else names
+
+    def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, 1, d) length-level embedding, or None for a model without length control."""
+        return None if length_level is None else self.level_embed(length_level)[:, None, :]
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None
@@ -86,7 +94,9 @@ class ORTCaptioner(CaptionModel):
             geometry = box_relational_embedding(boxes, self.cfg.geometry_dim, self.cfg.box_wh_offset)
         return self.encoder(x, mask_to_bias(feature_mask, x), geometry)
 
-    def _start_impl(self, memory: torch.Tensor, feature_mask: torch.Tensor | None) -> State:
+    def _start_impl(
+        self, memory: torch.Tensor, feature_mask: torch.Tensor | None, length_level: torch.Tensor | None = None
+    ) -> State:
         cross_k, cross_v = self.decoder.project_memory(memory)
         state = {"memory_bias": mask_to_bias(feature_mask, memory), "cross_k": cross_k}
         if cross_v is not None:
@@ -94,11 +104,13 @@ class ORTCaptioner(CaptionModel):
         state["self_k"] = self.decoder.empty_cache(memory)
         if self._separate_values:
             state["self_v"] = self.decoder.empty_cache(memory)
+        if length_level is not None:
+            state["level_embed"] = self._level(length_level)
         return state
 
     def _step_impl(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         position = state["self_k"].shape[3]
-        x = self.embed(tokens[:, None], start=position)
+        x = self.embed(tokens[:, None], start=position, extra=state.get("level_embed"))
         h, self_k, self_v = self.decoder.step(
             x,
             state["self_k"],
@@ -114,12 +126,17 @@ class ORTCaptioner(CaptionModel):
         return torch.log_softmax(self.output_proj(h[:, 0]), dim=-1), new_state
 
     def _decode_full_impl(
-        self, memory: torch.Tensor, feature_mask: torch.Tensor | None, tokens: torch.Tensor
+        self,
+        memory: torch.Tensor,
+        feature_mask: torch.Tensor | None,
+        tokens: torch.Tensor,
+        length_level: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # No token-padding mask: captions are right-padded, so under the causal mask no real position attends to a
         # pad, and leaving it out keeps this path identical to step() (pad positions are ignored by the loss).
         cross_k, cross_v = self.decoder.project_memory(memory)
-        h = self.decoder(self.embed(tokens), cross_k, cross_v, mask_to_bias(feature_mask, memory))
+        x = self.embed(tokens, extra=self._level(length_level))
+        h = self.decoder(x, cross_k, cross_v, mask_to_bias(feature_mask, memory))
         return torch.log_softmax(self.output_proj(h), dim=-1)
 
 
@@ -196,6 +213,32 @@ def acort_xsmall() -> ModelCfg:
     return _acort(d_model=256, d_ff=1024, enc_layer_map="(0x2)", dec_layer_map="(0x2)")
 
 
+# -- length-controllable variants (LaBERT §3.1 / Table 1: a length-level embedding added to the token embeddings) ---
+# Any ORT/ACORT model becomes one with ``--set length_levels=4level`` (or ``5level``); these are the named ones.
+@register_model
+def ort_base_len() -> ModelCfg:
+    """ORT-base with the 4-level length embedding; decoding takes ``length_level``."""
+    return ort_base().replace(length_levels="4level")
+
+
+@register_model
+def acort_base_len() -> ModelCfg:
+    """ACORT-base with the 4-level length embedding."""
+    return acort_base().replace(length_levels="4level")
+
+
+@register_model
+def acort_small_len() -> ModelCfg:
+    """ACORT-small with the 4-level length embedding."""
+    return acort_small().replace(length_levels="4level")
+
+
+@register_model
+def acort_xsmall_len() -> ModelCfg:
+    """ACORT-xsmall with the 4-level length embedding (1,280 extra parameters at d=256)."""
+    return acort_xsmall().replace(length_levels="4level")
+
+
 # -- tiny configs for tests (timm's *_test habit) --------------------------------------------------------------------
 @register_model
 def ort_test() -> ModelCfg:
@@ -213,3 +256,9 @@ def acort_test() -> ModelCfg:
 def acort_test_qk() -> ModelCfg:
     """acort-test with Share-QK (ACORT Table 10) and (0,0,1) maps: sharing next to an independent layer."""
     return _acort(d_model=32, d_ff=64, heads=2, enc_layer_map=(0, 0, 1), dec_layer_map=(0, 0, 1), share_att="qk")
+
+
+@register_model
+def acort_test_len() -> ModelCfg:
+    """acort-test with the 4-level length embedding (length control at toy size)."""
+    return acort_test().replace(length_levels="4level")

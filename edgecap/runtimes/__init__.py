@@ -23,6 +23,9 @@ _LAZY: dict[str, str] = {
     "TorchRuntime": "edgecap.runtimes.torch",
     "TorchStepModel": "edgecap.runtimes.torch",
     "PrefixRerunStepModel": "edgecap.runtimes.prefix",
+    "TorchRefineModel": "edgecap.runtimes.refine",
+    "RuntimeRefineModel": "edgecap.runtimes.refine",
+    "create_ort_refine_model": "edgecap.runtimes.refine",
 }
 
 
@@ -78,11 +81,14 @@ __all__ = [
     "Runtime",
     "RuntimeInputError",
     "RuntimeStateError",
+    "RuntimeRefineModel",
     "RuntimeStepModel",
     "TensorMeta",
+    "TorchRefineModel",
     "TorchRuntime",
     "TorchStepModel",
     "UnknownRuntimeError",
+    "create_ort_refine_model",
     "dtype_name",
     "get_runtime_class",
     "list_runtimes",

@@ -17,6 +17,8 @@ from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import Array, Runtime, TensorMeta
 
 CAPTION_INPUTS = ("features", "boxes", "feature_mask")
+#: Optional encoder input of length-controllable models (LaBERT §3.1), (B,) int64, 1-based.
+LENGTH_LEVEL_INPUT = "length_level"
 
 
 def resolve_device(device: str | torch.device) -> torch.device:
@@ -75,7 +77,7 @@ class TorchStepModel:
     def _caption_inputs(self, inputs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
         """``features``, ``boxes`` and the optional ``feature_mask`` on the device, with a clear error otherwise."""
         missing = [n for n in CAPTION_INPUTS[:2] if n not in inputs]
-        unknown = [n for n in inputs if n not in CAPTION_INPUTS]
+        unknown = [n for n in inputs if n not in (*CAPTION_INPUTS, LENGTH_LEVEL_INPUT)]
         if missing or unknown:
             raise DecodeInputError(
                 f"{type(self).__name__}.encode: inputs need {list(CAPTION_INPUTS[:2])} (+ optional 'feature_mask'); "
@@ -91,8 +93,10 @@ class TorchStepModel:
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
         """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool."""
         features, boxes, mask = self._caption_inputs(inputs)
+        level = inputs.get(LENGTH_LEVEL_INPUT)
+        extra = {} if level is None else {"length_level": self._prepare(level).long()}
         with self._context():
-            state = self.model.encode(features, boxes, mask)
+            state = self.model.encode(features, boxes, mask, **extra)
         if not isinstance(state, Mapping):
             raise DecodeInputError(f"{type(self.model).__name__}.encode must return a dict of tensors")
         return dict(state)

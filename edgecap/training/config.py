@@ -27,7 +27,7 @@ class TrainCfg:
     epochs: int = 15
     batch_size: int = 32  # images per batch; each image contributes `captions_per_image` captions
     captions_per_image: int = 5
-    optimizer: str = "adam-noam"  # "adam-noam" | "radam" | "adamw"
+    optimizer: str = "adam-noam"  # "adam-noam" | "radam" | "adamw" | "adamw-cosine" (LaBERT)
     lr: float = 1e-3  # peak lr (for adam-noam: reached at the end of warm-up, then ∝ 1/sqrt(step))
     warmup_steps: int = 100
     weight_decay: float = 0.0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import time
@@ -18,8 +17,8 @@ from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
-from edgecap.training.losses import label_smoothed_nll
-from edgecap.training.schedules import noam, warmup_constant
+from edgecap.training.objectives import objective_for
+from edgecap.training.schedules import noam, warmup_constant, warmup_cosine
 
 
 def seed_everything(seed: int) -> None:
@@ -32,7 +31,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainCfg, d_model: int):
+def build_optimizer(model: torch.nn.Module, cfg: TrainCfg, d_model: int, total_steps: int = 0):
     params = [p for p in model.parameters() if p.requires_grad]
     if cfg.optimizer == "adam-noam":
         opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay)
@@ -45,8 +44,11 @@ def build_optimizer(model: torch.nn.Module, cfg: TrainCfg, d_model: int):
     elif cfg.optimizer == "adamw":
         opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         schedule = warmup_constant(cfg.warmup_steps)
+    elif cfg.optimizer == "adamw-cosine":  # LaBERT §4.2: AdamW, linear warm-up, cosine decay
+        opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.999), weight_decay=cfg.weight_decay)
+        schedule = warmup_cosine(cfg.warmup_steps, max(total_steps, cfg.warmup_steps + 1))
     else:
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam-noam, radam or adamw")
+        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose adam-noam, radam, adamw or adamw-cosine")
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, schedule)
 
 
@@ -121,7 +123,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     }
     ckpt.write_config(run_dir, config)
 
-    optimizer, scheduler = build_optimizer(model, cfg, model.cfg.d_model)
+    batches_per_epoch = math.ceil(len(train_records) / cfg.batch_size)
+    total_steps = min(cfg.max_steps or cfg.epochs * batches_per_epoch, cfg.epochs * batches_per_epoch)
+    optimizer, scheduler = build_optimizer(model, cfg, model.cfg.d_model, total_steps)
     prog = _Progress()
     state = ckpt.load_training_state(run_dir, model) if resume else None
     if state is not None:
@@ -134,7 +138,6 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     val_bank = FeatureBank(source, [r.image_id for r in val_records]) if val_records else None
     train_caps = [r.captions for r in train_records]
     val_refs = {r.image_id: [" ".join(c) for c in r.captions] for r in val_records}
-    batches_per_epoch = math.ceil(len(train_records) / cfg.batch_size)
     started = time.monotonic()
 
     def save_state() -> None:
@@ -172,7 +175,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             captions = pick_captions([train_caps[int(r)] for r in rows], cfg.captions_per_image, cap_gen)
             tokens = encode_captions(vocab, captions, cfg.max_words).to(device)
             visual = train_bank.batch(rows).to(device)
-            loss, nll = _train_step(model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler)
+            loss, nll = _train_step(
+                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word
+            )
             prog.step += 1
             prog.batch_in_epoch = b + 1
             bar.update(1)
@@ -241,15 +246,10 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     return run_dir
 
 
-def _train_step(model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler) -> tuple[float, float]:
-    per_image = cfg.captions_per_image
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if visual.features.is_cuda else contextlib.nullcontext()
-    with autocast:
-        memory = model.encode_memory(visual.features, visual.boxes, visual.mask)
-        memory = memory.repeat_interleave(per_image, dim=0)
-        mask = visual.mask.repeat_interleave(per_image, dim=0)
-        logprobs = model.decode_full(memory, mask, tokens[:, :-1])
-    loss, nll = label_smoothed_nll(logprobs.float(), tokens[:, 1:], pad_id, cfg.label_smoothing)
+def _train_step(
+    model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler, tokens_per_word: int = 1
+) -> tuple[float, float]:
+    loss, nll = objective_for(model)(model, visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip > 0:

@@ -33,6 +33,33 @@ def tiny_model(name: str) -> torch.nn.Module:
     return model.eval()
 
 
+def autoregressive_test_configs() -> tuple[str, ...]:
+    """The test configs with a cached ``step`` (the ``CaptionModel`` contract); LaBERT's refine models are not."""
+    from edgecap.models import CaptionModel
+
+    return tuple(n for n in TEST_CONFIGS if isinstance(tiny_model(n), CaptionModel))
+
+
+def graph_cases(runtime_only: bool = False) -> list[tuple[str, str]]:
+    """``(config, graph)`` for every graph (or every runtime graph) of every test config's export spec."""
+    from edgecap.export.spec import get_export_spec
+
+    cases = []
+    for name in TEST_CONFIGS:
+        spec = get_export_spec(tiny_model(name), name=name)
+        graphs = tuple(dict.fromkeys(spec.runtime_graphs.values())) if runtime_only else spec.graph_names
+        cases.extend((name, g) for g in graphs)
+    return cases
+
+
+def decoder_graph(spec) -> str:
+    """The per-token (or per-refinement) graph a runtime runs repeatedly: ``step`` or ``refine``."""
+    return next(g for role, g in spec.runtime_graphs.items() if role != "encoder")
+
+
+AR_TEST_CONFIGS = autoregressive_test_configs()
+
+
 @functools.cache
 def exported(name: str) -> ExportResult:
     """Every graph of ``name`` at fp32 and fp16, in memory, with export-time parity reports."""
@@ -60,6 +87,8 @@ def exported_with_backbone() -> ExportResult:
 
 def decode_cfg(name: str, **overrides: object) -> DecodeCfg:
     """Beam-3 decoding with the token ids of the config's vocabulary kind (radix: constrained digits)."""
+    if getattr(get_model_cfg(name), "length_levels", None):
+        overrides = {"length_level": 2, **overrides}
     if get_model_cfg(name).vocab_kind == "radix":
         radix = RadixSpec(base=RADIX_BASE, digits=2, num_words=60)
         ids = {"pad_id": 0, "bos_id": RADIX_BASE + 1, "eos_id": RADIX_BASE + 2, "radix": radix}

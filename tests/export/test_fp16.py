@@ -14,7 +14,7 @@ from edgecap.export import Fp16Policy
 from edgecap.export.fp16 import convert_to_fp16, drop_cast_round_trips, fp32_ancestor_nodes, isolate_graph_outputs
 from edgecap.export.graph import check_model
 from edgecap.runtimes.ort import OrtRuntime
-from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone
+from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone, graph_cases
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
 
@@ -26,8 +26,7 @@ def _types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-@pytest.mark.parametrize("config", TEST_CONFIGS)
-@pytest.mark.parametrize("graph", ["init", "step"])
+@pytest.mark.parametrize(("config", "graph"), graph_cases(runtime_only=True))
 def test_fp16_graph_has_fp32_interface_and_fp16_weights(config: str, graph: str) -> None:
     fp32, fp16 = exported(config).model(graph, "fp32"), exported(config).model(graph, "fp16")
     for a, b in zip((*fp32.graph.input, *fp32.graph.output), (*fp16.graph.input, *fp16.graph.output), strict=True):

@@ -24,7 +24,7 @@ from edgecap.export import (
 from edgecap.export.graph import GraphError, compose_models, non_portable_nodes
 from edgecap.export.onnx import ExportError, export_onnx
 from edgecap.runtimes.ort import OrtRuntime
-from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone, tiny_model
+from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, exported, exported_with_backbone, tiny_model
 
 PRECISIONS = ("fp32", "fp16")
 
@@ -61,7 +61,7 @@ def test_non_portable_nodes_finds_control_flow_and_contrib_ops() -> None:
     assert any("com.microsoft::FusedGemm" in f for f in found) and any("If" in f for f in found)
 
 
-@pytest.mark.parametrize("config", TEST_CONFIGS)
+@pytest.mark.parametrize("config", AR_TEST_CONFIGS)
 def test_step_graph_interface(config: str) -> None:
     result = exported(config)
     model = tiny_model(config)
@@ -82,7 +82,8 @@ def test_step_graph_interface(config: str) -> None:
     assert _dims(inputs["memory_bias"]) == ["batch", 1, 1, "regions"]
     assert result.spec.state_names == names
     init = result.model("init")
-    assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask"]
+    level_input = ["length_level"] if model.length_levels else []
+    assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask", *level_input]
     assert [vi.name for vi in init.graph.output] == list(names)
     assert init.graph.input[2].type.tensor_type.elem_type == TensorProto.BOOL
 

@@ -14,15 +14,13 @@ from torch import nn
 from edgecap.export import Tolerance
 from edgecap.export.parity import ParityError, check_graph, check_runtime, compare_arrays, torch_reference
 from edgecap.runtimes import TorchRuntime
-from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone
+from tests.export.helpers import TEST_CONFIGS, decoder_graph, exported, exported_with_backbone, graph_cases
 
-GRAPHS = ("encoder", "start", "init", "step")
 PRECISIONS = ("fp32", "fp16")
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-@pytest.mark.parametrize("graph", GRAPHS)
-@pytest.mark.parametrize("config", TEST_CONFIGS)
+@pytest.mark.parametrize(("config", "graph"), graph_cases())
 def test_graph_parity_on_fresh_inputs(config: str, graph: str, precision: str) -> None:
     result = exported(config)
     spec = result.spec
@@ -49,8 +47,8 @@ def test_export_records_parity_reports(config: str) -> None:
     for entry in result.graphs.values():
         assert entry.parity["graph"] == entry.name and entry.parity["precision"] == entry.precision
         assert entry.parity["feeds"] == len(result.spec.parity_sizes)
-    fp16_step = result.get("step", "fp16").parity["outputs"]["logprobs"]
-    fp32_step = result.get("step", "fp32").parity["outputs"]["logprobs"]
+    fp16_step = result.get(decoder_graph(result.spec), "fp16").parity["outputs"]["logprobs"]
+    fp32_step = result.get(decoder_graph(result.spec), "fp32").parity["outputs"]["logprobs"]
     assert fp16_step["max_abs"] > fp32_step["max_abs"]  # fp16 really is a different graph
 
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from edgecap.models import CaptionModel, ModelInputError, create_model, get_model_cfg, list_models
+from edgecap.models import CaptionModel, ModelInputError, create_model, get_model_cfg, list_models, model_family
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 
 FEATURE_DIM = 12
@@ -38,6 +38,13 @@ def tokens_for(model: CaptionModel, batch: int = 2, length: int = 6, seed: int =
     return torch.randint(1, model.vocab_size, (batch, length), generator=torch.Generator().manual_seed(seed))
 
 
+def levels_for(model: CaptionModel, batch: int) -> torch.Tensor | None:
+    """1-based length levels cycling over the plan for a length-controllable model, else None."""
+    if not model.length_levels:
+        return None
+    return torch.arange(batch) % len(model.length_levels) + 1
+
+
 def run_steps(model: CaptionModel, state: dict, tokens: torch.Tensor) -> torch.Tensor:
     out = []
     for t in range(tokens.shape[1]):
@@ -49,27 +56,30 @@ def run_steps(model: CaptionModel, state: dict, tokens: torch.Tensor) -> torch.T
 # -- the core invariant: cached decoding == teacher forcing ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", list_models())
+@pytest.mark.parametrize("name", [n for n in list_models() if model_family(n) == "ort"])
 @torch.no_grad()
 def test_step_matches_teacher_forcing(name):
     model = small_model(name)
     features, boxes, mask = visual()
     tokens = tokens_for(model)
-    full = model(features, boxes, mask, tokens)
+    levels = levels_for(model, 2)
+    full = model(features, boxes, mask, tokens, levels)
     assert full.shape == (2, 6, model.vocab_size)
-    stepped = run_steps(model, model.encode(features, boxes, mask), tokens)
+    stepped = run_steps(model, model.encode(features, boxes, mask, levels), tokens)
     torch.testing.assert_close(stepped, full, atol=1e-5, rtol=0)
 
 
-@pytest.mark.parametrize("name", [n for n in list_models("*-test*") if get_model_cfg(n).family == "ort"])
+@pytest.mark.parametrize("name", [n for n in list_models("*-test*") if model_family(n) == "ort"])
 @torch.no_grad()
 def test_step_matches_teacher_forcing_without_mask_and_in_reference_mode(name):
     features, boxes, _ = visual(batch=3, regions=4)
     for overrides in ({}, {"layer_norm": "annotated", "box_wh_offset": 1.0}):
         model = small_model(name, **overrides)
         tokens = tokens_for(model, batch=3, length=5)
-        full = model(features, boxes, None, tokens)
-        torch.testing.assert_close(run_steps(model, model.encode(features, boxes), tokens), full, atol=1e-5, rtol=0)
+        levels = levels_for(model, 3)
+        full = model(features, boxes, None, tokens, levels)
+        stepped = run_steps(model, model.encode(features, boxes, None, levels), tokens)
+        torch.testing.assert_close(stepped, full, atol=1e-5, rtol=0)
 
 
 @torch.no_grad()

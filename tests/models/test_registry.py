@@ -68,6 +68,7 @@ def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
         + vocab_size * d  # input embedding
         + d * vocab_size
         + vocab_size  # untied output projection
+        + ((len(cfg.length_levels) + 1) * d if cfg.length_levels else 0)  # level embedding (Eq. 2), row 0 unused
     )
 
 
@@ -79,9 +80,23 @@ def test_all_paper_and_test_configs_are_registered():
     assert names == sorted(names)
     assert set(TABLE_1) | {"ort-test", "acort-test", "acort-test-qk"} <= set(names)
     assert list_models("acort-*") == [n for n in names if n.startswith("acort-")]
-    assert list_models("*-test*") == ["acort-test", "acort-test-qk", "expansionnet-test", "ort-test"]
+    assert list_models("*-test*") == [
+        "acort-test",
+        "acort-test-len",
+        "acort-test-qk",
+        "expansionnet-test",
+        "labert-test",
+        "ort-test",
+    ]
     assert list_models("nothing-*") == []
-    assert all(model_family(n) == ("expansionnet" if n.startswith("expansionnet") else "ort") for n in names)
+    assert {model_family(n) for n in names} == {"ort", "labert", "expansionnet"}
+    assert list_models("labert-*") == [
+        "labert-base",
+        "labert-base-5level",
+        "labert-small",
+        "labert-test",
+        "labert-xsmall",
+    ]
 
 
 def test_unknown_model_suggests_close_names():
@@ -243,7 +258,8 @@ def test_settings_helpers():
 
 def test_describe_models_rows():
     rows = describe_models("acort-base*")
-    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al"]
+    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len"]
+    assert rows[2]["params_paper"] == EXACT["acort-base"] + 5 * 512  # the level embedding: 4 levels + unused row 0
     base = rows[0]
     assert base["params_paper"] == EXACT["acort-base"]
     assert base["paper_reported"] == pytest.approx(15.0e6)

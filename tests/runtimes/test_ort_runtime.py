@@ -16,7 +16,7 @@ import torch
 from edgecap.decoding import decode
 from edgecap.runtimes import RuntimeInputError, RuntimeStateError, TorchStepModel, get_runtime_class, load_runtime
 from edgecap.runtimes.ort import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
-from tests.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
+from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 
@@ -110,7 +110,7 @@ def test_io_binding_path_matches_plain_run() -> None:
 
 
 # -- decoding on ONNX Runtime ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("config", TEST_CONFIGS)
+@pytest.mark.parametrize("config", AR_TEST_CONFIGS)
 def test_beam_search_identical_to_torch(config: str) -> None:
     """Same decode() on torch and ORT fp32: identical beam-3 tokens, scores within 1e-4 (6 images, batched)."""
     model, result = tiny_model(config), exported(config)

@@ -14,6 +14,9 @@ zero-length cache instead of a second decoder or an ``If`` node, which TensorRT 
   bias) are not outputs: the runtime carries them, which saves a copy of them per step. The cache length ``past`` is
   dynamic from 0 (first step) to ``max_len - 1``.
 
+A length-controllable model (``model.length_levels``; LaBERT §3.1) adds one input, ``length_level`` (B,) int64, to
+``start`` and ``init`` (and so to the decode inputs); the level embedding then rides in the state like the rest.
+
 Every dummy input is produced by running the torch model on random visual inputs (a step's cache comes from real
 steps on random tokens), so parity checks see realistic value ranges: −1e4 in the memory bias, normalised memory.
 """
@@ -40,6 +43,7 @@ __all__ = [
 
 VISUAL_INPUTS = ("features", "boxes", "feature_mask")
 PIXEL_INPUT = "pixel_values"
+LEVEL_INPUT = "length_level"
 
 
 # -- graph modules: positional tensors in, tuples out ----------------------------------------------------------------
@@ -67,14 +71,16 @@ class PixelEncoderGraph(nn.Module):
 
 
 class StartGraph(nn.Module):
-    """``(memory[, feature_mask]) -> state`` in ``state_names`` order."""
+    """``(memory[, feature_mask][, length_level]) -> state`` in ``state_names`` order."""
 
-    def __init__(self, model: nn.Module, with_mask: bool) -> None:
+    def __init__(self, model: nn.Module, with_mask: bool, with_level: bool = False) -> None:
         super().__init__()
-        self.model, self.with_mask = model, with_mask
+        self.model, self.with_mask, self.with_level = model, with_mask, with_level
 
-    def forward(self, memory: torch.Tensor, *mask: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        state = self.model.start(memory, mask[0] if self.with_mask else None)
+    def forward(self, memory: torch.Tensor, *rest: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        mask = rest[0] if self.with_mask else None
+        level = rest[-1] if self.with_level else None
+        state = self.model.start(memory, mask, level) if self.with_level else self.model.start(memory, mask)
         return tuple(state[n] for n in self.model.state_names)
 
 
@@ -90,10 +96,13 @@ class InitGraph(nn.Module):
         self.encoder, self.start, self.mask_input = encoder, start, mask_input
 
     def forward(self, *inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        extra: tuple[torch.Tensor, ...] = ()
+        if self.start.with_level:  # length_level is the last input
+            inputs, extra = inputs[:-1], inputs[-1:]
         (memory,) = self.encoder(*inputs)
         if self.mask_input is None:
-            return self.start(memory)
-        return self.start(memory, inputs[self.mask_input])
+            return self.start(memory, *extra)
+        return self.start(memory, inputs[self.mask_input], *extra)
 
 
 class StepGraph(nn.Module):
@@ -130,6 +139,15 @@ class _Inputs:
 
     def __init__(self, model: nn.Module, backbone: nn.Module | None) -> None:
         self.model, self.backbone = model, backbone
+        self.levels = getattr(model, "length_levels", None)
+
+    def _level(self, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
+        if not self.levels:
+            return {}
+        return {LEVEL_INPUT: torch.randint(1, len(self.levels) + 1, (batch,), generator=g)}
+
+    def init(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
+        return {**self.visual(sizes, g), **self._level(sizes["batch"], g)}
 
     def visual(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
         batch = sizes["batch"]
@@ -153,12 +171,14 @@ class _Inputs:
     @torch.no_grad()
     def start(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
         memory, mask = self._encode_state(self.visual(sizes, g))
-        return {"memory": memory} if mask is None else {"memory": memory, "feature_mask": mask}
+        out = {"memory": memory} if mask is None else {"memory": memory, "feature_mask": mask}
+        return {**out, **self._level(memory.shape[0], g)}
 
     @torch.no_grad()
     def step(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
         memory, mask = self._encode_state(self.visual(sizes, g))
-        state = self.model.start(memory, mask)
+        level = self._level(memory.shape[0], g)
+        state = self.model.start(memory, mask, level[LEVEL_INPUT]) if level else self.model.start(memory, mask)
         vocab = self.model.vocab_size
         for _ in range(sizes["past"]):
             _, state = self.model.step(torch.randint(0, vocab, (memory.shape[0],), generator=g), state)
@@ -249,8 +269,11 @@ def captioning_spec(
         encoder_axes = {PIXEL_INPUT: {0: "batch"}}
         memory_axes = {0: "batch"}
 
-    start_module = StartGraph(model, with_mask=backbone is None)
-    start_inputs = ("memory", "feature_mask") if backbone is None else ("memory",)
+    with_level = bool(getattr(model, "length_levels", None))
+    level_inputs = (LEVEL_INPUT,) if with_level else ()
+    level_axes = {LEVEL_INPUT: {0: "batch"}} if with_level else {}
+    start_module = StartGraph(model, with_mask=backbone is None, with_level=with_level)
+    start_inputs = (*(("memory", "feature_mask") if backbone is None else ("memory",)), *level_inputs)
     state_axes, updated = _probe_state(model, start_module, inputs, dims["regions"])
     start_state_axes = {n: {a: d for a, d in axes.items() if d != "past"} for n, axes in state_axes.items()}
     names = tuple(model.state_names)
@@ -296,17 +319,17 @@ def captioning_spec(
             start_module,
             start_inputs,
             names,
-            {"memory": memory_axes, **mask_axes, **start_state_axes},
+            {"memory": memory_axes, **mask_axes, **level_axes, **start_state_axes},
             inputs.start,
             "memory -> initial decoder state (cross-attention keys/values, memory bias, empty caches)",
         ),
         graph(
             "init",
             InitGraph(encoder_module, start_module, 2 if backbone is None else None),
-            encoder_inputs,
+            (*encoder_inputs, *level_inputs),
             names,
-            {**encoder_axes, **start_state_axes},
-            inputs.visual,
+            {**encoder_axes, **level_axes, **start_state_axes},
+            inputs.init,
             "encoder + start in one graph (what runtimes load)",
             compose=("encoder", "start"),
         ),
@@ -346,6 +369,6 @@ def captioning_spec(
         runtime_graphs={"encoder": "init", "step": "step"},
         state_names=names,
         updated_state_names=updated,
-        decode_inputs=tuple(encoder_inputs),
+        decode_inputs=(*encoder_inputs, *level_inputs),
         metadata=meta,
     )

@@ -65,7 +65,8 @@ class TokenEmbedding(nn.Module):
     def max_len(self) -> int:
         return self.positions.max_len
 
-    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """``tokens`` (B, T) long at positions ``start..start+T-1`` -> (B, T, d)."""
-        x = self.embed(tokens) * self.scale
-        return self.dropout(x + self.positions(start, tokens.shape[1]).to(x.dtype))
+    def forward(self, tokens: torch.Tensor, start: int = 0, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens`` (B, T) long at positions ``start..start+T-1`` -> (B, T, d); ``extra`` (B, 1, d) is added to
+        every token before dropout (the length-level embedding of LaBERT Eq. 2)."""
+        x = self.embed(tokens) * self.scale + self.positions(start, tokens.shape[1]).to(self.embed.weight.dtype)
+        return self.dropout(x if extra is None else x + extra)

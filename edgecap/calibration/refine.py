@@ -1,0 +1,102 @@
+"""INT8 for LaBERT's graphs (``encoder`` + ``refine``), calibrated like the autoregressive ones: the ``refine`` feeds
+are recorded while the FP32 graphs run mask-predict on the calibration images at every length level, so the
+quantiser sees the token/level mixtures (all-[MASK] first pass, partly masked later passes) that deployment sees.
+
+Each graph goes through :func:`~edgecap.calibration.quantize.quantize_graph` (ONNX Runtime's ``quantize_static``, QDQ)
+with the preset's policy of the matching role: ``encoder`` for the visual embedding, ``step`` (the decoder policy)
+for ``refine``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgecap.calibration.quantize import GraphInt8, quantize_graph
+from edgecap.calibration.source import CalibrationError
+from edgecap.decoding import DecodeCfg, decode
+
+__all__ = ["LabertInt8", "RecordingRefineModel", "quantize_labert_int8"]
+
+
+class RecordingRefineModel:
+    """Wraps a :class:`~edgecap.decoding.mask_predict.RefineModel` and keeps a copy of every ``refine`` feed."""
+
+    def __init__(self, inner: Any, state_names: Sequence[str], max_feeds: int = 256) -> None:
+        self.inner, self.state_names, self.max_feeds = inner, tuple(state_names), max_feeds
+        self.length_levels, self.refine_steps = inner.length_levels, inner.refine_steps
+        self.eos_decay, self.mask_id = inner.eos_decay, inner.mask_id
+        self.feeds: list[dict[str, np.ndarray]] = []
+        self.calls = 0
+
+    def encode(self, inputs: Mapping[str, torch.Tensor]) -> Any:
+        return self.inner.encode(inputs)
+
+    def refine(self, tokens: torch.Tensor, length_level: torch.Tensor, state: Any) -> torch.Tensor:
+        self.calls += 1
+        if len(self.feeds) < self.max_feeds:
+            feed = {"tokens": tokens.numpy().copy(), "length_level": length_level.numpy().copy()}
+            feed.update((n, np.asarray(state[n]).copy()) for n in self.state_names)
+            self.feeds.append(feed)
+        return self.inner.refine(tokens, length_level, state)
+
+
+@dataclass
+class LabertInt8:
+    """The QDQ graphs (``{"encoder", "refine"}``) and their calibration reports."""
+
+    models: dict[str, Any]
+    graphs: dict[str, GraphInt8] = field(default_factory=dict)
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return {role: g.info for role, g in self.graphs.items()}
+
+
+def quantize_labert_int8(
+    fp32_models: Mapping[str, Any],
+    encoder_feeds: Iterable[Mapping[str, torch.Tensor]],
+    decode_cfg: DecodeCfg,
+    preset: str = "cpu-auto",
+    *,
+    max_refine_feeds: int = 256,
+    progress: bool = False,
+) -> LabertInt8:
+    """Quantise LaBERT's FP32 ``encoder`` and ``refine`` graphs to INT8.
+
+    Args:
+        fp32_models: ``ExportResult.runtime_models("fp32")`` of a LaBERT export.
+        encoder_feeds: batches of visual inputs (``features``, ``boxes``, ``feature_mask``) from real images.
+        decode_cfg: a mask-predict config (token ids; ``length_level`` is overridden: every level is decoded).
+        preset: an ``edgecap.calibration.presets`` name.
+        max_refine_feeds: cap on recorded ``refine`` feeds (the first ones, spread over levels and batches).
+
+    Raises:
+        CalibrationError: no encoder feeds, or the graphs are not LaBERT's.
+    """
+    from edgecap.runtimes.refine import create_ort_refine_model
+
+    missing = [r for r in ("encoder", "refine") if r not in fp32_models]
+    if missing:
+        raise CalibrationError(f"quantize_labert_int8 needs the encoder and refine graphs; missing {missing}")
+    batches = [dict(b) for b in encoder_feeds]
+    if not batches:
+        raise CalibrationError("no calibration images: encoder_feeds is empty")
+    with create_ort_refine_model(fp32_models["encoder"], fp32_models["refine"], providers="cpu") as fp32:
+        per_level = max(1, max_refine_feeds // len(fp32.length_levels))
+        feeds: list[dict[str, np.ndarray]] = []
+        for level in range(1, len(fp32.length_levels) + 1):
+            recorder = RecordingRefineModel(fp32, fp32.state_names, per_level)
+            for batch in batches:
+                decode(recorder, batch, decode_cfg.replace(strategy="mask_predict", length_level=level))
+            feeds.extend(recorder.feeds)
+    encoder = [{k: np.asarray(v) for k, v in b.items()} for b in batches]
+    graphs = {
+        "encoder": quantize_graph(fp32_models["encoder"], encoder, preset, role="encoder", progress=progress),
+        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="step", progress=progress),
+    }
+    return LabertInt8({role: g.model for role, g in graphs.items()}, graphs)

@@ -1,0 +1,169 @@
+""":class:`~edgecap.decoding.mask_predict.RefineModel` adapters: LaBERT's ``encode`` + ``refine`` on torch and on any
+graph :class:`~edgecap.runtimes.base.Runtime` (ONNX Runtime now, TensorRT later), so one mask-predict loop runs
+everywhere — the non-autoregressive counterpart of ``TorchStepModel`` / ``RuntimeStepModel``.
+
+Graph contract (``edgecap.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``) and
+``refine`` (``tokens`` (B, L) int64, ``length_level`` (B,) int64, the state -> ``logprobs`` (B, L, V)). The length
+levels, default T and γ per level and the ``[MASK]`` id travel in the graphs' metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from edgecap.decoding.protocol import DecodeInputError, State
+from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
+from edgecap.runtimes.bridge import _as_tensor, array_ops
+from edgecap.runtimes.torch import CAPTION_INPUTS, resolve_device
+
+__all__ = ["RuntimeRefineModel", "TorchRefineModel", "create_ort_refine_model", "refine_metadata"]
+
+
+def refine_metadata(model: nn.Module) -> dict[str, str]:
+    """What a runtime adapter needs besides the graphs, as graph metadata strings."""
+    cfg = model.cfg
+    return {
+        "length_levels": json.dumps([list(p) for p in cfg.levels]),
+        "refine_steps": json.dumps(list(cfg.refine_steps)),
+        "eos_decay": json.dumps(list(cfg.eos_decay)),
+        "mask_id": str(model.mask_id),
+    }
+
+
+class TorchRefineModel:
+    """A ``LaBertCaptioner`` as a :class:`RefineModel` (eval mode, ``torch.inference_mode``)."""
+
+    def __init__(self, model: nn.Module, device: str | torch.device = "cpu") -> None:
+        self.device = resolve_device(device)
+        self.model = model.to(self.device).eval()
+        cfg = model.cfg
+        self.length_levels = tuple(cfg.levels)
+        self.refine_steps = tuple(cfg.refine_steps)
+        self.eos_decay = tuple(cfg.eos_decay)
+        self.mask_id = int(model.mask_id)
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        unknown = [n for n in inputs if n not in CAPTION_INPUTS]
+        if unknown or "features" not in inputs or "boxes" not in inputs:
+            raise DecodeInputError(
+                f"TorchRefineModel.encode: inputs need 'features', 'boxes' (+ optional 'feature_mask'); "
+                f"got {sorted(inputs)}"
+            )
+        mask = inputs.get("feature_mask")
+        with torch.inference_mode():
+            return self.model.encode(
+                _as_tensor(inputs["features"]).to(self.device),
+                _as_tensor(inputs["boxes"]).to(self.device),
+                None if mask is None else _as_tensor(mask).to(self.device),
+            )
+
+    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+        with torch.inference_mode():
+            out = self.model.refine(tokens.to(self.device), length_level.to(self.device), state)
+        return out.float()
+
+
+class RuntimeRefineModel:
+    """A :class:`RefineModel` over an encoder runtime and a refine runtime (a context manager, like
+    :class:`~edgecap.runtimes.bridge.RuntimeStepModel`)."""
+
+    def __init__(
+        self,
+        encoder: Runtime,
+        refine: Runtime,
+        state_names: Sequence[str],
+        *,
+        length_levels: Sequence[Sequence[int]],
+        refine_steps: Sequence[int],
+        eos_decay: Sequence[float],
+        mask_id: int,
+    ) -> None:
+        self.encoder, self.refine_runtime = encoder, refine
+        self.state_names = tuple(state_names)
+        self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
+        self.refine_steps = tuple(int(t) for t in refine_steps)
+        self.eos_decay = tuple(float(g) for g in eos_decay)
+        self.mask_id = int(mask_id)
+        self._enc_ops, self._ops = array_ops(encoder), array_ops(refine)
+
+    def __enter__(self) -> RuntimeRefineModel:
+        self.encoder.activate()
+        try:
+            self.refine_runtime.activate()
+        except BaseException:
+            self.encoder.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.refine_runtime.close()
+        finally:
+            self.encoder.close()
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        meta = self.encoder.input_metadata()
+        missing = [n for n in meta if n not in inputs]
+        unexpected = [n for n in inputs if n not in meta]
+        if missing or unexpected:
+            raise RuntimeInputError(
+                f"{self.encoder.name}: the graph takes {list(meta)}; missing {missing}, unexpected {unexpected}"
+            )
+        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
+        outputs = self.encoder.infer(feed)
+        absent = [n for n in self.state_names if n not in outputs]
+        if absent:
+            raise DecodeInputError(f"{self.encoder.name}: outputs lack state(s) {absent} (got {sorted(outputs)})")
+        return {n: self._ops.adopt(outputs[n]) for n in self.state_names}
+
+    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+        meta = self.refine_runtime.input_metadata()
+        feed: dict[str, Array] = {
+            "tokens": self._ops.from_torch(tokens, meta["tokens"].dtype),
+            "length_level": self._ops.from_torch(length_level, meta["length_level"].dtype),
+        }
+        feed.update((n, state[n]) for n in self.state_names)
+        outputs = self.refine_runtime.infer(feed)
+        if "logprobs" not in outputs:
+            raise DecodeInputError(f"{self.refine_runtime.name}: outputs lack 'logprobs' (got {sorted(outputs)})")
+        return self._ops.to_torch(outputs["logprobs"]).float()
+
+
+def _metadata(model: Any) -> dict[str, str]:
+    import onnx
+
+    if isinstance(model, (bytes, bytearray)):
+        model = onnx.load_from_string(bytes(model))
+    elif isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model), load_external_data=False)
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def create_ort_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -> RuntimeRefineModel:
+    """A :class:`RuntimeRefineModel` over exported LaBERT ``encoder`` and ``refine`` graphs (paths, bytes or
+    ``onnx.ModelProto``); levels, T, γ and the mask id are read from the refine graph's metadata.
+
+    ``runtime_options`` go to both :class:`~edgecap.runtimes.ort.OrtRuntime` sessions (``intra_op_threads`` …).
+    """
+    from edgecap.runtimes.ort import OrtRuntime
+
+    meta = _metadata(refine)
+    needed = ("length_levels", "refine_steps", "eos_decay", "mask_id", "state_names")
+    absent = [k for k in needed if k not in meta]
+    if absent:
+        raise RuntimeInputError(f"the refine graph's metadata lacks {absent}; export it with edgecap.export")
+    return RuntimeRefineModel(
+        OrtRuntime(encoder, name="ort-encoder", **runtime_options),
+        OrtRuntime(refine, name="ort-refine", **runtime_options),
+        meta["state_names"].split(","),
+        length_levels=json.loads(meta["length_levels"]),
+        refine_steps=json.loads(meta["refine_steps"]),
+        eos_decay=json.loads(meta["eos_decay"]),
+        mask_id=int(meta["mask_id"]),
+    )

@@ -1,0 +1,38 @@
+"""``Captioner`` with a length level: LaBERT decodes at the asked level; bad levels fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from edgecap.captioner import Captioner
+from edgecap.captioning import decode_cfg_for
+from edgecap.data.vocab import build_vocab
+from edgecap.models import LengthLevelError, create_model
+from edgecap.runtimes.refine import TorchRefineModel
+from edgecap.runtimes.torch import TorchStepModel
+
+
+def _vocab():
+    return build_vocab([["a", "dog", "on", "the", "red", "sofa"]] * 5, kind="word", min_count=1)
+
+
+def test_labert_caption_respects_the_level_bound_and_rejects_bad_levels() -> None:
+    vocab = _vocab()
+    torch.manual_seed(0)
+    model = create_model("labert-test", vocab_size=vocab.size, feature_dim=8).eval()
+    cfg = decode_cfg_for(vocab, strategy="mask_predict", length_level=2)
+    cap = Captioner(None, TorchRefineModel(model), vocab, cfg)
+    inputs = {"features": torch.randn(2, 3, 8), "boxes": torch.rand(2, 3, 4)}
+    for level, (_, high) in enumerate(model.levels, start=1):
+        assert all(len(c.split()) <= high for c in cap.caption_inputs(inputs, length_level=level))
+    with pytest.raises(LengthLevelError, match="1..4"):
+        cap.caption_inputs(inputs, length_level=7)
+
+
+def test_length_level_on_a_model_without_length_control_is_refused() -> None:
+    vocab = _vocab()
+    model = create_model("ort-test", vocab_size=vocab.size, feature_dim=8)
+    cap = Captioner(None, TorchStepModel(model), vocab, decode_cfg_for(vocab, beam_size=1))
+    with pytest.raises(LengthLevelError, match="no length control"):
+        cap.caption_inputs({"features": torch.randn(1, 3, 8), "boxes": torch.rand(1, 3, 4)}, length_level=2)
