@@ -21,6 +21,20 @@ PAPER_FEATURE_DIM = 2048
 PAPER_WORD_VOCAB_SIZE = 10001
 
 
+def cfg_from_mapping(cls: type[Any], data: Any, source: str) -> Any:
+    """``cls(**data)`` for a family's config dataclass, with errors that name ``source`` (a run's ``config.json``, a
+    bundle manifest): not a mapping, unknown fields, invalid values. Every family's ``from_dict`` uses it."""
+    if not isinstance(data, Mapping):
+        raise ModelCfgError(f"{source}: expected a mapping, got {type(data).__name__}")
+    unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise ModelCfgError(f"{source}: unknown model config field(s) {unknown}")
+    try:
+        return cls(**dict(data))
+    except ModelCfgError as exc:
+        raise ModelCfgError(f"{source}: {exc}") from exc
+
+
 class ModelCfgError(ValueError):
     """A model configuration field with an invalid value or an unknown name."""
 
@@ -169,16 +183,7 @@ class ModelCfg:
         Raises:
             ModelCfgError: unknown fields or invalid values, naming ``source``.
         """
-        if not isinstance(data, Mapping):
-            raise ModelCfgError(f"{source}: expected a mapping, got {type(data).__name__}")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ModelCfgError(f"{source}: unknown model config field(s) {unknown}")
-        try:
-            return cls(**dict(data))
-        except ModelCfgError as exc:
-            raise ModelCfgError(f"{source}: {exc}") from exc
+        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo``."""

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError
+from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping
 
 __all__ = ["ExpansionNetCfg", "V2_GROUPS"]
 
@@ -119,15 +119,7 @@ class ExpansionNetCfg:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> ExpansionNetCfg:
         """Build from :meth:`to_dict` output; unknown fields or invalid values raise, naming ``source``."""
-        if not isinstance(data, Mapping):
-            raise ModelCfgError(f"{source}: expected a mapping, got {type(data).__name__}")
-        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
-        if unknown:
-            raise ModelCfgError(f"{source}: unknown model config field(s) {unknown}")
-        try:
-            return cls(**dict(data))
-        except ModelCfgError as exc:
-            raise ModelCfgError(f"{source}: {exc}") from exc
+        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo`` (layer "maps" describe the expansion sizes)."""

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.models._cfg import ModelCfgError
+from edgecap.models._cfg import ModelCfgError, cfg_from_mapping
 from edgecap.models._registry import register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 from edgecap.models.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
@@ -142,14 +142,7 @@ class LaBertCfg:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> LaBertCfg:
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ModelCfgError(f"{source}: unknown LaBERT config field(s) {unknown}")
-        try:
-            return cls(**dict(data))
-        except ModelCfgError as exc:
-            raise ModelCfgError(f"{source}: {exc}") from exc
+        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -86,7 +86,58 @@ def array_ops(runtime: Runtime) -> ArrayOps:
     return ops
 
 
-class RuntimeStepModel:
+class GraphPair:
+    """An encoder runtime plus the runtime of the graph a decoding loop calls repeatedly (``step`` or ``refine``):
+    activated together as a context manager, and the encoder run with the decode inputs checked against the graph.
+
+    Args:
+        encoder: the encoder runtime (decode inputs -> the initial state).
+        loop: the runtime the loop calls; its array type is the one the state is kept in.
+        state_names: the encoder outputs that form the state.
+    """
+
+    def __init__(self, encoder: Runtime, loop: Runtime, state_names: Sequence[str]) -> None:
+        if not state_names:
+            raise ValueError(f"{type(self).__name__} needs at least one state name")
+        self.encoder, self.loop_runtime = encoder, loop
+        self.state_names = tuple(state_names)
+        self._enc_ops, self._loop_ops = array_ops(encoder), array_ops(loop)
+
+    def __enter__(self) -> Any:
+        self.encoder.activate()
+        try:
+            self.loop_runtime.activate()
+        except BaseException:
+            self.encoder.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.loop_runtime.close()
+        finally:
+            self.encoder.close()
+
+    def run_encoder(self, inputs: Mapping[str, Tensor]) -> State:
+        """The initial state, in the loop runtime's array type (inputs cast to the dtypes the graph declares)."""
+        meta = self.encoder.input_metadata()
+        missing = [n for n in meta if n not in inputs]
+        if missing:
+            raise RuntimeInputError(
+                f"{self.encoder.name}: decode inputs lack {missing} (given {sorted(inputs)}, graph takes {list(meta)})"
+            )
+        unexpected = [n for n in inputs if n not in meta]
+        if unexpected:
+            raise RuntimeInputError(f"{self.encoder.name}: the graph has no input(s) {unexpected} (takes {list(meta)})")
+        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
+        outputs = self.encoder.infer(feed)
+        absent = [n for n in self.state_names if n not in outputs]
+        if absent:
+            raise DecodeInputError(f"{self.encoder.name}: outputs lack state(s) {absent} (got {sorted(outputs)})")
+        return {n: self._loop_ops.adopt(outputs[n]) for n in self.state_names}
+
+
+class RuntimeStepModel(GraphPair):
     """A :class:`~edgecap.decoding.StepModel` driving an encoder runtime and a decoder-step runtime.
 
     Graph contract:
@@ -122,10 +173,8 @@ class RuntimeStepModel:
         state_output_names: Sequence[str] | None = None,
         updated_state_names: Sequence[str] | None = None,
     ) -> None:
-        if not state_names:
-            raise ValueError("RuntimeStepModel needs at least one state name")
-        self.encoder, self.step_runtime = encoder, step
-        self.state_names = tuple(state_names)
+        super().__init__(encoder, step, state_names)
+        self.step_runtime = step
         updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
         unknown = [n for n in updated if n not in self.state_names]
         if unknown:
@@ -139,42 +188,15 @@ class RuntimeStepModel:
             )
         self._token_dtype: str | None = None
         self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
-        self._enc_ops, self._step_ops = array_ops(encoder), array_ops(step)
+        self._step_ops = self._loop_ops
 
-    # -- lifecycle: activates both runtimes --------------------------------------------------------------------------
     def __enter__(self) -> RuntimeStepModel:
         self._token_dtype = None
-        self.encoder.activate()
-        try:
-            self.step_runtime.activate()
-        except BaseException:
-            self.encoder.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.step_runtime.close()
-        finally:
-            self.encoder.close()
+        return super().__enter__()
 
     # -- StepModel ---------------------------------------------------------------------------------------------------
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        meta = self.encoder.input_metadata()
-        missing = [n for n in meta if n not in inputs]
-        if missing:
-            raise RuntimeInputError(
-                f"{self.encoder.name}: decode inputs lack {missing} (given {sorted(inputs)}, graph takes {list(meta)})"
-            )
-        unexpected = [n for n in inputs if n not in meta]
-        if unexpected:
-            raise RuntimeInputError(f"{self.encoder.name}: the graph has no input(s) {unexpected} (takes {list(meta)})")
-        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
-        outputs = self.encoder.infer(feed)
-        absent = [n for n in self.state_names if n not in outputs]
-        if absent:
-            raise DecodeInputError(f"{self.encoder.name}: outputs lack state(s) {absent} (got {sorted(outputs)})")
-        return {n: self._step_ops.adopt(outputs[n]) for n in self.state_names}
+        return self.run_encoder(inputs)
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         token_dtype = self._token_dtype

@@ -19,7 +19,7 @@ from torch import Tensor, nn
 
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
-from edgecap.runtimes.bridge import _as_tensor, array_ops
+from edgecap.runtimes.bridge import GraphPair, _as_tensor
 from edgecap.runtimes.torch import CAPTION_INPUTS, resolve_device
 
 __all__ = ["RuntimeRefineModel", "TorchRefineModel", "create_ort_refine_model", "refine_metadata"]
@@ -69,7 +69,7 @@ class TorchRefineModel:
         return out.float()
 
 
-class RuntimeRefineModel:
+class RuntimeRefineModel(GraphPair):
     """A :class:`RefineModel` over an encoder runtime and a refine runtime (a context manager, like
     :class:`~edgecap.runtimes.bridge.RuntimeStepModel`)."""
 
@@ -84,43 +84,16 @@ class RuntimeRefineModel:
         eos_decay: Sequence[float],
         mask_id: int,
     ) -> None:
-        self.encoder, self.refine_runtime = encoder, refine
-        self.state_names = tuple(state_names)
+        super().__init__(encoder, refine, state_names)
+        self.refine_runtime = refine
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
         self.refine_steps = tuple(int(t) for t in refine_steps)
         self.eos_decay = tuple(float(g) for g in eos_decay)
         self.mask_id = int(mask_id)
-        self._enc_ops, self._ops = array_ops(encoder), array_ops(refine)
-
-    def __enter__(self) -> RuntimeRefineModel:
-        self.encoder.activate()
-        try:
-            self.refine_runtime.activate()
-        except BaseException:
-            self.encoder.close()
-            raise
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        try:
-            self.refine_runtime.close()
-        finally:
-            self.encoder.close()
+        self._ops = self._loop_ops
 
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        meta = self.encoder.input_metadata()
-        missing = [n for n in meta if n not in inputs]
-        unexpected = [n for n in inputs if n not in meta]
-        if missing or unexpected:
-            raise RuntimeInputError(
-                f"{self.encoder.name}: the graph takes {list(meta)}; missing {missing}, unexpected {unexpected}"
-            )
-        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
-        outputs = self.encoder.infer(feed)
-        absent = [n for n in self.state_names if n not in outputs]
-        if absent:
-            raise DecodeInputError(f"{self.encoder.name}: outputs lack state(s) {absent} (got {sorted(outputs)})")
-        return {n: self._ops.adopt(outputs[n]) for n in self.state_names}
+        return self.run_encoder(inputs)
 
     def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
         meta = self.refine_runtime.input_metadata()
