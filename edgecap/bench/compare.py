@@ -117,7 +117,7 @@ class Comparison:
 
 
 def _key(r: ComboResult) -> tuple[Any, ...]:
-    return (r.model, r.runtime, r.precision, r.beam, r.batch)
+    return (r.model, r.runtime, r.precision, r.beam, r.batch, r.length_level)
 
 
 def _match(

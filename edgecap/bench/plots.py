@@ -116,11 +116,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def _single_stream(report: BenchReport) -> list[ComboResult]:
     """One result per model/runtime/precision/beam with quality: batch 1 when measured, else its smallest batch."""
-    best: dict[tuple[str, str, str, str, int], ComboResult] = {}
+    best: dict[tuple[str, str, str, str, int, int | None], ComboResult] = {}
     for r in report.results:
         if r.quality is None:
             continue
-        key = (r.bundle, r.model, r.runtime, r.precision, r.beam)
+        key = (r.bundle, r.model, r.runtime, r.precision, r.beam, r.length_level)
         if key not in best or r.batch < best[key].batch:
             best[key] = r
     return list(best.values())

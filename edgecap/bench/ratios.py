@@ -101,10 +101,10 @@ def _compare(name: str, subject: ComboResult, baseline: ComboResult) -> Headline
 
 
 def headline_ratios(results: Iterable[ComboResult]) -> list[HeadlineRatio]:
-    """Every comparison whose two results exist, grouped by bundle, beam and batch (in that order)."""
-    by_key: dict[tuple[str, int, int], dict[tuple[str, str], ComboResult]] = {}
+    """Every comparison whose two results exist, grouped by bundle, beam, batch and length level (in that order)."""
+    by_key: dict[tuple[str, int, int, int], dict[tuple[str, str], ComboResult]] = {}
     for r in results:
-        by_key.setdefault((r.bundle, r.beam, r.batch), {})[(r.runtime, r.precision)] = r
+        by_key.setdefault((r.bundle, r.beam, r.batch, r.length_level or 0), {})[(r.runtime, r.precision)] = r
     ratios = []
     for key in sorted(by_key):
         found = by_key[key]
