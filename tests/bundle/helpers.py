@@ -151,7 +151,9 @@ def labert_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory)
     return _CACHE["labert_bundle"]
 
 
-def export_result_from(bundle: Path, model: Any, precisions: tuple[str, ...], backbone: Any = None, fail: str = ""):
+def export_result_from(
+    bundle: Path, model: Any, precisions: tuple[str, ...], backbone: Any = None, fail: str = "", name: str = "ort-test"
+):
     """An ``ExportResult`` rebuilt from a bundle's graphs and parity numbers, standing in for ``export_onnx`` (which
     takes tens of seconds) in tests of what ``export_bundle`` does around it. ``fail`` names a graph whose FP32
     parity is reported as failed."""
@@ -159,7 +161,7 @@ def export_result_from(bundle: Path, model: Any, precisions: tuple[str, ...], ba
 
     from edgecap.export import ExportedGraph, ExportResult, get_export_spec
 
-    spec = get_export_spec(model.eval(), backbone=backbone, name="ort-test")
+    spec = get_export_spec(model.eval(), backbone=backbone, name=name)
     manifest = json.loads((bundle / MANIFEST_NAME).read_text())
     graphs = {}
     for precision in precisions:

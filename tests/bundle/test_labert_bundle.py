@@ -17,7 +17,7 @@ from edgecap.bundle.reader import Bundle, BundleConfigError
 from edgecap.captioner import CaptionerError, bundle_decode_cfg
 from edgecap.captioning import DEFAULT_LENGTH_LEVEL
 from edgecap.models import LengthLevelError
-from tests.bundle.helpers import copy_bundle, edit_json, labert_bundle, pixel_run, rehash
+from tests.bundle.helpers import copy_bundle, edit_json, export_result_from, labert_bundle, pixel_run, rehash
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
@@ -73,6 +73,26 @@ def test_bad_levels_and_torch_fp16_are_refused_clearly(labert, images):
             cap.batch(images, length_level=0)
     with pytest.raises(CaptionerError, match="FP32"):
         Captioner.load(bundle, runtime="torch", precision="fp16", device="cpu")
+
+
+def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, images, tiny_data, tmp_path, monkeypatch):
+    """Re-export with INT8 (the ONNX export stands in from the bundle's graphs: the INT8 path is under test)."""
+    import edgecap.export
+    from edgecap.bundle import export_bundle
+
+    bundle = labert[0]
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), name="labert-test")  # noqa: E731
+    monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+    out = export_bundle(bundle, tmp_path / "int8", int8=True, calib=tiny_data[0], calib_size=4, progress=False)
+    opened = load_bundle(out)
+    int8 = opened.variant("int8")
+    roles = {"encoder", "refine"}
+    assert set(int8["files"]) == roles and set(int8["artefacts"]["tensorrt_caches"]) == roles
+    assert set(json.loads((out / int8["artefacts"]["ranges"]).read_text())["ranges"]) == roles
+    assert int8["quality"]["decoding"] == "mask_predict" and int8["quality"]["images"] > 0
+    with Captioner.load(out, runtime="ort", precision="int8") as cap:
+        assert cap.runtime_info["precision"] == "int8"
+        assert all(len(c.split()) <= 9 for c in cap.batch(images[:2], length_level=1))
 
 
 def test_a_refine_graph_of_another_interface_is_refused(labert, tmp_path):
