@@ -74,11 +74,18 @@ def region_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory)
 
 
 def pixel_run(
-    tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory, model_name: str = "ort-test"
+    tiny_data: tuple[Path, Path],
+    factory: pytest.TempPathFactory,
+    model_name: str = "ort-test",
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[Path, Path]:
-    """(run directory, backbone weights file): an untrained ``model_name`` on a random 64 px ``test_efficientnet``
-    whose weights are stored in a file, laid out exactly like a run ``edgecap train`` writes."""
-    key = f"pixel_run:{model_name}"
+    """(run directory, backbone weights file): an untrained ``model_name`` (with config ``overrides``) on a random
+    64 px ``test_efficientnet`` whose weights are stored in a file, laid out exactly like a run ``edgecap train``
+    writes."""
+    overrides = dict(overrides or {})
+    parts = [] if (model_name, overrides) == ("ort-test", {}) else [model_name, *map(str, overrides.values())]
+    tag = "".join(f"-{p}" for p in parts)  # the plain ort-test run keeps its original paths
+    key = f"pixel_run{tag}"
     if key not in _CACHE:
         from edgecap.data.datasets import load_dataset
         from edgecap.data.vocab import build_vocab
@@ -88,7 +95,6 @@ def pixel_run(
 
         data, _ = tiny_data
         root = _root(factory)
-        tag = "" if model_name == "ort-test" else f"-{model_name}"
         run = root / f"pixel-run{tag}"
         run.mkdir(parents=True)
         torch.manual_seed(0)
@@ -98,7 +104,7 @@ def pixel_run(
         captions = [c for r in load_dataset(data).split("train") for c in r.captions]
         vocab = build_vocab(captions, kind="word", min_count=2)
         vocab.save(run / "vocab.json")
-        model = create_model(model_name, vocab_size=vocab.size, feature_dim=backbone.feature_dim)
+        model = create_model(model_name, vocab_size=vocab.size, feature_dim=backbone.feature_dim, **overrides)
         save_weights(model, run / "weights.safetensors")
         write_config(
             run,
@@ -107,7 +113,7 @@ def pixel_run(
                     "name": model_name,
                     "vocab_size": vocab.size,
                     "feature_dim": backbone.feature_dim,
-                    "overrides": {},
+                    "overrides": overrides,
                     "cfg": model.cfg.to_dict(),
                 },
                 "train": {"max_words": 8},

@@ -109,7 +109,7 @@ def test_a_refine_graph_of_another_interface_is_refused(labert, tmp_path):
 def test_a_manifest_whose_roles_do_not_fit_its_decoding_is_refused(labert, tmp_path):
     bundle = copy_bundle(labert[0], tmp_path / "roles")
     edit_json(bundle / MANIFEST_NAME, interface__decoding="autoregressive")
-    with pytest.raises(BundleError, match=r"needs runtime roles \['encoder', 'step'\]"):
+    with pytest.raises(BundleError, match=r"\['refine'\] have no meaning for autoregressive decoding"):
         load_bundle(bundle, verify=False)
     edit_json(bundle / MANIFEST_NAME, interface__decoding="diffusion")
     with pytest.raises(BundleError, match="'diffusion' is unknown"):
