@@ -232,10 +232,10 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
             f"{where}: interface.decoding {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "
             "upgrade edgecap"
         )
-    if set(interface["runtime_graphs"]) != set(roles):
+    foreign = [r for r in interface["runtime_graphs"] if r not in roles]
+    if foreign:
         raise BundleError(
-            f"{where}: {decoding} decoding needs runtime roles {list(roles)}, the interface lists "
-            f"{sorted(interface['runtime_graphs'])}"
+            f"{where}: runtime role(s) {foreign} have no meaning for {decoding} decoding (its roles: {list(roles)})"
         )
     files = _require(data, "files", dict, where)
     for name, entry in files.items():
