@@ -178,11 +178,16 @@ class BenchCfg:
             return (None,), []
         if self.length_levels is None:
             return (default,), []
-        count = len(plan) if plan else default
+        if not plan:  # exported before bundles recorded their plan: levels as asked, "all" is unknowable
+            if self.length_levels == ALL_LEVELS:
+                return (default,), [f"length levels 'all': the bundle records no plan, measured at level {default}"]
+            return tuple(self.length_levels), []
         if self.length_levels == ALL_LEVELS:
-            return tuple(range(1, count + 1)), []
-        kept = tuple(v for v in self.length_levels if v <= count)
-        dropped = [f"length level {v}: the bundle has levels 1..{count}" for v in self.length_levels if v > count]
+            return tuple(range(1, len(plan) + 1)), []
+        kept = tuple(v for v in self.length_levels if v <= len(plan))
+        dropped = [
+            f"length level {v}: the bundle has levels 1..{len(plan)}" for v in self.length_levels if v > len(plan)
+        ]
         return kept, dropped
 
     def loop(self) -> LoopCfg:
@@ -621,6 +626,12 @@ def _notes(cfg: BenchCfg, results: Sequence[ComboResult]) -> list[str]:
             "encoder/step/select calls (the search's torch ops, processors, detokenisation). On few cores this is "
             "often two thread pools spinning against each other (e.g. ONNX Runtime's and torch's OpenMP threads); "
             "try --threads 1 or OMP_WAIT_POLICY=PASSIVE."
+        )
+    if any(r.length_level is not None for r in results):
+        notes.append(
+            "Length-controllable bundles were measured per length level. Mask-predict bundles (LaBERT) run a fixed "
+            "number of refinement passes per level, each over the whole caption: 'steps' counts passes and "
+            "'decoder' their time; beam search does not apply (beam 1)."
         )
     if any(r.runtime == "ort" and r.precision == "fp16" and r.device == "cpu" for r in results):
         notes.append(
