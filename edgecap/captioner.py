@@ -510,7 +510,12 @@ def _load_torch(
 
 def _describe(info: Mapping[str, Any]) -> str:
     where = ", ".join(info["providers"]) if info.get("providers") else info.get("device", "cpu")
+    if info.get("decoding") == "mask_predict":
+        search = f"mask-predict at length level {info.get('length_level')}"
+    else:
+        level = info.get("length_level")
+        search = f"beam {info.get('beam')}" + (f" at length level {level}" if level is not None else "")
     return (
         f"{info.get('model')} on {info['runtime']} [{where}] at {info['precision']} "
-        f"({info.get('precision_reason')}), beam {info.get('beam')}, backbone {info.get('backbone')}"
+        f"({info.get('precision_reason')}), {search}, backbone {info.get('backbone')}"
     )

@@ -62,6 +62,7 @@ def test_ort_bundle_captions_equal_torch_mask_predict_at_every_level(labert, ima
             assert cap.batch(images, length_level=level) == expected == tc.batch(images, length_level=level)
         assert cap(images[0]) == cap(images[0], length_level=DEFAULT_LENGTH_LEVEL)
         assert cap.runtime_info["length_level"] == DEFAULT_LENGTH_LEVEL
+        assert f"mask-predict at length level {DEFAULT_LENGTH_LEVEL}" in cap.runtime_info["summary"]
 
 
 def test_bad_levels_and_torch_fp16_are_refused_clearly(labert, images):
