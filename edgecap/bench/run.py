@@ -1,4 +1,5 @@
-"""The measurement driver: every bundle × runtime × precision × beam × batch combination of a :class:`BenchCfg`.
+"""The measurement driver: every bundle × runtime × precision × beam × batch (× length level) combination of a
+:class:`BenchCfg`.
 
 Order of work (``docs/bench-report-schema.md`` describes every number):
 
@@ -7,10 +8,11 @@ Order of work (``docs/bench-report-schema.md`` describes every number):
 2. per bundle × runtime × precision (a *group*): by default in a fresh Python process (``BenchCfg.isolate``;
    ``python -m edgecap.bench.run``), so a group's memory is its own and a crash or out-of-memory kill in one group
    is recorded as an error and the run goes on. In the group: load the bundle on the runtime (timed: ``load_s``),
-   prepare the inputs (untimed), then per beam a quality run (untimed, separate from the timing as MLPerf requires)
-   and per batch a timing run: warm-up, then the duration-based loop of :func:`~edgecap.bench.harness.run_loop`, with
-   the step model wrapped in :class:`~edgecap.bench.harness.TimedStepModel` for the encoder/decoder split and the
-   memory high-water marks reset before it;
+   prepare the inputs (untimed), then per beam and length level a quality run (untimed, separate from the timing as
+   MLPerf requires) and per batch a timing run: warm-up, then the duration-based loop of
+   :func:`~edgecap.bench.harness.run_loop`, with the step model wrapped in
+   :class:`~edgecap.bench.harness.TimedStepModel` (:class:`~edgecap.bench.harness.TimedRefineModel` for mask-predict)
+   for the encoder/decoder split and the memory high-water marks reset before it;
 3. link the results: speed-up against the prefix re-run baseline, quality delta against FP32.
 """
 
