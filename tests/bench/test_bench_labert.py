@@ -55,3 +55,18 @@ def test_length_levels_must_be_levels_or_all():
         BenchCfg(bundles=("b",), length_levels=(0, 2))
     with pytest.raises(BenchCfgError, match="'all'"):
         BenchCfg(bundles=("b",), length_levels="some")
+
+
+def test_cli_length_level_all_measures_every_level(tiny_data, tmp_path_factory, tmp_path):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    bundle, _ = labert_bundle(tiny_data, tmp_path_factory)
+    common = ["bench", "--bundle", str(bundle), "--runtime", "ort", "--batch", "1", "--out", str(tmp_path)]
+    bad = CliRunner().invoke(main, [*common, "--length-level", "short"])
+    assert bad.exit_code == 2 and "--length-level" in bad.output
+    quick = ["--synthetic", "1", "--warmup", "0", "--min-repeats", "1", "--min-seconds", "0", "--no-quality"]
+    result = CliRunner().invoke(main, [*common, *quick, "--no-isolate", "--no-plots", "--length-level", "all"])
+    assert result.exit_code == 0, result.output
+    assert [r.length_level for r in load_report(tmp_path).results] == [1, 2, 3, 4]
