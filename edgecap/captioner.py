@@ -163,6 +163,8 @@ class Captioner:
         decode_cfg: how to decode.
         runtime_info: what was chosen and why (``Captioner.load`` fills it).
         resources: objects closed by :meth:`close` (runtime sessions).
+        length_levels: ``((L_low, L_high), ...)`` of a length-controllable model, for clear range errors when the
+            step model cannot tell (an ONNX ``*-len`` encoder); ``()`` = ask the step model.
     """
 
     def __init__(
@@ -175,6 +177,7 @@ class Captioner:
         runtime_info: dict[str, Any] | None = None,
         resources: Sequence[Any] = (),
         no_images_reason: str = "",
+        length_levels: Sequence[Sequence[int]] = (),
     ) -> None:
         self.inputs = inputs
         self.step_model = step_model
@@ -183,6 +186,7 @@ class Captioner:
         self.runtime_info: dict[str, Any] = dict(runtime_info or {})
         self._resources = list(resources)
         self._no_images_reason = no_images_reason
+        self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
 
     @property
     def backbone(self) -> Any:
@@ -274,24 +278,27 @@ class Captioner:
             opened, precision, threads, providers, device, available or []
         )
         try:
-            from edgecap.captioning import decode_cfg_for
-
             vocab = opened.load_vocab()
-            cfg = decode_cfg_for(vocab, beam_size=beam, max_words=opened.max_words)
+            cfg = bundle_decode_cfg(opened, vocab, beam)
         except BaseException:
             for resource in resources:
                 resource.__exit__(None, None, None)
             raise
         info = {"runtime": runtime, "runtime_reason": runtime_reason, **info, "beam": beam}
+        info.update(decoding=cfg.strategy, length_level=cfg.length_level)
         info.update(bundle=str(opened.path), model=opened.name)
         info["summary"] = _describe(info)
         log.info("Captioner.load(%s): %s", opened.path, info["summary"])
-        return cls(inputs, step_model, vocab, cfg, runtime_info=info, resources=resources, no_images_reason=no_images)
+        return cls(
+            inputs, step_model, vocab, cfg, runtime_info=info, resources=resources, no_images_reason=no_images,
+            length_levels=opened.length_levels,
+        )  # fmt: skip
 
     # -- captioning ------------------------------------------------------------------------------------------------
     def __call__(self, image: Any, length_level: int | None = None) -> str:
         """The caption of one image; ``length_level`` (1-based; LaBERT and ``*-len`` models) asks for a short
-        (1) or a detailed (4, 4-level plan) caption."""
+        (1) or a detailed (4, 4-level plan) caption. Without one, a length-controllable model decodes at the level
+        in :attr:`decode_cfg` (for a bundle: the default recorded at export, ``DEFAULT_LENGTH_LEVEL`` = 2)."""
         return self.batch([image], length_level=length_level)[0]
 
     def batch(self, images: Sequence[Any], batch_size: int = 16, length_level: int | None = None) -> list[str]:
@@ -314,7 +321,7 @@ class Captioner:
 
         cfg = self.decode_cfg
         if length_level is not None:
-            _check_length_level(self.step_model, length_level)
+            _check_length_level(self.step_model, length_level, self.length_levels)
             cfg = cfg.replace(length_level=length_level)
         tensors = {k: v if isinstance(v, torch.Tensor) else torch.as_tensor(v) for k, v in inputs.items()}
         with torch.inference_mode():
@@ -336,11 +343,26 @@ class Captioner:
         return f"Captioner({self.runtime_info.get('summary') or self.runtime_info})"
 
 
-def _check_length_level(decoder: Any, level: Any) -> None:
+def bundle_decode_cfg(bundle: Any, vocab: Any, beam: int, length_level: int | None = None) -> Any:
+    """The production ``DecodeCfg`` of a bundle: its decoding (beam search, or mask-predict for LaBERT) at
+    ``length_level``, default the level recorded at export for length-controllable bundles (``cap(image)`` then
+    needs no level)."""
+    from edgecap.captioning import decode_cfg_for
+
+    overrides: dict[str, Any] = {}
+    if bundle.decoding == "mask_predict":
+        overrides["strategy"] = "mask_predict"
+    level = length_level if length_level is not None else bundle.default_length_level
+    if level is not None:
+        overrides["length_level"] = int(level)
+    return decode_cfg_for(vocab, beam_size=beam, max_words=bundle.max_words, **overrides)
+
+
+def _check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:
     """A clear error for a level out of range, or for a model without length control (LaBERT §3.1)."""
     from edgecap.models.length import LengthLevelError, check_level
 
-    levels = getattr(decoder, "length_levels", None)
+    levels = getattr(decoder, "length_levels", None) or known or None
     if levels is None:
         levels = getattr(getattr(decoder, "model", None), "length_levels", None)
     if levels is None and "length_level" not in _encoder_inputs(decoder):
@@ -389,7 +411,8 @@ def _load_ort(
     device: str | None,
     available: Sequence[str],
 ) -> tuple[Any, Any, dict[str, Any], list[Any], str]:
-    from edgecap.runtimes.ort import create_ort_step_model, resolve_providers
+    from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.ort import resolve_providers
 
     chosen = resolve_providers(providers, available)
     primary = chosen[0]
@@ -409,12 +432,9 @@ def _load_ort(
         options["intra_op_threads"] = threads
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
-    step_model = create_ort_step_model(
-        bundle.graph_path(precision, "encoder"),
-        bundle.graph_path(precision, "step"),
-        bundle.state_names,
-        updated_state_names=bundle.updated_state_names,
-        **options,
+    graphs = {role: bundle.graph_path(precision, role) for role in bundle.interface["runtime_graphs"]}
+    step_model = create_ort_decoder(
+        graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
     )
     step_model.__enter__()
     try:
@@ -436,10 +456,11 @@ def _load_ort(
 
 
 def _tensorrt_options(bundle: Any, precision: str) -> dict[str, Any]:
-    """TensorRT EP: engines cached outside the bundle (it stays verifiable), keyed by the step graph's checksum."""
+    """TensorRT EP: engines cached outside the bundle (it stays verifiable), keyed by the decoder graph's checksum."""
     from edgecap.runs import edgecap_home
 
-    digest = bundle.manifest["files"][bundle.variant(precision)["files"]["step"]]["sha256"][:16]
+    decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
+    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"][:16]
     cache = edgecap_home() / "trt-engines" / f"{bundle.name}-{precision}-{digest}"
     cache.mkdir(parents=True, exist_ok=True)
     return {
@@ -458,13 +479,17 @@ def _load_torch(
     device: str | None,
     available: Sequence[str],
 ) -> tuple[Any, Any, dict[str, Any], list[Any], str]:
+    from edgecap.runtimes.refine import TorchRefineModel
     from edgecap.runtimes.torch import TorchStepModel
 
     if providers is not None:
         raise CaptionerError("providers= selects ONNX Runtime execution providers; runtime='torch' has none")
     dev = _default_device(device)
+    refine = bundle.decoding == "mask_predict"
+    if refine and precision == "fp16":
+        raise CaptionerError("the torch mask-predict adapter runs FP32 weights; FP16 LaBERT needs runtime='ort'")
     if precision == "auto":
-        precision = "fp16" if dev.type == "cuda" else "fp32"
+        precision = "fp16" if dev.type == "cuda" and not refine else "fp32"
         reason = f"torch on {dev.type}"
     elif precision == "int8":
         raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='ort'")
@@ -473,7 +498,10 @@ def _load_torch(
     else:
         reason = "requested"
     model = bundle.load_torch_model(device=str(dev))
-    step_model = TorchStepModel(model, dev, dtype=torch.float16 if precision == "fp16" else None)
+    if refine:
+        step_model: Any = TorchRefineModel(model, dev)
+    else:
+        step_model = TorchStepModel(model, dev, dtype=torch.float16 if precision == "fp16" else None)
     inputs, backbone, no_images = _image_inputs(bundle, dev, in_graph=False)  # TorchStepModel casts to fp16
     info = {"providers": None, "device": str(dev), "precision": precision, "precision_reason": reason}
     info["backbone"] = backbone
@@ -482,7 +510,12 @@ def _load_torch(
 
 def _describe(info: Mapping[str, Any]) -> str:
     where = ", ".join(info["providers"]) if info.get("providers") else info.get("device", "cpu")
+    if info.get("decoding") == "mask_predict":
+        search = f"mask-predict at length level {info.get('length_level')}"
+    else:
+        level = info.get("length_level")
+        search = f"beam {info.get('beam')}" + (f" at length level {level}" if level is not None else "")
     return (
         f"{info.get('model')} on {info['runtime']} [{where}] at {info['precision']} "
-        f"({info.get('precision_reason')}), beam {info.get('beam')}, backbone {info.get('backbone')}"
+        f"({info.get('precision_reason')}), {search}, backbone {info.get('backbone')}"
     )

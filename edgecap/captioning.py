@@ -14,6 +14,22 @@ from edgecap.training.batches import FeatureBank, VisualBatch
 DEFAULT_LENGTH_LEVEL = 2
 
 
+def default_length_level(levels: Sequence[Any]) -> int | None:
+    """The level used when a caller gives none: :data:`DEFAULT_LENGTH_LEVEL`, or the last level of a shorter plan;
+    None for a model without length levels."""
+    return min(DEFAULT_LENGTH_LEVEL, len(levels)) if levels else None
+
+
+def decoding_overrides(decoding: str, levels: Sequence[Any]) -> dict[str, Any]:
+    """``decode_cfg_for`` overrides for how a model decodes (a bundle's ``interface["decoding"]``, an
+    ``ExportSpec.decoding``): mask-predict at the default level, or the default level of a length-aware
+    autoregressive model, or nothing."""
+    level = default_length_level(levels)
+    if decoding == "mask_predict":
+        return {"strategy": "mask_predict", "length_level": level or DEFAULT_LENGTH_LEVEL}
+    return {} if level is None else {"length_level": level}
+
+
 def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overrides: Any) -> DecodeCfg:
     """The decoding config for a vocab: greedy at beam 1, radix digits constrained, room for ``max_words`` words.
 

@@ -1,16 +1,19 @@
-"""``Captioner`` with a length level: LaBERT decodes at the asked level; bad levels fail clearly."""
+"""``Captioner`` with a length level: LaBERT decodes at the asked level, a ``*-len`` bundle at its recorded default;
+bad levels fail clearly."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from edgecap.bundle import export_bundle, load_bundle
 from edgecap.captioner import Captioner
 from edgecap.captioning import decode_cfg_for
 from edgecap.data.vocab import build_vocab
 from edgecap.models import LengthLevelError, create_model
 from edgecap.runtimes.refine import TorchRefineModel
 from edgecap.runtimes.torch import TorchStepModel
+from tests.bundle.helpers import pixel_run
 
 
 def _vocab():
@@ -36,3 +39,21 @@ def test_length_level_on_a_model_without_length_control_is_refused() -> None:
     cap = Captioner(None, TorchStepModel(model), vocab, decode_cfg_for(vocab, beam_size=1))
     with pytest.raises(LengthLevelError, match="no length control"):
         cap.caption_inputs({"features": torch.randn(1, 3, 8), "boxes": torch.rand(1, 3, 4)}, length_level=2)
+
+
+@pytest.mark.usefixtures("flush_denormals")
+def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(tiny_data, tmp_path_factory, tmp_path):
+    """A ``*-len`` bundle records its plan and default level at export; ``cap(image)`` needs no level, and a level
+    outside the plan is refused by name (not by an ONNX Runtime index error)."""
+    run, weights = pixel_run(tiny_data, tmp_path_factory, "ort-test", {"length_levels": "4level"})
+    bundle = export_bundle(run, tmp_path / "len", backbone_weights=weights, quality_images=0, progress=False)
+    assert load_bundle(bundle).interface["length"] == {
+        "levels": [[1, 9], [10, 14], [15, 19], [20, 25]],
+        "default_level": 2,
+    }
+    image = sorted((tiny_data[0] / "images").iterdir())[0]
+    expected = Captioner.from_run(run, backbone_weights=weights)(image)  # torch, default level
+    with Captioner.load(bundle, runtime="ort", precision="fp32") as cap:
+        assert cap(image) == cap(image, length_level=2) == expected
+        with pytest.raises(LengthLevelError, match=r"1\.\.4"):
+            cap(image, length_level=5)

@@ -26,6 +26,7 @@ _LAZY: dict[str, str] = {
     "LatencyStats": "edgecap.bench.harness",
     "LoopCfg": "edgecap.bench.harness",
     "TimedStepModel": "edgecap.bench.harness",
+    "TimedRefineModel": "edgecap.bench.harness",
     "run_loop": "edgecap.bench.harness",
     "BENCH_RUNTIMES": "edgecap.bench.subjects",
 }

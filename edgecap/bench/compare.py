@@ -68,7 +68,7 @@ class Row:
     """One matched combination.
 
     Attributes:
-        key: ``(model, runtime, precision, beam, batch)``.
+        key: ``(model, runtime, precision, beam, batch)``; ``model`` carries `` L<level>`` for a per-level result.
         bundles: the bundle directory names of the A and B results.
         values: per metric ``(A, B, B / A)``.
     """
@@ -117,7 +117,8 @@ class Comparison:
 
 
 def _key(r: ComboResult) -> tuple[Any, ...]:
-    return (r.model, r.runtime, r.precision, r.beam, r.batch)
+    model = r.model if r.length_level is None else f"{r.model} L{r.length_level}"  # per-level rows stay apart
+    return (model, r.runtime, r.precision, r.beam, r.batch)
 
 
 def _match(

@@ -29,11 +29,13 @@ __all__ = [
     "LatencyStats",
     "LoopCfg",
     "StepTimes",
+    "TimedRefineModel",
     "TimedStepModel",
     "Timings",
     "median_ci95",
     "percentile",
     "run_loop",
+    "timed_decoder",
 ]
 
 #: A monotonic clock in seconds (``time.perf_counter`` by default; tests pass a scripted one).
@@ -324,3 +326,45 @@ class TimedStepModel:
         self._select += self._elapsed(start)
         self._selects += 1
         return result
+
+
+class TimedRefineModel(TimedStepModel):
+    """The timing proxy of a mask-predict :class:`~edgecap.decoding.mask_predict.RefineModel` (LaBERT): ``refine``
+    passes count as decoder steps (``steps`` = refinement passes, ``first_step_s`` the first pass), so a report's
+    encoder/decoder split means the same for both kinds of decoding; there is no ``select``."""
+
+    @property
+    def length_levels(self) -> tuple[tuple[int, int], ...]:
+        return self.inner.length_levels
+
+    @property
+    def refine_steps(self) -> tuple[int, ...]:
+        return self.inner.refine_steps
+
+    @property
+    def eos_decay(self) -> tuple[float, ...]:
+        return self.inner.eos_decay
+
+    @property
+    def mask_id(self) -> int:
+        return self.inner.mask_id
+
+    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+        start = self.clock()
+        result = self.inner.refine(tokens, length_level, state)
+        elapsed = self._elapsed(start)
+        self._step += elapsed
+        if self._first_step is None:
+            self._first_step = elapsed
+        self._steps += 1
+        self._rows += int(tokens.shape[0])
+        return result
+
+
+def timed_decoder(
+    inner: Any, clock: Clock = time.perf_counter, sync: Callable[[], Any] | None = None
+) -> TimedStepModel:
+    """The timing proxy that fits ``inner``: :class:`TimedRefineModel` for a refine model (mask-predict), else
+    :class:`TimedStepModel`."""
+    cls = TimedRefineModel if callable(getattr(inner, "refine", None)) else TimedStepModel
+    return cls(inner, clock=clock, sync=sync)

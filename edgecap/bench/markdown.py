@@ -100,6 +100,7 @@ LABEL: list[Column] = [
     ("beam", "r", lambda r: str(r.beam)),
 ]
 BATCH: Column = ("batch", "r", lambda r: str(r.batch))
+LEVEL: Column = ("length level", "r", lambda r: "–" if r.length_level is None else str(r.length_level))
 SPEEDUP: Column = ("speed-up vs re-run prefix", "r", _speedup)
 
 SINGLE_STREAM: list[Column] = [
@@ -164,7 +165,12 @@ QUALITY: list[Column] = [
 
 
 def table(columns: Sequence[Column], results: Iterable[ComboResult]) -> list[str]:
-    """A markdown table, one row per result."""
+    """A markdown table, one row per result; a ``length level`` label column follows ``beam`` when any result was
+    measured at a level (LaBERT, ``*-len`` bundles)."""
+    results = list(results)
+    if any(r.length_level is not None for r in results):
+        at = next((i + 1 for i, c in enumerate(columns) if c[0] == "beam"), len(columns))
+        columns = [*columns[:at], LEVEL, *columns[at:]]
     lines = [
         "| " + " | ".join(c[0] for c in columns) + " |",
         "|" + "|".join("---:" if c[1] == "r" else "---" for c in columns) + "|",
@@ -179,7 +185,15 @@ def _sorted(results: Iterable[ComboResult]) -> list[ComboResult]:
     precision = {"fp32": 0, "fp16": 1, "int8": 2}
     return sorted(
         results,
-        key=lambda r: (r.model, r.bundle, r.beam, runtime.get(r.runtime, 9), precision.get(r.precision, 9), r.batch),
+        key=lambda r: (
+            r.model,
+            r.bundle,
+            r.beam,
+            r.length_level or 0,
+            runtime.get(r.runtime, 9),
+            precision.get(r.precision, 9),
+            r.batch,
+        ),
     )
 
 
@@ -267,10 +281,10 @@ def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None 
         lines += ["## Offline throughput (batched)", "", *table(OFFLINE, results), ""]
         lines += ["## Where the time goes (mean ms per query)", "", *table(BREAKDOWN, results), ""]
         lines += ["## Memory, size and power", "", *table(RESOURCES, results), "", _memory_note(report, results), ""]
-    first_quality: dict[tuple[str, str, str, int], ComboResult] = {}
+    first_quality: dict[tuple[str, str, str, int, int | None], ComboResult] = {}
     for r in results:
         if r.quality is not None:
-            first_quality.setdefault((r.bundle, r.runtime, r.precision, r.beam), r)
+            first_quality.setdefault((r.bundle, r.runtime, r.precision, r.beam, r.length_level), r)
     if first_quality:
         lines += ["## Quality (separate, untimed run on a fixed subset)", ""]
         lines += [*table(QUALITY, first_quality.values()), ""]

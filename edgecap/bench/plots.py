@@ -48,19 +48,19 @@ def plot_latency_vs_batch(report: BenchReport, path: str | Path) -> Path | None:
     Returns:
         ``path``, or None when the report has no results (nothing to plot).
     """
-    series: dict[tuple[str, str, str, int], list[ComboResult]] = {}
+    series: dict[tuple[str, str, str, int, int], list[ComboResult]] = {}
     for r in report.results:
-        series.setdefault((r.model, r.runtime, r.precision, r.beam), []).append(r)
+        series.setdefault((r.model, r.runtime, r.precision, r.beam, r.length_level or 0), []).append(r)
     if not series:
         return None
     plt = _pyplot()
     fig, (ax_lat, ax_tput) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for (model, runtime, precision, beam), rows in sorted(series.items()):
+    for (model, runtime, precision, beam, level), rows in sorted(series.items()):
         rows = sorted(rows, key=lambda r: r.batch)
         batches = [r.batch for r in rows]
         p50 = [r.latency.p50_ms / r.batch for r in rows]
         p90 = [r.latency.p90_ms / r.batch for r in rows]
-        label = f"{model} {runtime} {precision} beam {beam}"
+        label = f"{model} {runtime} {precision} beam {beam}" + (f" level {level}" if level else "")
         style = "--" if runtime.endswith("rerun") else "-"
         line = ax_lat.errorbar(
             batches,
@@ -116,11 +116,11 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 
 def _single_stream(report: BenchReport) -> list[ComboResult]:
     """One result per model/runtime/precision/beam with quality: batch 1 when measured, else its smallest batch."""
-    best: dict[tuple[str, str, str, str, int], ComboResult] = {}
+    best: dict[tuple[str, str, str, str, int, int | None], ComboResult] = {}
     for r in report.results:
         if r.quality is None:
             continue
-        key = (r.bundle, r.model, r.runtime, r.precision, r.beam)
+        key = (r.bundle, r.model, r.runtime, r.precision, r.beam, r.length_level)
         if key not in best or r.batch < best[key].batch:
             best[key] = r
     return list(best.values())
@@ -157,7 +157,8 @@ def plot_pareto(report: BenchReport, path: str | Path) -> Path | None:
             alpha=0.7,
             edgecolors="black",
         )
-        text = f"b{r.beam}" if i not in front else f"{r.model} {r.runtime} {r.precision} b{r.beam}"
+        tag = f"b{r.beam}" + (f" L{r.length_level}" if r.length_level is not None else "")
+        text = tag if i not in front else f"{r.model} {r.runtime} {r.precision} {tag}"
         ax.annotate(text, (lat, qual), textcoords="offset points", xytext=(6, 4), fontsize=7)
     handles = [
         Line2D([], [], linestyle="", marker="o", color=colour[k], label=f"{k[0]} {k[1]}", markersize=8) for k in kinds

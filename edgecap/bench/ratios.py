@@ -41,7 +41,7 @@ class HeadlineRatio:
 
     Attributes:
         comparison: ``"cached vs re-run prefix"``, ``"ort vs torch"`` or ``"int8 vs fp32"``.
-        model, beam, batch: where.
+        model, beam, batch: where (``model`` carries `` L<level>`` for a per-level result).
         subject, baseline: ``"runtime precision"`` labels.
         loop_speedup, decode_speedup, end_to_end_speedup: baseline time / subject time on each span.
         step_speedup: per-``step`` time ratio.
@@ -85,7 +85,7 @@ def _compare(name: str, subject: ComboResult, baseline: ComboResult) -> Headline
         quality = (subject.quality.score - baseline.quality.score) * 100
     return HeadlineRatio(
         comparison=name,
-        model=subject.model,
+        model=subject.model if subject.length_level is None else f"{subject.model} L{subject.length_level}",
         beam=subject.beam,
         batch=subject.batch,
         subject=f"{subject.runtime} {subject.precision}",
@@ -101,10 +101,10 @@ def _compare(name: str, subject: ComboResult, baseline: ComboResult) -> Headline
 
 
 def headline_ratios(results: Iterable[ComboResult]) -> list[HeadlineRatio]:
-    """Every comparison whose two results exist, grouped by bundle, beam and batch (in that order)."""
-    by_key: dict[tuple[str, int, int], dict[tuple[str, str], ComboResult]] = {}
+    """Every comparison whose two results exist, grouped by bundle, beam, batch and length level (in that order)."""
+    by_key: dict[tuple[str, int, int, int], dict[tuple[str, str], ComboResult]] = {}
     for r in results:
-        by_key.setdefault((r.bundle, r.beam, r.batch), {})[(r.runtime, r.precision)] = r
+        by_key.setdefault((r.bundle, r.beam, r.batch, r.length_level or 0), {})[(r.runtime, r.precision)] = r
     ratios = []
     for key in sorted(by_key):
         found = by_key[key]

@@ -156,7 +156,7 @@ class LoopInfo:
 
 @dataclass(frozen=True)
 class ComboResult:
-    """One measured combination: bundle × runtime × precision × beam × batch.
+    """One measured combination: bundle × runtime × precision × beam × batch (× length level).
 
     Attributes:
         bundle, model: bundle directory and model name.
@@ -174,6 +174,8 @@ class ComboResult:
         loop: the repeat loop.
         load_s: seconds to load the bundle on this runtime (checksums off).
         timings_ms: every timed query latency, in order.
+        length_level: the 1-based length level decoded at (LaBERT, ``*-len`` bundles; ``--length-level``), None for
+            a bundle without length control. Reports written before the field read as None.
     """
 
     bundle: str
@@ -200,6 +202,7 @@ class ComboResult:
     loop: LoopInfo
     load_s: float
     timings_ms: list[float]
+    length_level: int | None = None
 
 
 @dataclass(frozen=True)

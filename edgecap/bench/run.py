@@ -1,4 +1,5 @@
-"""The measurement driver: every bundle × runtime × precision × beam × batch combination of a :class:`BenchCfg`.
+"""The measurement driver: every bundle × runtime × precision × beam × batch (× length level) combination of a
+:class:`BenchCfg`.
 
 Order of work (``docs/bench-report-schema.md`` describes every number):
 
@@ -7,10 +8,11 @@ Order of work (``docs/bench-report-schema.md`` describes every number):
 2. per bundle × runtime × precision (a *group*): by default in a fresh Python process (``BenchCfg.isolate``;
    ``python -m edgecap.bench.run``), so a group's memory is its own and a crash or out-of-memory kill in one group
    is recorded as an error and the run goes on. In the group: load the bundle on the runtime (timed: ``load_s``),
-   prepare the inputs (untimed), then per beam a quality run (untimed, separate from the timing as MLPerf requires)
-   and per batch a timing run: warm-up, then the duration-based loop of :func:`~edgecap.bench.harness.run_loop`, with
-   the step model wrapped in :class:`~edgecap.bench.harness.TimedStepModel` for the encoder/decoder split and the
-   memory high-water marks reset before it;
+   prepare the inputs (untimed), then per beam and length level a quality run (untimed, separate from the timing as
+   MLPerf requires) and per batch a timing run: warm-up, then the duration-based loop of
+   :func:`~edgecap.bench.harness.run_loop`, with the step model wrapped in
+   :class:`~edgecap.bench.harness.TimedStepModel` (:class:`~edgecap.bench.harness.TimedRefineModel` for mask-predict)
+   for the encoder/decoder split and the memory high-water marks reset before it;
 3. link the results: speed-up against the prefix re-run baseline, quality delta against FP32.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import itertools
 import os
 import time
 import traceback
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgecap.bench.harness import LatencyStats, LoopCfg, StepTimes, TimedStepModel, run_loop
+from edgecap.bench.harness import LatencyStats, LoopCfg, StepTimes, run_loop, timed_decoder
 from edgecap.bench.report import (
     SCHEMA_VERSION,
     BenchReport,
@@ -44,6 +47,8 @@ __all__ = ["PRECISIONS", "BenchCfg", "BenchCfgError", "link_results", "run_bench
 
 PRECISIONS = ("fp32", "fp16", "int8")
 RERUN = "torch-rerun"
+#: ``BenchCfg.length_levels`` value meaning every level of each bundle's plan.
+ALL_LEVELS = "all"
 
 
 class BenchCfgError(ValueError):
@@ -59,7 +64,11 @@ class BenchCfg:
         runtimes: ``edgecap.bench.subjects.BENCH_RUNTIMES`` names; ``torch-rerun`` is the re-run-prefix baseline.
         precisions: precisions to measure; None = every precision each bundle holds.
         batches: images per query; batch 1 is the single-stream scenario, larger ones the offline scenario.
-        beams: beam sizes (1 = greedy); None = each bundle's default.
+        beams: beam sizes (1 = greedy); None = each bundle's default. Mask-predict bundles (LaBERT) decode one
+            hypothesis and are measured at beam 1 only.
+        length_levels: 1-based length levels to measure length-controllable bundles (LaBERT, ``*-len``) at, or
+            ``"all"`` (every level of each bundle's plan); None = each bundle's default level. Bundles without
+            length control are measured once, whatever this says.
         images: a directory of images for the timing pool (bundles that caption images); None = synthetic inputs.
         synthetic: number of distinct synthetic inputs in the pool (when ``images`` is None).
         synthetic_regions: regions per synthetic input for bundles that caption region features.
@@ -83,6 +92,7 @@ class BenchCfg:
     precisions: tuple[str, ...] | None = None
     batches: tuple[int, ...] = (1, 8)
     beams: tuple[int, ...] | None = None
+    length_levels: tuple[int, ...] | str | None = None
     images: str | None = None
     synthetic: int = 32
     synthetic_regions: int = 36
@@ -136,6 +146,7 @@ class BenchCfg:
             object.__setattr__(self, name, tuple(dict.fromkeys(value)))  # dedupe, keep order
         if self.batches is None:
             raise BenchCfgError("batches: give at least one batch size")
+        self._check_length_levels()
         for name, low in (("synthetic", 1), ("synthetic_regions", 1), ("max_images", 1), ("quality_batch", 1)):
             if getattr(self, name) < low:
                 raise BenchCfgError(f"{name} must be >= {low}, got {getattr(self, name)}")
@@ -147,6 +158,39 @@ class BenchCfg:
             self.loop()
         except ValueError as exc:
             raise BenchCfgError(str(exc)) from None
+
+    def _check_length_levels(self) -> None:
+        levels = self.length_levels
+        if levels is None or levels == ALL_LEVELS:
+            return
+        if isinstance(levels, str) or not isinstance(levels, (tuple, list)):
+            raise BenchCfgError(f"length_levels: give 1-based levels or {ALL_LEVELS!r}, got {levels!r}")
+        if not levels or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in levels):
+            raise BenchCfgError(f"length_levels: need 1-based levels (integers >= 1), got {list(levels)}")
+        object.__setattr__(self, "length_levels", tuple(dict.fromkeys(levels)))
+
+    def levels_for(self, bundle: Any) -> tuple[tuple[int | None, ...], list[str]]:
+        """The levels to measure ``bundle`` at, and why any asked-for level is not (beyond its plan).
+
+        ``(None,)`` for a bundle without length control: it is measured once at its own decoding.
+        """
+        plan = bundle.length_levels
+        default = bundle.default_length_level
+        if default is None:
+            return (None,), []
+        if self.length_levels is None:
+            return (default,), []
+        if not plan:  # exported before bundles recorded their plan: levels as asked, "all" is unknowable
+            if self.length_levels == ALL_LEVELS:
+                return (default,), [f"length levels 'all': the bundle records no plan, measured at level {default}"]
+            return tuple(self.length_levels), []
+        if self.length_levels == ALL_LEVELS:
+            return tuple(range(1, len(plan) + 1)), []
+        kept = tuple(v for v in self.length_levels if v <= len(plan))
+        dropped = [
+            f"length level {v}: the bundle has levels 1..{len(plan)}" for v in self.length_levels if v > len(plan)
+        ]
+        return kept, dropped
 
     def loop(self) -> LoopCfg:
         """The repeat rule as a :class:`LoopCfg`."""
@@ -170,6 +214,7 @@ class GroupTask:
     cfg: BenchCfg
     image_paths: tuple[str, ...] | None
     quality_set: Any  # edgecap.bench.subjects.QualitySet | None
+    levels: tuple[int | None, ...] = (None,)
 
 
 @dataclass
@@ -220,7 +265,7 @@ def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode
     return cider_d(predictions, references)
 
 
-def _timed_query(subject: Any, timed: TimedStepModel, batches: list[dict[str, Any]], decode_cfg: Any) -> Callable:
+def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode_cfg: Any) -> Callable:
     import torch
 
     from edgecap.captioning import captions_from_hypotheses
@@ -316,31 +361,36 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
             )
         cuda = subject.device if subject.device.type == "cuda" else None
         with ResourceMonitor(cuda_device=cuda, unified=jetson_model() is not None, tegrastats=cfg.tegrastats) as mon:
-            for beam in task.beams:
-                decode_cfg = subject.decode_cfg(beam)
+            for beam, level in itertools.product(task.beams, task.levels):
+                decode_cfg = subject.decode_cfg(beam, level)
+                name = f"{task.model} {task.runtime} {task.precision} beam {beam}" + _level_label(level)
                 quality = None
                 if quality_items is not None:
-                    label = f"{task.model} {task.runtime} {task.precision} beam {beam}: quality"
-                    emit("start", label)
+                    emit("start", f"{name}: quality")
                     try:
                         score = _quality(subject, quality_items, task.quality_set, decode_cfg, cfg.quality_batch)
                         quality = Quality("CIDEr-D", score, len(quality_items), task.quality_set.description, beam)
                     except Exception as exc:  # recorded, the timing still runs
-                        outcome.errors.append(_error(task, f"quality: {type(exc).__name__}: {exc}", beam))
-                    emit("done", label)
+                        reason = f"quality{_level_label(level)}: {type(exc).__name__}: {exc}"
+                        outcome.errors.append(_error(task, reason, beam))
+                    emit("done", f"{name}: quality")
                 for batch in cfg.batches:
-                    label = f"{task.model} {task.runtime} {task.precision} beam {beam} batch {batch}"
-                    emit("start", label)
+                    emit("start", f"{name} batch {batch}")
                     try:
                         outcome.results.append(
                             _measure_combo(task, subject, mon, pool, preprocess_s, decode_cfg, beam, batch, quality)
                         )
                     except Exception as exc:  # e.g. out of memory at a large batch: record, go on
-                        outcome.errors.append(_error(task, f"{type(exc).__name__}: {exc}", beam, batch))
-                    emit("done", label)
+                        reason = f"{type(exc).__name__}: {exc}" + (f" (length level {level})" if level else "")
+                        outcome.errors.append(_error(task, reason, beam, batch))
+                    emit("done", f"{name} batch {batch}")
     finally:
         subject.close()
     return outcome
+
+
+def _level_label(level: int | None) -> str:
+    return "" if level is None else f" level {level}"
 
 
 def _error(task: GroupTask, reason: str, beam: int | None = None, batch: int | None = None) -> Skip:
@@ -360,7 +410,7 @@ def _measure_combo(
 ) -> ComboResult:
     cfg = task.cfg
     batches = _make_batches(pool, batch)
-    timed = TimedStepModel(subject.step_model, sync=subject.sync)
+    timed = timed_decoder(subject.step_model, sync=subject.sync)
     query = _timed_query(subject, timed, batches, decode_cfg)
     window = monitor.begin()
     timed_from = [time.perf_counter()]  # power averages the timed calls only: moved past the last warm-up call
@@ -406,6 +456,7 @@ def _measure_combo(
         loop=LoopInfo(cfg.warmup, len(timings.times_s), timed_s, [1e3 * t for t in timings.warmup_s]),
         load_s=subject.load_s,
         timings_ms=[1e3 * t for t in timings.times_s],
+        length_level=decode_cfg.length_level,
     )
 
 
@@ -498,20 +549,21 @@ def link_results(results: Sequence[ComboResult]) -> list[ComboResult]:
     - quality: delta and ratio to the FP32 result of the same bundle and beam, on the same runtime when it was
       measured, else on the first other runtime measured at FP32 (torch before ort).
     """
-    rerun = {(r.bundle, r.precision, r.beam, r.batch): r for r in results if r.runtime == RERUN}
-    fp32_quality: dict[tuple[str, int], dict[str, Quality]] = {}
+    rerun = {(r.bundle, r.precision, r.beam, r.batch, r.length_level): r for r in results if r.runtime == RERUN}
+    fp32_quality: dict[tuple[str, int, int | None], dict[str, Quality]] = {}
     for r in results:
         if r.precision == "fp32" and r.quality is not None:
-            fp32_quality.setdefault((r.bundle, r.beam), {}).setdefault(r.runtime, r.quality)
+            fp32_quality.setdefault((r.bundle, r.beam, r.length_level), {}).setdefault(r.runtime, r.quality)
     linked = []
     for r in results:
         changes: dict[str, Any] = {}
-        base = rerun.get((r.bundle, r.precision, r.beam, r.batch)) or rerun.get((r.bundle, "fp32", r.beam, r.batch))
+        key = (r.beam, r.batch, r.length_level)
+        base = rerun.get((r.bundle, r.precision, *key)) or rerun.get((r.bundle, "fp32", *key))
         if base is not None and r.latency.p50_ms > 0:
             changes["speedup_vs_rerun"] = base.latency.p50_ms / r.latency.p50_ms
             changes["speedup_reference"] = f"{RERUN} {base.precision}"
         if r.quality is not None:
-            refs = fp32_quality.get((r.bundle, r.beam), {})
+            refs = fp32_quality.get((r.bundle, r.beam, r.length_level), {})
             order = [r.runtime, "torch", RERUN, *sorted(refs)]
             runtime = next((name for name in order if name in refs), None)
             if runtime is not None:
@@ -577,6 +629,12 @@ def _notes(cfg: BenchCfg, results: Sequence[ComboResult]) -> list[str]:
             "often two thread pools spinning against each other (e.g. ONNX Runtime's and torch's OpenMP threads); "
             "try --threads 1 or OMP_WAIT_POLICY=PASSIVE."
         )
+    if any(r.length_level is not None for r in results):
+        notes.append(
+            "Length-controllable bundles were measured per length level. Mask-predict bundles (LaBERT) run a fixed "
+            "number of refinement passes per level, each over the whole caption: 'steps' counts passes and "
+            "'decoder' their time; beam search does not apply (beam 1)."
+        )
     if any(r.runtime == "ort" and r.precision == "fp16" and r.device == "cpu" for r in results):
         notes.append(
             "FP16 graphs on ONNX Runtime's CPU provider run with inserted casts and are expected to be slower than "
@@ -615,7 +673,8 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
         bundles.append(
             _bundle_info(bundle, quality_text if quality_set else None, None if quality_set else quality_text)
         )
-        beams = cfg.beams or (bundle.beam,)
+        beams = (1,) if bundle.decoding == "mask_predict" else (cfg.beams or (bundle.beam,))
+        levels, beyond = cfg.levels_for(bundle)
         precisions = cfg.precisions or bundle.precisions
         if image_paths is not None and bundle_input_kind(bundle) == "features":
             for runtime in cfg.runtimes:
@@ -627,16 +686,21 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
         for runtime in cfg.runtimes:
             for precision in precisions:
                 reason = skip_reason(runtime, precision, bundle, cfg.device)
+                if reason is None and not levels:
+                    reason = "; ".join(beyond)
                 if reason is not None:
                     skipped.append(Skip(str(bundle.path), runtime, precision, reason))
                     continue
+                skipped.extend(Skip(str(bundle.path), runtime, precision, why) for why in beyond)
                 tasks.append(
-                    GroupTask(str(bundle.path), bundle.name, runtime, precision, beams, cfg, image_paths, quality_set)
+                    GroupTask(
+                        str(bundle.path), bundle.name, runtime, precision, beams, cfg, image_paths, quality_set, levels
+                    )
                 )
 
     results: list[ComboResult] = []
     errors: list[Skip] = []
-    units = sum(len(t.beams) * (len(cfg.batches) + (t.quality_set is not None)) for t in tasks)
+    units = sum(len(t.beams) * len(t.levels) * (len(cfg.batches) + (t.quality_set is not None)) for t in tasks)
     with _Progress(units, enabled=progress) as bar:
         for task in tasks:
             outcome = _run_isolated(task, bar) if cfg.isolate else _run_in_process(task, bar)

@@ -14,6 +14,9 @@ Runtimes are registered by name in :data:`BENCH_RUNTIMES`:
   "speed-up vs re-run prefix" column divides by;
 - ``ort``: the bundle's ONNX graphs of the precision in ONNX Runtime (``RuntimeStepModel``).
 
+A mask-predict bundle (LaBERT) runs on ``torch`` (``TorchRefineModel``, FP32) and ``ort`` (``RuntimeRefineModel``);
+``torch-rerun`` has no meaning for it (there is no prefix to re-run) and is skipped with that reason.
+
 What the timed region covers: from encoder inputs to caption strings. When the bundle takes images (its backbone is
 inside the encoder graph, or rebuilt in torch from the bundle's spec) the timed region starts at preprocessed pixels
 and includes the backbone; image decoding and resizing are measured separately and not timed (MLPerf lists them as
@@ -98,6 +101,11 @@ def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -
         return f"the bundle has no {precision} variant (it holds {', '.join(bundle.precisions)})"
     if precision not in spec.precisions:
         return f"{runtime} runs {'/'.join(spec.precisions)} weights; {precision} graphs need --runtime ort"
+    if bundle.decoding == "mask_predict":
+        if spec.rerun_prefix:
+            return "re-running the prefix is an autoregressive baseline; a mask-predict bundle has no prefix"
+        if spec.loader == "torch" and precision != "fp32":
+            return "the torch mask-predict adapter runs FP32 weights; FP16 LaBERT graphs need --runtime ort"
     if spec.loader == "torch":
         dev = _torch_device(device)
         if dev.type == "cuda" and not torch.cuda.is_available():
@@ -244,6 +252,7 @@ class Subject:
         load_s: seconds to load (``Captioner.load`` with checksums off; the parent verified them once).
         size_bytes, files: on-disk size of what this runtime/precision loads, and those files.
         parameters, backbone_parameters: parameter counts (backbone: when it runs in torch).
+        bundle: the opened bundle (its decoding and length plan make the decode configs).
     """
 
     step_model: Any
@@ -258,17 +267,19 @@ class Subject:
     files: list[str]
     parameters: int | None
     backbone_parameters: int | None
+    bundle: Any = None
     _backbone: Any = None
     _preprocess: Callable[[Any], Any] | None = None
     _feature_dim: int | None = None
     _image_size: int | None = None
     _closers: list[Callable[[], Any]] = field(default_factory=list)
 
-    def decode_cfg(self, beam: int) -> Any:
-        """The bundle's production decoding config at beam size ``beam`` (1 = greedy)."""
-        from edgecap.captioning import decode_cfg_for
+    def decode_cfg(self, beam: int, length_level: int | None = None) -> Any:
+        """The bundle's production decoding config at beam size ``beam`` (1 = greedy; mask-predict ignores it) and
+        ``length_level`` (None: the bundle's default level, or none for a model without length control)."""
+        from edgecap.captioner import bundle_decode_cfg
 
-        return decode_cfg_for(self.vocab, beam_size=beam, max_words=self.max_words)
+        return bundle_decode_cfg(self.bundle, self.vocab, beam, length_level)
 
     @property
     def sync(self) -> Callable[[], Any] | None:
@@ -432,6 +443,7 @@ def open_subject(
         files=files,
         parameters=int(parameters) if parameters is not None else None,
         backbone_parameters=sum(p.numel() for p in backbone.parameters()) if backbone is not None else None,
+        bundle=bundle,
         _backbone=backbone,
         _preprocess=preprocess,
         _feature_dim=bundle.config["model"].get("feature_dim"),

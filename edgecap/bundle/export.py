@@ -382,15 +382,11 @@ def _task_check(
 ) -> dict[str, Any]:
     """CIDEr-D of the torch FP32 reference and of ``models`` on ONNX Runtime (CPU), their difference, agreement."""
     from edgecap.calibration import compare_decoders
-    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.decoders import create_ort_decoder
 
     batches = _torch_batches(held_out.inputs)
-    with create_ort_step_model(
-        models["encoder"],
-        models["step"],
-        state_names=spec.state_names,
-        updated_state_names=spec.step_state_names,
-        providers=("cpu",),
+    with create_ort_decoder(
+        models, spec.state_names, updated_state_names=spec.step_state_names, providers=("cpu",)
     ) as candidate:
         measured = compare_decoders(reference, candidate, batches, references, vocab, cfg)
     return {
@@ -399,6 +395,8 @@ def _task_check(
         "references": "human captions" if held_out.references is not None else "torch FP32 captions",
         "reference": "torch FP32",
         "beam": cfg.beam_size if cfg.strategy == "beam" else 1,
+        "decoding": cfg.strategy,
+        "length_level": cfg.length_level,
         **_quality_fields(measured),
     }
 
@@ -553,9 +551,8 @@ def export_bundle(
     from edgecap.export import require_onnx_stack
 
     require_onnx_stack()
-    from edgecap.captioning import decode_cfg_for
+    from edgecap.captioning import decode_cfg_for, decoder_for, decoding_overrides
     from edgecap.export import export_onnx
-    from edgecap.runtimes.torch import TorchStepModel
 
     out = Path(out)
     _check_arguments(int8, calib, target, calib_size, quality_images)
@@ -573,7 +570,6 @@ def export_bundle(
     maker = _InputMaker(source, backbone, with_backbone)
     precisions = ("fp32", "fp16") if fp16 else ("fp32",)
     stages = _Stages(3 + int8, progress)
-    cfg = decode_cfg_for(source.vocab, beam_size=source.beam, max_words=source.max_words)
 
     with create_bundle(out, overwrite=overwrite) as bundle:
         stages(f"exporting {source.name} ({source.origin}) to ONNX: {', '.join(precisions)}, parity vs torch")
@@ -588,6 +584,12 @@ def export_bundle(
                 + ". Nothing was written."
             )
         spec = result.spec
+        cfg = decode_cfg_for(
+            source.vocab,
+            beam_size=source.beam,
+            max_words=source.max_words,
+            **decoding_overrides(spec.decoding, spec.length_levels),
+        )
         variants: dict[str, dict[str, Any]] = {}
         models: dict[str, dict[str, Any]] = {}
         for precision in precisions:
@@ -615,7 +617,7 @@ def export_bundle(
                 calib_size, target, held_out, quality_images, progress, stages,
             )  # fmt: skip
         stages("task-level check: CIDEr-D and caption agreement vs torch FP32 on the held-out set")
-        reference = TorchStepModel(source.model, "cpu")
+        reference = decoder_for(source.model, "cpu")
         if with_backbone:
             reference = _PixelReference(backbone, reference)
         if held_out is None:
@@ -649,6 +651,8 @@ def export_bundle(
                     "state_names": list(spec.state_names),
                     "updated_state_names": list(spec.step_state_names),
                     "runtime_graphs": dict(spec.runtime_graphs),
+                    "decoding": spec.decoding,
+                    "length": _length_record(spec),
                     "tokens": spec.tokens_name,
                     "logprobs": spec.logprobs_name,
                     "state_output_suffix": spec.state_output_suffix,
@@ -660,6 +664,30 @@ def export_bundle(
             }
         )
     return out
+
+
+def _length_record(spec: Any) -> dict[str, Any] | None:
+    """The manifest's length plan: levels, the level used when a caller gives none, per-level decode defaults."""
+    from edgecap.captioning import default_length_level
+
+    if not spec.length_levels:
+        return None
+    return {
+        "levels": [list(p) for p in spec.length_levels],
+        "default_level": default_length_level(spec.length_levels),
+        **{k: list(v) for k, v in spec.decode_defaults.items()},
+    }
+
+
+def _quantize(spec: Any, fp32_models: Mapping[str, Any], batches: list[Any], cfg: Any, target: str, progress: bool):
+    """INT8 graphs of every runtime role: mask-predict graphs are calibrated by decoding every length level."""
+    if spec.decoding == "mask_predict":
+        from edgecap.calibration.refine import quantize_labert_int8
+
+        return quantize_labert_int8(fp32_models, batches, cfg, target, progress=progress).result(target)
+    from edgecap.calibration import quantize_int8
+
+    return quantize_int8(fp32_models, spec, batches, cfg, preset=target, progress=progress)
 
 
 def _int8_variant(
@@ -681,7 +709,7 @@ def _int8_variant(
 ) -> _HeldOut | None:
     """Calibrate, quantise and write the INT8 variant; returns the held-out set (carved out of the calibration images
     when the run has none)."""
-    from edgecap.calibration import quantize_int8, write_trt_calibration_cache
+    from edgecap.calibration import write_trt_calibration_cache
 
     images = list(calib_images)
     holdout: list[CalibImage] = []
@@ -701,7 +729,7 @@ def _int8_variant(
         first = next(iter(calib_inputs.skipped))
         stages.warn(f"skipped {len(calib_inputs.skipped)} unreadable calibration image(s), e.g. {first}")
     stages.note(f"calibrating on {len(calib_inputs)} images")
-    quantized = quantize_int8(models["fp32"], spec, calib_inputs.batches, cfg, preset=target, progress=progress)
+    quantized = _quantize(spec, models["fp32"], calib_inputs.batches, cfg, target, progress)
     graphs = {}
     for role, graph in spec.runtime_graphs.items():
         name = f"onnx/int8/{graph}.onnx"

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
     "FORMAT",
@@ -224,6 +225,18 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
     for key in ("decode_inputs", "state_names"):
         _require(interface, key, list, f"{where} interface")
     _require(interface, "runtime_graphs", dict, f"{where} interface")
+    decoding = interface.get("decoding", "autoregressive")  # bundles written before the field: autoregressive
+    roles = DECODING_ROLES.get(decoding)
+    if roles is None:
+        raise BundleError(
+            f"{where}: interface.decoding {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "
+            "upgrade edgecap"
+        )
+    foreign = [r for r in interface["runtime_graphs"] if r not in roles]
+    if foreign:
+        raise BundleError(
+            f"{where}: runtime role(s) {foreign} have no meaning for {decoding} decoding (its roles: {list(roles)})"
+        )
     files = _require(data, "files", dict, where)
     for name, entry in files.items():
         check_relative_path(name, f"{where} files")

@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 CONFIG_NAME = "config.json"
 VOCAB_NAME = "vocab.json"
 WEIGHTS_NAME = "weights.safetensors"
+#: The graph input that carries a 1-based length level (LaBERT's ``refine``, a ``*-len`` model's encoder).
+LENGTH_LEVEL = "length_level"
 
 
 def is_bundle(path: str | Path) -> bool:
@@ -135,6 +137,32 @@ class Bundle:
         return tuple(self.interface.get("updated_state_names") or self.interface["state_names"])
 
     @property
+    def decoding(self) -> str:
+        """``"autoregressive"`` (roles ``encoder`` + ``step``) or ``"mask_predict"`` (``encoder`` + ``refine``)."""
+        return str(self.interface.get("decoding", "autoregressive"))
+
+    @property
+    def length_levels(self) -> tuple[tuple[int, int], ...]:
+        """``((L_low, L_high), ...)`` of a length-controllable model (LaBERT, ``*-len``), else ``()``."""
+        record = self.interface.get("length") or {}
+        return tuple((int(lo), int(hi)) for lo, hi in record.get("levels", ()))
+
+    @property
+    def default_length_level(self) -> int | None:
+        """The level used when a caller gives none (recorded at export), None without length control.
+
+        Bundles exported before the record whose encoder takes ``length_level`` get the package default.
+        """
+        record = self.interface.get("length") or {}
+        if record.get("default_level") is not None:
+            return int(record["default_level"])
+        if LENGTH_LEVEL in self.decode_inputs or self.decoding == "mask_predict":
+            from edgecap.captioning import DEFAULT_LENGTH_LEVEL
+
+            return DEFAULT_LENGTH_LEVEL
+        return None
+
+    @property
     def backbone_spec(self) -> dict[str, Any]:
         return self.config.get("backbone") or {}
 
@@ -169,7 +197,7 @@ class Bundle:
             ) from None
 
     def graph_path(self, precision: str, role: str) -> Path:
-        """The file of runtime role ``role`` (``"encoder"`` or ``"step"``) at ``precision``."""
+        """The file of runtime role ``role`` (``"encoder"``, ``"step"`` or ``"refine"``) at ``precision``."""
         files = self.variant(precision)["files"]
         if role not in files:
             raise BundleError(f"bundle {self.path}: the {precision} variant has no {role!r} graph ({sorted(files)})")
@@ -249,6 +277,9 @@ class Bundle:
             tokens, logprobs = interface.get("tokens", "tokens"), interface.get("logprobs", "logprobs")
             updated = self.updated_state_names
             want_in, want_out = [tokens, *states], [logprobs, *(f"{s}{suffix}" for s in updated)]
+        elif role == "refine":  # a whole caption per pass at a length level (mask-predict)
+            tokens, logprobs = interface.get("tokens", "tokens"), interface.get("logprobs", "logprobs")
+            want_in, want_out = [tokens, LENGTH_LEVEL, *states], [logprobs]
         else:
             raise BundleConfigError(f"{path}: unknown runtime role {role!r} in the manifest")
         missing = [n for n in want_in if n not in inputs]

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from edgecap.calibration.quantize import GraphInt8, quantize_graph
+from edgecap.calibration.quantize import GraphInt8, Int8Result, quantize_graph
 from edgecap.calibration.source import CalibrationError
 from edgecap.decoding import DecodeCfg, decode
 
@@ -55,6 +55,18 @@ class LabertInt8:
     @property
     def info(self) -> dict[str, Any]:
         return {role: g.info for role, g in self.graphs.items()}
+
+    def result(self, preset: str) -> Int8Result:
+        """The same graphs as an :class:`~edgecap.calibration.quantize.Int8Result`, the form a bundle's INT8 variant
+        is written from (models, ranges per role, the calibration report)."""
+        from edgecap.calibration.presets import get_preset
+
+        return Int8Result(
+            models=dict(self.models),
+            preset=get_preset(preset).name,
+            calibration={"preset": get_preset(preset).name, "preset_requested": preset, "graphs": self.info},
+            ranges={role: dict(g.ranges) for role, g in self.graphs.items()},
+        )
 
 
 def quantize_labert_int8(

@@ -34,6 +34,13 @@ def _ints(values: Sequence[str], flag: str) -> list[int]:
     return out
 
 
+def _levels(values: Sequence[str]) -> tuple[int, ...] | str | None:
+    """``--length-level``: ``all``, or levels like ``1,4``; None when not given."""
+    if list(_split(values)) == ["all"]:
+        return "all"
+    return tuple(_ints(values, "--length-level")) or None
+
+
 def _command_line() -> str | None:
     args = sys.argv[1:]
     return shlex.join(["edgecap", *args]) if args[:1] == ["bench"] else None
@@ -76,6 +83,12 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
 )
 @click.option("--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8.")
 @click.option("--beam", "beams", multiple=True, help="Beam sizes, e.g. 1,3,5 (1 = greedy). Default: the bundle's.")
+@click.option(
+    "--length-level",
+    "length_levels",
+    multiple=True,
+    help="Length levels of length-controllable bundles (LaBERT, *-len), e.g. 1,4 or 'all'. Default: the bundle's.",
+)
 @click.option(
     "--images", type=click.Path(path_type=Path), default=None, help="Time on these images (bundles with a backbone)."
 )
@@ -124,6 +137,7 @@ def bench(
     precisions: tuple[str, ...],
     batches: tuple[str, ...],
     beams: tuple[str, ...],
+    length_levels: tuple[str, ...],
     images: Path | None,
     synthetic: int | None,
     max_images: int | None,
@@ -149,6 +163,7 @@ def bench(
 
     \b
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
+    edgecap bench --bundle labert-bundle --runtime ort --length-level all --out bench/
     edgecap bench --compare laptop/report.json jetson/report.json
     """
     if compare:
@@ -171,6 +186,7 @@ def bench(
             "precisions": tuple(_split(precisions)),
             "batches": tuple(_ints(batches, "--batch")),
             "beams": tuple(_ints(beams, "--beam")),
+            "length_levels": _levels(length_levels),
             "images": str(images) if images else None,
             "synthetic": synthetic,
             "max_images": max_images,

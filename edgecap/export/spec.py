@@ -21,7 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgecap.runtimes.roles import DECODING_ROLES
+
 __all__ = [
+    "DECODING_ROLES",
     "DEFAULT_OPSET",
     "PRECISIONS",
     "DimSpec",
@@ -195,6 +198,11 @@ class ExportSpec:
             runtime: re-emitting them would cost an output copy per step for nothing.
         tokens_name, logprobs_name, state_output_suffix: the step graph's interface (``RuntimeStepModel``).
         decode_inputs: the inputs a caller feeds to the runtime encoder graph.
+        decoding: how a runtime decodes with the graphs: ``"autoregressive"`` (roles ``encoder`` + ``step``, the
+            shared searches) or ``"mask_predict"`` (roles ``encoder`` + ``refine``, LaBERT's iterative refinement).
+        length_levels: ``((L_low, L_high), ...)`` of a length-controllable model (LaBERT, ``*-len``), else ``()``.
+        decode_defaults: per-level decoding defaults a runtime needs besides the graphs (mask-predict's
+            ``refine_steps`` and ``eos_decay``), recorded in a bundle's manifest.
         opset: ONNX opset to export with.
         precisions: precisions exported by default.
         metadata: extra key/values stored in each graph's ``metadata_props``.
@@ -211,6 +219,9 @@ class ExportSpec:
     logprobs_name: str = "logprobs"
     state_output_suffix: str = "_out"
     decode_inputs: tuple[str, ...] = ()
+    decoding: str = "autoregressive"
+    length_levels: tuple[tuple[int, int], ...] = ()
+    decode_defaults: Mapping[str, Any] = field(default_factory=dict)
     opset: int = DEFAULT_OPSET
     precisions: tuple[str, ...] = PRECISIONS
     metadata: Mapping[str, str] = field(default_factory=dict)
@@ -232,6 +243,16 @@ class ExportSpec:
             unknown = [n for n in self.updated_state_names if n not in self.state_names]
             if unknown:
                 raise ExportSpecError(f"spec {self.name!r}: updated_state_names {unknown} are not in state_names")
+        roles = DECODING_ROLES.get(self.decoding)
+        if roles is None:
+            known = list(DECODING_ROLES)
+            raise ExportSpecError(f"spec {self.name!r}: unknown decoding {self.decoding!r}; known {known}")
+        foreign = [r for r in self.runtime_graphs if r not in roles]
+        if foreign:
+            raise ExportSpecError(
+                f"spec {self.name!r}: runtime role(s) {foreign} have no meaning for {self.decoding} decoding "
+                f"(roles {list(roles)})"
+            )
         for role, graph_name in self.runtime_graphs.items():
             if graph_name not in names:
                 raise ExportSpecError(f"spec {self.name!r}: runtime role {role!r} names unknown graph {graph_name!r}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -95,3 +96,14 @@ def test_nothing_in_common() -> None:
     b = make_report([make_result("ort")])
     text = format_comparison(compare_reports(a, b))
     assert "No combination appears in both reports." in text
+
+
+def test_per_level_results_are_matched_level_by_level() -> None:
+    def report(*p50: float):
+        rows = [make_result("ort", times_ms=(t,) * 4, model="labert-xsmall") for t in p50]
+        return make_report([dataclasses.replace(r, length_level=i) for i, r in enumerate(rows, start=1)])
+
+    comparison = compare_reports(report(10.0, 20.0), report(5.0, 40.0))
+    rows = {row.key: row for row in comparison.rows}
+    assert rows["labert-xsmall L1", "ort", "fp32", 3, 1].values["p50_ms"] == pytest.approx((10.0, 5.0, 0.5))
+    assert rows["labert-xsmall L2", "ort", "fp32", 3, 1].values["p50_ms"] == pytest.approx((20.0, 40.0, 2.0))

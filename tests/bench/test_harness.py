@@ -11,7 +11,16 @@ import pytest
 import torch
 from torch import Tensor
 
-from edgecap.bench.harness import LatencyStats, LoopCfg, TimedStepModel, median_ci95, percentile, run_loop
+from edgecap.bench.harness import (
+    LatencyStats,
+    LoopCfg,
+    TimedRefineModel,
+    TimedStepModel,
+    median_ci95,
+    percentile,
+    run_loop,
+    timed_decoder,
+)
 from edgecap.decoding import DecodeCfg, decode
 
 
@@ -232,3 +241,36 @@ def test_timed_step_model_syncs_every_call() -> None:
     times = timed.times()
     assert len(syncs) == times.encodes + times.steps + times.selects
     assert times.encode_s == pytest.approx(5.1)  # the synchronised work counts for the call that launched it
+
+
+class ClockedRefineModel:
+    """A mask-predict model (one level of 3 positions, T = 4): always predicts 3, 4, EOS; each call costs time."""
+
+    length_levels, refine_steps, eos_decay, mask_id = ((1, 3),), (4,), (1.0,), VOCAB
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+
+    def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
+        self.clock.advance(5.0)
+        return {"v": torch.zeros(inputs["features"].shape[0], 1)}
+
+    def refine(self, tokens: Tensor, length_level: Tensor, state: dict[str, Tensor]) -> Tensor:
+        self.clock.advance(3.0)
+        logprobs = torch.full((*tokens.shape, VOCAB), -20.0)
+        logprobs[:, 0, 3], logprobs[:, 1, 4], logprobs[:, 2, EOS] = 0.0, 0.0, 0.0
+        return logprobs
+
+
+def test_timed_refine_model_times_refinement_passes_as_decoder_steps() -> None:
+    clock = FakeClock()
+    timed = timed_decoder(ClockedRefineModel(clock), clock=clock)
+    assert isinstance(timed, TimedRefineModel) and timed.length_levels == ((1, 3),)
+    assert type(timed_decoder(ClockedStepModel(clock), clock=clock)) is TimedStepModel
+    cfg = DecodeCfg(strategy="mask_predict", length_level=1, max_len=4, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    result = decode(timed, {"features": torch.zeros(2, 4, 3)}, cfg)
+    assert [h[0].tokens for h in result] == [[3, 4], [3, 4]]
+    times = timed.times()
+    assert times.encodes == 1 and times.encode_s == pytest.approx(5.0)
+    assert times.steps == 4 and times.step_s == pytest.approx(12.0)  # T = 4 passes of 3 s
+    assert times.first_step_s == pytest.approx(3.0) and times.step_rows == 8 and times.selects == 0

@@ -6,8 +6,9 @@ is built once per test session and memoised here; tests that alter a bundle work
 - :func:`region_run`: ``ort-test`` trained for a few steps on ``tiny_data``'s region features (no backbone), so its
   dataset's val split gives the held-out set;
 - :func:`region_bundle`: that run exported with FP32 + FP16 + INT8 (calibrated on the dataset's train split);
-- :func:`pixel_run`: an untrained ``ort-test`` on a random ``test_efficientnet`` (64 px) whose weights are a file, i.e.
-  a run whose features came from a backbone, so images can be captioned.
+- :func:`pixel_run`: an untrained ``ort-test`` (or another tiny model) on a random ``test_efficientnet`` (64 px) whose
+  weights are a file, i.e. a run whose features came from a backbone, so images can be captioned;
+- :func:`labert_bundle`: that run for ``labert-test`` exported through the CLI (mask-predict bundle).
 """
 
 from __future__ import annotations
@@ -72,10 +73,20 @@ def region_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory)
     return _CACHE["region_bundle"]
 
 
-def pixel_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(run directory, backbone weights file): an untrained ``ort-test`` on a random 64 px ``test_efficientnet`` whose
-    weights are stored in a file, laid out exactly like a run ``edgecap train`` writes."""
-    if "pixel_run" not in _CACHE:
+def pixel_run(
+    tiny_data: tuple[Path, Path],
+    factory: pytest.TempPathFactory,
+    model_name: str = "ort-test",
+    overrides: dict[str, Any] | None = None,
+) -> tuple[Path, Path]:
+    """(run directory, backbone weights file): an untrained ``model_name`` (with config ``overrides``) on a random
+    64 px ``test_efficientnet`` whose weights are stored in a file, laid out exactly like a run ``edgecap train``
+    writes."""
+    overrides = dict(overrides or {})
+    parts = [] if (model_name, overrides) == ("ort-test", {}) else [model_name, *map(str, overrides.values())]
+    tag = "".join(f"-{p}" for p in parts)  # the plain ort-test run keeps its original paths
+    key = f"pixel_run{tag}"
+    if key not in _CACHE:
         from edgecap.data.datasets import load_dataset
         from edgecap.data.vocab import build_vocab
         from edgecap.models import create_model
@@ -84,25 +95,25 @@ def pixel_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> 
 
         data, _ = tiny_data
         root = _root(factory)
-        run = root / "pixel-run"
+        run = root / f"pixel-run{tag}"
         run.mkdir(parents=True)
         torch.manual_seed(0)
-        weights = root / "tiny-backbone.safetensors"
+        weights = root / f"tiny-backbone{tag}.safetensors"
         save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
         backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
         captions = [c for r in load_dataset(data).split("train") for c in r.captions]
         vocab = build_vocab(captions, kind="word", min_count=2)
         vocab.save(run / "vocab.json")
-        model = create_model("ort-test", vocab_size=vocab.size, feature_dim=backbone.feature_dim)
+        model = create_model(model_name, vocab_size=vocab.size, feature_dim=backbone.feature_dim, **overrides)
         save_weights(model, run / "weights.safetensors")
         write_config(
             run,
             {
                 "model": {
-                    "name": "ort-test",
+                    "name": model_name,
                     "vocab_size": vocab.size,
                     "feature_dim": backbone.feature_dim,
-                    "overrides": {},
+                    "overrides": overrides,
                     "cfg": model.cfg.to_dict(),
                 },
                 "train": {"max_words": 8},
@@ -112,8 +123,8 @@ def pixel_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> 
                 "vocab": {"kind": vocab.kind, "size": vocab.size},
             },
         )
-        _CACHE["pixel_run"] = (run, weights)
-    return _CACHE["pixel_run"]
+        _CACHE[key] = (run, weights)
+    return _CACHE[key]
 
 
 def pixel_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, str]:
@@ -131,7 +142,24 @@ def pixel_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) 
     return _CACHE["pixel_bundle"]
 
 
-def export_result_from(bundle: Path, model: Any, precisions: tuple[str, ...], backbone: Any = None, fail: str = ""):
+def labert_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """(bundle, the command's output): an untrained ``labert-test`` pixel run exported **through the CLI** (FP32,
+    backbone in torch, held-out check on the dataset's val split decoded by mask-predict)."""
+    if "labert_bundle" not in _CACHE:
+        from edgecap.cli import main
+
+        run, weights = pixel_run(tiny_data, factory, "labert-test")
+        out = _root(factory) / "labert-bundle"
+        args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--out", str(out), "--quiet"]
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 0, result.output
+        _CACHE["labert_bundle"] = (out, result.output)
+    return _CACHE["labert_bundle"]
+
+
+def export_result_from(
+    bundle: Path, model: Any, precisions: tuple[str, ...], backbone: Any = None, fail: str = "", name: str = "ort-test"
+):
     """An ``ExportResult`` rebuilt from a bundle's graphs and parity numbers, standing in for ``export_onnx`` (which
     takes tens of seconds) in tests of what ``export_bundle`` does around it. ``fail`` names a graph whose FP32
     parity is reported as failed."""
@@ -139,7 +167,7 @@ def export_result_from(bundle: Path, model: Any, precisions: tuple[str, ...], ba
 
     from edgecap.export import ExportedGraph, ExportResult, get_export_spec
 
-    spec = get_export_spec(model.eval(), backbone=backbone, name="ort-test")
+    spec = get_export_spec(model.eval(), backbone=backbone, name=name)
     manifest = json.loads((bundle / MANIFEST_NAME).read_text())
     graphs = {}
     for precision in precisions:

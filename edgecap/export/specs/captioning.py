@@ -370,5 +370,6 @@ def captioning_spec(
         state_names=names,
         updated_state_names=updated,
         decode_inputs=(*encoder_inputs, *level_inputs),
+        length_levels=tuple(tuple(p) for p in model.length_levels) if with_level else (),
         metadata=meta,
     )

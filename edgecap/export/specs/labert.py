@@ -150,6 +150,9 @@ def labert_export_spec(
         runtime_graphs={"encoder": "encoder", "refine": "refine"},
         state_names=names,
         decode_inputs=VISUAL_INPUTS,
+        decoding="mask_predict",
+        length_levels=tuple(tuple(p) for p in model.levels),
+        decode_defaults={"refine_steps": list(model.cfg.refine_steps), "eos_decay": list(model.cfg.eos_decay)},
         metadata=meta,
     )
 

@@ -1,0 +1,44 @@
+"""One entry point from exported runtime graphs to the adapter decoding drives, chosen by the graphs' roles.
+
+``{"encoder", "step"}`` (autoregressive captioners) becomes a :class:`~edgecap.runtimes.bridge.RuntimeStepModel`;
+``{"encoder", "refine"}`` (LaBERT) a :class:`~edgecap.runtimes.refine.RuntimeRefineModel`. Bundle export (its
+task-level check) and ``Captioner.load`` both go through here, so neither knows model families.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["create_ort_decoder"]
+
+
+def create_ort_decoder(
+    graphs: Mapping[str, Any],
+    state_names: Sequence[str] | None = None,
+    updated_state_names: Sequence[str] | None = None,
+    **runtime_options: Any,
+) -> Any:
+    """The ONNX Runtime adapter for ``graphs`` (role -> path, bytes or ``onnx.ModelProto``), a context manager.
+
+    Args:
+        graphs: ``{"encoder", "step"}`` or ``{"encoder", "refine"}``.
+        state_names, updated_state_names: the step graph's state order (ignored for ``refine``, whose metadata
+            carries it); None = read from the graph's metadata.
+        **runtime_options: :class:`~edgecap.runtimes.ort.OrtRuntime` options for every session.
+
+    Raises:
+        ValueError: the roles are neither pair.
+    """
+    roles = set(graphs)
+    if roles == {"encoder", "refine"}:
+        from edgecap.runtimes.refine import create_ort_refine_model
+
+        return create_ort_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
+    if roles == {"encoder", "step"}:
+        from edgecap.runtimes.ort import create_ort_step_model
+
+        return create_ort_step_model(
+            graphs["encoder"], graphs["step"], state_names, updated_state_names=updated_state_names, **runtime_options
+        )
+    raise ValueError(f"runtime graphs need roles encoder + step or encoder + refine, got {sorted(roles)}")
