@@ -309,15 +309,19 @@ class TimedStepModel:
         self._encodes += 1
         return state
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
-        start = self.clock()
-        result = self.inner.step(tokens, state)
+    def _count_step(self, start: float, rows: int) -> None:
+        """Book one decoder call (a step, or a refinement pass) that began at ``start`` and advanced ``rows``."""
         elapsed = self._elapsed(start)
         self._step += elapsed
         if self._first_step is None:
             self._first_step = elapsed
         self._steps += 1
-        self._rows += int(tokens.shape[0])
+        self._rows += rows
+
+    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+        start = self.clock()
+        result = self.inner.step(tokens, state)
+        self._count_step(start, int(tokens.shape[0]))
         return result
 
     def select(self, state: State, index: Tensor) -> State:
@@ -352,12 +356,7 @@ class TimedRefineModel(TimedStepModel):
     def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
         start = self.clock()
         result = self.inner.refine(tokens, length_level, state)
-        elapsed = self._elapsed(start)
-        self._step += elapsed
-        if self._first_step is None:
-            self._first_step = elapsed
-        self._steps += 1
-        self._rows += int(tokens.shape[0])
+        self._count_step(start, int(tokens.shape[0]))
         return result
 
 
