@@ -54,26 +54,17 @@ def evaluate_run_levels(
         "diversity": {...}, ...}``; written to ``RUN/eval/<split>-levels.json`` with ``write``.
     """
     from edgecap.captioning import caption_bank
-    from edgecap.data.datasets import load_dataset
-    from edgecap.data.sources import open_feature_source
     from edgecap.evaluation import evaluate_captions
     from edgecap.evaluation.length import control_precision, diversity
-    from edgecap.runs import load_run
-    from edgecap.training.batches import FeatureBank
+    from edgecap.evaluation.run_eval import load_eval_set
 
-    trained = load_run(run, device=device)
+    ev = load_eval_set(run, split, data, features, device, limit)
+    trained, records, bank = ev.trained, ev.records, ev.bank
     plan = model_levels(trained.model)
     chosen = list(range(1, len(plan) + 1)) if levels is None else list(levels)
     bad = [lv for lv in chosen if not 1 <= lv <= len(plan)]
     if bad:
         raise LengthLevelError(f"length levels {bad} are outside 1..{len(plan)} of this model ({list(plan)})")
-    dataset = load_dataset(data or trained.config["data"])
-    records = dataset.split(split)[: limit or None]
-    if not records:
-        raise ValueError(f"split {split!r} of {dataset.name} has no images (splits: {dataset.splits()})")
-    bank = FeatureBank(open_feature_source(features or trained.config["features"]), [r.image_id for r in records])
-    references = {r.image_id: [" ".join(c) for c in r.captions] for r in records}
-    train_captions = [" ".join(c) for r in dataset.split("train") for c in r.captions]
     per_level: dict[str, Any] = {}
     by_image: dict[str, list[str]] = {i: [] for i in bank.image_ids}
     for level in chosen:
@@ -94,7 +85,7 @@ def evaluate_run_levels(
         for image_id, caption in predictions.items():
             by_image[image_id].append(caption)
         result = evaluate_captions(
-            predictions, references, train_captions=train_captions, metrics=metrics, tokenizer=tokenizer
+            predictions, ev.references, train_captions=ev.train_captions, metrics=metrics, tokenizer=tokenizer
         )
         per_level[str(level)] = {
             "range": [low, high],
