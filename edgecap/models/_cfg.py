@@ -35,6 +35,16 @@ def cfg_from_mapping(cls: type[Any], data: Any, source: str) -> Any:
         raise ModelCfgError(f"{source}: {exc}") from exc
 
 
+def replace_cfg(cfg: Any, changes: Mapping[str, Any]) -> Any:
+    """``dataclasses.replace`` for a family's config dataclass; unknown field names raise :class:`ModelCfgError`
+    listing the known ones. Every family's ``replace`` uses it."""
+    names = [f.name for f in dataclasses.fields(cfg)]
+    unknown = sorted(set(changes) - set(names))
+    if unknown:
+        raise ModelCfgError(f"unknown {type(cfg).__name__} field(s) {unknown}; known: {names}")
+    return dataclasses.replace(cfg, **changes)
+
+
 class ModelCfgError(ValueError):
     """A model configuration field with an invalid value or an unknown name."""
 
@@ -160,12 +170,7 @@ class ModelCfg:
     # -- serialisation -------------------------------------------------------------------------------------------
     def replace(self, **changes: Any) -> ModelCfg:
         """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ModelCfgError(
-                f"unknown ModelCfg field(s) {unknown}; known: {[f.name for f in dataclasses.fields(self)]}"
-            )
-        return dataclasses.replace(self, **changes)
+        return replace_cfg(self, changes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (layer maps as lists); :meth:`from_dict` inverts it."""

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping
+from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping, replace_cfg
 
 __all__ = ["ExpansionNetCfg", "V2_GROUPS"]
 
@@ -104,11 +104,7 @@ class ExpansionNetCfg:
 
     def replace(self, **changes: Any) -> ExpansionNetCfg:
         """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
-        known = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - known)
-        if unknown:
-            raise ModelCfgError(f"unknown ExpansionNetCfg field(s) {unknown}; known: {sorted(known)}")
-        return dataclasses.replace(self, **changes)
+        return replace_cfg(self, changes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (groups as a list); :meth:`from_dict` inverts it."""

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.models._cfg import ModelCfgError, cfg_from_mapping
+from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, replace_cfg
 from edgecap.models._registry import register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 from edgecap.models.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
@@ -124,14 +124,11 @@ class LaBertCfg:
         return vocab_size
 
     def replace(self, **changes: Any) -> LaBertCfg:
-        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
-        if unknown:
-            raise ModelCfgError(f"unknown LaBertCfg field(s) {unknown}")
         if "levels" in changes and "refine_steps" not in changes:
             changes["refine_steps"] = None  # defaults follow the new plan
         if "levels" in changes and "eos_decay" not in changes:
             changes["eos_decay"] = None
-        return dataclasses.replace(self, **changes)
+        return replace_cfg(self, changes)
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
