@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgecap._process import terminate
+
 __all__ = [
     "TOTAL_POWER_RAILS",
     "BackgroundSampler",
@@ -284,12 +286,7 @@ class TegrastatsMonitor:
     def stop(self) -> None:
         process, self._process = self._process, None
         if process is not None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            terminate(process, timeout=5)
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

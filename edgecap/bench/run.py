@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from edgecap._process import terminate
 from edgecap.bench.harness import LatencyStats, LoopCfg, StepTimes, run_loop, timed_decoder
 from edgecap.bench.report import (
     SCHEMA_VERSION,
@@ -524,12 +525,7 @@ def _run_isolated(task: GroupTask, emit: Emit) -> GroupOutcome:
             code = process.wait()
         finally:
             if process.poll() is None:  # interrupted: stop the worker this call started
-                process.terminate()
-                try:
-                    process.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+                terminate(process, timeout=10)
         if not outcome_path.is_file():
             hint = " (killed: out of memory?)" if code in (-9, 137) else ""
             return GroupOutcome(errors=[_error(task, f"worker process exited with code {code}{hint}")])
