@@ -174,7 +174,6 @@ class RuntimeStepModel(GraphPair):
         updated_state_names: Sequence[str] | None = None,
     ) -> None:
         super().__init__(encoder, step, state_names)
-        self.step_runtime = step
         updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
         unknown = [n for n in updated if n not in self.state_names]
         if unknown:
@@ -188,7 +187,11 @@ class RuntimeStepModel(GraphPair):
             )
         self._token_dtype: str | None = None
         self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
-        self._step_ops = self._loop_ops
+
+    @property
+    def step_runtime(self) -> Runtime:
+        """The decoder-step runtime."""
+        return self.loop_runtime
 
     def __enter__(self) -> RuntimeStepModel:
         self._token_dtype = None
@@ -207,11 +210,11 @@ class RuntimeStepModel(GraphPair):
                     f"{self.step_runtime.name}: the step graph has no token input {self.tokens_name!r}"
                 )
             token_dtype = self._token_dtype = token_meta.dtype
-        feed: dict[str, Array] = {self.tokens_name: self._step_ops.from_torch(tokens, token_dtype)}
+        feed: dict[str, Array] = {self.tokens_name: self._loop_ops.from_torch(tokens, token_dtype)}
         feed.update((n, state[n]) for n in self.state_names)
         outputs = self.step_runtime.infer(feed)
         try:
-            logprobs = self._step_ops.to_torch(outputs[self.logprobs_name]).float()
+            logprobs = self._loop_ops.to_torch(outputs[self.logprobs_name]).float()
             new_state = dict(state)
             for name, output in zip(self.updated_state_names, self.state_output_names, strict=True):
                 new_state[name] = outputs[output]
@@ -221,7 +224,7 @@ class RuntimeStepModel(GraphPair):
         return logprobs, new_state
 
     def select(self, state: State, index: Tensor) -> State:
-        return self._step_ops.take_all(state, index)
+        return self._loop_ops.take_all(state, index)
 
 
 def _as_tensor(value: Any) -> Tensor:

@@ -85,12 +85,15 @@ class RuntimeRefineModel(GraphPair):
         mask_id: int,
     ) -> None:
         super().__init__(encoder, refine, state_names)
-        self.refine_runtime = refine
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
         self.refine_steps = tuple(int(t) for t in refine_steps)
         self.eos_decay = tuple(float(g) for g in eos_decay)
         self.mask_id = int(mask_id)
-        self._ops = self._loop_ops
+
+    @property
+    def refine_runtime(self) -> Runtime:
+        """The refine runtime."""
+        return self.loop_runtime
 
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
         return self.run_encoder(inputs)
@@ -98,14 +101,14 @@ class RuntimeRefineModel(GraphPair):
     def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
         meta = self.refine_runtime.input_metadata()
         feed: dict[str, Array] = {
-            "tokens": self._ops.from_torch(tokens, meta["tokens"].dtype),
-            "length_level": self._ops.from_torch(length_level, meta["length_level"].dtype),
+            "tokens": self._loop_ops.from_torch(tokens, meta["tokens"].dtype),
+            "length_level": self._loop_ops.from_torch(length_level, meta["length_level"].dtype),
         }
         feed.update((n, state[n]) for n in self.state_names)
         outputs = self.refine_runtime.infer(feed)
         if "logprobs" not in outputs:
             raise DecodeInputError(f"{self.refine_runtime.name}: outputs lack 'logprobs' (got {sorted(outputs)})")
-        return self._ops.to_torch(outputs["logprobs"]).float()
+        return self._loop_ops.to_torch(outputs["logprobs"]).float()
 
 
 def _metadata(model: Any) -> dict[str, str]:
