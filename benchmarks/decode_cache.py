@@ -14,15 +14,23 @@ cached features when available.
 Each repeat times one ``decode()`` call per mode, features → tokens (encoder included, no backbone); the modes are
 interleaved and alternate their order so a drifting machine load hits both. Warm-up calls are not timed.
 
+``--runtime ort`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``) instead of
+torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
+:class:`~edgecap.runtimes.prefix.PrefixRerunModel`, which re-run the prefix every step as the official ExpansionNet
+ONNX export does. In torch eager at batch 1 both modes are bound by per-op dispatch, which hides what the cache
+saves; ONNX Runtime shows it.
+
 Usage::
 
     python benchmarks/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
     python benchmarks/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
+    python benchmarks/decode_cache.py --model expansionnet-v2 --runtime torch --runtime ort --steps 20 --threads 1
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import platform
 import shlex
@@ -39,10 +47,11 @@ from torch import Tensor, nn
 
 from edgecap.decoding import DecodeCfg, Hypothesis, RadixSpec, State, decode
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
-from edgecap.runtimes.prefix import PrefixRerunStepModel
+from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
 from edgecap.runtimes.torch import TorchStepModel
 
 MODES = ("cached", "prefix")
+RUNTIMES = ("torch", "ort")
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
 
@@ -61,6 +70,7 @@ class BenchCase:
         natural: decode the run with its production DecodeCfg (EOS ends captions) instead of forcing ``steps``.
         features: a feature cache directory for the run's inputs (default: the one recorded in the run's config).
         seed: seed of the random weights and features.
+        runtime: ``"torch"`` (eager) or ``"ort"`` (exported FP32 graphs on ONNX Runtime, CPU).
     """
 
     model: str = "acort-xsmall"
@@ -73,8 +83,11 @@ class BenchCase:
     natural: bool = False
     features: str | None = None
     seed: int = 0
+    runtime: str = "torch"
 
     def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"BenchCase.runtime must be one of {RUNTIMES}, got {self.runtime!r}")
         for name in ("batch", "beam", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"BenchCase.{name} must be >= 1, got {getattr(self, name)}")
@@ -196,7 +209,7 @@ def _stats(times: list[float], batch: int) -> dict[str, Any]:
 def run_case(case: BenchCase, on_call: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Time cached vs prefix re-run decoding for ``case``; ``on_call(mode)`` runs before every decode call."""
     setup = run_setup(case) if case.run is not None else random_setup(case.model, case.batch, case.seed)
-    model, batches = setup.model, setup.batches
+    model = setup.model
     strategy = "beam" if case.beam > 1 else "greedy"
     cfg = setup.decode_cfg.replace(strategy=strategy, beam_size=case.beam, n_best=1)
     if not case.natural:
@@ -206,8 +219,38 @@ def run_case(case: BenchCase, on_call: Callable[[str], None] | None = None) -> d
             f"{setup.name} has {model.max_len} decoder positions; it cannot decode {cfg.max_len} steps "
             f"(lower --steps to <= {model.max_len})"
         )
-    step_models = {"cached": _Counting(TorchStepModel(model)), "prefix": _Counting(PrefixRerunStepModel(model))}
+    with contextlib.ExitStack() as stack:
+        step_models = {m: _Counting(sm) for m, sm in _step_models(model, case.runtime, stack).items()}
+        return _measure(case, setup, cfg, step_models, on_call)
 
+
+def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) -> dict[str, Any]:
+    """The cached and the re-run-prefix step model of ``model`` on ``runtime`` (ORT sessions entered on ``stack``)."""
+    if runtime == "torch":
+        return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
+    from edgecap.export import export_onnx
+    from edgecap.runtimes.ort import create_ort_step_model
+
+    threads = torch.get_num_threads()
+    out = {}
+    for mode, exported in (("cached", model), ("prefix", PrefixRerunModel(model))):
+        graphs = export_onnx(exported.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
+        ort_model = create_ort_step_model(
+            graphs["encoder"], graphs["step"], intra_op_threads=threads, inter_op_threads=1
+        )
+        out[mode] = stack.enter_context(ort_model)
+    return out
+
+
+def _measure(
+    case: BenchCase,
+    setup: Setup,
+    cfg: DecodeCfg,
+    step_models: Mapping[str, _Counting],
+    on_call: Callable[[str], None] | None,
+) -> dict[str, Any]:
+    """Interleaved timed decodes of both modes (see the module docstring)."""
+    batches = setup.batches
     times: dict[str, list[float]] = {m: [] for m in MODES}
     steps: dict[str, list[int]] = {m: [] for m in MODES}
     rows: dict[str, list[int]] = {m: [] for m in MODES}
@@ -230,6 +273,7 @@ def run_case(case: BenchCase, on_call: Callable[[str], None] | None = None) -> d
 
     out: dict[str, Any] = {
         "name": setup.name,
+        "runtime": case.runtime,
         "weights": setup.weights,
         "setting": "natural" if case.natural else "forced",
         "case": asdict(case),
@@ -253,14 +297,15 @@ def _fmt_steps(value: float) -> str:
 def markdown_table(results: Sequence[Mapping[str, Any]]) -> str:
     """One row per case: cached vs re-run ms per caption (median / p90) and the speed-up of the medians."""
     lines = [
-        "| model | weights | setting | batch | beam | decode steps | cached ms/caption (median / p90) "
+        "| model | weights | runtime | setting | batch | beam | decode steps | cached ms/caption (median / p90) "
         "| re-run prefix ms/caption (median / p90) | speed-up | same tokens |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         c, p = r["cached"], r["prefix"]
         lines.append(
-            f"| {r['name']} | {r['weights']} | {r['setting']} | {r['case']['batch']} | {r['case']['beam']} "
+            f"| {r['name']} | {r['weights']} | {r.get('runtime', 'torch')} | {r['setting']} | {r['case']['batch']} "
+            f"| {r['case']['beam']} "
             f"| {_fmt_steps(r['decode_steps'])} "
             f"| {c['median_ms_per_caption']:.1f} / {c['p90_ms_per_caption']:.1f} "
             f"| {p['median_ms_per_caption']:.1f} / {p['p90_ms_per_caption']:.1f} "
@@ -307,7 +352,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--steps", type=int, default=25, help="forced decode steps: max_len, min_len = steps - 1 (25)")
     p.add_argument("--warmup", type=int, default=3, help="untimed decode calls per mode (3)")
     p.add_argument("--repeats", type=int, default=20, help="timed decode calls per mode (20)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's default)")
+    p.add_argument(
+        "--runtime",
+        action="append",
+        choices=RUNTIMES,
+        help="torch (eager, default) or ort (exported FP32 graphs on ONNX Runtime); repeatable",
+    )
+    p.add_argument("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the full report (every timing) to this JSON file")
     return p.parse_args(argv)
@@ -321,19 +372,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     common = {"beam": args.beam, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
     cases = []
-    for batch in args.batch or [1]:
-        if args.run:
-            for natural in (False, True):
-                cases.append(BenchCase(batch=batch, run=args.run, natural=natural, features=args.features, **common))
-        for name in args.model or ([] if args.run else ["acort-xsmall", "ort-xsmall"]):
-            cases.append(BenchCase(model=name, batch=batch, seed=args.seed, **common))
+    for runtime in args.runtime or ["torch"]:
+        for batch in args.batch or [1]:
+            case_args = {**common, "batch": batch, "runtime": runtime}
+            if args.run:
+                for natural in (False, True):
+                    cases.append(BenchCase(run=args.run, natural=natural, features=args.features, **case_args))
+            for name in args.model or ([] if args.run else ["acort-xsmall", "ort-xsmall"]):
+                cases.append(BenchCase(model=name, seed=args.seed, **case_args))
 
     env_before = environment()
     results = []
     for case in cases:
         label = case.run or case.model
         print(
-            f"... {label} batch {case.batch} beam {case.beam} ({'natural' if case.natural else 'forced'})",
+            f"... {label} {case.runtime} batch {case.batch} beam {case.beam} "
+            f"({'natural' if case.natural else 'forced'})",
             file=sys.stderr,
             flush=True,
         )

@@ -36,7 +36,7 @@ from edgecap.models.layers.transformer import FeedForward
 
 __all__ = ["ExpansionEmbedding", "ExpansionNetCaptioner", "ExpansionNetCfg"]
 
-_CACHE_NAMES = ("exp_c", "exp_k", "exp_v1", "exp_v2", "exp_f1", "exp_f2")
+_CACHE_NAMES = ("exp_c", "exp_k", "exp_v1", "exp_v2", "exp_r1", "exp_r2")
 
 
 class ExpansionEmbedding(nn.Module):
@@ -136,8 +136,9 @@ class ExpansionNetCaptioner(CaptionModel):
     - ``memory_bias`` (B, 1, 1, N): 0 for valid regions, −1e4 for padding;
     - ``cross_k``, ``cross_v`` (B, L, H, N, d_k): cross-attention keys/values, computed once per image;
     - per decoder layer ``i``: ``exp_c_i``, ``exp_k_i``, ``exp_v1_i``, ``exp_v2_i`` (B, T, d): the Dynamic
-      Expansion's conditioning, key and two value projections of every past token, and ``exp_f1_i``, ``exp_f2_i``
-      (B, T, E, d): the past forward slots ``F_{1,2} + β`` of both paths, which never change once written.
+      Expansion's conditioning, key and two value projections of every past token, and ``exp_r1_i``, ``exp_r2_i``
+      (B, T, E, T): the forward coefficients of the past slots of both paths, which never change once written
+      (the slots themselves are a linear function of them; :meth:`DynamicExpansion.step`).
       One entry per layer (not one stacked tensor) so that a step appends to each cache once instead of also
       re-stacking every layer's cache.
     """

@@ -22,10 +22,59 @@ from torch import Tensor, nn
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.torch import TorchStepModel
 
-__all__ = ["PREFIX_STATE", "PrefixRerunStepModel"]
+__all__ = ["PREFIX_STATE", "PrefixRerunModel", "PrefixRerunStepModel", "rerun_step"]
 
 #: State entries, all batch-first: encoder output (B, N, d), region mask (B, N) bool, tokens fed so far (B, t) long.
 PREFIX_STATE = ("memory", "feature_mask", "prefix")
+
+
+def rerun_step(
+    model: nn.Module, memory: Tensor, feature_mask: Tensor, prefix: Tensor, tokens: Tensor
+) -> tuple[Tensor, Tensor]:
+    """The reference's decoder step: append ``tokens`` (B,) to ``prefix`` (B, t), run the decoder over all t + 1
+    positions, keep the last position's log-probs. Returns ``(logprobs (B, V), the grown prefix)``."""
+    prefix = torch.cat([prefix, tokens.to(prefix.device, torch.long)[:, None]], dim=1)
+    return model.decode_full(memory, feature_mask, prefix)[:, -1], prefix
+
+
+class PrefixRerunModel(nn.Module):
+    """A captioner seen as a "cached-step" model whose only cache is the token prefix: the reference decoding in the
+    ``CaptionModel`` step interface, so that the regular export (``get_export_spec`` of the wrapped model's family)
+    turns it into encoder/start/step ONNX graphs that re-run the prefix every step, like the official ExpansionNet
+    export. ``benchmarks/decode_cache.py --runtime ort`` times those graphs against the cached step graphs on ONNX
+    Runtime with the same beam search, so both sides of the comparison run in the same low-overhead runtime.
+
+    State: ``rerun_memory`` (B, N, d), ``rerun_mask`` (B, N) bool, ``prefix`` (B, t) long (names differ from the
+    start graph's ``memory``/``feature_mask`` inputs, as graph inputs and outputs cannot share names).
+    """
+
+    state_names = ("rerun_memory", "rerun_mask", "prefix")
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+        self.cfg = model.cfg
+        self.vocab_size, self.feature_dim = model.vocab_size, model.feature_dim
+
+    @property
+    def max_len(self) -> int:
+        return int(self.model.max_len)
+
+    def encode_memory(self, features: Tensor, boxes: Tensor, feature_mask: Tensor | None = None) -> Tensor:
+        return self.model.encode_memory(features, boxes, feature_mask)
+
+    def start(self, memory: Tensor, feature_mask: Tensor | None = None) -> State:
+        if feature_mask is None:
+            feature_mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
+        prefix = torch.zeros(memory.shape[0], 0, dtype=torch.long, device=memory.device)
+        return {"rerun_memory": memory, "rerun_mask": feature_mask, "prefix": prefix}
+
+    def encode(self, features: Tensor, boxes: Tensor, feature_mask: Tensor | None = None) -> State:
+        return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask)
+
+    def step(self, tokens: Tensor, state: Mapping[str, Tensor]) -> tuple[Tensor, State]:
+        logprobs, prefix = rerun_step(self.model, state["rerun_memory"], state["rerun_mask"], state["prefix"], tokens)
+        return logprobs, {**state, "prefix": prefix}
 
 
 class PrefixRerunStepModel(TorchStepModel):
@@ -88,6 +137,5 @@ class PrefixRerunStepModel(TorchStepModel):
                 f"PrefixRerunStepModel.step: state lacks {absent}; pass the state returned by encode/step/select"
             )
         with self._context():
-            prefix = torch.cat([state["prefix"], tokens.to(self.device, torch.long)[:, None]], dim=1)
-            logprobs = self.model.decode_full(state["memory"], state["feature_mask"], prefix)[:, -1]
+            logprobs, prefix = rerun_step(self.model, state["memory"], state["feature_mask"], state["prefix"], tokens)
         return logprobs.float(), {**state, "prefix": prefix}

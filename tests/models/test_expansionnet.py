@@ -123,10 +123,13 @@ def test_step_logits_equal_the_full_forward(overrides: dict) -> None:
     for t in range(toks.shape[1]):
         logp, new_state = model.step(toks[:, t], state)
         torch.testing.assert_close(logp, full[:, t], atol=1e-5, rtol=0)
-        for name in ("exp_f1_0", "exp_f2_1", "exp_k_0", "exp_c_1"):  # past slots are reused, never recomputed
+        for name in ("exp_k_0", "exp_c_1"):  # past positions are reused, never recomputed
             torch.testing.assert_close(new_state[name][:, :t], state[name])
+        for name in ("exp_r1_0", "exp_r2_1"):  # so are past slots' coefficients; their new column is zero
+            torch.testing.assert_close(new_state[name][:, :t, :, :t], state[name])
+            assert not new_state[name][:, :t, :, t].any()
         state = new_state
-    assert state["exp_f1_1"].shape == (3, 7, 2, 32)  # (B, T, N_E, d) per layer
+    assert state["exp_r1_1"].shape == (3, 7, 2, 7)  # (B, T, N_E, T) per layer
 
 
 @torch.no_grad()

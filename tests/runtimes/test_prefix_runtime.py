@@ -188,6 +188,15 @@ def test_benchmark_report_schema_and_warmup_excluded(tmp_path: Path) -> None:
     assert "acort-test" in table and table.count("\n") == 2
 
 
+def test_benchmark_on_onnx_runtime_times_exported_graphs_of_both_modes() -> None:
+    bench = _load_benchmark()
+    results = bench.run_case(
+        bench.BenchCase(model="expansionnet-test", batch=2, beam=2, steps=4, warmup=0, repeats=2, runtime="ort")
+    )
+    assert results["runtime"] == "ort" and results["same_tokens"] is True and results["decode_steps"] == 4
+    assert "| ort |" in bench.markdown_table([results])
+
+
 def test_benchmark_rejects_impossible_cases() -> None:
     bench = _load_benchmark()
     with pytest.raises(ValueError, match="decoder positions"):
@@ -196,3 +205,33 @@ def test_benchmark_rejects_impossible_cases() -> None:
         bench.BenchCase(model="ort-test", natural=True)
     with pytest.raises(ValueError, match="steps must be >= 2"):
         bench.BenchCase(steps=1)
+    with pytest.raises(ValueError, match="runtime must be one of"):
+        bench.BenchCase(runtime="tensorrt")
+
+
+@pytest.mark.parametrize("name", ["acort-test", "expansionnet-test"])
+def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> None:
+    """PrefixRerunModel exports through its family's spec (parity-checked) into graphs that re-run the prefix on
+    ONNX Runtime, and the shared beam search over them finds the cached torch model's captions."""
+    from edgecap.export import export_onnx
+    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.prefix import PrefixRerunModel
+
+    if name == "expansionnet-test":
+        torch.manual_seed(0)
+        model, cfg = create_model(name, feature_dim=FEAT, vocab_size=WORD_VOCAB).eval(), CASES["ort-test"][1]
+    else:
+        model, cfg = build(name)
+    cfg = cfg.replace(strategy="beam", beam_size=3, n_best=2)
+    result = export_onnx(PrefixRerunModel(model).eval(), None, name=f"{name}-rerun", precisions=["fp32"])
+    assert result.parity_passed
+    assert result.spec.state_names == PrefixRerunModel.state_names
+    assert result.spec.step_state_names == ("prefix",)  # memory and mask are carried, never copied out
+    graphs = result.runtime_models("fp32")
+    inputs = make_inputs()
+    with create_ort_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as rerun:
+        on_ort = decode(rerun, inputs, cfg)
+    cached = decode(TorchStepModel(model), inputs, cfg)
+    assert [[h.tokens for h in r] for r in on_ort] == [[h.tokens for h in r] for r in cached]
+    for got, want in zip(on_ort, cached, strict=True):
+        assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)

@@ -20,8 +20,8 @@ with the row normalisation ``Ψ(X, ε)_ij = x_ij / (Σ_z x_iz + ε)`` (v2 Eq. 6,
   ``β_{t,n} = C x_t + E_B[n]`` (v1 Eq. 3, v2 Eq. 4). Autoregressive masks (reference code, notes §1.4): slot
   ``(t, n)`` reads only ``x_s`` with ``s ≤ t`` (forward mask), output ``i`` reads only slots with ``t ≤ i`` (backward
   mask), normalised jointly over all its ``(i+1)·N_E`` slots. Hence past slots never change and
-  :meth:`DynamicExpansion.step` caches them, processing only the new token (``O(t·N_E·d)`` instead of
-  ``O(t²·N_E·d)``).
+  :meth:`DynamicExpansion.step` caches them (as their forward coefficients), processing only the new token
+  (``O(t·N_E·d)`` instead of ``O(t²·N_E·d)``).
 
 Where this follows the official code rather than the paper's letter: the ε is 1e-9; dropout acts on ``M``; the
 static backward step has no padding mask (padded rows are never read: the forward step masks them as columns and
@@ -42,7 +42,8 @@ __all__ = ["DEFAULT_EPS", "DynamicExpansion", "ExpansionCache", "StaticExpansion
 #: The reference code's ε (a constructor default of its expansion layers).
 DEFAULT_EPS = 1e-9
 
-#: Per-layer cache of a Dynamic Expansion: ``c, k, v1, v2`` (B, T, d) and ``f1, f2`` (B, T, N_E, d).
+#: Per-layer cache of a Dynamic Expansion: ``c, k, v1, v2`` (B, T, d) and the forward coefficients ``r1, r2``
+#: (B, T, N_E, T) of both paths (zero where the forward mask hides a position; see :meth:`DynamicExpansion.step`).
 ExpansionCache = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
 
@@ -196,14 +197,24 @@ class DynamicExpansion(nn.Module):
         """A length-0 cache for a batch like ``like`` (B, ..., d)."""
         batch = like.shape[0]
         row = like.new_zeros(batch, 0, self.dim)
-        slot = like.new_zeros(batch, 0, self.slots, self.dim)
-        return row, row, row, row, slot, slot
+        coefficients = like.new_zeros(batch, 0, self.slots, 0)
+        return row, row, row, row, coefficients, coefficients
 
     def step(self, x: torch.Tensor, cache: ExpansionCache) -> tuple[torch.Tensor, ExpansionCache]:
         """One new position: ``x`` (B, 1, d) and the cache of the ``P`` earlier ones -> (B, 1, d), grown cache.
 
         The new slots ``(P, n)`` read ``x_0..x_P`` (forward); the output reads all ``(P+1)·N_E`` slots (backward).
         Earlier slots are reused unchanged: their forward rows never see later positions.
+
+        What is cached of a slot is its forward coefficients ``R_i[t, n, :]`` (Eq. 7, zero for ``s > t``), not the
+        slot vector ``F_i[t, n] = R_i[t, n, :] V_i + c_t + E_B[n]`` itself. The backward read-out (Eq. 8) is linear in
+        the slots, so with the new weights ``W_i`` (B, P+1, N_E)
+
+            ``Σ_{t,n} W[t,n] F[t,n] = (Σ_{t,n} W[t,n] R[t,n,:]) V + (Σ_n W[t,n])_t C + (Σ_t W[t,n])_n E_B``
+
+        reads the same value from ``(P+1)·N_E·(P+1)`` cached numbers per path instead of ``(P+1)·N_E·d``: at
+        ``d = 512, N_E = 16`` and 20 positions, 25× less cache to store, append to, read and reorder per beam every
+        step, which is what bounds a cached step (see ``docs/expansionnet.md``).
         """
         c_new, k_new, v1_new, v2_new, sel = self.project(x)
         c = torch.cat((cache[0], c_new), dim=1)
@@ -211,16 +222,33 @@ class DynamicExpansion(nn.Module):
         v1 = torch.cat((cache[2], v1_new), dim=1)
         v2 = torch.cat((cache[3], v2_new), dim=1)
         q_new = c_new[:, 0, None, :] + self.query  # (B, E, d)
-        beta_new = c_new[:, 0, None, :] + self.bias
         z_new = torch.matmul(q_new, k.transpose(1, 2)) * self.scale  # (B, E, P+1)
         pos, neg = _two_paths(z_new)
-        f1 = torch.cat((cache[4], (torch.matmul(psi(pos, self.eps), v1) + beta_new)[:, None]), dim=1)
-        f2 = torch.cat((cache[5], (torch.matmul(psi(neg, self.eps), v2) + beta_new)[:, None]), dim=1)
+        r1 = _append_position(cache[4], psi(pos, self.eps))
+        r2 = _append_position(cache[5], psi(neg, self.eps))
         # Backward scores of every slot against the new key: (c_t + E_Q[n]) · k = c_t · k + E_Q[n] · k, so the
         # (P+1)·E slot queries are never materialised: O((P+1)·d + E·d) instead of O((P+1)·E·d).
         key = k_new.transpose(1, 2)  # (B, d, 1)
         zb = (torch.matmul(c, key) + torch.matmul(self.query, key).transpose(1, 2)) * self.scale  # (B, P+1, E)
-        w1, w2 = _two_paths(zb.flatten(1)[:, None])  # (B, 1, (P+1)·E)
-        b1 = torch.matmul(psi(w1, self.eps), f1.flatten(1, 2))
-        b2 = torch.matmul(psi(w2, self.eps), f2.flatten(1, 2))
-        return _select(sel, b1, b2), (c, k, v1, v2, f1, f2)
+        w1, w2 = _two_paths(zb)
+        b1 = self._read_back(psi(w1, self.eps, dim=(1, 2)), r1, v1, c)
+        b2 = self._read_back(psi(w2, self.eps, dim=(1, 2)), r2, v2, c)
+        return _select(sel, b1, b2), (c, k, v1, v2, r1, r2)
+
+    def _read_back(self, w: torch.Tensor, r: torch.Tensor, v: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """``Σ_{t,n} w[t,n] F[t,n]`` (B, 1, d) from normalised weights ``w`` (B, P+1, E), coefficients ``r``
+        (B, P+1, E, P+1), values ``v`` and conditionings ``c`` (B, P+1, d); see :meth:`step`."""
+        through_values = torch.matmul(w.flatten(1)[:, None], r.flatten(1, 2))  # (B, 1, P+1)
+        return (
+            torch.matmul(through_values, v)
+            + torch.matmul(w.sum(dim=2)[:, None], c)
+            + torch.matmul(w.sum(dim=1)[:, None], self.bias)
+        )
+
+
+def _append_position(r: torch.Tensor, r_new: torch.Tensor) -> torch.Tensor:
+    """Forward coefficients (B, P, E, P) of the past slots plus the new position's (B, E, P+1) -> (B, P+1, E, P+1).
+
+    Past slots never read the new position (forward mask), so their new column is zero.
+    """
+    return torch.cat((nn.functional.pad(r, (0, 1)), r_new[:, None]), dim=1)

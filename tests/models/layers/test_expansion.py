@@ -55,8 +55,9 @@ def test_dynamic_expansion_by_hand() -> None:
     y0, cache = layer.step(x[:, :1], cache)
     y1, cache = layer.step(x[:, 1:], cache)
     torch.testing.assert_close(torch.cat((y0, y1), 1), expected)
-    torch.testing.assert_close(cache[4][0, :, 0, 0], torch.tensor([2.0, -4.0]))  # the cached forward slots F1
-    torch.testing.assert_close(cache[5][0, :, 0, 0], torch.tensor([1.0, -1.0]))
+    # The cached forward coefficients: R1 = [[Ψ([1])], [Ψ([0, 4])]], R2 = [[Ψ([0])], [Ψ([2, 0])]], zero past t.
+    torch.testing.assert_close(cache[4][0, :, 0], torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+    torch.testing.assert_close(cache[5][0, :, 0], torch.tensor([[0.0, 0.0], [1.0, 0.0]]))
 
 
 # -- loop-by-loop references of the formulas ------------------------------------------------------------------------
@@ -141,7 +142,7 @@ def test_dynamic_expansion_matches_the_formula_and_its_cached_steps() -> None:
         y, cache = layer.step(x[:, t : t + 1], cache)
         steps.append(y)
     torch.testing.assert_close(torch.cat(steps, 1), out, atol=1e-5, rtol=0)
-    assert cache[4].shape == (2, 4, 3, 6)
+    assert cache[4].shape == (2, 4, 3, 4)  # (B, T, N_E, T) forward coefficients
 
 
 @torch.no_grad()
