@@ -10,7 +10,7 @@ from typing import Any
 from edgecap.models.layers.attention import SHARE_KINDS
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.layers.norm import NORM_KINDS
-from edgecap.models.length import LengthLevelError, parse_levels
+from edgecap.models.length import LengthLevelError, Levels, parse_levels
 
 __all__ = ["ModelCfg", "ModelCfgError", "PAPER_FEATURE_DIM", "PAPER_WORD_VOCAB_SIZE", "VOCAB_KINDS"]
 
@@ -47,6 +47,22 @@ def replace_cfg(cfg: Any, changes: Mapping[str, Any]) -> Any:
 
 class ModelCfgError(ValueError):
     """A model configuration field with an invalid value or an unknown name."""
+
+
+def optional_length_levels(value: Any, owner: str) -> Levels | None:
+    """A config's ``length_levels`` field, normalised: None (also the CLI spellings ``"none"``/``"null"``/``""``) ->
+    None, a plan name or ``[[low, high], ...]`` -> validated pairs (:func:`~edgecap.models.length.parse_levels`).
+    Every autoregressive family's config uses it, so ``--set length_levels=4level`` means the same everywhere.
+
+    Raises:
+        ModelCfgError: a malformed plan, naming ``owner`` (the config class).
+    """
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+        return None
+    try:
+        return parse_levels(value)
+    except LengthLevelError as exc:
+        raise ModelCfgError(f"{owner}.length_levels: {exc}") from exc
 
 
 def _default_map() -> tuple[int, ...]:
@@ -101,13 +117,7 @@ class ModelCfg:
     length_levels: Any = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.length_levels, str) and self.length_levels.lower() in ("none", "null", ""):
-            object.__setattr__(self, "length_levels", None)
-        if self.length_levels is not None:
-            try:
-                object.__setattr__(self, "length_levels", parse_levels(self.length_levels))
-            except LengthLevelError as exc:
-                raise ModelCfgError(f"ModelCfg.length_levels: {exc}") from exc
+        object.__setattr__(self, "length_levels", optional_length_levels(self.length_levels, "ModelCfg"))
         for name in ("enc_layer_map", "dec_layer_map"):
             try:
                 object.__setattr__(self, name, parse_layer_map(getattr(self, name)))

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping, replace_cfg
+from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping, optional_length_levels, replace_cfg
 
 __all__ = ["ExpansionNetCfg", "V2_GROUPS"]
 
@@ -37,6 +37,9 @@ class ExpansionNetCfg:
         dropout: residual, FFN, attention, embedding and ``M`` dropout.
         feature_dropout: dropout after the input projection (the code's ``enc_input_drop``).
         max_len: decoder positions (a learned table; the v2 code uses 74).
+        length_levels: None (no length control) or a length-level plan (``"4level"``, ``"5level"`` or
+            ``[[low, high], ...]``): a learned level embedding is added to every token embedding (LaBERT §3.1, Eq. 2)
+            and ``encode``/``decode_full`` take ``length_level``; as ``ModelCfg.length_levels``.
     """
 
     family: str = "expansionnet"
@@ -56,8 +59,10 @@ class ExpansionNetCfg:
     dropout: float = 0.1
     feature_dropout: float = 0.1
     max_len: int = 31
+    length_levels: Any = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "length_levels", optional_length_levels(self.length_levels, "ExpansionNetCfg"))
         groups = self.enc_groups
         if isinstance(groups, str):  # CLI overrides: "32,64,128"
             try:
@@ -107,9 +112,11 @@ class ExpansionNetCfg:
         return replace_cfg(self, changes)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (groups as a list); :meth:`from_dict` inverts it."""
+        """JSON-ready dict (groups and length levels as lists); :meth:`from_dict` inverts it."""
         out = dataclasses.asdict(self)
         out["enc_groups"] = list(self.enc_groups)
+        if self.length_levels is not None:
+            out["length_levels"] = [list(p) for p in self.length_levels]
         return out
 
     @classmethod
@@ -132,4 +139,5 @@ class ExpansionNetCfg:
             "vocab_kind": self.vocab_kind,
             "radix_base": self.radix_base if self.vocab_kind == "radix" else None,
             "geometry": False,
+            "length_levels": len(self.length_levels) if self.length_levels else None,
         }

@@ -5,13 +5,14 @@ Architecture (v2 §3.1 Eq. 1-3; v1 §3.4-3.5 Eq. 10-11):
 
 - visual features (B, N, C) -> ``Linear(C, d)`` -> dropout;
 - N_enc pre-LN encoder layers ``x + StaticExp(LN(x))``, ``x + FF(LN(x))`` (Block Static Expansion, v2 §3.2);
-- tokens -> ``dropout(Embedding(V, d)) · √d + learned positions`` (:class:`ExpansionEmbedding`, the one token path);
+- tokens -> ``dropout(Embedding(V, d)) · √d + learned positions`` (:class:`ExpansionEmbedding`, the one token path),
+  plus a learned length-level embedding for a length-controllable model (LaBERT §3.1, Eq. 2; ``*-len`` variants);
 - N_dec pre-LN decoder layers ``DynamicExp``, cross-attention to the memory, FF (Eq. 3) -> ``Linear(d, V)``.
 
 The expansion layers are in :mod:`edgecap.models.layers.expansion`. Variants (v2 §4.2; v1 §4.2): ``expansionnet-v2``
 (d 512, d_ff 2048, 3+3, G = {32, 64, 128, 256, 512}, N_E = 16, a Swin-L grid in the paper), ``expansionnet-v1``
 (ExpansionNet_{64,16}: the same sizes with one static length 64, on 2,048-d regions), the compact edge variants
-``expansionnet-v2-small`` / ``-xsmall`` and ``expansionnet-test``.
+``expansionnet-v2-small`` / ``-xsmall`` and ``expansionnet-test``, and their length-controllable ``*-len`` forms.
 
 Departures, on purpose (``docs/benchmarks.md``, "ExpansionNet"): any backbone (EfficientNet-Lite0 by default, Swin
 from timm by name) instead of Swin-L only; the official code's layer "reduce group" is a cfg switch
@@ -42,7 +43,8 @@ _CACHE_NAMES = ("exp_c", "exp_k", "exp_v1", "exp_v2", "exp_r1", "exp_r2")
 class ExpansionEmbedding(nn.Module):
     """Token path of the decoder: ``dropout(E[tokens]) · √d + P[positions]`` (the v2 code's order).
 
-    Kept as one module so that extra per-token inputs (e.g. a LaBERT-style length level) are added in one place.
+    Kept as one module so that extra per-token inputs are added in one place: a length-controllable model's level
+    embedding ``e_l`` (LaBERT §3.1, Eq. 2) is added to every token here, next to the positions.
     """
 
     def __init__(self, vocab_size: int, dim: int, max_len: int, dropout: float) -> None:
@@ -53,8 +55,9 @@ class ExpansionEmbedding(nn.Module):
         self.scale = math.sqrt(dim)
         self.max_len = max_len
 
-    def forward(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """``tokens`` (B, T) at positions ``start..start+T-1`` -> (B, T, d)."""
+    def forward(self, tokens: torch.Tensor, start: int = 0, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """``tokens`` (B, T) at positions ``start..start+T-1`` -> (B, T, d); ``extra`` (B, 1, d) is added to every
+        token (the length-level embedding of LaBERT Eq. 2). Like the positions it is not dropped out."""
         length = tokens.shape[1]
         if isinstance(start, int) and isinstance(length, int) and start + length > self.max_len:
             raise ValueError(
@@ -65,7 +68,8 @@ class ExpansionEmbedding(nn.Module):
         # min(max_len, past + T) - past made ONNX Runtime's symbolic shape inference (INT8 calibration) merge the
         # cache length with other dims and plan wrong buffer sizes.
         positions = self.positions(torch.arange(length, device=tokens.device) + start)
-        return self.dropout(self.embed(tokens)) * self.scale + positions
+        x = self.dropout(self.embed(tokens)) * self.scale + positions
+        return x if extra is None else x + extra
 
 
 class _LayerReduce(nn.Module):
@@ -140,7 +144,10 @@ class ExpansionNetCaptioner(CaptionModel):
       (B, T, E, T): the forward coefficients of the past slots of both paths, which never change once written
       (the slots themselves are a linear function of them; :meth:`DynamicExpansion.step`).
       One entry per layer (not one stacked tensor) so that a step appends to each cache once instead of also
-      re-stacking every layer's cache.
+      re-stacking every layer's cache;
+    - ``level_embed`` (B, 1, d), only for a length-controllable model (``cfg.length_levels``): the level embedding
+      ``e_l`` of each caption (LaBERT §3.1, Eq. 2), looked up once by :meth:`start` and added to every token's
+      embedding; constant over the caption, so a step reads it and never writes it.
     """
 
     def __init__(self, cfg: ExpansionNetCfg, vocab_size: int) -> None:
@@ -153,6 +160,9 @@ class ExpansionNetCaptioner(CaptionModel):
         self.decoder = nn.ModuleList(_DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.decoder_reduce = _LayerReduce(d, cfg.dec_layers, cfg.layer_reduce, cfg.dropout)
         self.output_proj = nn.Linear(d, vocab_size)
+        # Length control (LaBERT §3.1, Eq. 2): e_l added to every token embedding; row 0 unused (levels are 1-based).
+        self.length_levels = cfg.length_levels
+        self.level_embed = nn.Embedding(len(cfg.length_levels) + 1, d) if cfg.length_levels else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -167,7 +177,8 @@ class ExpansionNetCaptioner(CaptionModel):
 
     @property
     def state_names(self) -> tuple[str, ...]:
-        return ("memory_bias", "cross_k", "cross_v", *self._cache_names)
+        names = ("memory_bias", "cross_k", "cross_v", *self._cache_names)
+        return (*names, "level_embed") if self.level_embed is not None else names
 
     @property
     def _cache_names(self) -> tuple[str, ...]:
@@ -175,6 +186,10 @@ class ExpansionNetCaptioner(CaptionModel):
 
     def _layer_cache_names(self, layer: int) -> tuple[str, ...]:
         return tuple(f"{name}_{layer}" for name in _CACHE_NAMES)
+
+    def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, 1, d) length-level embedding, or None for a model without length control."""
+        return None if length_level is None else self.level_embed(length_level)[:, None, :]
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None
@@ -191,17 +206,21 @@ class ExpansionNetCaptioner(CaptionModel):
         ks, vs = zip(*(layer.cross_attn.project_memory(memory) for layer in self.decoder), strict=True)
         return torch.stack(ks, dim=1), torch.stack(vs, dim=1)
 
-    def _start_impl(self, memory: torch.Tensor, feature_mask: torch.Tensor | None) -> State:
+    def _start_impl(
+        self, memory: torch.Tensor, feature_mask: torch.Tensor | None, length_level: torch.Tensor | None = None
+    ) -> State:
         cross_k, cross_v = self._project_memory(memory)
         state = {"memory_bias": mask_to_bias(feature_mask, memory), "cross_k": cross_k, "cross_v": cross_v}
         for i, layer in enumerate(self.decoder):
             empty = layer.expansion.empty_cache(memory)
             state.update(zip(self._layer_cache_names(i), empty, strict=True))
+        if length_level is not None:
+            state["level_embed"] = self._level(length_level)
         return state
 
     def _step_impl(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         position = state["exp_k_0"].shape[1]
-        x = self.embed(tokens[:, None], start=position)
+        x = self.embed(tokens[:, None], start=position, extra=state.get("level_embed"))
         outputs, new_state = [], dict(state)
         for i, layer in enumerate(self.decoder):
             names = self._layer_cache_names(i)
@@ -213,13 +232,17 @@ class ExpansionNetCaptioner(CaptionModel):
         return torch.log_softmax(self.output_proj(h[:, 0]), dim=-1), new_state
 
     def _decode_full_impl(
-        self, memory: torch.Tensor, feature_mask: torch.Tensor | None, tokens: torch.Tensor
+        self,
+        memory: torch.Tensor,
+        feature_mask: torch.Tensor | None,
+        tokens: torch.Tensor,
+        length_level: torch.Tensor | None = None,
     ) -> torch.Tensor:
         # No token-padding mask: captions are right-padded and the expansion is causal, so real positions never read
         # pads; this keeps teacher forcing identical to step() (the loss ignores pad positions).
         cross_k, cross_v = self._project_memory(memory)
         bias = mask_to_bias(feature_mask, memory)
-        x = self.embed(tokens)
+        x = self.embed(tokens, extra=self._level(length_level))
         outputs = []
         for i, layer in enumerate(self.decoder):
             x = layer(x, cross_k[:, i], cross_v[:, i], bias)
@@ -274,3 +297,30 @@ def expansionnet_v1() -> ExpansionNetCfg:
 def expansionnet_test() -> ExpansionNetCfg:
     """d 32, 2 heads, 2+2 layers, G = {3, 5}, N_E = 2: every v2 mechanism (block groups, reduce) at toy size."""
     return _v2(d_model=32, d_ff=64, heads=2, enc_layers=2, dec_layers=2, enc_groups=(3, 5), dec_slots=2)
+
+
+# -- length-controllable variants (LaBERT §3.1 / Table 1: a length-level embedding added to the token embeddings) ---
+# Any ExpansionNet model becomes one with ``--set length_levels=4level`` (or ``5level``); these are the named ones.
+@register_model
+def expansionnet_v2_len() -> ExpansionNetCfg:
+    """ExpansionNet v2 with the 4-level length embedding (2,560 extra parameters at d=512); decoding takes
+    ``length_level``."""
+    return expansionnet_v2().replace(length_levels="4level")
+
+
+@register_model
+def expansionnet_v2_small_len() -> ExpansionNetCfg:
+    """expansionnet-v2-small with the 4-level length embedding (1,280 extra parameters at d=256)."""
+    return expansionnet_v2_small().replace(length_levels="4level")
+
+
+@register_model
+def expansionnet_v2_xsmall_len() -> ExpansionNetCfg:
+    """expansionnet-v2-xsmall with the 4-level length embedding (960 extra parameters at d=192)."""
+    return expansionnet_v2_xsmall().replace(length_levels="4level")
+
+
+@register_model
+def expansionnet_test_len() -> ExpansionNetCfg:
+    """expansionnet-test with the 4-level length embedding (length control at toy size)."""
+    return expansionnet_test().replace(length_levels="4level")
