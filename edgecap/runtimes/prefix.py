@@ -20,21 +20,29 @@ import torch
 from torch import Tensor, nn
 
 from edgecap.decoding.protocol import DecodeInputError, State
-from edgecap.runtimes.torch import TorchStepModel
+from edgecap.runtimes.torch import LENGTH_LEVEL_INPUT, TorchStepModel
 
 __all__ = ["PREFIX_STATE", "PrefixRerunModel", "PrefixRerunStepModel", "rerun_step"]
 
 #: State entries, all batch-first: encoder output (B, N, d), region mask (B, N) bool, tokens fed so far (B, t) long.
+#: A length-controllable model's state also holds ``length_level`` (B,) long, each hypothesis' 1-based level.
 PREFIX_STATE = ("memory", "feature_mask", "prefix")
 
 
 def rerun_step(
-    model: nn.Module, memory: Tensor, feature_mask: Tensor, prefix: Tensor, tokens: Tensor
+    model: nn.Module,
+    memory: Tensor,
+    feature_mask: Tensor,
+    prefix: Tensor,
+    tokens: Tensor,
+    length_level: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """The reference's decoder step: append ``tokens`` (B,) to ``prefix`` (B, t), run the decoder over all t + 1
-    positions, keep the last position's log-probs. Returns ``(logprobs (B, V), the grown prefix)``."""
+    positions (at ``length_level`` (B,) for a length-controllable model), keep the last position's log-probs.
+    Returns ``(logprobs (B, V), the grown prefix)``."""
     prefix = torch.cat([prefix, tokens.to(prefix.device, torch.long)[:, None]], dim=1)
-    return model.decode_full(memory, feature_mask, prefix)[:, -1], prefix
+    extra = {} if length_level is None else {"length_level": length_level}
+    return model.decode_full(memory, feature_mask, prefix, **extra)[:, -1], prefix
 
 
 class PrefixRerunModel(nn.Module):
@@ -115,10 +123,12 @@ class PrefixRerunStepModel(TorchStepModel):
         super().__init__(model, device, dtype=dtype, autocast=autocast)
 
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool.
+        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool, and for a
+        length-controllable model ``length_level`` (B,) int (LaBERT §3.1).
 
         Returns:
-            ``memory`` (B, N, d), ``feature_mask`` (B, N) bool and an empty ``prefix`` (B, 0) long.
+            ``memory`` (B, N, d), ``feature_mask`` (B, N) bool, an empty ``prefix`` (B, 0) long and, when given,
+            ``length_level`` (B,) long, which every step passes to ``decode_full``.
         """
         features, boxes, mask = self._caption_inputs(inputs)
         with self._context():
@@ -127,7 +137,11 @@ class PrefixRerunStepModel(TorchStepModel):
             # The state needs a tensor; an all-valid mask gives decode_full the same zero attention bias as None.
             mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
         prefix = torch.empty(memory.shape[0], 0, dtype=torch.long, device=memory.device)
-        return {"memory": memory, "feature_mask": mask, "prefix": prefix}
+        state = {"memory": memory, "feature_mask": mask, "prefix": prefix}
+        level = inputs.get(LENGTH_LEVEL_INPUT)
+        if level is not None:
+            state[LENGTH_LEVEL_INPUT] = self._prepare(level).long()
+        return state
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
         """Append ``tokens`` (B,) to the prefix (B, t) and decode all t + 1 positions; log-probs (B, V) of the last."""
@@ -137,5 +151,12 @@ class PrefixRerunStepModel(TorchStepModel):
                 f"PrefixRerunStepModel.step: state lacks {absent}; pass the state returned by encode/step/select"
             )
         with self._context():
-            logprobs, prefix = rerun_step(self.model, state["memory"], state["feature_mask"], state["prefix"], tokens)
+            logprobs, prefix = rerun_step(
+                self.model,
+                state["memory"],
+                state["feature_mask"],
+                state["prefix"],
+                tokens,
+                state.get(LENGTH_LEVEL_INPUT),
+            )
         return logprobs.float(), {**state, "prefix": prefix}

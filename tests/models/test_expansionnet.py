@@ -8,7 +8,9 @@ import torch
 from edgecap.models import (
     CaptionModel,
     ExpansionNetCfg,
+    LengthLevelError,
     ModelCfgError,
+    ModelInputError,
     cfg_from_dict,
     count_model_parameters,
     create_model,
@@ -61,6 +63,7 @@ def closed_form(cfg: ExpansionNetCfg, vocab_size: int, feature_dim: int) -> int:
         + reduce(cfg.enc_layers) + reduce(cfg.dec_layers) + 2 * norm
         + vocab_size * d + cfg.max_len * d  # token and position tables
         + d * vocab_size + vocab_size
+        + ((len(cfg.length_levels) + 1) * d if cfg.length_levels else 0)  # level embedding (Eq. 2), row 0 unused
     )  # fmt: skip
 
 
@@ -175,3 +178,104 @@ def test_decoding_past_max_len_fails_loudly() -> None:
         _, state = model.step(torch.ones(3, dtype=torch.long), state)
     with pytest.raises(ValueError, match="max_len"):
         model.step(torch.ones(3, dtype=torch.long), state)
+
+
+# -- length control (LaBERT §3.1, Eq. 2) -----------------------------------------------------------------------------
+LEN_NAMES = [n for n in NAMES if n.endswith("-len")]
+LEVELS = torch.tensor([1, 3, 4])  # one level per row of visual()
+
+
+def test_len_variants_add_only_the_level_embedding() -> None:
+    assert LEN_NAMES == [
+        "expansionnet-test-len",
+        "expansionnet-v2-len",
+        "expansionnet-v2-small-len",
+        "expansionnet-v2-xsmall-len",
+    ]
+    for name in LEN_NAMES:
+        cfg, base = get_model_cfg(name), get_model_cfg(name.removesuffix("-len"))
+        assert cfg.length_levels == ((1, 9), (10, 14), (15, 19), (20, 25)) and base.length_levels is None
+        assert cfg.replace(length_levels=None) == base
+        extra = count_model_parameters(name, 124, 1280) - count_model_parameters(name.removesuffix("-len"), 124, 1280)
+        assert extra == 5 * cfg.d_model  # 4 levels + the unused row 0
+
+
+def test_cfg_round_trip_with_length_levels() -> None:
+    cfg = get_model_cfg("expansionnet-v2-xsmall-len")
+    data = cfg.to_dict()
+    assert data["length_levels"] == [[1, 9], [10, 14], [15, 19], [20, 25]]
+    assert cfg_from_dict(data) == cfg == ExpansionNetCfg.from_dict(data)
+    assert get_model_cfg("expansionnet-v2").to_dict()["length_levels"] is None
+    assert cfg.summary()["length_levels"] == 4 and get_model_cfg("expansionnet-v2").summary()["length_levels"] is None
+    # CLI spellings (--set length_levels=...), as ModelCfg
+    assert ExpansionNetCfg(length_levels="5level").length_levels[-1] == (22, 25)
+    assert ExpansionNetCfg(length_levels=[[1, 5], [6, 12]]).length_levels == ((1, 5), (6, 12))
+    assert cfg.replace(length_levels="none").length_levels is None
+    assert create_model("expansionnet-test", 30, length_levels="4level").length_levels == cfg.length_levels
+    with pytest.raises(ModelCfgError, match="ExpansionNetCfg.length_levels.*unknown length plan"):
+        ExpansionNetCfg(length_levels="3level")
+    with pytest.raises(ModelCfgError, match="ExpansionNetCfg.length_levels.*contiguous"):
+        cfg_from_dict({**data, "length_levels": [[1, 5], [7, 9]]})
+
+
+@torch.no_grad()
+def test_step_logits_equal_the_full_forward_with_per_row_levels() -> None:
+    model = small("expansionnet-test-len")
+    assert model.state_names[-1] == "level_embed"
+    features, boxes, mask = visual()
+    toks = tokens()
+    full = model(features, boxes, mask, toks, LEVELS)
+    state = model.encode(features, boxes, mask, LEVELS)
+    assert state["level_embed"].shape == (3, 1, 32)
+    torch.testing.assert_close(state["level_embed"][:, 0], model.level_embed.weight[LEVELS])
+    for t in range(toks.shape[1]):
+        logp, new_state = model.step(toks[:, t], state)
+        torch.testing.assert_close(logp, full[:, t], atol=1e-5, rtol=0)
+        assert new_state["level_embed"] is state["level_embed"]  # read, never written
+        state = new_state
+    # each row only sees its own level: a row decoded alone at that level gives the same log-probs
+    alone = model(features[1:2], boxes[1:2], mask[1:2], toks[1:2], LEVELS[1:2])
+    torch.testing.assert_close(alone, full[1:2], atol=1e-5, rtol=0)
+
+
+@torch.no_grad()
+def test_levels_change_the_log_probs() -> None:
+    model = small("expansionnet-test-len")
+    features, boxes, mask = visual()
+    toks = tokens()
+    by_level = [model(features, boxes, mask, toks, torch.full((3,), k)) for k in range(1, 5)]
+    for i in range(4):
+        for j in range(i + 1, 4):
+            assert (by_level[i] - by_level[j]).abs().max() > 1e-3, (i + 1, j + 1)
+
+
+@torch.no_grad()
+def test_length_level_is_refused_without_levels_and_required_with_them() -> None:
+    features, boxes, mask = visual()
+    plain, aware = small(), small("expansionnet-test-len")
+    assert plain.length_levels is None and "level_embed" not in plain.state_names and plain.level_embed is None
+    with pytest.raises(LengthLevelError, match="no length control"):
+        plain.encode(features, boxes, mask, LEVELS)
+    with pytest.raises(LengthLevelError, match="no length control"):
+        plain(features, boxes, mask, tokens(), LEVELS)
+    with pytest.raises(LengthLevelError, match=r"pass length_level in 1\.\.4"):
+        aware.encode(features, boxes, mask)
+    with pytest.raises(LengthLevelError, match=r"pass length_level in 1\.\.4"):
+        aware(features, boxes, mask, tokens())
+    with pytest.raises(LengthLevelError, match=r"1\.\.4"):
+        aware.encode(features, boxes, mask, torch.tensor([1, 5, 2]))
+    with pytest.raises(LengthLevelError, match=r"1\.\.4"):
+        aware.encode(features, boxes, mask, torch.tensor([0, 1, 2]))
+    with pytest.raises(ModelInputError, match="batch"):
+        aware.encode(features, boxes, mask, torch.tensor([1, 2]))
+    with pytest.raises(ModelInputError, match="state does not match"):  # a state without its level embedding
+        state = aware.encode(features, boxes, mask, LEVELS)
+        aware.step(torch.ones(3, dtype=torch.long), {k: v for k, v in state.items() if k != "level_embed"})
+
+
+def test_gradients_reach_the_level_embedding() -> None:
+    model = small("expansionnet-test-len").train()
+    features, boxes, mask = visual()
+    model(features, boxes, mask, tokens(), LEVELS).mean().backward()
+    grad = model.level_embed.weight.grad
+    assert grad[LEVELS].abs().sum(dim=1).gt(0).all() and not grad[0].any() and not grad[2].any()  # rows 1, 3, 4 only

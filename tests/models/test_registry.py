@@ -85,6 +85,7 @@ def test_all_paper_and_test_configs_are_registered():
         "acort-test-len",
         "acort-test-qk",
         "expansionnet-test",
+        "expansionnet-test-len",
         "labert-test",
         "ort-test",
     ]

@@ -27,6 +27,11 @@ CASES = {
         ),
     ),
     "ort-test": ({"vocab_size": WORD_VOCAB}, DecodeCfg(max_len=8, pad_id=0, bos_id=1, eos_id=2)),
+    # length-controllable (LaBERT §3.1): the level rides in the rerun state and reaches every decode_full
+    "expansionnet-test-len": (
+        {"vocab_size": WORD_VOCAB},
+        DecodeCfg(max_len=8, pad_id=0, bos_id=1, eos_id=2, length_level=3),
+    ),
 }
 
 
@@ -91,9 +96,13 @@ def test_forced_full_length_beam_matches(case: tuple) -> None:
 def test_step_logprobs_match_the_cached_step(case: tuple) -> None:
     _, model, cfg = case
     inputs = make_inputs()
+    expected_state = set(PREFIX_STATE)
+    if model.length_levels:  # one level per image, each row decoded at its own
+        inputs["length_level"] = torch.tensor([1, 4, 2])
+        expected_state.add("length_level")
     cached_model, rerun_model = TorchStepModel(model), PrefixRerunStepModel(model)
     cached, rerun = cached_model.encode(inputs), rerun_model.encode(inputs)
-    assert set(rerun) == set(PREFIX_STATE)
+    assert set(rerun) == expected_state
     assert rerun["prefix"].shape == (BATCH, 0) and rerun["prefix"].dtype == torch.long
     g = torch.Generator().manual_seed(1)
     tokens = torch.full((BATCH,), cfg.bos_id)
