@@ -42,18 +42,29 @@ def test_length_level_on_a_model_without_length_control_is_refused() -> None:
 
 
 @pytest.mark.usefixtures("flush_denormals")
-def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(tiny_data, tmp_path_factory, tmp_path):
-    """A ``*-len`` bundle records its plan and default level at export; ``cap(image)`` needs no level, and a level
-    outside the plan is refused by name (not by an ONNX Runtime index error)."""
-    run, weights = pixel_run(tiny_data, tmp_path_factory, "ort-test", {"length_levels": "4level"})
+@pytest.mark.parametrize(
+    ("model_name", "overrides"),
+    [("ort-test", {"length_levels": "4level"}), ("expansionnet-test-len", {})],
+    ids=["ort-test+4level", "expansionnet-test-len"],
+)
+def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
+    tiny_data, tmp_path_factory, tmp_path, model_name, overrides
+):
+    """A ``*-len`` bundle (any autoregressive family) records its plan and default level at export; ``cap(image)``
+    needs no level, every level decodes on ONNX Runtime as in torch, and a level outside the plan is refused by name
+    (not by an ONNX Runtime index error)."""
+    run, weights = pixel_run(tiny_data, tmp_path_factory, model_name, overrides)
     bundle = export_bundle(run, tmp_path / "len", backbone_weights=weights, quality_images=0, progress=False)
     assert load_bundle(bundle).interface["length"] == {
         "levels": [[1, 9], [10, 14], [15, 19], [20, 25]],
         "default_level": 2,
     }
     image = sorted((tiny_data[0] / "images").iterdir())[0]
-    expected = Captioner.from_run(run, backbone_weights=weights)(image)  # torch, default level
+    reference = Captioner.from_run(run, backbone_weights=weights)  # torch
+    expected = reference(image)  # default level
     with Captioner.load(bundle, runtime="ort", precision="fp32") as cap:
         assert cap(image) == cap(image, length_level=2) == expected
+        for level in (1, 4):
+            assert cap(image, length_level=level) == reference(image, length_level=level)
         with pytest.raises(LengthLevelError, match=r"1\.\.4"):
             cap(image, length_level=5)
