@@ -4,7 +4,8 @@ v2 trains each stage in two steps: first with the backbone frozen, on features c
 feature cache: "the forward cost is replaced by a memory read"), then a short fine-tuning of backbone + captioner
 together from images (2 epochs, lr 3e-5 annealed by 0.55 per epoch, RAdam β = (0.9, 0.98)). Here the first step is
 the ordinary :func:`edgecap.training.loop.train` on a feature cache; this module is the second. It works for every
-model family (it only needs ``encode_memory`` / ``decode_full``) and every timm backbone the cache was built with:
+model family (it only needs ``encode_memory`` / ``decode_full``; a length-aware ``*-len`` model is fed each
+caption's ground-truth level, as in the frozen stage) and every timm backbone the cache was built with:
 EfficientNet-Lite0 by default, or e.g. a Swin from timm by name whose weights file is supplied locally.
 
 What it writes into the run directory:
@@ -39,6 +40,7 @@ from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
 from edgecap.training.losses import label_smoothed_nll
+from edgecap.training.objectives import level_inputs
 
 __all__ = ["BACKBONE_WEIGHTS", "END_TO_END", "RADAM_BETAS", "finetune_end_to_end"]
 
@@ -149,7 +151,8 @@ def finetune_end_to_end(cfg: TrainCfg, run_dir: str | Path, progress: bool = Tru
             pixels = backbone.preprocess([train_records[r].path for r in rows]).to(device)
             features, boxes = backbone(pixels)
             memory = model.encode_memory(features, boxes, None).repeat_interleave(cfg.captions_per_image, dim=0)
-            logprobs = model.decode_full(memory, None, tokens[:, :-1])
+            levels = level_inputs(model, tokens, vocab.pad_id, vocab.tokens_per_word)  # a *-len model's levels
+            logprobs = model.decode_full(memory, None, tokens[:, :-1], **levels)
             loss, _ = label_smoothed_nll(logprobs.float(), tokens[:, 1:], vocab.pad_id, cfg.label_smoothing)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

@@ -17,7 +17,7 @@ import torch
 from edgecap.models.length import level_of
 from edgecap.training.losses import label_smoothed_nll
 
-__all__ = ["OBJECTIVES", "caption_levels", "cross_entropy", "masked_lm", "objective_for"]
+__all__ = ["OBJECTIVES", "caption_levels", "cross_entropy", "level_inputs", "masked_lm", "objective_for"]
 
 Objective = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -26,6 +26,16 @@ def caption_levels(tokens: torch.Tensor, pad_id: int, levels: Any, tokens_per_wo
     """(B,) 1-based length level of each caption row ``BOS … EOS PAD…`` (words = non-pad tokens − 2)."""
     words = (tokens.ne(pad_id).sum(dim=1) - 2).div(tokens_per_word, rounding_mode="floor").tolist()
     return torch.tensor([level_of(levels, int(n)) for n in words], dtype=torch.long, device=tokens.device)
+
+
+def level_inputs(model: Any, tokens: torch.Tensor, pad_id: int, tokens_per_word: int = 1) -> dict[str, torch.Tensor]:
+    """``{"length_level": each caption's ground-truth level}`` for a length-aware autoregressive model (LaBERT §3.1:
+    trained at the level of the caption it reproduces), ``{}`` for the others: the keyword arguments of its
+    ``decode_full`` beyond the tokens. Every teacher-forced trainer (frozen features, end-to-end) uses it."""
+    levels = getattr(model, "length_levels", None)
+    if not levels:
+        return {}
+    return {"length_level": caption_levels(tokens, pad_id, levels, tokens_per_word)}
 
 
 def _autocast(visual: Any) -> contextlib.AbstractContextManager:
@@ -38,10 +48,7 @@ def cross_entropy(
     """Teacher forcing (ACORT §5.1). A length-aware model gets each caption's ground-truth level (LaBERT §3.1);
     ``tokens_per_word`` converts token counts to words (radix digits per word)."""
     per_image = cfg.captions_per_image
-    extra: dict[str, torch.Tensor] = {}
-    levels = getattr(model, "length_levels", None)
-    if levels:
-        extra["length_level"] = caption_levels(tokens, pad_id, levels, tokens_per_word)
+    extra = level_inputs(model, tokens, pad_id, tokens_per_word)
     with _autocast(visual):
         memory = model.encode_memory(visual.features, visual.boxes, visual.mask)
         memory = memory.repeat_interleave(per_image, dim=0)

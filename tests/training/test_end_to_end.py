@@ -92,6 +92,18 @@ def test_frozen_then_end_to_end_run(pixel_data, tmp_path):
     assert (run / BACKBONE_WEIGHTS).stat().st_mtime_ns == stamp
 
 
+def test_length_aware_model_is_fed_its_levels_end_to_end(pixel_data, tmp_path):
+    """A ``*-len`` model trains on each caption's ground-truth level in the end-to-end step too (LaBERT §3.1), so
+    its level embedding keeps learning there."""
+    data, cache, weights = pixel_data
+    cfg = _cfg(data, cache, tmp_path / "run", model="expansionnet-test-len", epochs=1, backbone_weights=str(weights))
+    run = train(cfg, progress=False)
+    summary = json.loads((run / END_TO_END).read_text())
+    assert summary["steps"] >= 2 and math.isfinite(summary["last_loss"])
+    frozen, tuned = load_file(str(run / FROZEN_WEIGHTS)), load_file(str(run / ckpt.WEIGHTS))
+    assert not torch.equal(frozen["level_embed.weight"][1:], tuned["level_embed.weight"][1:])
+
+
 def test_region_feature_runs_cannot_go_end_to_end(tiny_data, tmp_path):
     data, regions = tiny_data
     cfg = _cfg(data, regions, tmp_path / "run", model="expansionnet-test", epochs=1)

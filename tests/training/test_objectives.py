@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from edgecap.models import create_model
 from edgecap.training.objectives import caption_levels, cross_entropy, masked_lm, objective_for
@@ -81,15 +82,22 @@ def test_tiny_labert_learns_length_control(tiny_data, tmp_path: Path) -> None:
     assert (run / "eval" / "train-levels.json").is_file()
 
 
-def test_length_aware_acort_trains_with_the_ground_truth_level(tiny_data, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("model", "overrides"),
+    [("acort-test-len", {"radix_base": 64}), ("expansionnet-test-len", {})],
+    ids=["acort-test-len", "expansionnet-test-len"],
+)
+def test_length_aware_model_trains_with_the_ground_truth_level(
+    tiny_data, tmp_path: Path, model: str, overrides: dict
+) -> None:
     """Cross-entropy feeds each caption's level (radix: words = digit tokens / digits) through the same trainer,
-    checkpoints and validation (which decodes at the default level)."""
+    checkpoints and validation (which decodes at the default level), for every autoregressive family."""
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train
 
     data, feats = tiny_data
     cfg = TrainCfg(
-        model="acort-test-len",
+        model=model,
         data=str(data),
         features=str(feats),
         out=str(tmp_path / "run"),
@@ -99,7 +107,7 @@ def test_length_aware_acort_trains_with_the_ground_truth_level(tiny_data, tmp_pa
         warmup_steps=5,
         optimizer="adamw",
         vocab_min_count=1,
-        model_overrides={"radix_base": 64},
+        model_overrides=overrides,
         val_images=4,
         device="cpu",
         seed=1,
@@ -107,7 +115,9 @@ def test_length_aware_acort_trains_with_the_ground_truth_level(tiny_data, tmp_pa
     )
     run = train(cfg, progress=False)
     lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert any(x["event"] == "train" for x in lines)
+    assert any(x["event"] == "train" for x in lines) and any(x["event"] == "val" for x in lines)
+    weights = load_file(str(run / "weights.safetensors"))
+    assert weights["level_embed.weight"].shape[0] == 5  # 4 levels + the unused row 0, saved with the run
     levels = caption_levels(
         torch.tensor([[65] + [1, 2] * 10 + [66, 0], [65] + [3, 4] * 3 + [66] + [0] * 15]),
         0,
