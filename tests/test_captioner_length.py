@@ -52,9 +52,18 @@ def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
 ):
     """A ``*-len`` bundle (any autoregressive family) records its plan and default level at export; ``cap(image)``
     needs no level, every level decodes on ONNX Runtime as in torch, and a level outside the plan is refused by name
-    (not by an ONNX Runtime index error)."""
+    (not by an ONNX Runtime index error). INT8 calibration decodes the calibration images at every level."""
     run, weights = pixel_run(tiny_data, tmp_path_factory, model_name, overrides)
-    bundle = export_bundle(run, tmp_path / "len", backbone_weights=weights, quality_images=0, progress=False)
+    bundle = export_bundle(
+        run,
+        tmp_path / "len",
+        backbone_weights=weights,
+        int8=True,
+        calib=tiny_data[0],
+        calib_size=8,
+        quality_images=0,
+        progress=False,
+    )
     assert load_bundle(bundle).interface["length"] == {
         "levels": [[1, 9], [10, 14], [15, 19], [20, 25]],
         "default_level": 2,
@@ -68,3 +77,7 @@ def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
             assert cap(image, length_level=level) == reference(image, length_level=level)
         with pytest.raises(LengthLevelError, match=r"1\.\.4"):
             cap(image, length_level=5)
+    calibration = load_bundle(bundle).variant("int8")["calibration"]
+    assert calibration["images"] == 8 and calibration["report"]["decoder_feeds"] > 0
+    with Captioner.load(bundle, runtime="ort", precision="int8") as cap:
+        assert all(isinstance(cap(image, length_level=level), str) for level in (1, 2, 3, 4))

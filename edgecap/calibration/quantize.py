@@ -12,6 +12,9 @@ encoder feeds (real images: backbone pixels or region features) and the deployed
 3. returns the QDQ graphs, the calibration tensor ranges (JSON-ready; :func:`write_trt_calibration_cache` turns them
    into a TensorRT calibration table) and a calibration report for the bundle manifest.
 
+A length-controllable model (``*-len``, LaBERT §3.1: its encoder graph takes ``length_level``) is calibrated at every
+level: feeds without levels get one per image, cycling over the plan, and each image is decoded at its own level.
+
 Each feed is checked against the graph's inputs; an empty calibration set, a set from which decoding records no step
 feed, or mismatching names raise :class:`~edgecap.calibration.source.CalibrationError` before any quantisation runs.
 """
@@ -530,6 +533,25 @@ class Int8Result:
         }
 
 
+#: The encoder input of a length-controllable model (``edgecap.export.specs.captioning.LEVEL_INPUT``).
+LENGTH_LEVEL = "length_level"
+
+
+def _with_levels(source: CalibrationSource, levels: int) -> CalibrationSource:
+    """``source`` whose feeds without ``length_level`` get (B,) int64 1-based levels cycling over ``1..levels`` from
+    the feed's index, so that every level is calibrated whatever the batch size."""
+
+    def feeds() -> Iterator[dict[str, np.ndarray]]:
+        for index, feed in enumerate(source):
+            if LENGTH_LEVEL in feed:
+                yield feed
+            else:
+                batch = int(next(iter(feed.values())).shape[0])
+                yield {**feed, LENGTH_LEVEL: ((np.arange(batch) + index) % levels + 1).astype(np.int64)}
+
+    return CalibrationSource(feeds if source.reiterable else feeds(), source.cache, name=source.name)
+
+
 def quantize_int8(
     fp32_models: Mapping[str, Any],
     spec: Any,
@@ -550,9 +572,10 @@ def quantize_int8(
         spec: the model's ``ExportSpec`` (state names, token/log-prob names, state output suffix).
         encoder_feeds: batches of encoder-graph inputs from real calibration images (e.g. ``{"pixel_values"}`` or
             ``{"features", "boxes", "feature_mask"}``); the set size is the caller's choice (a few hundred images
-            is typical). A list, a re-iterable or a callable is streamed twice; a generator is kept in memory.
+            is typical). A list, a re-iterable or a callable is streamed twice; a generator is kept in memory. For a
+            length-controllable model a feed may hold ``length_level`` (B,); without it, levels cycle over the plan.
         decode_cfg: the deployed ``DecodeCfg``; the FP32 graphs decode the calibration images with it and the step
-            feeds of that decoding calibrate the step graph.
+            feeds of that decoding calibrate the step graph (a length-controllable model: at each feed's levels).
         preset: target preset name (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``) or a
             :class:`QuantPreset`.
         max_decoder_feeds: cap on recorded step feeds (a uniform sample of all steps beyond it; each feed keeps at
@@ -586,10 +609,15 @@ def quantize_int8(
     expected_step = [spec.tokens_name, *spec.state_names]
     check_feed_names(dict.fromkeys(step_inputs), expected_step, "the step graph vs spec.tokens_name/state_names")
 
+    levels = len(getattr(spec, "length_levels", ()) or ()) if LENGTH_LEVEL in encoder_inputs else 0
+    if levels:  # each image at the level its feed carries (decode would otherwise force one level on all)
+        decode_cfg = decode_cfg.replace(length_level=None)
     source = as_source(encoder_feeds, "encoder calibration feeds")
+    bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
+    if levels:
+        source = _with_levels(source, levels)
     kept: list[dict[str, np.ndarray]] | None = None if source.reiterable else []
     recorder = FeedRecorder(max_feeds=max_decoder_feeds, max_rows=DECODER_ROWS_PER_FEED, max_bytes=DECODER_FEED_BYTES)
-    bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
 
     def checked(feeds: CalibrationSource) -> Iterator[dict[str, np.ndarray]]:
         for index, feed in enumerate(feeds):

@@ -366,3 +366,19 @@ def test_a_word_vocabulary_model_with_separate_values(ort_word, region_feeds) ->
     assert report["images"] == 12 and report["token_agreement_pct"] >= 70.0
     assert np.isfinite(report["cider_d_delta"])
     assert set(ort_word.spec.state_names) == {"memory_bias", "cross_k", "cross_v", "self_k", "self_v"}
+
+
+# -- length-controllable models (LaBERT §3.1) ------------------------------------------------------------------------
+def test_feeds_without_levels_cycle_over_every_level() -> None:
+    from edgecap.calibration.quantize import LENGTH_LEVEL, _with_levels
+
+    feeds = [{"features": np.zeros((3, 2, 4), np.float32)}, {"features": np.zeros((2, 2, 4), np.float32)}]
+    given = {"features": np.zeros((2, 2, 4), np.float32), LENGTH_LEVEL: np.array([4, 4])}
+    source = _with_levels(CalibrationSource([*feeds, given], name="feeds"), 4)
+    assert source.reiterable and source.name == "feeds"
+    for _ in range(2):  # re-iterable, and the same levels on every pass
+        assert [f[LENGTH_LEVEL].tolist() for f in source] == [[1, 2, 3], [2, 3], [4, 4]]
+    assert all(f[LENGTH_LEVEL].dtype == np.int64 for f in source)
+    assert source.count == 3
+    one_shot = _with_levels(CalibrationSource(iter(feeds)), 2)
+    assert not one_shot.reiterable and [f[LENGTH_LEVEL].tolist() for f in one_shot] == [[1, 2, 1], [2, 1]]
