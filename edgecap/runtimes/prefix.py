@@ -53,16 +53,21 @@ class PrefixRerunModel(nn.Module):
     Runtime with the same beam search, so both sides of the comparison run in the same low-overhead runtime.
 
     State: ``rerun_memory`` (B, N, d), ``rerun_mask`` (B, N) bool, ``prefix`` (B, t) long (names differ from the
-    start graph's ``memory``/``feature_mask`` inputs, as graph inputs and outputs cannot share names).
+    start graph's ``memory``/``feature_mask`` inputs, as graph inputs and outputs cannot share names), and for a
+    length-controllable model ``rerun_level`` (B,) long, the level every step passes to ``decode_full``.
     """
-
-    state_names = ("rerun_memory", "rerun_mask", "prefix")
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
         self.model = model
         self.cfg = model.cfg
         self.vocab_size, self.feature_dim = model.vocab_size, model.feature_dim
+        self.length_levels = getattr(model, "length_levels", None)
+
+    @property
+    def state_names(self) -> tuple[str, ...]:
+        base = ("rerun_memory", "rerun_mask", "prefix")
+        return (*base, "rerun_level") if self.length_levels else base
 
     @property
     def max_len(self) -> int:
@@ -71,17 +76,36 @@ class PrefixRerunModel(nn.Module):
     def encode_memory(self, features: Tensor, boxes: Tensor, feature_mask: Tensor | None = None) -> Tensor:
         return self.model.encode_memory(features, boxes, feature_mask)
 
-    def start(self, memory: Tensor, feature_mask: Tensor | None = None) -> State:
+    def start(self, memory: Tensor, feature_mask: Tensor | None = None, length_level: Tensor | None = None) -> State:
         if feature_mask is None:
             feature_mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
         prefix = torch.zeros(memory.shape[0], 0, dtype=torch.long, device=memory.device)
-        return {"rerun_memory": memory, "rerun_mask": feature_mask, "prefix": prefix}
+        state = {"rerun_memory": memory, "rerun_mask": feature_mask, "prefix": prefix}
+        if self.length_levels:
+            # Checked here (in range, right batch) as the wrapped model's start would check it.
+            state["rerun_level"] = self.model._level_kwargs(length_level, memory)["length_level"]
+        elif length_level is not None:
+            self.model._level_kwargs(length_level, memory)  # raises: this model has no length control
+        return state
 
-    def encode(self, features: Tensor, boxes: Tensor, feature_mask: Tensor | None = None) -> State:
-        return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask)
+    def encode(
+        self,
+        features: Tensor,
+        boxes: Tensor,
+        feature_mask: Tensor | None = None,
+        length_level: Tensor | None = None,
+    ) -> State:
+        return self.start(self.encode_memory(features, boxes, feature_mask), feature_mask, length_level)
 
     def step(self, tokens: Tensor, state: Mapping[str, Tensor]) -> tuple[Tensor, State]:
-        logprobs, prefix = rerun_step(self.model, state["rerun_memory"], state["rerun_mask"], state["prefix"], tokens)
+        logprobs, prefix = rerun_step(
+            self.model,
+            state["rerun_memory"],
+            state["rerun_mask"],
+            state["prefix"],
+            tokens,
+            state.get("rerun_level"),
+        )
         return logprobs, {**state, "prefix": prefix}
 
 

@@ -218,10 +218,11 @@ def test_benchmark_rejects_impossible_cases() -> None:
         bench.BenchCase(runtime="tensorrt")
 
 
-@pytest.mark.parametrize("name", ["acort-test", "expansionnet-test"])
+@pytest.mark.parametrize("name", ["acort-test", "expansionnet-test", "expansionnet-test-len"])
 def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> None:
     """PrefixRerunModel exports through its family's spec (parity-checked) into graphs that re-run the prefix on
-    ONNX Runtime, and the shared beam search over them finds the cached torch model's captions."""
+    ONNX Runtime, and the shared beam search over them finds the cached torch model's captions (at the cfg's length
+    level for a length-aware model)."""
     from edgecap.export import export_onnx
     from edgecap.runtimes.ort import create_ort_step_model
     from edgecap.runtimes.prefix import PrefixRerunModel
@@ -234,8 +235,9 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     cfg = cfg.replace(strategy="beam", beam_size=3, n_best=2)
     result = export_onnx(PrefixRerunModel(model).eval(), None, name=f"{name}-rerun", precisions=["fp32"])
     assert result.parity_passed
-    assert result.spec.state_names == PrefixRerunModel.state_names
-    assert result.spec.step_state_names == ("prefix",)  # memory and mask are carried, never copied out
+    levels = ("rerun_level",) if name.endswith("-len") else ()
+    assert result.spec.state_names == ("rerun_memory", "rerun_mask", "prefix", *levels)
+    assert result.spec.step_state_names == ("prefix",)  # memory, mask (and level) are carried, never copied out
     graphs = result.runtime_models("fp32")
     inputs = make_inputs()
     with create_ort_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as rerun:
@@ -244,3 +246,18 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     assert [[h.tokens for h in r] for r in on_ort] == [[h.tokens for h in r] for r in cached]
     for got, want in zip(on_ort, cached, strict=True):
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
+
+
+def test_rerun_model_checks_levels_like_the_model_it_wraps() -> None:
+    from edgecap.models import LengthLevelError
+    from edgecap.runtimes.prefix import PrefixRerunModel
+
+    memory = torch.zeros(2, REGIONS, 32)
+    plain, aware = PrefixRerunModel(build("ort-test")[0]), PrefixRerunModel(build("expansionnet-test-len")[0])
+    with pytest.raises(LengthLevelError, match="no length control"):
+        plain.start(memory, None, torch.tensor([1, 2]))
+    with pytest.raises(LengthLevelError, match="pass length_level"):
+        aware.start(memory)
+    with pytest.raises(LengthLevelError, match="must be in 1..4"):
+        aware.start(memory, None, torch.tensor([1, 9]))
+    assert aware.start(memory, None, torch.tensor([1, 4]))["rerun_level"].tolist() == [1, 4]
