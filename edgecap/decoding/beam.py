@@ -76,7 +76,7 @@ class _Finished:
 class _BackPointers:
     """Per step, for every running beam it produced ("output row"): its token, log-prob and parent output row of the
     previous step, appended as host lists — except the log-probs of a fast step, kept as the device tensor of the
-    step's candidates and read to the host only when a hypothesis is traced through that step.
+    step's candidates and read to the host only when a hypothesis is first traced through that step.
 
     ``row_map`` of a step maps its *input* rows to the previous step's output rows; it is None (identity) unless
     pruning dropped rows in between.
@@ -86,30 +86,38 @@ class _BackPointers:
         self._tokens: list[list[int]] = []
         self._parents: list[list[int]] = []
         self._lps: list[list[float] | tuple[Tensor, int]] = []
+        self._unread: list[int] = []  # steps whose log-probs are still tensors, in order
 
     def append(
         self, tokens: list[int], lps: list[float] | tuple[Tensor, int], src: list[int], row_map: list[int] | None
     ) -> None:
         """``src``: each output row's parent as an input row of this step; ``lps``: a list, or ``(tensor, width)``
         for the first ``width`` columns of a (groups, C) tensor, row-major."""
+        if isinstance(lps, tuple):
+            self._unread.append(len(self._lps))
         self._tokens.append(tokens)
         self._parents.append(src if row_map is None else [row_map[r] for r in src])
         self._lps.append(lps)
 
-    def _logprobs(self, t: int) -> list[float]:
-        lps = self._lps[t]
-        if isinstance(lps, tuple):
-            tensor, width = lps
-            lps = self._lps[t] = [v for row in tensor.tolist() for v in row[:width]]
-        return lps
+    def _read(self, t: int) -> None:
+        """Bring the log-probs of every step up to ``t`` still held as tensors to the host (a ``torch.cat`` of them
+        and one ``tolist`` measured slower than one ``tolist`` per step at batch 1)."""
+        steps = [s for s in self._unread if s <= t]
+        self._unread = self._unread[len(steps) :]
+        for s in steps:
+            tensor, width = self._lps[s]  # type: ignore[misc]
+            self._lps[s] = [v for row in tensor.tolist() for v in row[:width]]
 
     def trace(self, t: int, row: int) -> tuple[list[int], list[float]]:
         """Tokens and log-probs of output row ``row`` of step ``t``, from step 0 (``t = -1``: empty)."""
+        if self._unread and self._unread[0] <= t:
+            self._read(t)
         tokens, lps = [], []
+        all_tokens, all_lps, all_parents = self._tokens, self._lps, self._parents
         for s in range(t, -1, -1):
-            tokens.append(self._tokens[s][row])
-            lps.append(self._logprobs(s)[row])
-            row = self._parents[s][row]
+            tokens.append(all_tokens[s][row])
+            lps.append(all_lps[s][row])  # type: ignore[index]  # a list: read above
+            row = all_parents[s][row]
         tokens.reverse()
         lps.reverse()
         return tokens, lps
@@ -191,12 +199,13 @@ def beam_search(
         eos_flat = eos_at.get(k) or eos_at.setdefault(k, {b * vocab + eos for b in range(k)})
         cand_lps = lp.reshape(groups, k * vocab).gather(1, flat)  # (groups, C)
 
-        if flat.shape[1] >= beam and all(eos_flat.isdisjoint(row[:beam]) for row in flat_l):
+        width = len(flat_l[0])  # C candidates per group
+        if width >= beam and all(eos_flat.isdisjoint(row[:beam]) for row in flat_l):
             # No EOS within any image's top K: the K best candidates run on, nothing finishes.
             tokens_h = [f % vocab for row in flat_l for f in row[:beam]]
             src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row[:beam]]
             # (groups, K, 1) view of the first K columns; as_strided is one cheap call where [:, :K, None] is three.
-            next_scores = cand_scores.as_strided((groups, beam, 1), (flat.shape[1], 1, 1))
+            next_scores = cand_scores.as_strided((groups, beam, 1), (width, 1, 1))
             best = [row[0] for row in scores_l]
             pointers.append(tokens_h, (cand_lps, beam), src_h, row_map)
         else:

@@ -151,7 +151,8 @@ class Runtime(ABC):
         Returns:
             Every output, by name.
         """
-        self._require_active("infer()")
+        if not self.is_active:
+            self._require_active("infer()")
         if check_inputs:
             self.check_feed(feed)
         start = time.perf_counter()

@@ -8,6 +8,7 @@ beam reordering is a gather along axis 0.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,7 +47,12 @@ class ArrayOps(ABC):
 
 class NumpyOps(ArrayOps):
     def from_torch(self, tensor: Tensor, dtype: str) -> np.ndarray:
-        return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=np.dtype(dtype))
+        target = _numpy_dtype(dtype)
+        if tensor.dtype == _TORCH_OF.get(target) and not tensor.requires_grad and tensor.is_cpu:
+            array = tensor.numpy()  # the decode loop's case (int64 tokens into an int64 graph): a view, no copy
+            if array.flags.c_contiguous:
+                return array
+        return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=target)
 
     def to_torch(self, array: Array) -> Tensor:
         return torch.from_numpy(np.ascontiguousarray(array))
@@ -55,10 +61,10 @@ class NumpyOps(ArrayOps):
         return array.detach().cpu().numpy() if isinstance(array, Tensor) else np.asarray(array)
 
     def take(self, array: Array, index: Tensor) -> np.ndarray:
-        return np.take(array, index.detach().cpu().numpy(), axis=0)
+        return np.take(array, _host_index(index), axis=0)
 
     def take_all(self, state: Mapping[str, Array], index: Tensor) -> dict[str, np.ndarray]:
-        rows = index.detach().cpu().numpy()  # converted once for all state arrays
+        rows = _host_index(index)  # converted once for all state arrays
         return {n: np.take(v, rows, axis=0) for n, v in state.items()}
 
 
@@ -77,6 +83,21 @@ class TorchOps(ArrayOps):
 
 
 ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps(), "torch": TorchOps()}
+
+#: numpy dtype -> the torch dtype whose ``.numpy()`` has it (the zero-copy case of ``NumpyOps.from_torch``).
+_TORCH_OF = {
+    np.dtype(n): getattr(torch, n) for n in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
+}
+
+
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    return np.dtype(name)
+
+
+def _host_index(index: Tensor) -> np.ndarray:
+    """A row index as a numpy array (a view when it is a CPU tensor already, as the searches make it)."""
+    return index.numpy() if index.is_cpu and not index.requires_grad else index.detach().cpu().numpy()
 
 
 def array_ops(runtime: Runtime) -> ArrayOps:
@@ -187,6 +208,11 @@ class RuntimeStepModel(GraphPair):
             )
         self._token_dtype: str | None = None
         self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
+        self._state_outputs = tuple(zip(self.updated_state_names, self.state_output_names, strict=True))
+        self._carried = frozenset(self.state_names) - frozenset(self.updated_state_names)
+        # carried state name -> (the array select() last returned for it, the row of the array it was gathered
+        # from that each of its rows copies); see select()
+        self._origins: dict[str, tuple[Array, tuple[int, ...]]] = {}
 
     @property
     def step_runtime(self) -> Runtime:
@@ -195,10 +221,16 @@ class RuntimeStepModel(GraphPair):
 
     def __enter__(self) -> RuntimeStepModel:
         self._token_dtype = None
+        self._origins.clear()
         return super().__enter__()
+
+    def __exit__(self, *exc: object) -> None:
+        self._origins.clear()  # holds carried state arrays: let them go with the sessions
+        super().__exit__(*exc)
 
     # -- StepModel ---------------------------------------------------------------------------------------------------
     def encode(self, inputs: Mapping[str, Tensor]) -> State:
+        self._origins.clear()
         return self.run_encoder(inputs)
 
     def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
@@ -211,12 +243,15 @@ class RuntimeStepModel(GraphPair):
                 )
             token_dtype = self._token_dtype = token_meta.dtype
         feed: dict[str, Array] = {self.tokens_name: self._loop_ops.from_torch(tokens, token_dtype)}
-        feed.update((n, state[n]) for n in self.state_names)
-        outputs = self.step_runtime.infer(feed)
+        for name in self.state_names:
+            feed[name] = state[name]
+        outputs = self.loop_runtime.infer(feed)
         try:
-            logprobs = self._loop_ops.to_torch(outputs[self.logprobs_name]).float()
+            logprobs = self._loop_ops.to_torch(outputs[self.logprobs_name])
+            if logprobs.dtype != torch.float32:
+                logprobs = logprobs.float()
             new_state = dict(state)
-            for name, output in zip(self.updated_state_names, self.state_output_names, strict=True):
+            for name, output in self._state_outputs:
                 new_state[name] = outputs[output]
         except KeyError:
             absent = [n for n in (self.logprobs_name, *self.state_output_names) if n not in outputs]
@@ -224,7 +259,48 @@ class RuntimeStepModel(GraphPair):
         return logprobs, new_state
 
     def select(self, state: State, index: Tensor) -> State:
-        return self._loop_ops.take_all(state, index)
+        """Rows ``index`` of every state array; a carried state (one the step graph does not update, e.g. the
+        cross-attention keys) is returned as it is when the gather would not change its content.
+
+        After the first expansion (B images -> B·K beams) every beam of an image holds an identical copy of the
+        image's rows in a carried state, and reordering beams within an image leaves it as it was. So each carried
+        array this method returns is remembered with the source row each of its rows copies; when the same array
+        comes back and ``index`` maps every row to a copy of the same source row, the gather is skipped. Equal
+        source rows mean bitwise-equal rows, so the result is exactly what the gather would give.
+        """
+        if not self._carried or not index.is_cpu:  # a device index: no host read per step
+            return self._loop_ops.take_all(state, index)
+        ops, origins, carried = self._loop_ops, self._origins, self._carried
+        if isinstance(ops, NumpyOps):
+            host = _host_index(index)  # converted once for all state arrays
+
+            def gather(value: Array) -> Array:
+                return np.take(value, host, axis=0)
+
+            rows = host.tolist()
+        else:
+            gather = functools.partial(ops.take, index=index)
+            rows = index.tolist()
+        out: State = {}
+        for name, value in state.items():
+            if name not in carried:
+                out[name] = gather(value)
+                continue
+            known = origins.get(name)
+            if known is not None and known[0] is value:
+                try:
+                    source = tuple([known[1][r] for r in rows])
+                except IndexError:  # out of range: let the gather raise its own error
+                    source = None
+                if source == known[1]:  # every row would be replaced by an identical row
+                    out[name] = value
+                    continue
+            else:
+                source = tuple(rows)
+            out[name] = gather(value)
+            if source is not None:
+                origins[name] = (out[name], source)
+        return out
 
 
 def _as_tensor(value: Any) -> Tensor:

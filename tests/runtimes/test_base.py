@@ -236,3 +236,105 @@ def test_runtime_step_model_carries_states_the_step_does_not_output() -> None:
         assert beam_search(carried, inputs(), cfg) == beam_search(copied, inputs(), cfg)
     with pytest.raises(ValueError, match="not state names"):
         RuntimeStepModel(carried.encoder, carried.step_runtime, names, updated_state_names=["h", "cache"])
+
+
+def carried_step_model(ops: str = "numpy") -> RuntimeStepModel:
+    """h is updated by the step graph; h0 (like cross-attention keys) is carried unchanged."""
+
+    def encode(features: np.ndarray) -> dict:
+        h = np_encode(features)["h"]
+        return {"h": h, "h0": (h * 2 + np.arange(h.shape[0], dtype=np.float32)[:, None]).astype(np.float32)}
+
+    def step_fn(tokens: np.ndarray, h: np.ndarray, h0: np.ndarray) -> dict:
+        out = np_step(tokens.astype(np.int64), h + h0, np.zeros((h.shape[0], 0), np.int64))
+        return {"logprobs": out["logprobs"], "h_out": out["h_out"]}
+
+    enc_meta = {"features": TensorMeta.of("features", "float32", (None, None, FEAT))}
+    step_meta = {
+        "tokens": TensorMeta.of("tokens", "int64", (None,)),
+        "h": TensorMeta.of("h", "float32", (None, HIDDEN)),
+        "h0": TensorMeta.of("h0", "float32", (None, HIDDEN)),
+    }
+    if ops == "torch":  # the same graphs with torch tensors in and out (TorchOps: index_select gathers)
+
+        def as_torch(fn: Callable[..., dict]) -> Callable[..., dict]:
+            def run(**feed: torch.Tensor) -> dict:
+                out = fn(**{k: np.asarray(v) for k, v in feed.items()})
+                return {k: torch.from_numpy(v) for k, v in out.items()}
+
+            return run
+
+        encode, step_fn = as_torch(encode), as_torch(step_fn)
+    encoder, step = FunctionRuntime(encode, enc_meta, "enc"), FunctionRuntime(step_fn, step_meta, "step")
+    encoder.array_type = step.array_type = ops  # type: ignore[misc]
+    return RuntimeStepModel(encoder, step, ["h", "h0"], updated_state_names=["h"])
+
+
+def test_select_skips_a_carried_gather_only_when_it_changes_nothing() -> None:
+    """After the B -> B·K expansion a carried state's rows within an image are identical copies: reordering beams
+    within images returns the same array, while a gather across images (or of an array select() did not make) still
+    copies rows. Every result equals the plain gather."""
+    with carried_step_model() as model:
+        state = model.encode(inputs())  # 3 images
+        expanded = model.select(state, torch.tensor([0, 0, 1, 1, 2, 2]))  # expansion: always gathered
+        assert expanded["h0"] is not state["h0"]
+        np.testing.assert_array_equal(expanded["h0"], state["h0"][[0, 0, 1, 1, 2, 2]])
+        reordered = model.select(expanded, torch.tensor([1, 0, 2, 2, 5, 4]))  # within each image
+        assert reordered["h0"] is expanded["h0"]  # nothing would change: no copy
+        assert reordered["h"] is not expanded["h"]  # the updated state is always gathered
+        np.testing.assert_array_equal(reordered["h"], expanded["h"][[1, 0, 2, 2, 5, 4]])
+        across = model.select(reordered, torch.tensor([0, 2, 2, 3, 4, 5]))  # row 1 now copies image 1
+        assert across["h0"] is not reordered["h0"]
+        np.testing.assert_array_equal(across["h0"], expanded["h0"][[0, 2, 2, 3, 4, 5]])
+        again = model.select(across, torch.tensor([1, 2, 0, 3, 4, 5]))  # rows 1 and 2 are both image 1
+        np.testing.assert_array_equal(again["h0"], across["h0"][[1, 2, 0, 3, 4, 5]])
+        assert again["h0"] is not across["h0"]  # row 0 gets image 1's row: changed
+        same = model.select(again, torch.tensor([0, 0, 2, 3, 4, 5]))  # rows 0 and 1 hold the same image-1 row
+        assert same["h0"] is again["h0"]
+        foreign = {"h": expanded["h"], "h0": expanded["h0"].copy()}  # not an array select() returned
+        assert model.select(foreign, torch.tensor([1, 0, 2, 3, 4, 5]))["h0"] is not foreign["h0"]
+        with pytest.raises(IndexError):
+            model.select(reordered, torch.tensor([0, 9, 2, 3, 4, 5]))
+        pruned = model.select(reordered, torch.tensor([2, 3]))  # pruning: a different batch size
+        np.testing.assert_array_equal(pruned["h0"], expanded["h0"][[2, 3]])
+
+
+@pytest.mark.parametrize("ops", ["numpy", "torch"])
+def test_select_with_skipping_matches_plain_gathers(ops: str) -> None:
+    """Random beam reorders and prunes: every selected state equals the plain gather of the original rows, and
+    beam search gives the same hypotheses with the skipping select and with take_all."""
+    rng = np.random.default_rng(5)
+    with carried_step_model(ops) as model:
+        state = model.encode(inputs())
+        truth = {k: np.asarray(v) for k, v in state.items()}
+        for _ in range(40):
+            rows = int(np.asarray(state["h"]).shape[0])
+            size = rows if rng.random() < 0.8 else int(rng.integers(1, rows + 3))
+            base = rng.integers(0, rows, size=size)
+            index = np.where(rng.random(size) < 0.7, base - base % 2, base)  # mostly rows of a same "image"
+            state = model.select(state, torch.from_numpy(index))
+            truth = {k: v[index] for k, v in truth.items()}
+            for name, value in state.items():
+                np.testing.assert_array_equal(np.asarray(value), truth[name])
+        cfg = DecodeCfg(beam_size=3, n_best=3, max_len=6)
+        got = beam_search(model, inputs(), cfg)
+        model.select = lambda state, index: model._loop_ops.take_all(state, index)  # type: ignore[method-assign]
+        assert got == beam_search(model, inputs(), cfg)
+
+
+def test_numpy_ops_from_torch_is_a_view_when_it_can_be() -> None:
+    from edgecap.runtimes.bridge import NumpyOps
+
+    ops = NumpyOps()
+    tokens = torch.tensor([3, 1, 2])
+    same = ops.from_torch(tokens, "int64")
+    assert same.dtype == np.int64 and np.shares_memory(same, tokens.numpy())  # the decode loop's case: no copy
+    cast = ops.from_torch(tokens, "int32")
+    assert cast.dtype == np.int32 and cast.tolist() == [3, 1, 2]
+    strided = ops.from_torch(torch.arange(6)[::2], "int64")
+    assert strided.flags.c_contiguous and strided.tolist() == [0, 2, 4]
+    grad = ops.from_torch(torch.ones(2, requires_grad=True), "float32")
+    assert grad.dtype == np.float32 and grad.tolist() == [1.0, 1.0]
+    assert ops.from_torch(torch.tensor([True, False]), "bool").tolist() == [True, False]
+    half = ops.from_torch(torch.ones(2), "float16")
+    assert half.dtype == np.float16

@@ -94,6 +94,73 @@ def test_bad_inputs_get_named_errors(tmp_path) -> None:
             runtime.infer({**feed, "self_k": feed["self_k"][0]})
 
 
+def test_direct_run_is_the_cpu_default_and_matches_the_session_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
+    model = exported(TEST_CONFIGS[0]).model("step")
+    feed = _step_feed(TEST_CONFIGS[0])
+    assert OrtRuntime(model).direct_run and not OrtRuntime(model, direct_run=False).direct_run
+    with OrtRuntime(model) as direct, OrtRuntime(model, direct_run=False) as wrapped:
+        wrapper_calls: list[str] = []
+        for label, runtime in (("direct", direct), ("wrapped", wrapped)):
+            real = runtime.session.run
+
+            def counting(*args, _real=real, _label=label, **kwargs):  # type: ignore[no-untyped-def]
+                wrapper_calls.append(_label)
+                return _real(*args, **kwargs)
+
+            monkeypatch.setattr(runtime.session, "run", counting)
+        want, got = wrapped.infer(feed), direct.infer(feed)
+        assert wrapper_calls == ["wrapped"]  # the direct path skips InferenceSession.run
+        unchecked = direct.infer({k: torch.from_numpy(v) for k, v in feed.items()}, check_inputs=False)
+        with pytest.raises(RuntimeInputError, match="'tokens' has dtype int32"):  # the checks still run first
+            direct.infer({**feed, "tokens": feed["tokens"].astype(np.int32)})
+    assert list(got) == list(want) == list(unchecked)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value)
+        np.testing.assert_array_equal(unchecked[name], value)
+    with OrtRuntime(model, io_binding=True) as bound:  # binding has its own run: direct_run does not apply
+        assert bound.direct_run and not bound._direct
+
+
+def test_fast_feed_check_defers_every_mismatch_to_the_full_check() -> None:
+    """The fast path only ever accepts; anything off (a fixed size, dtype, rank, name, a torch tensor) gets the full
+    check's named error or passes it."""
+    feed = _step_feed(TEST_CONFIGS[0])
+    with OrtRuntime(exported(TEST_CONFIGS[0]).model("step")) as runtime:
+        runtime.check_feed(feed)
+        heads = feed["self_k"].shape[2]
+        with pytest.raises(RuntimeInputError, match=f"'self_k' has size {heads - 1} on axis 2, expected {heads}"):
+            runtime.check_feed({**feed, "self_k": feed["self_k"][:, :, 1:]})
+        with pytest.raises(RuntimeInputError, match="'memory_bias' has dtype float64"):
+            runtime.check_feed({**feed, "memory_bias": feed["memory_bias"].astype(np.float64)})
+        with pytest.raises(RuntimeInputError, match=r"missing \['tokens'\], unexpected \['token'\]"):
+            runtime.check_feed({**{k: v for k, v in feed.items() if k != "tokens"}, "token": feed["tokens"]})
+        runtime.check_feed({**feed, "tokens": torch.from_numpy(feed["tokens"])})  # torch: the full check passes it
+
+
+def test_step_model_checks_the_feed_of_every_step() -> None:
+    """A bad token or state feed fails with a named error at any step, not only the first."""
+    result = exported(TEST_CONFIGS[0])
+    with create_ort_step_model(**result.runtime_models("fp32")) as step_model:
+        state = step_model.encode(random_images(1))
+        state = step_model.select(state, torch.zeros(3, dtype=torch.long))
+        tokens = torch.full((3,), 5, dtype=torch.long)
+        for _ in range(2):
+            logprobs, state = step_model.step(tokens, state)
+        assert logprobs.dtype == torch.float32 and logprobs.shape[0] == 3
+        with pytest.raises(RuntimeInputError, match="'tokens' has rank 2"):
+            step_model.step(tokens[:, None], state)
+        with pytest.raises(RuntimeInputError, match="'self_k' has rank"):
+            step_model.step(tokens, {**state, "self_k": state["self_k"][0]})
+        logprobs_again, _ = step_model.step(tokens, state)  # the state is untouched by the failed calls
+    np.testing.assert_array_equal(logprobs_again.numpy(), _plain_step_logprobs(result, state, tokens))
+
+
+def _plain_step_logprobs(result, state, tokens):  # type: ignore[no-untyped-def]
+    """The step graph run through the public InferenceSession.run wrapper."""
+    with OrtRuntime(result.runtime_models("fp32")["step"], direct_run=False) as runtime:
+        return runtime.infer({"tokens": tokens.numpy(), **state})["logprobs"]
+
+
 def test_io_binding_path_matches_plain_run() -> None:
     """The binding path (torch tensors by pointer, outputs back through DLPack) — what CUDA uses — run on CPU."""
     model = exported(TEST_CONFIGS[0]).model("step")
