@@ -49,6 +49,36 @@ class ModelCfgError(ValueError):
     """A model configuration field with an invalid value or an unknown name."""
 
 
+def check_positive_ints(cfg: Any, names: tuple[str, ...]) -> None:
+    """Raise :class:`ModelCfgError` unless every field in ``names`` is an int >= 1 (bools refused)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelCfgError(f"{type(cfg).__name__}.{name} must be a positive integer, got {value!r}")
+
+
+def check_fractions(cfg: Any, names: tuple[str, ...]) -> None:
+    """Raise :class:`ModelCfgError` unless every field in ``names`` is a number in [0, 1) (dropout rates)."""
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
+            raise ModelCfgError(f"{type(cfg).__name__}.{name} must be in [0, 1), got {value!r}")
+
+
+def radix_output_classes(cfg: Any, vocab_size: int) -> int:
+    """``output_classes`` of a config with ``vocab_kind``/``radix_base``: validate ``vocab_size`` and return it
+    (a radix model needs ``radix_base + 3`` classes)."""
+    if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
+        raise ModelCfgError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
+    if cfg.vocab_kind == "radix" and vocab_size != cfg.radix_base + 3:
+        raise ModelCfgError(
+            f"a radix model with radix_base={cfg.radix_base} has {cfg.radix_base + 3} classes "
+            f"(PAD, {cfg.radix_base} digits, BOS, EOS) but vocab_size={vocab_size}; build the vocabulary with "
+            f"radix_base={cfg.radix_base} or pass radix_base={vocab_size - 3}"
+        )
+    return vocab_size
+
+
 def optional_length_levels(value: Any, owner: str) -> Levels | None:
     """A config's ``length_levels`` field, normalised: None (also the CLI spellings ``"none"``/``"null"``/``""``) ->
     None, a plan name or ``[[low, high], ...]`` -> validated pairs (:func:`~edgecap.models.length.parse_levels`).
@@ -125,10 +155,7 @@ class ModelCfg:
                 raise ModelCfgError(f"ModelCfg.{name}: {exc}") from exc
         if isinstance(self.share_att, str) and self.share_att.lower() in ("none", "null", ""):
             object.__setattr__(self, "share_att", None)  # CLI overrides spell "no sharing" as text
-        for name in ("d_model", "d_ff", "heads", "feature_dim", "max_len", "radix_base", "geometry_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ModelCfgError(f"ModelCfg.{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("d_model", "d_ff", "heads", "feature_dim", "max_len", "radix_base", "geometry_dim"))
         if self.d_model % self.heads:
             raise ModelCfgError(f"ModelCfg.d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.d_model % 2:
@@ -145,10 +172,7 @@ class ModelCfg:
             raise ModelCfgError(f"ModelCfg.layer_norm must be one of {NORM_KINDS}, got {self.layer_norm!r}")
         if not isinstance(self.geometry, bool):
             raise ModelCfgError(f"ModelCfg.geometry must be true or false, got {self.geometry!r}")
-        for name in ("dropout", "feature_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ModelCfgError(f"ModelCfg.{name} must be in [0, 1), got {value!r}")
+        check_fractions(self, ("dropout", "feature_dropout"))
         if not isinstance(self.box_wh_offset, (int, float)) or self.box_wh_offset < 0:
             raise ModelCfgError(f"ModelCfg.box_wh_offset must be >= 0, got {self.box_wh_offset!r}")
 
@@ -167,15 +191,7 @@ class ModelCfg:
 
     def output_classes(self, vocab_size: int) -> int:
         """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
-            raise ModelCfgError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-        if self.vocab_kind == "radix" and vocab_size != self.radix_base + 3:
-            raise ModelCfgError(
-                f"a radix model with radix_base={self.radix_base} has {self.radix_base + 3} classes "
-                f"(PAD, {self.radix_base} digits, BOS, EOS) but vocab_size={vocab_size}; build the vocabulary with "
-                f"radix_base={self.radix_base} or pass radix_base={vocab_size - 3}"
-            )
-        return vocab_size
+        return radix_output_classes(self, vocab_size)
 
     # -- serialisation -------------------------------------------------------------------------------------------
     def replace(self, **changes: Any) -> ModelCfg:

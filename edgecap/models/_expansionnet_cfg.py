@@ -8,7 +8,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap.models._cfg import VOCAB_KINDS, ModelCfgError, cfg_from_mapping, optional_length_levels, replace_cfg
+from edgecap.models._cfg import (
+    VOCAB_KINDS,
+    ModelCfgError,
+    cfg_from_mapping,
+    check_fractions,
+    check_positive_ints,
+    optional_length_levels,
+    radix_output_classes,
+    replace_cfg,
+)
 
 __all__ = ["ExpansionNetCfg", "V2_GROUPS"]
 
@@ -78,10 +87,7 @@ class ExpansionNetCfg:
             raise ModelCfgError(f"ExpansionNetCfg.enc_groups must hold positive integers, got {groups!r}")
         object.__setattr__(self, "enc_groups", groups)
         names = ("d_model", "d_ff", "heads", "enc_layers", "dec_layers", "dec_slots", "radix_base", "feature_dim")
-        for name in (*names, "paper_feature_dim", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ModelCfgError(f"ExpansionNetCfg.{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, (*names, "paper_feature_dim", "max_len"))
         if self.d_model % self.heads:
             raise ModelCfgError(f"ExpansionNetCfg.d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.vocab_kind not in VOCAB_KINDS:
@@ -91,21 +97,11 @@ class ExpansionNetCfg:
         eps = self.expansion_eps
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0.0 < eps < 1.0:
             raise ModelCfgError(f"ExpansionNetCfg.expansion_eps must be in (0, 1), got {eps!r}")
-        for name in ("dropout", "feature_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0.0 <= value < 1.0:
-                raise ModelCfgError(f"ExpansionNetCfg.{name} must be in [0, 1), got {value!r}")
+        check_fractions(self, ("dropout", "feature_dropout"))
 
     def output_classes(self, vocab_size: int) -> int:
         """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 2:
-            raise ModelCfgError(f"vocab_size must be an integer >= 2, got {vocab_size!r}")
-        if self.vocab_kind == "radix" and vocab_size != self.radix_base + 3:
-            raise ModelCfgError(
-                f"a radix model with radix_base={self.radix_base} has {self.radix_base + 3} classes but "
-                f"vocab_size={vocab_size}"
-            )
-        return vocab_size
+        return radix_output_classes(self, vocab_size)
 
     def replace(self, **changes: Any) -> ExpansionNetCfg:
         """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""

@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, replace_cfg
+from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, check_positive_ints, replace_cfg
 from edgecap.models._registry import register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 from edgecap.models.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
@@ -98,10 +98,7 @@ class LaBertCfg:
             object.__setattr__(self, "eos_decay", decay)
         object.__setattr__(self, "refine_steps", tuple(int(t) for t in self.refine_steps))
         object.__setattr__(self, "eos_decay", tuple(float(g) for g in self.eos_decay))
-        for name in ("d_model", "layers", "heads", "d_ff", "feature_dim"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ModelCfgError(f"LaBertCfg.{name} must be a positive integer, got {value!r}")
+        check_positive_ints(self, ("d_model", "layers", "heads", "d_ff", "feature_dim"))
         if self.d_model % self.heads:
             raise ModelCfgError(f"LaBertCfg.d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if len(self.refine_steps) != len(levels) or any(t < 1 for t in self.refine_steps):
