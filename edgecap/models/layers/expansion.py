@@ -84,8 +84,39 @@ def _init_fused(linear: nn.Linear, parts: int) -> None:
         linear.bias.uniform_(-bound, bound)
 
 
-class StaticExpansion(nn.Module):
-    """(Block) Static Expansion over a bidirectional sequence (encoder).
+class _Expansion(nn.Module):
+    """What both expansion layers hold: ``slots`` learned query vectors ``E_Q`` and bias vectors ``E_B``, the fused
+    projection of ``parts`` linear maps of ``x`` and the dropout on ``M``.
+
+    Args:
+        dim: model width ``d``.
+        slots: rows of ``E_Q``/``E_B`` (Σ G for the static layer, N_E for the dynamic one).
+        parts: how many ``Linear(d, d)`` the fused projection stands for.
+        dropout: dropout on ``M`` (the official code's placement).
+        eps: ``ε`` of ``Ψ``.
+    """
+
+    def __init__(self, dim: int, slots: int, parts: int, dropout: float, eps: float) -> None:
+        super().__init__()
+        self.dim, self.eps, self._parts = dim, eps, parts
+        self.query = nn.Parameter(torch.empty(slots, dim))  # E_Q (v2 Eq. 4; E_Q^G of Eq. 10)
+        self.bias = nn.Parameter(torch.empty(slots, dim))  # E_B
+        self.in_proj = _fused_projection(dim, parts)
+        self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        nn.init.xavier_uniform_(self.query)
+        nn.init.xavier_uniform_(self.bias)
+        _init_fused(self.in_proj, self._parts)
+
+    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The ``parts`` maps of ``x`` (the layer's docstring names them), each shaped like ``x``."""
+        return self.in_proj(x).split(self.dim, dim=-1)
+
+
+class StaticExpansion(_Expansion):
+    """(Block) Static Expansion over a bidirectional sequence (encoder). ``project`` gives ``(K x, V1 x, V2 x, S x)``.
 
     Args:
         dim: model width ``d``.
@@ -95,26 +126,11 @@ class StaticExpansion(nn.Module):
     """
 
     def __init__(self, dim: int, groups: Sequence[int], dropout: float = 0.0, eps: float = DEFAULT_EPS) -> None:
-        super().__init__()
         groups = tuple(int(g) for g in groups)
         if not groups or any(g < 1 for g in groups):
             raise ValueError(f"expansion groups must be positive lengths, got {groups}")
-        self.dim, self.groups, self.eps = dim, groups, eps
-        slots = sum(groups)
-        self.query = nn.Parameter(torch.empty(slots, dim))  # E_Q^G (Eq. 10)
-        self.bias = nn.Parameter(torch.empty(slots, dim))  # E_B^G
-        self.in_proj = _fused_projection(dim, 4)  # K, V1, V2, S
-        self.dropout = nn.Dropout(dropout)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.xavier_uniform_(self.query)
-        nn.init.xavier_uniform_(self.bias)
-        _init_fused(self.in_proj, 4)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``(K x, V1 x, V2 x, S x)``, each (B, N, d)."""
-        return self.in_proj(x).split(self.dim, dim=-1)
+        super().__init__(dim, sum(groups), 4, dropout, eps)  # K, V1, V2, S
+        self.groups = groups
 
     def _block_psi(self, x: torch.Tensor) -> torch.Tensor:
         """``Ψ`` within each group's columns of ``x`` (..., S) (the block backward normalisation)."""
@@ -140,8 +156,9 @@ class StaticExpansion(nn.Module):
         return _select(sel, b1, b2)
 
 
-class DynamicExpansion(nn.Module):
-    """Causal Dynamic Expansion (decoder) with an exact per-token cache.
+class DynamicExpansion(_Expansion):
+    """Causal Dynamic Expansion (decoder) with an exact per-token cache. ``project`` gives
+    ``(C x, K x, V1 x, V2 x, S x)``.
 
     Args:
         dim: model width ``d``.
@@ -151,25 +168,11 @@ class DynamicExpansion(nn.Module):
     """
 
     def __init__(self, dim: int, slots: int, dropout: float = 0.0, eps: float = DEFAULT_EPS) -> None:
-        super().__init__()
         if slots < 1:
             raise ValueError(f"dynamic expansion needs >= 1 slot per position, got {slots}")
-        self.dim, self.slots, self.eps = dim, slots, eps
-        self.query = nn.Parameter(torch.empty(slots, dim))  # E_Q (v2 Eq. 4)
-        self.bias = nn.Parameter(torch.empty(slots, dim))  # E_B
-        self.in_proj = _fused_projection(dim, 5)  # C, K, V1, V2, S
-        self.dropout = nn.Dropout(dropout)
+        super().__init__(dim, slots, 5, dropout, eps)  # C, K, V1, V2, S
+        self.slots = slots
         self.scale = 1.0 / math.sqrt(dim)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        nn.init.xavier_uniform_(self.query)
-        nn.init.xavier_uniform_(self.bias)
-        _init_fused(self.in_proj, 5)
-
-    def project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``(C x, K x, V1 x, V2 x, S x)``, each (B, T, d)."""
-        return self.in_proj(x).split(self.dim, dim=-1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Teacher forcing: ``x`` (B, T, d) -> (B, T, d); position ``i`` depends on ``x_≤i`` only."""
