@@ -81,11 +81,10 @@ class PrefixRerunModel(nn.Module):
             feature_mask = torch.ones(memory.shape[:2], dtype=torch.bool, device=memory.device)
         prefix = torch.zeros(memory.shape[0], 0, dtype=torch.long, device=memory.device)
         state = {"rerun_memory": memory, "rerun_mask": feature_mask, "prefix": prefix}
-        if self.length_levels:
-            # Checked here (in range, right batch) as the wrapped model's start would check it.
-            state["rerun_level"] = self.model._level_kwargs(length_level, memory)["length_level"]
-        elif length_level is not None:
-            self.model._level_kwargs(length_level, memory)  # raises: this model has no length control
+        # Checked as the wrapped model's start checks it: required and in range with levels, refused without.
+        level = self.model._level_kwargs(length_level, memory).get("length_level")
+        if level is not None:
+            state["rerun_level"] = level
         return state
 
     def encode(
