@@ -210,8 +210,8 @@ class TransformerDecoder(nn.Module):
         self_bias = causal_bias(x.shape[1], x)
         for pos, layer in enumerate(self.layers):
             u = self.layers.layer_map[pos]
-            ck = cross_k[:, u]
-            x = layer(x, ck, ck if cross_v is None else cross_v[:, u], memory_bias, self_bias)
+            ck = _unique_entry(cross_k, u)
+            x = layer(x, ck, ck if cross_v is None else _unique_entry(cross_v, u), memory_bias, self_bias)
         return self.norm(x)
 
     def step(
@@ -228,16 +228,26 @@ class TransformerDecoder(nn.Module):
         new_v: list[torch.Tensor] = []
         for pos, layer in enumerate(self.layers):
             u = self.layers.layer_map[pos]
-            ck = cross_k[:, u]
+            ck = _unique_entry(cross_k, u)
             x, k, v = layer.step(
                 x,
                 self_k[:, pos],
                 None if self_v is None else self_v[:, pos],
                 ck,
-                ck if cross_v is None else cross_v[:, u],
+                ck if cross_v is None else _unique_entry(cross_v, u),
                 memory_bias,
             )
             new_k.append(k)
             if v is not None:
                 new_v.append(v)
         return self.norm(x), torch.stack(new_k, dim=1), (torch.stack(new_v, dim=1) if new_v else None)
+
+
+def _unique_entry(stacked: torch.Tensor, unique: int) -> torch.Tensor:
+    """Entry ``unique`` of a per-unique-layer stack (B, U, ...).
+
+    With one unique layer (every ACORT config) this is a ``squeeze``, which ONNX Runtime runs as a view of its input;
+    ``stacked[:, u]`` exports as a ``Gather`` that copies the cross-attention keys (B·H·N·d_k floats) on every decoder
+    step. Same values either way; U is fixed by the config, so the branch is resolved at export time.
+    """
+    return stacked.squeeze(1) if stacked.shape[1] == 1 else stacked[:, unique]
