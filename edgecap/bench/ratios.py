@@ -17,12 +17,22 @@ Speed is compared on three spans, because they answer different questions and di
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from edgecap.bench.report import Breakdown, ComboResult
 
-__all__ = ["HeadlineRatio", "decode_ms", "headline_ratios", "loop_ms", "ratio_lines"]
+__all__ = [
+    "HeadlineRatio",
+    "RatioSeries",
+    "decode_ms",
+    "headline_ratios",
+    "loop_ms",
+    "ratio_lines",
+    "ratio_series",
+    "series_lines",
+]
 
 
 def loop_ms(b: Breakdown) -> float:
@@ -153,8 +163,90 @@ def ratio_lines(results: Iterable[ComboResult]) -> list[str]:
         "Decoder loop = steps + beam reordering + search; decode = encoder + decoder loop (backbone excluded); "
         "end to end = p50 query latency. Size = subject / baseline on disk.",
         "",
-        "| " + " | ".join(c[0] for c in _COLUMNS) + " |",
-        "|" + "|".join("---" if i < 5 else "---:" for i in range(len(_COLUMNS))) + "|",
+        *_table([c[0] for c in _COLUMNS], ([f(h) for _, f in _COLUMNS] for h in ratios)),
     ]
-    lines += ["| " + " | ".join(f(h) for _, f in _COLUMNS) + " |" for h in ratios]
     return [*lines, ""]
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Markdown table lines; the five label columns (comparison … subject / baseline) left-aligned, numbers right."""
+    lines = [
+        "| " + " | ".join(header) + " |",
+        "|" + "|".join("---" if i < 5 else "---:" for i in range(len(header))) + "|",
+    ]
+    return lines + ["| " + " | ".join(row) + " |" for row in rows]
+
+
+# -- a series of reports ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RatioSeries:
+    """One comparison's speed-ups over several reports of the same bundles: the spread a single report hides.
+
+    On a shared or thermally throttled machine one report's ratio moves from run to run (a neighbour's load slows one
+    runtime more than the other), so a target is judged on the series: the median, the worst run, and how many runs
+    fall below it.
+
+    Attributes:
+        comparison, model, beam, batch, subject, baseline: as in :class:`HeadlineRatio`.
+        loop, step, decode: the per-report speed-ups on each span, in report order.
+    """
+
+    comparison: str
+    model: str
+    beam: int
+    batch: int
+    subject: str
+    baseline: str
+    loop: tuple[float, ...]
+    step: tuple[float, ...]
+    decode: tuple[float, ...]
+
+    @property
+    def runs(self) -> int:
+        return len(self.loop)
+
+    def below(self, target: float) -> int:
+        """Reports whose decoder-loop speed-up is under ``target``."""
+        return sum(value < target for value in self.loop)
+
+
+def ratio_series(reports: Iterable[Iterable[ComboResult]]) -> list[RatioSeries]:
+    """Group the headline ratios of several reports by comparison, model, beam, batch and subject/baseline (in first
+    appearance order); a span a report could not compute (None) is left out of that span's series."""
+    grouped: dict[tuple[str, str, int, int, str, str], list[HeadlineRatio]] = {}
+    for results in reports:
+        for h in headline_ratios(results):
+            grouped.setdefault((h.comparison, h.model, h.beam, h.batch, h.subject, h.baseline), []).append(h)
+
+    def values(ratios: list[HeadlineRatio], span: str) -> tuple[float, ...]:
+        return tuple(v for v in (getattr(h, span) for h in ratios) if v is not None)
+
+    return [
+        RatioSeries(
+            *key,
+            loop=values(ratios, "loop_speedup"),
+            step=values(ratios, "step_speedup"),
+            decode=values(ratios, "decode_speedup"),
+        )
+        for key, ratios in grouped.items()
+    ]
+
+
+def _spread(values: tuple[float, ...]) -> str:
+    if not values:
+        return "–"
+    return f"{statistics.median(values):.2f}× ({min(values):.2f}–{max(values):.2f})"
+
+
+def series_lines(series: Iterable[RatioSeries], target: float | None = None) -> list[str]:
+    """A markdown table: median (min–max) per span, and with ``target`` the runs whose decoder loop falls below it."""
+    header = ["comparison", "model", "beam", "batch", "subject / baseline", "runs", "decoder loop", "per step"]
+    header += ["decode"] if target is None else ["decode", f"loop < {target:g}×"]
+    rows = []
+    for s in series:
+        cells = [s.comparison, s.model, str(s.beam), str(s.batch), f"{s.subject} / {s.baseline}", str(s.runs)]
+        cells += [_spread(s.loop), _spread(s.step), _spread(s.decode)]
+        if target is not None:
+            cells.append(f"{s.below(target)} of {s.runs}")
+        rows.append(cells)
+    return _table(header, rows)

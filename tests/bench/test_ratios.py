@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from edgecap.bench.markdown import format_markdown
-from edgecap.bench.ratios import decode_ms, headline_ratios, loop_ms, ratio_lines
+from edgecap.bench.ratios import decode_ms, headline_ratios, loop_ms, ratio_lines, ratio_series, series_lines
 from edgecap.bench.report import Quality
 from tests.bench.conftest import make_report, make_result, replace
 
@@ -61,3 +61,28 @@ def test_report_markdown_leads_with_the_ratios() -> None:
     section = text.index("## Headline ratios")
     assert section < text.index("## Single-stream latency")
     assert "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 2.60× | 3.00× | 2.41× | 2.00× |" in text
+
+
+def test_ratio_series_collects_each_comparison_across_reports() -> None:
+    rerun, torch, ort, _ = _results()
+    slower_torch = _with(torch, decoder_ms=9.0, decoder_step_ms=0.9)  # loop 10 ms against ORT's 5 ms: 2.0x
+    reports = [[torch, ort, rerun], [slower_torch, ort], [ort]]  # the third holds no complete comparison
+    series = {s.comparison: s for s in ratio_series(reports)}
+    assert list(series) == ["cached vs re-run prefix", "ort vs torch"]
+    ort_vs_torch = series["ort vs torch"]
+    assert ort_vs_torch.runs == 2 and ort_vs_torch.subject == "ort fp32" and ort_vs_torch.baseline == "torch fp32"
+    assert ort_vs_torch.loop == pytest.approx((13.0 / 5.0, 10.0 / 5.0))
+    assert ort_vs_torch.step == pytest.approx((3.0, 2.25))
+    assert ort_vs_torch.below(2.5) == 1 and ort_vs_torch.below(2.0) == 0
+    assert series["cached vs re-run prefix"].runs == 1
+
+
+def test_series_lines_show_median_range_and_runs_below_the_target() -> None:
+    _, torch, ort, _ = _results()
+    reports = [[_with(torch, decoder_ms=ms), ort] for ms in (9.0, 12.0, 14.0)]  # loops 10, 13, 15 ms over 5 ms
+    lines = series_lines(ratio_series(reports), target=2.5)
+    assert lines[0].endswith("| loop < 2.5× |")
+    row = "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 3 | 2.60× (2.00–3.00) |"
+    assert lines[2].startswith(row)
+    assert lines[2].endswith("| 1 of 3 |")
+    assert "loop <" not in series_lines(ratio_series(reports))[0]
