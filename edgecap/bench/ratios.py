@@ -46,18 +46,13 @@ def decode_ms(b: Breakdown) -> float:
 
 
 @dataclass(frozen=True)
-class HeadlineRatio:
-    """One comparison of two results (``subject`` against ``baseline``) at one bundle/beam/batch.
+class _Comparison:
+    """Which comparison, where.
 
     Attributes:
         comparison: ``"cached vs re-run prefix"``, ``"ort vs torch"`` or ``"int8 vs fp32"``.
         model, beam, batch: where (``model`` carries `` L<level>`` for a per-level result).
         subject, baseline: ``"runtime precision"`` labels.
-        loop_speedup, decode_speedup, end_to_end_speedup: baseline time / subject time on each span.
-        step_speedup: per-``step`` time ratio.
-        encoder_speedup: encoder time ratio.
-        size_ratio: subject size / baseline size on disk.
-        quality_delta: subject CIDEr-D − baseline CIDEr-D (×100), when both were measured.
     """
 
     comparison: str
@@ -66,6 +61,20 @@ class HeadlineRatio:
     batch: int
     subject: str
     baseline: str
+
+
+@dataclass(frozen=True)
+class HeadlineRatio(_Comparison):
+    """One comparison of two results (``subject`` against ``baseline``) at one bundle/beam/batch.
+
+    Attributes:
+        loop_speedup, decode_speedup, end_to_end_speedup: baseline time / subject time on each span.
+        step_speedup: per-``step`` time ratio.
+        encoder_speedup: encoder time ratio.
+        size_ratio: subject size / baseline size on disk.
+        quality_delta: subject CIDEr-D − baseline CIDEr-D (×100), when both were measured.
+    """
+
     loop_speedup: float | None
     decode_speedup: float | None
     end_to_end_speedup: float | None
@@ -179,7 +188,7 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 
 # -- a series of reports ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class RatioSeries:
+class RatioSeries(_Comparison):
     """One comparison's speed-ups over several reports of the same bundles: the spread a single report hides.
 
     On a shared or thermally throttled machine one report's ratio moves from run to run (a neighbour's load slows one
@@ -187,16 +196,9 @@ class RatioSeries:
     fall below it.
 
     Attributes:
-        comparison, model, beam, batch, subject, baseline: as in :class:`HeadlineRatio`.
         loop, step, decode: the per-report speed-ups on each span, in report order.
     """
 
-    comparison: str
-    model: str
-    beam: int
-    batch: int
-    subject: str
-    baseline: str
     loop: tuple[float, ...]
     step: tuple[float, ...]
     decode: tuple[float, ...]
