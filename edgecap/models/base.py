@@ -87,6 +87,23 @@ class CaptionModel(nn.Module, abc.ABC):
         self, memory: torch.Tensor, feature_mask: torch.Tensor | None, tokens: torch.Tensor
     ) -> torch.Tensor: ...
 
+    # -- length control (LaBERT §3.1, Eq. 2) --------------------------------------------------------------------------
+    def _init_length_control(self, levels: tuple[tuple[int, int], ...] | None, dim: int) -> None:
+        """Make the model length-controllable when ``levels`` is a plan: a learned level embedding ``e_l`` (row 0
+        unused, levels are 1-based) that the family adds to every token embedding. Call it where the family's
+        ``__init__`` has always created it, so parameter order (and seeded initialisation) stays the same."""
+        self.length_levels = levels
+        self.level_embed = nn.Embedding(len(levels) + 1, dim) if levels else None
+
+    def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
+        """(B, 1, d) length-level embedding, or None for a model without length control."""
+        return None if length_level is None else self.level_embed(length_level)[:, None, :]
+
+    def _with_level_state(self, names: tuple[str, ...]) -> tuple[str, ...]:
+        """``names`` plus ``level_embed`` (the caption's ``e_l``, set by ``start``, read by every step) for a
+        length-controllable model."""
+        return (*names, "level_embed") if self.length_levels else names
+
     # -- public API ------------------------------------------------------------------------------------------------
     def forward(
         self,

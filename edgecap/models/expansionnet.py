@@ -160,9 +160,7 @@ class ExpansionNetCaptioner(CaptionModel):
         self.decoder = nn.ModuleList(_DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.decoder_reduce = _LayerReduce(d, cfg.dec_layers, cfg.layer_reduce, cfg.dropout)
         self.output_proj = nn.Linear(d, vocab_size)
-        # Length control (LaBERT §3.1, Eq. 2): e_l added to every token embedding; row 0 unused (levels are 1-based).
-        self.length_levels = cfg.length_levels
-        self.level_embed = nn.Embedding(len(cfg.length_levels) + 1, d) if cfg.length_levels else None
+        self._init_length_control(cfg.length_levels, d)  # LaBERT §3.1, Eq. 2: e_l added to every token embedding
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -178,7 +176,7 @@ class ExpansionNetCaptioner(CaptionModel):
     @property
     def state_names(self) -> tuple[str, ...]:
         names = ("memory_bias", "cross_k", "cross_v", *self._cache_names)
-        return (*names, "level_embed") if self.level_embed is not None else names
+        return self._with_level_state(names)
 
     @property
     def _cache_names(self) -> tuple[str, ...]:
@@ -186,10 +184,6 @@ class ExpansionNetCaptioner(CaptionModel):
 
     def _layer_cache_names(self, layer: int) -> tuple[str, ...]:
         return tuple(f"{name}_{layer}" for name in _CACHE_NAMES)
-
-    def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
-        """(B, 1, d) length-level embedding, or None for a model without length control."""
-        return None if length_level is None else self.level_embed(length_level)[:, None, :]
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None

@@ -63,9 +63,7 @@ class ORTCaptioner(CaptionModel):
         )
         self.output_proj = nn.Linear(d, vocab_size)
         self._separate_values = cfg.share_att != "kv"
-        # Length control (LaBERT §3.1, Eq. 2): e_l added to every token embedding; row 0 unused (levels are 1-based).
-        self.length_levels = cfg.length_levels
-        self.level_embed = nn.Embedding(len(cfg.length_levels) + 1, d) if cfg.length_levels else None
+        self._init_length_control(cfg.length_levels, d)  # LaBERT §3.1, Eq. 2: e_l added to every token embedding
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -79,11 +77,7 @@ class ORTCaptioner(CaptionModel):
         names = ("memory_bias", "cross_k", "cross_v", "self_k", "self_v")
         if not self._separate_values:
             names = ("memory_bias", "cross_k", "self_k")
-        return (*names, "level_embed") if self.level_embed is not None else names
-
-    def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
-        """(B, 1, d) length-level embedding, or None for a model without length control."""
-        return None if length_level is None else self.level_embed(length_level)[:, None, :]
+        return self._with_level_state(names)
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None
