@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -55,19 +56,69 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n")
 
 
+#: The temporary sibling of an atomic directory: ``.NAME.<pid>-<random>.partial`` (the pid tells a killed writer's
+#: leftovers from a live one); ``.NAME.<random>.partial`` is the pid-less form older versions wrote.
+_PARTIAL = re.compile(r"^\.(?P<name>.+)\.(?:(?P<pid>\d+)-)?[a-z0-9_]{8}\.partial$")
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists but belongs to someone else
+        return True
+    return True
+
+
+def remove_stale_partials(path: str | Path) -> list[Path]:
+    """Remove the ``.NAME.*.partial`` siblings of ``path`` that writers killed mid-way left behind (their process is
+    gone, or they predate the pid in the name); a live writer's directory is kept. Returns what was removed."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return []
+    removed = []
+    for entry in path.parent.iterdir():
+        match = _PARTIAL.match(entry.name)
+        if match is None or match["name"] != path.name or not entry.is_dir():
+            continue
+        if match["pid"] is not None and _pid_alive(int(match["pid"])):
+            continue
+        shutil.rmtree(entry, ignore_errors=True)
+        removed.append(entry)
+    return removed
+
+
+def _recover_interrupted_swap(path: Path, old: Path) -> None:
+    # A writer killed between its two renames leaves the previous directory at .NAME.old and nothing at NAME.
+    if old.exists():
+        if path.exists():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(old, path)
+
+
 @contextlib.contextmanager
 def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
-    """Build a directory in a temporary sibling and move it into place only when complete."""
+    """Build a directory in a temporary sibling and move it into place only when complete.
+
+    Leftovers of earlier writers to the same place that were killed (stale ``.NAME.*.partial`` folders, a
+    ``.NAME.old`` from a swap cut in half) are cleaned up first.
+    """
     path = Path(path)
+    old = path.with_name(f".{path.name}.old")
+    _recover_interrupted_swap(path, old)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    remove_stale_partials(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".partial", dir=path.parent))
     _apply_default_mode(tmp, 0o777)
     try:
         yield tmp
         if path.exists():
-            old = path.with_name(f".{path.name}.old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
             os.replace(tmp, path)

@@ -1,5 +1,6 @@
 """The main job, end to end on the built-in default: synthetic scenes → features → train → evaluate → caption →
-export (FP32/FP16/INT8 bundle with its parity and quality table)."""
+export (a pixels-in FP32/FP16/INT8 bundle, EfficientNet-Lite0 inside its encoder graph, with its parity and quality
+table) → caption through the bundle → benchmark."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.evaluation import print_result
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.export import require_onnx_stack
-    from edgecap.runs import default_run_dir, edgecap_home
+    from edgecap.runs import default_bundle_dir, default_run_dir
     from edgecap.runtimes.torch import resolve_device
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train
@@ -92,10 +93,10 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     samples = _caption_samples(run_dir, data_dir, device, cfg.beam, console)
 
     t0 = time.monotonic()
-    bundle_dir = cfg.bundle_dir or edgecap_home() / "bundles" / cfg.model
+    bundle_dir = cfg.bundle_dir or default_bundle_dir(cfg.model)
     console.print(
-        f"[bold]6/7[/] export: FP32, FP16 and INT8 (cpu-auto, calibrated on up to {cfg.calib_size} train images) "
-        f"→ {bundle_dir}"
+        f"[bold]6/7[/] export, pixels in (the backbone inside the encoder graph): FP32, FP16 and INT8 (cpu-auto, "
+        f"calibrated on up to {cfg.calib_size} train images) → {bundle_dir}"
     )
     bundle = _export_bundle(run_dir, data_dir, bundle_dir, cfg.calib_size, console)
     console.print(bundle_table(bundle))
@@ -128,7 +129,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
 
 
 def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: int, console: Console) -> Any:
-    """Export the run unless the bundle already holds exactly these weights with all three precisions."""
+    """Export the run unless the bundle already holds exactly these weights with all three precisions, pixels in."""
     from edgecap.bundle import BundleError, export_bundle, load_bundle
     from edgecap.bundle.manifest import sha256_file
 
@@ -139,12 +140,12 @@ def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: 
         existing = None
     if existing is not None:
         same = (existing.config.get("source") or {}).get("weights_sha256") == wanted
-        if same and set(existing.precisions) == {"fp32", "fp16", "int8"}:
+        if same and set(existing.precisions) == {"fp32", "fp16", "int8"} and existing.backbone_in_graph:
             console.print(f"  reusing {bundle_dir} (exported from these weights)")
             return existing
     export_bundle(
         run_dir, bundle_dir, fp16=True, int8=True, calib=data_dir, target="cpu-auto", calib_size=calib_size,
-        overwrite=True,
+        with_backbone=True, overwrite=True,
     )  # fmt: skip
     return load_bundle(bundle_dir, graphs="none")
 

@@ -19,6 +19,11 @@ def default_run_dir(model_name: str) -> Path:
     return edgecap_home() / "runs" / model_name
 
 
+def default_bundle_dir(model_name: str) -> Path:
+    """Where a model's bundle lives unless told otherwise (``edgecap export`` without ``--out``, the quickstart)."""
+    return edgecap_home() / "bundles" / model_name
+
+
 def resolve_run(name_or_path: str | Path) -> Path:
     """A run directory from a path, or from a model name trained earlier with ``edgecap train``/``quickstart``."""
     path = Path(name_or_path)

@@ -38,19 +38,18 @@ __all__ = [
     "DEFAULT_CALIB_SIZE",
     "DEFAULT_QUALITY_IMAGES",
     "IMAGE_SUFFIXES",
-    "TARGETS",
     "BundleExportError",
     "CalibImage",
     "ExportSource",
     "calibration_images",
+    "default_bundle_out",
     "export_bundle",
+    "int8_targets",
     "load_source",
 ]
 
 log = logging.getLogger(__name__)
 
-#: INT8 targets (``edgecap.calibration`` presets): ``cpu-auto`` picks the preset for the exporting machine's CPU.
-TARGETS = ("cpu-auto", "cpu-avx2", "cpu-vnni", "arm64", "tensorrt")
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 DEFAULT_CALIB_SIZE = 256
 DEFAULT_QUALITY_IMAGES = 100
@@ -61,6 +60,14 @@ _HOLDOUT_SHARE = 0.2
 
 class BundleExportError(ValueError):
     """An export that cannot proceed or whose checks failed; the message names the input or the failing graph."""
+
+
+def int8_targets() -> list[str]:
+    """The INT8 targets export accepts: the registered ``edgecap.calibration`` presets (``register_preset`` adds
+    one) plus ``cpu-auto``, which picks the preset for the exporting machine's CPU."""
+    from edgecap.calibration.presets import list_presets
+
+    return list_presets()
 
 
 # -- what is exported ------------------------------------------------------------------------------------------------
@@ -104,6 +111,35 @@ class ExportSource:
     @property
     def backbone_source(self) -> str | None:
         return (self.backbone_spec.get("weights") or {}).get("source") if self.backbone_spec else None
+
+    @property
+    def backbone_rebuildable(self) -> bool:
+        """Whether the backbone the features came from can be rebuilt (packaged or file weights, not random ones)."""
+        return self.backbone_source in REBUILDABLE_BACKBONES
+
+
+#: Backbone weight sources a bundle can rebuild, and so put in its encoder graph.
+REBUILDABLE_BACKBONES = ("packaged", "file")
+
+
+def default_bundle_out(model_or_run: Any) -> Path:
+    """Where ``edgecap export`` writes without ``--out``: ``$EDGECAP_HOME/bundles/NAME``, the place the quickstart
+    writes and lookups by name read. ``NAME`` is the model name given, or for a run directory, a bundle or a
+    :class:`~edgecap.runs.TrainedRun` the model name its config records (only ``config.json`` is read)."""
+    import json
+
+    from edgecap.runs import TrainedRun, default_bundle_dir
+
+    if isinstance(model_or_run, TrainedRun):
+        return default_bundle_dir(str(model_or_run.config["model"]["name"]))
+    config = Path(model_or_run) / CONFIG_NAME
+    if config.is_file():
+        try:
+            name = json.loads(config.read_text(encoding="utf-8"))["model"]["name"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise BundleExportError(f"{config}: cannot read the model name ({exc}); pass --out BUNDLE") from exc
+        return default_bundle_dir(str(name))
+    return default_bundle_dir(str(model_or_run))
 
 
 def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -> ExportSource:
@@ -340,7 +376,8 @@ def _held_out_record(held_out: _HeldOut | None) -> dict[str, Any] | None:
 # -- the task-level check --------------------------------------------------------------------------------------------
 class _PixelReference:
     """The torch FP32 reference of a bundle whose encoder graph contains the backbone: ``pixel_values`` through the
-    torch backbone, then the captioner (a :class:`~edgecap.decoding.StepModel`)."""
+    torch backbone, then the captioner's own decoder adapter (a :class:`~edgecap.decoding.StepModel`, or LaBERT's
+    refine model), to which everything but ``encode`` is handed on."""
 
     def __init__(self, backbone: torch.nn.Module, inner: Any) -> None:
         self.backbone, self.inner = backbone.eval(), inner
@@ -350,11 +387,10 @@ class _PixelReference:
             features, boxes = self.backbone(torch.as_tensor(inputs["pixel_values"]))
         return self.inner.encode({"features": features, "boxes": boxes})
 
-    def step(self, tokens: torch.Tensor, state: Any) -> Any:
-        return self.inner.step(tokens, state)
-
-    def select(self, state: Any, index: torch.Tensor) -> Any:
-        return self.inner.select(state, index)
+    def __getattr__(self, name: str) -> Any:
+        if name in ("backbone", "inner"):  # not set yet (copy/pickle): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 def _torch_batches(images: _Images) -> list[dict[str, torch.Tensor]]:
@@ -446,8 +482,9 @@ class _Stages:
 
 
 def _check_arguments(int8: bool, calib: Any, target: str, calib_size: int, quality_images: int) -> None:
-    if target not in TARGETS:
-        raise BundleExportError(f"unknown INT8 target {target!r}; choose one of {list(TARGETS)}")
+    targets = int8_targets()
+    if target not in targets:
+        raise BundleExportError(f"unknown INT8 target {target!r}; choose one of {targets}")
     if int8 and calib is None:
         raise BundleExportError("INT8 export needs calibration images: pass calib=DIR (--calib DIR)")
     if calib is not None and not int8:
@@ -506,14 +543,14 @@ def _write_model_files(bundle: BundleBuilder, source: ExportSource, with_backbon
 
 def export_bundle(
     model_or_run: Any,
-    out: str | Path,
+    out: str | Path | None = None,
     *,
     fp16: bool = False,
     int8: bool = False,
     calib: str | Path | None = None,
     target: str = "cpu-auto",
     calib_size: int = DEFAULT_CALIB_SIZE,
-    with_backbone: bool = False,
+    with_backbone: bool | None = None,
     overwrite: bool = False,
     progress: bool = True,
     backbone_weights: str | Path | None = None,
@@ -524,16 +561,21 @@ def export_bundle(
     Args:
         model_or_run: a model name trained earlier (``$EDGECAP_HOME/runs/NAME``), a run directory, a
             :class:`~edgecap.runs.TrainedRun`, or a bundle (re-export from its weights).
-        out: the bundle directory to create.
+        out: the bundle directory to create. Default :func:`default_bundle_out` (``$EDGECAP_HOME/bundles/NAME``),
+            where an existing bundle is replaced without ``overwrite``: the new one is built beside it, verified,
+            then swapped in atomically.
         fp16: also export float16 graphs (for GPUs/NPUs; slower than FP32 on ONNX Runtime's CPU provider).
         int8: also write INT8 (QDQ) graphs calibrated on ``calib``.
         calib: a folder of images (searched recursively; unreadable files are skipped and counted) or a dataset
             directory (its train split images).
-        target: INT8 preset: ``cpu-auto`` (this CPU), ``cpu-avx2``, ``cpu-vnni``, ``arm64`` or ``tensorrt``.
+        target: INT8 preset, one of :func:`int8_targets`: ``cpu-auto`` (this CPU), ``cpu-avx2``, ``cpu-vnni``,
+            ``arm64``, ``tensorrt`` or a preset added with ``edgecap.calibration.register_preset``.
         calib_size: calibrate on at most this many images (a seeded sample spread over the set).
         with_backbone: put the image backbone in the encoder graph (input ``pixel_values``: pixels to captions in
-            one runtime); otherwise the encoder takes backbone features and ``Captioner.load`` runs the backbone in
-            torch.
+            one runtime, no torch needed to caption images) or not (the encoder takes backbone features and
+            ``Captioner.load`` runs the backbone in torch). None (default): in the graph whenever the run was
+            trained on the features of a backbone it can rebuild (packaged or file weights); region-feature runs
+            and runs on a randomly initialised backbone take features.
         overwrite: replace an existing ``out`` (atomically: the old bundle stays until the new one is complete).
         progress: print one line per stage (and calibration progress) on stderr.
         backbone_weights: the backbone's local weights file, for runs whose features came from one.
@@ -543,7 +585,8 @@ def export_bundle(
         ``out``.
 
     Raises:
-        FileExistsError: ``out`` exists and ``overwrite`` is False (before any work).
+        FileExistsError: an explicit ``out`` exists and ``overwrite`` is False, or the default ``out`` exists and
+            is not a bundle (before any work).
         RunError: no trained run under that name/path.
         BundleExportError: bad arguments, an empty calibration set, or a failed FP32/FP16 parity check (nothing is
             left on disk).
@@ -554,25 +597,34 @@ def export_bundle(
     from edgecap.captioning import decode_cfg_for, decoder_for, decoding_overrides
     from edgecap.export import export_onnx
 
-    out = Path(out)
     _check_arguments(int8, calib, target, calib_size, quality_images)
-    if out.exists() and not overwrite:
+    replacing = False
+    if out is None:
+        out = default_bundle_out(model_or_run)
+        if out.exists() and not overwrite and not is_bundle(out):
+            raise FileExistsError(
+                f"{out} (the default bundle location) exists and is not a bundle; move it away, pass another "
+                "out=/--out, or overwrite=True (--overwrite) to replace it"
+            )
+        replacing = is_bundle(out)
+    out = Path(out)
+    if out.exists() and not (overwrite or replacing):
         raise FileExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
     calib_images, calib_description = calibration_images(calib) if int8 else ([], "")
     source = load_source(model_or_run, backbone_weights)
-    needs_backbone = with_backbone or bool(source.backbone_spec and source.backbone_source != "random")
-    if with_backbone and not source.backbone_spec:
-        raise BundleExportError(
-            f"--with-backbone: the {source.origin} was trained on precomputed region features, not on a backbone's "
-            "features, so there is no backbone to put in the graph"
-        )
+    with_backbone = _backbone_in_graph(source, with_backbone)
+    needs_backbone = with_backbone or source.backbone_rebuildable
     backbone = source.backbone() if needs_backbone else None
     maker = _InputMaker(source, backbone, with_backbone)
-    precisions = ("fp32", "fp16") if fp16 else ("fp32",)
+    requested = {"fp32", *(["fp16"] if fp16 else []), *(["int8"] if int8 else [])}
+    precisions = tuple(p for p in PRECISION_ORDER if p in requested and p != _QUANTIZED)  # int8 comes from fp32
     stages = _Stages(3 + int8, progress)
+    if replacing:
+        stages.note(f"replacing the existing bundle at {out} once the new one is verified")
 
-    with create_bundle(out, overwrite=overwrite) as bundle:
-        stages(f"exporting {source.name} ({source.origin}) to ONNX: {', '.join(precisions)}, parity vs torch")
+    with create_bundle(out, overwrite=overwrite or replacing) as bundle:
+        inputs = f"pixels in ({backbone.name} in the encoder graph)" if with_backbone else "features in"
+        stages(f"exporting {source.name} ({source.origin}) to ONNX, {inputs}: {', '.join(precisions)}, parity vs torch")
         result = export_onnx(
             source.model, None, backbone=backbone if with_backbone else None, name=source.name, precisions=precisions
         )
@@ -663,7 +715,35 @@ def export_bundle(
                 "variants": variants,
             }
         )
+    if replacing:
+        log.info("export: replaced the existing bundle at %s", out)
     return out
+
+
+#: The precision that is quantised from the FP32 graphs rather than exported from torch.
+_QUANTIZED = "int8"
+
+
+def _backbone_in_graph(source: ExportSource, requested: bool | None) -> bool:
+    """Whether the encoder graph takes pixels: ``requested``, or by default whenever the backbone can be rebuilt."""
+    if requested is False:
+        return False
+    if not source.backbone_spec:
+        if requested:
+            raise BundleExportError(
+                f"--with-backbone: the {source.origin} was trained on precomputed region features, not on a "
+                "backbone's features, so there is no backbone to put in the graph"
+            )
+        return False
+    if not source.backbone_rebuildable:
+        if requested:
+            raise BundleExportError(
+                f"--with-backbone: the {source.origin} was trained on features of a randomly initialised backbone "
+                f"({source.backbone_spec.get('name')}), which cannot be rebuilt into a graph; export with "
+                "--features-in, or extract features with packaged or file weights"
+            )
+        return False
+    return True
 
 
 def _length_record(spec: Any) -> dict[str, Any] | None:

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
 from edgecap.cli.options import apply_threads, fail, threads_option
 
-# Kept here (not imported from edgecap.bundle.export) so `edgecap export --help` does not import torch.
-_TARGETS = ("cpu-auto", "cpu-avx2", "cpu-vnni", "arm64", "tensorrt")
+
+class _PresetChoice(click.Choice):
+    """The INT8 targets, read from the preset registry when the option is parsed or its help shown (a preset
+    registered after this module was imported is accepted). The registry module is light: no torch or onnx."""
+
+    def __init__(self) -> None:
+        super().__init__((), case_sensitive=True)
+
+    @property
+    def choices(self) -> Sequence[str]:
+        from edgecap.calibration.presets import list_presets
+
+        return tuple(list_presets())
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:  # click.Choice.__init__ assigns; the registry is the source
+        pass
 
 
 @click.command("export")
@@ -19,7 +35,13 @@ _TARGETS = ("cpu-auto", "cpu-avx2", "cpu-vnni", "arm64", "tensorrt")
     required=True,
     help="A model name trained earlier (`edgecap train`/`quickstart`), a run directory, or a bundle to re-export.",
 )
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True, help="Bundle directory.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Bundle directory [default: $EDGECAP_HOME/bundles/MODEL, where an existing bundle is replaced atomically "
+    "once the new one is verified].",
+)
 @click.option("--fp16", is_flag=True, help="Also export float16 graphs (GPU/NPU targets).")
 @click.option("--int8", is_flag=True, help="Also export INT8 (QDQ) graphs calibrated on --calib.")
 @click.option(
@@ -30,15 +52,23 @@ _TARGETS = ("cpu-auto", "cpu-avx2", "cpu-vnni", "arm64", "tensorrt")
 )
 @click.option(
     "--target",
-    type=click.Choice(_TARGETS),
+    type=_PresetChoice(),
     default="cpu-auto",
     show_default=True,
-    help="INT8 preset: this CPU (cpu-auto), x86 without/with VNNI, 64-bit ARM, or TensorRT.",
+    help="INT8 preset (edgecap.calibration presets): this CPU (cpu-auto), x86 without/with VNNI (cpu-avx2, cpu-vnni), "
+    "64-bit ARM (arm64), TensorRT, or one added with register_preset().",
 )
 @click.option(
     "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
 )
-@click.option("--with-backbone", is_flag=True, help="Put the image backbone in the encoder graph (pixels in).")
+@click.option(
+    "--with-backbone/--features-in",
+    "with_backbone",
+    default=None,
+    help="Pixels in: the image backbone in the encoder graph (input pixel_values), or features in: the encoder takes "
+    "backbone features and the backbone runs in torch. [default: pixels in when the run was trained on a "
+    "backbone's features with packaged or file weights; features in for region-feature runs]",
+)
 @click.option(
     "--backbone-weights",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -52,18 +82,18 @@ _TARGETS = ("cpu-auto", "cpu-avx2", "cpu-vnni", "arm64", "tensorrt")
     show_default=True,
     help="Held-out images for the task-level check of each variant (0 skips it).",
 )
-@click.option("--overwrite", is_flag=True, help="Replace an existing bundle (atomically).")
+@click.option("--overwrite", is_flag=True, help="Replace an existing --out (atomically).")
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @threads_option
 def export(
     model: str,
-    out: Path,
+    out: Path | None,
     fp16: bool,
     int8: bool,
     calib: Path | None,
     target: str,
     calib_size: int,
-    with_backbone: bool,
+    with_backbone: bool | None,
     backbone_weights: Path | None,
     quality_images: int,
     overwrite: bool,
@@ -76,10 +106,11 @@ def export(
     if calib is not None and not int8:
         raise click.UsageError("--calib is only used with --int8")
     apply_threads(threads)
-    from edgecap.bundle.export import export_bundle
-    from edgecap.bundle.reader import load_bundle
+    from edgecap.bundle.export import default_bundle_out, export_bundle
+    from edgecap.bundle.reader import is_bundle, load_bundle
 
     try:
+        replacing = out is None and is_bundle(default_bundle_out(model))
         path = export_bundle(
             model,
             out,
@@ -98,6 +129,8 @@ def export(
     except (ValueError, FileNotFoundError, FileExistsError, ImportError) as exc:
         fail(str(exc))
     print_bundle_table(bundle)
+    if replacing:
+        click.echo(f"replaced the existing bundle at {path}")
     click.echo(f"bundle written to {path}; try `edgecap caption IMAGE --model {path}`")
 
 

@@ -8,7 +8,8 @@ is built once per test session and memoised here; tests that alter a bundle work
 - :func:`region_bundle`: that run exported with FP32 + FP16 + INT8 (calibrated on the dataset's train split);
 - :func:`pixel_run`: an untrained ``ort-test`` (or another tiny model) on a random ``test_efficientnet`` (64 px) whose
   weights are a file, i.e. a run whose features came from a backbone, so images can be captioned;
-- :func:`labert_bundle`: that run for ``labert-test`` exported through the CLI (mask-predict bundle).
+- :func:`pixel_bundle`: that run exported through the CLI with no input flag, i.e. pixels in by default;
+- :func:`labert_bundle`: that run for ``labert-test`` exported through the CLI (pixels-in mask-predict bundle).
 """
 
 from __future__ import annotations
@@ -128,14 +129,15 @@ def pixel_run(
 
 
 def pixel_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    """(bundle, the command's output): the pixel run exported **through the CLI** with the backbone in the graph
-    (FP32 only), i.e. the ``edgecap export`` smoke test and a pixels-to-captions bundle in one export."""
+    """(bundle, the command's output): the pixel run exported **through the CLI** without ``--with-backbone``, so
+    the backbone lands in the graph by default (FP32 only): the ``edgecap export`` smoke test and a
+    pixels-to-captions bundle in one export."""
     if "pixel_bundle" not in _CACHE:
         from edgecap.cli import main
 
         run, weights = pixel_run(tiny_data, factory)
         out = _root(factory) / "pixel-bundle"
-        args = ["export", "--model", str(run), "--with-backbone", "--backbone-weights", str(weights), "--out", str(out)]
+        args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--out", str(out)]
         result = CliRunner().invoke(main, args)
         assert result.exit_code == 0, result.output
         _CACHE["pixel_bundle"] = (out, result.output)
@@ -144,7 +146,7 @@ def pixel_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) 
 
 def labert_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """(bundle, the command's output): an untrained ``labert-test`` pixel run exported **through the CLI** (FP32,
-    backbone in torch, held-out check on the dataset's val split decoded by mask-predict)."""
+    pixels in by default, held-out check on the dataset's val split decoded by mask-predict)."""
     if "labert_bundle" not in _CACHE:
         from edgecap.cli import main
 

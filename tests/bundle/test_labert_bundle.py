@@ -82,7 +82,7 @@ def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, im
     from edgecap.bundle import export_bundle
 
     bundle = labert[0]
-    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), name="labert-test")  # noqa: E731
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="labert-test")  # noqa: E731
     monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
     out = export_bundle(bundle, tmp_path / "int8", int8=True, calib=tiny_data[0], calib_size=4, progress=False)
     opened = load_bundle(out)
