@@ -79,12 +79,15 @@ def pixel_run(
     factory: pytest.TempPathFactory,
     model_name: str = "ort-test",
     overrides: dict[str, Any] | None = None,
-) -> tuple[Path, Path]:
+    packaged: bool = False,
+) -> tuple[Path, Path | None]:
     """(run directory, backbone weights file): an untrained ``model_name`` (with config ``overrides``) on a random
     64 px ``test_efficientnet`` whose weights are stored in a file, laid out exactly like a run ``edgecap train``
-    writes."""
+    writes. ``packaged``: on the offline packaged ``tf_efficientnet_lite0`` (ImageNet weights, 64 px, a 2×2 grid)
+    instead, the default backbone's case, which needs no weights file (None is returned for it)."""
     overrides = dict(overrides or {})
     parts = [] if (model_name, overrides) == ("ort-test", {}) else [model_name, *map(str, overrides.values())]
+    parts += ["lite0"] if packaged else []
     tag = "".join(f"-{p}" for p in parts)  # the plain ort-test run keeps its original paths
     key = f"pixel_run{tag}"
     if key not in _CACHE:
@@ -99,9 +102,13 @@ def pixel_run(
         run = root / f"pixel-run{tag}"
         run.mkdir(parents=True)
         torch.manual_seed(0)
-        weights = root / f"tiny-backbone{tag}.safetensors"
-        save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
-        backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
+        if packaged:
+            weights = None
+            backbone = create_backbone("tf_efficientnet_lite0", pretrained=True, image_size=64)
+        else:
+            weights = root / f"tiny-backbone{tag}.safetensors"
+            save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
+            backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
         captions = [c for r in load_dataset(data).split("train") for c in r.captions]
         vocab = build_vocab(captions, kind="word", min_count=2)
         vocab.save(run / "vocab.json")

@@ -229,3 +229,117 @@ def test_a_bare_model_name_resolves_under_edgecap_home(tmp_path: Path, monkeypat
     message = str(err.value)
     assert str(tmp_path / "home" / "runs" / "acort-nothing" / "config.json") in message
     assert "edgecap train --model acort-nothing" in message
+
+
+# -- which side of the backbone the graphs start on ------------------------------------------------------------------
+class _Stop(Exception):
+    """Raised by the stand-in ``export_onnx`` once it has seen what it was asked to export."""
+
+
+@pytest.fixture
+def seen_backbone(monkeypatch) -> dict:
+    """Stops every export at ``export_onnx`` and records the backbone it was handed (None = features in)."""
+    seen: dict = {}
+
+    def export_onnx(model, out_dir=None, **kwargs):
+        seen["backbone"] = kwargs.get("backbone")
+        raise _Stop
+
+    monkeypatch.setattr(edgecap.export, "export_onnx", export_onnx)
+    return seen
+
+
+def test_pixels_in_is_the_default_for_a_run_on_backbone_features(tiny_data, tmp_path_factory, tmp_path, seen_backbone):
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    with pytest.raises(_Stop):
+        export_bundle(run, tmp_path / "b", backbone_weights=weights, progress=False)
+    assert seen_backbone["backbone"] is not None and seen_backbone["backbone"].name == "test_efficientnet"
+    with pytest.raises(_Stop):
+        export_bundle(run, tmp_path / "b", backbone_weights=weights, with_backbone=False, progress=False)
+    assert seen_backbone["backbone"] is None  # --features-in
+
+
+def test_region_runs_and_random_backbones_take_features(run, tiny_data, tmp_path_factory, tmp_path, seen_backbone):
+    with pytest.raises(_Stop):
+        export_bundle(run, tmp_path / "b", progress=False)
+    assert seen_backbone["backbone"] is None
+    pixels, _ = pixel_run(tiny_data, tmp_path_factory)
+    random_run = Path(shutil.copytree(pixels, tmp_path / "random-run"))
+    spec = json.loads((random_run / "config.json").read_text())["backbone"]
+    edit_json(random_run / "config.json", backbone={**spec, "weights": {**spec["weights"], "source": "random"}})
+    seen_backbone.clear()
+    with pytest.raises(_Stop):
+        export_bundle(random_run, tmp_path / "b", progress=False)
+    assert seen_backbone["backbone"] is None
+    with pytest.raises(BundleExportError, match="randomly initialised backbone"):
+        export_bundle(random_run, tmp_path / "b", with_backbone=True, progress=False)
+
+
+# -- where the bundle goes -------------------------------------------------------------------------------------------
+def _graphs_of(bundle: Path):
+    """A stand-in ``export_onnx`` returning ``bundle``'s own FP32 graphs (the export itself is not under test)."""
+    return lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))
+
+
+def test_without_out_the_bundle_goes_home_and_replaces_the_old_one(run: Path, bundle: Path, tmp_path, monkeypatch):
+    """``$EDGECAP_HOME/bundles/NAME``: built beside an existing bundle, verified, swapped in; leftovers of killed
+    exports to the same place are cleaned when the next one starts, a live writer's are not."""
+    monkeypatch.setenv("EDGECAP_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(edgecap.export, "export_onnx", _graphs_of(bundle))
+    home = tmp_path / "home" / "bundles"
+    first = export_bundle(run, progress=False, quality_images=0)
+    assert first == home / "ort-test" and load_bundle(first).name == "ort-test"
+    created = load_bundle(first).manifest["created"]
+    (first / "weights.safetensors").touch()  # the old bundle is in place until the swap
+    dead = home / ".ort-test.999999999-abcd1234.partial"
+    legacy = home / ".ort-test.k3j_9x2a.partial"
+    live = home / ".ort-test.1-zzzz0000.partial"  # pid 1 is alive on every machine
+    other = home / ".ort-test-2.999999999-abcd1234.partial"  # another bundle's: not ours to judge
+    for leftover in (dead, legacy, live, other):
+        (leftover / "onnx").mkdir(parents=True)
+    again = export_bundle(run, progress=False, quality_images=0)
+    assert again == first and load_bundle(again).manifest["created"] >= created
+    assert not dead.exists() and not legacy.exists() and live.exists() and other.exists()
+    assert _leftovers(home) == sorted(p.name for p in (live, other))
+    with pytest.raises(FileExistsError, match="overwrite"):
+        export_bundle(run, first, progress=False)  # an explicit out still needs overwrite=True
+
+
+def test_a_default_location_that_is_not_a_bundle_is_left_alone(run: Path, tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGECAP_HOME", str(tmp_path / "home"))
+    notes = tmp_path / "home" / "bundles" / "ort-test"
+    notes.mkdir(parents=True)
+    (notes / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="not a bundle"):
+        export_bundle(run, progress=False)
+    assert (notes / "notes.txt").read_text() == "mine"
+
+
+def test_a_swap_cut_in_half_is_recovered(tmp_path):
+    """Killed between its two renames, a writer leaves the previous directory at ``.NAME.old``; the next writer to
+    that place puts it back before replacing it, so no moment leaves only a half-written directory."""
+    from edgecap._io import atomic_directory
+
+    old = tmp_path / ".b.old"
+    old.mkdir()
+    (old / "manifest.json").write_text("{}")
+    with pytest.raises(RuntimeError), atomic_directory(tmp_path / "b", overwrite=True):
+        raise RuntimeError("killed again")
+    assert (tmp_path / "b" / "manifest.json").is_file() and not old.exists()
+
+
+# -- INT8 targets ----------------------------------------------------------------------------------------------------
+def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_data, tmp_path, monkeypatch):
+    from edgecap.bundle.export import int8_targets
+    from edgecap.calibration import presets
+
+    custom = presets.get_preset("cpu-avx2").replace(name="edge-npu", description="an NPU's U8S8 kernels")
+    monkeypatch.setitem(presets._PRESETS, "edge-npu", custom)
+    assert "edge-npu" in int8_targets() and "cpu-auto" in int8_targets()
+    monkeypatch.setattr(edgecap.export, "export_onnx", _graphs_of(bundle))
+    out = export_bundle(
+        run, tmp_path / "b", int8=True, calib=tiny_data[0], target="edge-npu", calib_size=4, quality_images=0,
+        progress=False,
+    )  # fmt: skip
+    int8 = load_bundle(out).variant("int8")
+    assert int8["target"] == "edge-npu" and int8["preset"] == "edge-npu"

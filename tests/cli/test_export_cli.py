@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -16,13 +21,14 @@ pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 @pytest.fixture(scope="module")
 def exported(tiny_data, tmp_path_factory) -> tuple[Path, str]:
-    return pixel_bundle(tiny_data, tmp_path_factory)  # runs `edgecap export ... --with-backbone` once
+    return pixel_bundle(tiny_data, tmp_path_factory)  # runs `edgecap export` (pixels in by default) once
 
 
 def test_export_writes_a_bundle_and_prints_its_table(exported):
     bundle, output = exported
     assert (bundle / "manifest.json").is_file() and (bundle / "onnx" / "fp32" / "init.onnx").is_file()
     assert "1/3 exporting ort-test" in output and "parity vs torch" in output
+    assert "pixels in (test_efficientnet in the encoder graph)" in output  # the default, no flag given
     assert "pass: max |err|" in output and "100.0%" in output and f"bundle written to {bundle}" in output
     config = json.loads((bundle / "config.json").read_text())
     assert config["backbone_in_graph"] is True and config["backbone_weights"] == "backbone/tiny-backbone.safetensors"
@@ -81,3 +87,84 @@ def test_export_refuses_an_empty_calibration_set(tiny_data, tmp_path_factory, tm
     args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(empty)]
     result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")])
     assert result.exit_code != 0 and "calibration set is empty" in result.output and not (tmp_path / "b").exists()
+
+
+def test_export_help_imports_no_torch_and_lists_registered_targets():
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from edgecap.cli import main\n"
+        "from edgecap.calibration.presets import get_preset, register_preset\n"
+        "register_preset(get_preset('cpu-avx2').replace(name='edge-npu', description='an NPU'))\n"
+        "result = CliRunner().invoke(main, ['export', '--help'])\n"
+        "assert result.exit_code == 0, result.output\n"
+        "assert 'edge-npu' in result.output and '--with-backbone / --features-in' in result.output, result.output\n"
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime', 'timm') if m in sys.modules))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_an_unregistered_target_is_refused_naming_the_registered_ones(tmp_path: Path):
+    args = ["export", "--model", "x", "--int8", "--calib", str(tmp_path), "--target", "gpu"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "'gpu' is not one of" in result.output and "'tensorrt'" in result.output
+
+
+def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tmp_path: Path, monkeypatch):
+    """``edgecap export --model NAME --fp16`` (no --out, no flags about the backbone) on a run trained on the packaged
+    EfficientNet-Lite0's features: a pixels-in FP32+FP16 bundle at $EDGECAP_HOME/bundles/NAME; run again, it replaces
+    that bundle and says so. Then the decode-level promise: beam search on the FP32 graphs from pixels gives the
+    torch model's hypotheses (tokens and scores)."""
+    import edgecap.export
+    from edgecap.bundle import load_bundle
+    from edgecap.bundle.export import _PixelReference, load_source
+    from edgecap.captioning import decode_cfg_for, decoder_for
+    from edgecap.decoding import decode
+    from edgecap.runtimes.decoders import create_ort_decoder
+    from tests.bundle.helpers import export_result_from
+
+    home = tmp_path / "home"
+    run, _ = pixel_run(tiny_data, tmp_path_factory, "ort-test", packaged=True)
+    (home / "runs").mkdir(parents=True)
+    shutil.copytree(run, home / "runs" / "ort-test")
+    env = {"EDGECAP_HOME": str(home)}
+    result = CliRunner().invoke(main, ["export", "--model", "ort-test", "--fp16"], env=env)
+    assert result.exit_code == 0, result.output
+    bundle = home / "bundles" / "ort-test"
+    assert "pixels in (tf_efficientnet_lite0 in the encoder graph)" in result.output
+    assert f"bundle written to {bundle}" in result.output and "replaced" not in result.output
+    opened = load_bundle(bundle)
+    assert opened.backbone_in_graph and opened.config["backbone_weights"] is None  # packaged: nothing to carry
+    assert opened.decode_inputs == ("pixel_values",) and opened.precisions == ("fp32", "fp16")
+    for precision in ("fp32", "fp16"):
+        parity = opened.variant(precision)["parity"]
+        assert all(report["passed"] for report in parity.values()), parity
+    assert opened.quality("fp32")["agreement"] == 1.0 and opened.quality("fp16")["images"] == 4
+
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="ort-test")  # noqa: E731
+    monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+    again = CliRunner().invoke(main, ["export", "--model", "ort-test", "--quiet"], env=env)
+    assert again.exit_code == 0, again.output
+    assert f"replaced the existing bundle at {bundle}" in again.output
+    assert load_bundle(bundle).precisions == ("fp32",) and _leftovers(bundle.parent) == []
+
+    monkeypatch.setenv("EDGECAP_HOME", str(home))
+    source = load_source("ort-test")
+    cfg = decode_cfg_for(source.vocab, beam_size=3, max_words=source.max_words)
+    images = sorted((tiny_data[0] / "images").iterdir())[:4]
+    backbone = source.backbone()
+    pixels = {"pixel_values": backbone.preprocess(images)}
+    reference = decode(_PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
+    graphs = {role: load_bundle(bundle).graph_path("fp32", role) for role in ("encoder", "step")}
+    with create_ort_decoder(graphs, opened.state_names, updated_state_names=opened.updated_state_names) as ort:
+        candidate = decode(ort, pixels, cfg)
+    for ref, got in zip(reference, candidate, strict=True):
+        assert [h.tokens for h in got] == [h.tokens for h in ref]
+        np.testing.assert_allclose([h.score for h in got], [h.score for h in ref], atol=1e-4)
+
+
+def _leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))

@@ -85,6 +85,32 @@ def exported_with_backbone() -> ExportResult:
     return export_onnx(model, backbone=backbone, name="acort-test+backbone", graphs=["init"])
 
 
+#: One test config per family: what pixels-in bundles are exported from (backbone + family encoder in one graph).
+BACKBONE_FAMILIES = ("ort-test", "acort-test", "expansionnet-test", "labert-test")
+
+
+@functools.cache
+def family_with_backbone(name: str) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(``test_resnet`` backbone, ``name`` on its features): the pair a pixels-in export of that family sees."""
+    from edgecap.models.backbone import create_backbone
+
+    torch.manual_seed(0)
+    backbone = create_backbone(BACKBONE, pretrained=False, image_size=BACKBONE_SIZE).eval()
+    if get_model_cfg(name).vocab_kind == "radix":
+        model = create_model(name, vocab_size=RADIX_BASE + 3, feature_dim=backbone.feature_dim, radix_base=RADIX_BASE)
+    else:
+        model = create_model(name, vocab_size=WORD_VOCAB, feature_dim=backbone.feature_dim)
+    return backbone, model.eval()
+
+
+@functools.cache
+def exported_family_with_backbone(name: str) -> ExportResult:
+    """Every graph of ``name`` behind a random ``test_resnet`` at fp32 and fp16 (what ``edgecap export`` writes by
+    default for a run on backbone features)."""
+    backbone, model = family_with_backbone(name)
+    return export_onnx(model, backbone=backbone, name=f"{name}+backbone", precisions=("fp32", "fp16"))
+
+
 def decode_cfg(name: str, **overrides: object) -> DecodeCfg:
     """Beam-3 decoding with the token ids of the config's vocabulary kind (radix: constrained digits)."""
     if getattr(get_model_cfg(name), "length_levels", None):

@@ -14,7 +14,15 @@ from torch import nn
 from edgecap.export import Tolerance
 from edgecap.export.parity import ParityError, check_graph, check_runtime, compare_arrays, torch_reference
 from edgecap.runtimes import TorchRuntime
-from tests.export.helpers import TEST_CONFIGS, decoder_graph, exported, exported_with_backbone, graph_cases
+from tests.export.helpers import (
+    BACKBONE_FAMILIES,
+    TEST_CONFIGS,
+    decoder_graph,
+    exported,
+    exported_family_with_backbone,
+    exported_with_backbone,
+    graph_cases,
+)
 
 PRECISIONS = ("fp32", "fp16")
 
@@ -68,6 +76,36 @@ def test_backbone_graphs_parity(precision: str) -> None:
     for graph in ("encoder", "start", "init"):
         report = check_graph(result.spec, graph, result.model(graph, precision), precision, seed=5)
         assert report["passed"], (graph, report["outputs"])
+
+
+@pytest.mark.parametrize("config", BACKBONE_FAMILIES)
+def test_every_graph_of_a_pixels_in_export_passes_parity(config: str) -> None:
+    """Backbone + encoder in one graph, in every family: every graph at FP32 (tight) and FP16 (looser) against torch,
+    on fresh pixels (a seed other than the export's own parity run)."""
+    result = exported_family_with_backbone(config)
+    spec = result.spec
+    assert spec.decode_inputs[0] == "pixel_values" and spec.dims["regions"].min == spec.dims["regions"].max
+    for graph in spec.graph_names:
+        worst = {}
+        for precision in PRECISIONS:
+            report = check_graph(spec, graph, result.model(graph, precision), precision, seed=7)
+            failed = {n: o for n, o in report["outputs"].items() if not o["passed"]}
+            assert report["passed"], f"{config}/{graph}/{precision}: {failed}"
+            assert result.get(graph, precision).parity["passed"]  # the export's own check agreed
+            worst[precision] = max(o["max_abs"] for o in report["outputs"].values())
+        if graph in ("encoder", "init"):  # the backbone's convolutions are in these: FP16 shows, FP32 barely
+            assert worst["fp32"] < 1e-3 and worst["fp32"] <= worst["fp16"], (graph, worst)
+
+
+def test_labert_encoder_takes_pixels_and_refine_is_unchanged() -> None:
+    result = exported_family_with_backbone("labert-test")
+    encoder, refine = result.model("encoder"), result.model("refine")
+    assert [i.name for i in encoder.graph.input] == ["pixel_values"]
+    assert [o.name for o in encoder.graph.output] == ["visual", "visual_bias"]
+    assert [i.name for i in refine.graph.input] == ["tokens", "length_level", "visual", "visual_bias"]
+    meta = {p.key: p.value for p in encoder.metadata_props}
+    assert meta["backbone"] == "test_resnet" and meta["image_size"] == "64" and "length_levels" in meta
+    assert result.spec.decoding == "mask_predict" and result.spec.decode_inputs == ("pixel_values",)
 
 
 # -- the helper ----------------------------------------------------------------------------------------------------
