@@ -131,7 +131,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
 def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: int, console: Console) -> Any:
     """Export the run unless the bundle already holds exactly these weights with all three precisions, pixels in."""
     from edgecap.bundle import BundleError, export_bundle, load_bundle
-    from edgecap.bundle.manifest import sha256_file
+    from edgecap.bundle.manifest import PRECISION_ORDER, sha256_file
 
     wanted = sha256_file(run_dir / "weights.safetensors")
     try:
@@ -140,7 +140,7 @@ def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: 
         existing = None
     if existing is not None:
         same = (existing.config.get("source") or {}).get("weights_sha256") == wanted
-        if same and set(existing.precisions) == {"fp32", "fp16", "int8"} and existing.backbone_in_graph:
+        if same and existing.precisions == PRECISION_ORDER and existing.backbone_in_graph:
             console.print(f"  reusing {bundle_dir} (exported from these weights)")
             return existing
     export_bundle(

@@ -1,7 +1,12 @@
 """``export_bundle``: a trained run (or a bundle) -> a verified bundle with FP32 (+ FP16, + INT8) graphs.
 
+A run trained on a backbone's features gets a pixels-in bundle by default: the backbone is inside the encoder graph
+(input ``pixel_values``) at every precision, so an edge device captions images with ONNX Runtime alone and INT8
+covers the backbone's convolutions too. Region-feature runs (and runs on a randomly initialised backbone, which
+cannot be rebuilt) take features. Without ``out`` the bundle goes to ``$EDGECAP_HOME/bundles/NAME``.
+
 Stages, all inside one temporary directory that is renamed onto ``out`` only when everything passed
-(:func:`~edgecap.bundle.writer.create_bundle`):
+(:func:`~edgecap.bundle.writer.create_bundle`; a bundle already there stays until then):
 
 1. export the model's graphs with :func:`edgecap.export.export_onnx`; every graph's element-wise parity against
    torch must pass at every precision, else the export fails and leaves nothing;

@@ -76,7 +76,8 @@ def caption(
             if runtime == "ort" or precision not in ("auto", "fp32"):
                 fail(
                     f"{model} is a trained run, which runs on torch at FP32; --runtime ort and --precision "
-                    f"fp16/int8 need a bundle: `edgecap export --model {model} --out BUNDLE`"
+                    f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
+                    "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
             captioner = Captioner.from_run(
                 model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights

@@ -100,7 +100,10 @@ def export(
     quiet: bool,
     threads: int,
 ) -> None:
-    """Export a trained MODEL to a bundle: ONNX graphs checked for parity, manifest with checksums and quality."""
+    """Export a trained MODEL to a bundle: ONNX graphs checked for parity, manifest with checksums and quality.
+
+    Pixels in by default (the backbone inside the encoder graph), written to $EDGECAP_HOME/bundles/MODEL unless --out.
+    """
     if int8 and calib is None:
         raise click.UsageError("--int8 needs calibration images: --calib DIR")
     if calib is not None and not int8:

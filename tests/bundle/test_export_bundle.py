@@ -12,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 
@@ -154,9 +155,7 @@ def test_int8_without_a_dataset_holds_out_calibration_images(tiny_data, tmp_path
         (calib / "000004x.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
         stand_in = lambda model, *a, **k: export_result_from(pixels, model, ("fp32",), backbone=k["backbone"])  # noqa: E731
         monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
-        out = export_bundle(
-            moved, tmp_path / "b", int8=True, calib=calib, with_backbone=True, backbone_weights=weights, progress=False
-        )
+        out = export_bundle(moved, tmp_path / "b", int8=True, calib=calib, backbone_weights=weights, progress=False)
     finally:
         torch.set_flush_denormal(False)
     loaded = load_bundle(out)
@@ -168,6 +167,13 @@ def test_int8_without_a_dataset_holds_out_calibration_images(tiny_data, tmp_path
     quality = loaded.quality("int8")
     assert quality["references"] == "torch FP32 captions" and quality["images"] == 2
     assert loaded.quality("fp32")["agreement"] == 1.0 and 0.0 <= quality["agreement"] <= 1.0
+    # pixels in by default, and INT8 reaches into the backbone: its convolutions read dequantised weights and inputs
+    assert loaded.backbone_in_graph and loaded.decode_inputs == ("pixel_values",)
+    encoder = onnx.load(str(loaded.graph_path("int8", "encoder")))
+    producers = {o: n.op_type for n in encoder.graph.node for o in n.output}
+    convs = [n for n in encoder.graph.node if n.op_type == "Conv"]
+    quantised = [n for n in convs if producers.get(n.input[0]) == producers.get(n.input[1]) == "DequantizeLinear"]
+    assert convs and len(quantised) == len(convs)
 
 
 def test_an_empty_calibration_set_is_a_clear_error(run: Path, tmp_path: Path):

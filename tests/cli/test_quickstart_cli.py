@@ -4,6 +4,7 @@ import json
 
 from click.testing import CliRunner
 
+from edgecap.bundle import load_bundle
 from edgecap.cli import main
 
 
@@ -16,7 +17,9 @@ def test_quickstart_runs_every_stage(tmp_path, monkeypatch):
     summary = json.loads((tmp_path / "runs" / "acort-xsmall" / "quickstart.json").read_text())
     assert summary["metrics"]["CIDEr-D"] is not None
     assert {row["precision"] for row in summary["bundle"]["variants"]} >= {"fp32", "fp16", "int8"}
-    assert (tmp_path / "bundles" / "acort-xsmall" / "manifest.json").is_file()
+    bundle = load_bundle(tmp_path / "bundles" / "acort-xsmall", graphs="none")
+    assert bundle.backbone_in_graph and bundle.decode_inputs == ("pixel_values",)  # pixels in, every precision
+    assert all(s["precision"] for s in summary["bundle"]["samples"])  # captioned through the bundle
     report = json.loads((tmp_path / "bundles" / "acort-xsmall-bench" / "report.json").read_text())
     assert {r["runtime"] for r in report["results"]} >= {"torch", "ort"}
     # A second run reuses the dataset, features, run and bundle instead of redoing them.
