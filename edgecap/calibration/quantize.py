@@ -196,6 +196,17 @@ def _activation_matmuls(model: Any) -> list[str]:
     )
 
 
+def _unfused_activations(model: Any, fused: Iterable[str]) -> list[str]:
+    """Names of ``RolePolicy.fused_activations`` nodes that do not directly follow a ``Conv``: they stay float (a
+    ``Relu`` after a residual ``Add`` or in a transformer's feed-forward is not an integer conv's epilogue)."""
+    wanted = set(fused)
+    if not wanted:
+        return []
+    producers = {o: n.op_type for n in model.graph.node for o in n.output}
+    after_conv = {n.name for n in model.graph.node if n.input and producers.get(n.input[0]) == "Conv"}
+    return sorted(n.name for n in model.graph.node if n.op_type in wanted and n.name not in after_conv)
+
+
 def qdq_summary(model: Any, op_types: Iterable[str]) -> dict[str, Any]:
     """Counts of Q/DQ nodes and of quantised nodes per op type (nodes of ``op_types`` fed by a
     ``DequantizeLinear``; other ops reading a dequantised tensor, e.g. a ``Relu`` after a ``Conv``, still run float)."""
@@ -359,7 +370,9 @@ def quantize_graph(
             f"{role}: exclude_op_types {list(exclude_op_types)} leaves nothing to quantise "
             f"(policy: {list(base_policy.op_types)})"
         )
-    policy = dataclasses.replace(base_policy, op_types=op_types)
+    fused = tuple(op for op in base_policy.fused_activations if op not in set(exclude_op_types))
+    # an activation is only folded into a conv that is itself quantised
+    policy = dataclasses.replace(base_policy, op_types=op_types, fused_activations=fused if "Conv" in op_types else ())
     source = as_source(feeds, f"{role} calibration feeds")
     cached = _validate_ort_cache(source)
     length = source.length_hint()
@@ -380,6 +393,7 @@ def quantize_graph(
             _check_exclusions({role: pre_model}, unmatched)
         excluded = sorted({name for names in matches.values() for name in names})
         activation_matmuls = _activation_matmuls(pre_model) if policy.weight_matmuls_only else []
+        unfused = _unfused_activations(pre_model, policy.fused_activations)
         qdq, ranges, ort_method, served = _calibrate_and_quantize(
             tmp,
             preset,
@@ -389,12 +403,12 @@ def quantize_graph(
             graph_inputs(model),
             length,
             cached,
-            sorted({*excluded, *activation_matmuls}),
+            sorted({*excluded, *activation_matmuls, *unfused}),
             progress,
         )
 
     _prune_opset_imports(qdq)
-    restored = _restore_float_inputs(qdq, pre_model, {*excluded, *activation_matmuls})
+    restored = _restore_float_inputs(qdq, pre_model, {*excluded, *activation_matmuls, *unfused})
     summary = qdq_summary(qdq, op_types)
     if not summary["quantized_ops"]:
         raise CalibrationError(f"{role}: nothing was quantised (no {list(op_types)} node with quantisable inputs)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -26,6 +27,7 @@ from edgecap.calibration import (  # noqa: E402
     record_decoder_feeds,
     write_trt_calibration_cache,
 )
+from edgecap.calibration.presets import ENCODER_ROLE  # noqa: E402
 from edgecap.runtimes.ort import OrtRuntime, create_ort_step_model  # noqa: E402
 
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
@@ -382,3 +384,51 @@ def test_feeds_without_levels_cycle_over_every_level() -> None:
     assert source.count == 3
     one_shot = _with_levels(CalibrationSource(iter(feeds)), 2)
     assert not one_shot.reiterable and [f[LENGTH_LEVEL].tolist() for f in one_shot] == [[1, 2, 1], [2, 1]]
+
+
+def _conv_block() -> onnx.ModelProto:
+    """``x -> Conv -> Clip(0, 6) -> Conv -> Add(x) -> Relu``: a ReLU6 right after a conv (an integer conv's epilogue)
+    and a ReLU after a residual add (not one)."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.5, (3, 4, 1, 1)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"], name="relu6"),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], name="conv2"),
+        helper.make_node("Add", ["c2", "x"], ["a"], name="residual"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "block",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+        weights,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_activation_right_after_a_conv_is_folded_into_it_and_others_stay_float():
+    """The encoder role folds ReLU6/ReLU into the conv they follow (its output quantised over the clipped range, as
+    integer conv kernels apply it); a ReLU after a residual add keeps its float input."""
+    feeds = [{"x": np.random.default_rng(i).normal(0, 1, (2, 3, 8, 8)).astype(np.float32)} for i in range(4)]
+    result = quantize_graph(_conv_block(), feeds, "cpu-vnni", role="encoder")
+    ops = {n.name: n for n in result.model.graph.node}
+    made_by = producers(result.model)
+    assert "relu6" not in ops  # folded: conv1's output is quantised over [0, 6]
+    assert all(made_by[ops[c].input[0]].op_type == "DequantizeLinear" for c in ("conv1", "conv2"))
+    assert made_by[ops["relu"].input[0]].op_type == "Add"  # float, not fake-quantised
+    conv1_out = ops["conv1"].output[0]
+    q1 = next(n for n in result.model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == conv1_out)
+    scale = initializers(result.model)[q1.input[1]]
+    assert float(scale) == pytest.approx(6.0 / 255, rel=0.05)  # the ReLU6 range, not the raw conv output's
+    float_policy = dataclasses.replace(ENCODER_ROLE, fused_activations=())
+    plain = quantize_graph(
+        _conv_block(), feeds, get_preset("cpu-vnni").replace(roles={"encoder": float_policy}), role="encoder"
+    )
+    assert "relu6" in {n.name for n in plain.model.graph.node}  # without the fold the Clip stays
