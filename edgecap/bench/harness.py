@@ -18,11 +18,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from torch import Tensor
+if TYPE_CHECKING:  # the proxy forwards whatever arrays the search uses; no array library is imported here
+    from edgecap.decoding.protocol import State
 
-from edgecap.decoding.protocol import State
+Array = Any
 
 __all__ = [
     "Clock",
@@ -302,7 +303,7 @@ class TimedStepModel:
             self.sync()
         return self.clock() - start
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Array]) -> State:
         start = self.clock()
         state = self.inner.encode(inputs)
         self._encode += self._elapsed(start)
@@ -318,13 +319,13 @@ class TimedStepModel:
         self._steps += 1
         self._rows += rows
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: Array, state: State) -> tuple[Array, State]:
         start = self.clock()
         result = self.inner.step(tokens, state)
         self._count_step(start, int(tokens.shape[0]))
         return result
 
-    def select(self, state: State, index: Tensor) -> State:
+    def select(self, state: State, index: Array) -> State:
         start = self.clock()
         result = self.inner.select(state, index)
         self._select += self._elapsed(start)
@@ -353,7 +354,7 @@ class TimedRefineModel(TimedStepModel):
     def mask_id(self) -> int:
         return self.inner.mask_id
 
-    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+    def refine(self, tokens: Array, length_level: Array, state: State) -> Array:
         start = self.clock()
         result = self.inner.refine(tokens, length_level, state)
         self._count_step(start, int(tokens.shape[0]))

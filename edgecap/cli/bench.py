@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import fail
+from edgecap.runtimes.registry import list_runtimes
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -72,8 +73,10 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
     "--runtime",
     "runtimes",
     multiple=True,
-    help="Runtimes, comma-separated or repeated: torch, torch-rerun (re-runs the whole prefix each step: the "
-    "baseline of the speed-up column), ort. Default: all three.",
+    help="Runtimes, comma-separated or repeated: any registered one ("
+    + ", ".join(list_runtimes())
+    + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
+    "torch-rerun, ort; one not installed here is skipped with what to install.",
 )
 @click.option(
     "--precision",
