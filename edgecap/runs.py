@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgecap._home import edgecap_home
 from edgecap.training.checkpoint import CONFIG, VOCAB, WEIGHTS, RunError, load_weights, read_config
-
-
-def edgecap_home() -> Path:
-    """Where edgecap keeps runs trained without ``--out``: ``$EDGECAP_HOME`` or ``~/.edgecap``."""
-    return Path(os.environ.get("EDGECAP_HOME", Path.home() / ".edgecap"))
 
 
 def default_run_dir(model_name: str) -> Path:

@@ -66,7 +66,7 @@ register_runtime(
     RuntimeSpec(
         name="torch-rerun",
         description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
-        loader="edgecap.runtimes.prefix:load_bundle_runtime",
+        loader="edgecap.runtimes.torch:load_bundle_rerun_runtime",
         requires=("torch",),
         install=_TORCH_INSTALL,
         precisions=("fp32", "fp16"),

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
+    "CaptionerError",
     "LoadRequest",
     "LoadedRuntime",
     "RuntimeSpec",
@@ -35,6 +36,11 @@ __all__ = [
 
 class UnknownRuntimeError(ValueError):
     """A runtime name that is not registered, or whose backend cannot be imported."""
+
+
+class CaptionerError(ValueError):
+    """A runtime/precision request a bundle or this machine cannot serve, or inputs a captioner cannot take
+    (raised by the runtimes' loaders and by :class:`~edgecap.Captioner`)."""
 
 
 @dataclass(frozen=True)
@@ -96,12 +102,14 @@ class LoadRequest:
         threads: intra-op threads for the runtime's sessions (None: the library default). Never process-wide.
         providers: execution providers in priority order (runtimes that have them), None = the best present.
         device: a device string for runtimes that take one (``"cuda:0"``), None = the best present.
+        verify: hash the files the runtime reads (:meth:`edgecap.bundle.Bundle.verify`) before using them.
     """
 
     precision: str = "auto"
     threads: int | None = None
     providers: Sequence[str] | str | None = None
     device: str | None = None
+    verify: bool = True
 
 
 @dataclass

@@ -197,3 +197,63 @@ class TorchRuntime(Runtime):
 def _to_device(value: Array, device: torch.device) -> Tensor:
     tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
     return tensor.to(device, non_blocking=True)
+
+
+# -- bundles on torch (the registry's loaders for "torch" and "torch-rerun") ------------------------------------------
+def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False) -> Any:
+    """A bundle's ``weights.safetensors`` in torch eager, for ``Captioner.load(runtime="torch")``.
+
+    Precision ``"auto"``: FP16 on CUDA (autoregressive models), else FP32. The backbone runs in torch too (the
+    captioner weights alone take features). ``request.threads`` is not applied: torch's thread count is
+    process-wide, and loading a captioner never changes process-wide settings.
+
+    Args:
+        bundle: an opened :class:`~edgecap.bundle.Bundle`.
+        request: :class:`~edgecap.runtimes.registry.LoadRequest`.
+        rerun_prefix: decode by re-running the whole prefix each step (the ``torch-rerun`` benchmark baseline).
+    """
+    from edgecap.runtimes.images import image_inputs
+    from edgecap.runtimes.refine import TorchRefineModel
+    from edgecap.runtimes.registry import CaptionerError, LoadedRuntime
+
+    if request.providers is not None:
+        raise CaptionerError("providers= selects ONNX Runtime execution providers; the torch runtime has none")
+    dev = resolve_device(request.device or "auto")
+    refine = bundle.decoding == "mask_predict"
+    precision = request.precision
+    if refine and (precision == "fp16" or rerun_prefix):
+        raise CaptionerError(
+            "the torch mask-predict adapter runs FP32 weights and has no prefix to re-run; FP16 LaBERT needs "
+            "runtime='ort'"
+        )
+    if precision == "auto":
+        precision, reason = (
+            ("fp16", "torch on cuda") if dev.type == "cuda" and not refine else ("fp32", f"torch on {dev.type}")
+        )
+    elif precision == "int8":
+        raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='ort'")
+    elif precision == "fp16" and dev.type != "cuda":
+        raise CaptionerError("FP16 with the torch runtime needs a CUDA device; use fp32 on CPU")
+    else:
+        reason = "requested"
+    if request.verify:
+        bundle.verify(bundle.used_files(weights=True))
+    model = bundle.load_torch_model(device=str(dev))
+    dtype = torch.float16 if precision == "fp16" else None
+    if refine:
+        step_model: Any = TorchRefineModel(model, dev)
+    elif rerun_prefix:
+        from edgecap.runtimes.prefix import PrefixRerunStepModel
+
+        step_model = PrefixRerunStepModel(model, dev, dtype=dtype)
+    else:
+        step_model = TorchStepModel(model, dev, dtype=dtype)
+    inputs, backbone, no_images = image_inputs(bundle, dev, in_graph=False)  # the adapter casts to fp16
+    info = {"providers": None, "device": str(dev), "precision": precision, "precision_reason": reason}
+    info["backbone"] = backbone
+    return LoadedRuntime(step_model, inputs, info, [], no_images)
+
+
+def load_bundle_rerun_runtime(bundle: Any, request: Any) -> Any:
+    """:func:`load_bundle_runtime` decoding by re-running the prefix (``runtime="torch-rerun"``, a baseline)."""
+    return load_bundle_runtime(bundle, request, rerun_prefix=True)

@@ -9,18 +9,12 @@ import pytest
 import torch
 
 from edgecap.decoding import DecodeCfg, beam_search, greedy, sample
-from edgecap.runtimes import _RUNTIMES as REGISTRY
 from edgecap.runtimes import (
     Runtime,
     RuntimeInputError,
     RuntimeStateError,
     RuntimeStepModel,
     TensorMeta,
-    UnknownRuntimeError,
-    get_runtime_class,
-    list_runtimes,
-    load_runtime,
-    register_runtime,
 )
 
 
@@ -89,20 +83,6 @@ def test_torch_and_numpy_dtypes_share_names() -> None:
     assert meta.dtype == "float16"
     meta.check(np.zeros(2, np.float16), "rt")
     meta.check(torch.zeros(2, dtype=torch.float16), "rt")
-
-
-def test_registry_is_lazy_and_names_missing_backends(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "torch" in list_runtimes()
-    with pytest.raises(UnknownRuntimeError, match="registered"):
-        get_runtime_class("nope")
-    monkeypatch.setitem(REGISTRY, "missing", "edgecap.runtimes.does_not_exist:X")
-    with pytest.raises(UnknownRuntimeError, match="not part of this installation"):
-        get_runtime_class("missing")
-    monkeypatch.setitem(REGISTRY, "fn", f"{__name__}:FunctionRuntime")
-    rt = load_runtime("fn", lambda: {}, {})
-    assert isinstance(rt, FunctionRuntime) and not rt.is_active
-    with pytest.raises(ValueError, match="module:ClassName"):
-        register_runtime("bad", "no_colon")
 
 
 # -- RuntimeStepModel over numpy graphs --------------------------------------------------------------------------------
