@@ -344,9 +344,11 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
     subject = open_subject(
         bundle, task.runtime, task.precision, device=cfg.device, threads=cfg.threads, providers=cfg.providers
     )
-    torch = sys.modules.get("torch")  # seeded only where this subject brought torch in
+    torch = sys.modules.get("torch")  # only where this subject brought torch in; Captioner.load leaves it alone
     if torch is not None:
         torch.manual_seed(cfg.seed)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
     try:
         preprocess_s = None
         if task.image_paths is not None:

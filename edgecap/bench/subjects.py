@@ -405,26 +405,6 @@ def _parameter_count(module: Any) -> int | None:
     return sum(int(p.numel()) for p in parameters()) if callable(parameters) else None
 
 
-def _load_captioner(bundle: Any, runtime: str, **options: Any) -> tuple[Any, Any]:
-    """``Captioner.load`` on ``runtime``, and the step model to time.
-
-    ``Captioner.load`` takes every registered runtime, baselines included. Where this edgecap's Captioner still
-    knows only its own runtimes (``RUNTIMES``) a re-run-prefix baseline is the torch captioner with its step model
-    swapped for :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`, as the baseline's loader does.
-    """
-    import edgecap.captioner as captioner_module
-
-    known = getattr(captioner_module, "RUNTIMES", None)
-    if known is None or runtime in known or not get_runtime(runtime).baseline:
-        captioner = captioner_module.Captioner.load(bundle.path, runtime=runtime, **options)
-        return captioner, captioner.step_model
-    captioner = captioner_module.Captioner.load(bundle.path, runtime="torch", **options)
-    from edgecap.runtimes.prefix import PrefixRerunStepModel
-
-    inner = captioner.step_model
-    return captioner, PrefixRerunStepModel(inner.model, inner.device, dtype=inner.dtype)
-
-
 def _pixel_path(inputs: Any) -> tuple[Any, Any, str | None]:
     """(torch backbone or None, preprocessing ``path -> CHW float32``, where the backbone runs) of a captioner's
     image inputs, read by duck typing so the bench needs no torch to recognise them."""
@@ -455,9 +435,11 @@ def open_subject(
     spec = get_runtime(runtime)
     graphs = spec.graph_runtime is not None and "torch" not in spec.requires
     start = time.perf_counter()
-    captioner, step_model = _load_captioner(
-        bundle,
-        runtime,
+    from edgecap.captioner import Captioner
+
+    captioner = Captioner.load(
+        bundle.path,
+        runtime=runtime,
         precision=precision,
         threads=threads or None,
         providers=list(providers) if (providers and graphs) else None,
@@ -465,6 +447,7 @@ def open_subject(
         verify=False,
     )
     load_s = time.perf_counter() - start
+    step_model = captioner.step_model
     try:
         backbone, preprocess, backbone_where = _pixel_path(captioner.inputs)
         image_size = getattr(preprocess, "image_size", None)
