@@ -122,7 +122,8 @@ class Captioner:
         """Load a bundle on the best available runtime, verifying what it reads.
 
         Args:
-            bundle: a bundle directory (``edgecap export``).
+            bundle: a bundle directory (``edgecap export``), or the name of a model exported without ``--out``
+                (``$EDGECAP_HOME/bundles/NAME``, where the quickstart writes).
             runtime: ``"auto"`` (the first installed of the registered runtimes: ONNX Runtime, then torch) or a
                 registered name (:func:`edgecap.runtimes.list_runtimes`: ``"ort"``, ``"torch"``, …).
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
@@ -143,7 +144,7 @@ class Captioner:
             CaptionerError: a runtime/precision the bundle or this machine cannot serve (the message says what to
                 install).
         """
-        from edgecap.bundle.reader import load_bundle
+        from edgecap.bundle.reader import find_bundle, load_bundle
         from edgecap.runtimes.registry import (
             LoadRequest,
             UnknownRuntimeError,
@@ -173,7 +174,7 @@ class Captioner:
                 f"runtime {spec.name!r} runs {list(spec.precisions)}, not {precision!r}: {precision.upper()} graphs "
                 f"need runtime={' or '.join(repr(n) for n in able) or 'none registered'}"
             )
-        opened = load_bundle(bundle, verify="used" if verify else False, graphs="none")
+        opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
         beam = opened.beam if beam is None else beam
         if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
             raise CaptionerError(f"beam must be an integer >= 1, got {beam!r}")

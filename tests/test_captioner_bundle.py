@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -191,3 +192,20 @@ def test_loading_changes_no_process_wide_settings(pixels):
     with Captioner.load(pixels[0], runtime="ort", threads=target):
         pass
     assert torch.get_num_threads() == before
+
+
+def test_a_bare_model_name_finds_its_bundle_under_edgecap_home(pixels, images, tmp_path: Path, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    monkeypatch.setenv("EDGECAP_HOME", str(tmp_path))
+    copy_bundle(pixels[0], tmp_path / "bundles" / "ort-test")
+    with Captioner.load("ort-test", runtime="ort", precision="fp32") as cap:
+        assert Path(cap.runtime_info["bundle"]) == tmp_path / "bundles" / "ort-test"
+        expected = cap.batch(images[:2])
+    result = CliRunner().invoke(main, ["caption", *map(str, images[:2]), "--model", "ort-test", "--json"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.output).values()) == expected
+    result = CliRunner().invoke(main, ["caption", str(images[0]), "--model", "no-such-model"])
+    assert result.exit_code != 0 and "no-such-model" in result.output

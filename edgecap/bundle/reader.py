@@ -53,6 +53,28 @@ def is_bundle(path: str | Path) -> bool:
     return (Path(path) / MANIFEST_NAME).is_file()
 
 
+def default_bundle_dir(model_name: str) -> Path:
+    """Where ``edgecap export --model NAME`` writes by default and where a bare name is looked up:
+    ``$EDGECAP_HOME/bundles/NAME``."""
+    from edgecap._home import edgecap_home
+
+    return edgecap_home() / "bundles" / model_name
+
+
+def find_bundle(name_or_path: str | Path) -> Path | None:
+    """A bundle directory from a path, or from a bare model name exported earlier (``$EDGECAP_HOME/bundles/NAME``);
+    None when neither is a bundle."""
+    path = Path(name_or_path)
+    if is_bundle(path):
+        return path
+    text = str(name_or_path)
+    if text and not path.is_absolute() and len(path.parts) == 1 and not path.exists():
+        candidate = default_bundle_dir(text)
+        if is_bundle(candidate):
+            return candidate
+    return None
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
