@@ -21,7 +21,18 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_ONLY = {"torch", "torchvision", "timm", "matplotlib", "pycocoevalcap"}
+TRAIN_ONLY = {
+    "torch",
+    "torchvision",
+    "timm",
+    "onnx",
+    "onnxscript",
+    "matplotlib",
+    "pycocoevalcap",
+    "safetensors",
+    "tqdm",
+    "rich",
+}
 
 
 def _script() -> Any:

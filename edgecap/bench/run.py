@@ -735,30 +735,40 @@ def _run_in_process(task: GroupTask, emit: Emit) -> GroupOutcome:
 
 
 class _Progress:
-    """A rich progress bar over units of work (quality runs and timing runs), or nothing."""
+    """Progress over units of work (quality runs and timing runs): a rich bar when rich is installed (``[train]``),
+    else one line per finished unit on stderr (a runtime-only install), or nothing."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
         self._progress: Any = None
         self._task: Any = None
+        self._plain = False
+        self._done = 0
 
     def __enter__(self) -> _Progress:
-        if self.enabled and self.total:
+        if not (self.enabled and self.total):
+            return self
+        try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]bench[/]"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.description}"),
-                transient=False,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("starting", total=self.total)
+        except ImportError:
+            self._plain = True
+            return self
+        self._progress = Progress(
+            TextColumn("[bold]bench[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("starting", total=self.total)
         return self
 
     def __call__(self, event: str, label: str) -> None:
+        if self._plain and event == "done":
+            self._done += 1
+            print(f"bench [{self._done}/{self.total}] {label}", file=sys.stderr, flush=True)
         if self._progress is None:
             return
         if event == "start":

@@ -28,7 +28,10 @@ BLOCKER = textwrap.dedent(
     import importlib.abc
     import sys
 
-    BLOCKED = {"torch", "torchvision", "timm", "matplotlib", "pycocoevalcap"}
+    BLOCKED = {
+        "torch", "torchvision", "timm", "onnx", "onnxscript", "matplotlib", "pycocoevalcap", "safetensors", "tqdm",
+        "rich",
+    }
 
 
     class _Blocked(importlib.abc.MetaPathFinder):
