@@ -154,3 +154,23 @@ def test_a_runtime_not_installed_is_skipped_with_the_registrys_hint(
         assert reason is not None and "torch" in reason and "pip install 'edgecap[train]'" in reason
     assert skip_reason("ort", "fp32", bundle, None) is None
     assert "unknown runtime 'trt'" in (skip_reason("trt", "fp32", bundle, None) or "")
+
+
+def test_bench_modules_import_nothing_from_the_training_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Statically, like ``tests/test_import_graph.py`` for the runtime: importing the bench (library, report
+    readers, CLI) reaches neither a training-side module nor a [train]-only package; torch, matplotlib and the
+    evaluation code are imported inside the functions that need them."""
+    from tests import test_import_graph as graph
+
+    entries = tuple(
+        f"edgecap.bench.{m.stem}" for m in (ROOT / "edgecap" / "bench").glob("*.py") if m.stem != "__init__"
+    )
+    monkeypatch.setattr(graph, "ENTRY_POINTS", ("edgecap.bench", *entries, "edgecap.cli.bench"))
+    closure = graph._closure()
+    bad = {
+        module: parent
+        for module, parent in closure.items()
+        if any(module == side or module.startswith(side + ".") for side in graph.TRAINING_SIDE)
+        or module.split(".")[0] in graph.TRAIN_ONLY
+    }
+    assert not bad, f"bench imports reach the training side or [train]-only packages: {bad}"
