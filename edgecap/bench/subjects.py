@@ -117,10 +117,15 @@ def bundle_run_id(bundle: Any) -> str:
 @functools.cache
 def _search_takes_torch() -> bool:
     """Whether the installed decoding search works on torch tensors (the training-stack search) rather than numpy
-    arrays (the runtime-only one); decided once from the search module, so the bench runs with either."""
-    import edgecap.decoding.dispatch as dispatch
+    arrays (the runtime-only one): whether any module of the decoding package holds torch, decided once, so the bench
+    runs with either."""
+    import edgecap.decoding  # noqa: F401  (loads the search modules)
 
-    return getattr(dispatch, "torch", None) is not None
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    modules = [m for n, m in list(sys.modules.items()) if n == "edgecap.decoding" or n.startswith("edgecap.decoding.")]
+    return any(getattr(m, "torch", None) is torch for m in modules if m is not None)
 
 
 def search_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
