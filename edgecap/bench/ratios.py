@@ -28,6 +28,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 
 from edgecap.bench.report import Breakdown, BundleInfo, ComboResult
 
@@ -111,7 +112,11 @@ def _div(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def _compare(
-    name: str, subject: ComboResult, baseline: ComboResult, labels: tuple[str, str] = ("", "")
+    name: str,
+    subject: ComboResult,
+    baseline: ComboResult,
+    labels: tuple[str, str] = ("", ""),
+    model: str | None = None,
 ) -> HeadlineRatio:
     s, b = subject.breakdown, baseline.breakdown
     quality = None
@@ -120,7 +125,7 @@ def _compare(
     backbone = (b.backbone_ms or 0.0) if name == BACKBONE_COMPARISON else 0.0  # inside the subject's encoder graph
     return HeadlineRatio(
         comparison=name,
-        model=subject.model if subject.length_level is None else f"{subject.model} L{subject.length_level}",
+        model=(model or subject.model) + ("" if subject.length_level is None else f" L{subject.length_level}"),
         beam=subject.beam,
         batch=subject.batch,
         subject=f"{subject.runtime} {subject.precision}{labels[0]}",
@@ -139,6 +144,7 @@ def headline_ratios(results: Iterable[ComboResult], bundles: Iterable[BundleInfo
     """Every comparison whose two results exist, grouped by bundle, beam, batch and length level (in that order),
     then, given the report's ``bundles``, each pixels-in result against the same run's torch-backbone result."""
     results = list(results)
+    names = _model_labels(results)
     by_key: dict[tuple[str, int, int, int], dict[tuple[str, str], ComboResult]] = {}
     for r in results:
         by_key.setdefault((r.bundle, r.beam, r.batch, r.length_level or 0), {})[(r.runtime, r.precision)] = r
@@ -147,10 +153,22 @@ def headline_ratios(results: Iterable[ComboResult], bundles: Iterable[BundleInfo
         found = by_key[key]
         for name, subject, baseline in _COMPARISONS:
             if subject in found and baseline in found:
-                ratios.append(_compare(name, found[subject], found[baseline]))
+                ratios.append(_compare(name, found[subject], found[baseline], model=names[key[0]]))
     labels = (" pixels-in", " + torch backbone")
-    ratios.extend(_compare(BACKBONE_COMPARISON, s, b, labels) for s, b in backbone_pairs(results, bundles))
+    pairs = backbone_pairs(results, bundles)
+    ratios.extend(_compare(BACKBONE_COMPARISON, s, b, labels, model=s.model) for s, b in pairs)
     return ratios
+
+
+def _model_labels(results: Sequence[ComboResult]) -> dict[str, str]:
+    """bundle -> its label in the table: the model name, plus the bundle's directory name when two bundles of one
+    report share a model name (a pixels-in bundle and its torch-backbone twin)."""
+    bundles: dict[str, set[str]] = {}
+    for r in results:
+        bundles.setdefault(r.model, set()).add(r.bundle)
+    return {
+        r.bundle: r.model if len(bundles[r.model]) == 1 else f"{r.model} ({PurePath(r.bundle).name})" for r in results
+    }
 
 
 def backbone_pairs(

@@ -128,3 +128,10 @@ def test_bundles_of_different_runs_or_precisions_are_not_paired() -> None:
     assert headline_ratios([pixels, eager], _backbone_bundles(run_b="run-b")) == []
     assert headline_ratios([pixels, replace(eager, precision="fp32")], _backbone_bundles()) == []
     assert headline_ratios([pixels, eager]) == []  # no bundle identities: nothing to pair on
+
+
+def test_bundles_sharing_a_model_name_are_told_apart() -> None:
+    _, torch, ort, _ = _results()
+    results = [replace(r, bundle=f"/b/{name}") for name in ("pixels", "eager") for r in (torch, ort)]
+    assert sorted(h.model for h in headline_ratios(results)) == ["acort-xsmall (eager)", "acort-xsmall (pixels)"]
+    assert [h.model for h in headline_ratios([torch, ort])] == ["acort-xsmall"]
