@@ -6,7 +6,6 @@ plots (:mod:`edgecap.bench.plots`). Formatting never measures, measuring never f
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import types
@@ -400,14 +399,6 @@ def load_report(path: str | Path) -> BenchReport:
 
 
 # -- writing ---------------------------------------------------------------------------------------------------------
-def _installed(module: str) -> bool:
-    """Whether ``module`` can be imported here, without importing it (a broken or blocked install counts as absent)."""
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def write_report(
     report: BenchReport, out_dir: str | Path, *, plots: bool = True, log: Callable[[str], Any] | None = None
 ) -> dict[str, Path]:
@@ -421,7 +412,9 @@ def write_report(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    if plots and not _installed("matplotlib"):  # a runtime-only install: the tables still go out
+    from edgecap.bench.environment import module_installed
+
+    if plots and not module_installed("matplotlib"):  # a runtime-only install: the tables still go out
         note = f"PNG plots not written: they need matplotlib, which is not installed ({TRAIN_INSTALL})."
         report = dataclasses.replace(report, notes=[*report.notes, note])
         plots = False

@@ -59,6 +59,12 @@ IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".
 Item = dict[str, np.ndarray]
 
 
+def _torch_backbone_installed() -> bool:
+    from edgecap.bench.environment import module_installed
+
+    return module_installed("torch") and module_installed("timm")
+
+
 def _cuda_requested(device: str | None) -> bool:
     return device is not None and device.startswith("cuda")
 
@@ -82,6 +88,11 @@ def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -
     available, why = spec.available()
     if not available:
         return why
+    if bundle.backbone_spec and not bundle.backbone_in_graph and not _torch_backbone_installed():
+        return (
+            f"the bundle runs its backbone ({bundle.backbone_spec.get('name')}) in torch, which is not installed here: "
+            f"{get_runtime('torch').install or 'install torch and timm'}; a pixels-in export needs neither"
+        )
     torch_runtime = "torch" in spec.requires
     if bundle.decoding == "mask_predict":
         if spec.baseline:

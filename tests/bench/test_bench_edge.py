@@ -154,6 +154,13 @@ def test_a_runtime_not_installed_is_skipped_with_the_registrys_hint(
         assert reason is not None and "torch" in reason and "pip install 'edgecap[train]'" in reason
     assert skip_reason("ort", "fp32", bundle, None) is None
     assert "unknown runtime 'trt'" in (skip_reason("trt", "fp32", bundle, None) or "")
+    from edgecap.bench import environment
+
+    monkeypatch.setattr(environment, "module_installed", lambda module: module not in ("torch", "timm"))
+    assert skip_reason("ort", "fp32", bundle, None) is None  # pixels-in: ONNX Runtime alone
+    eager = load_bundle(twins[1], verify=False, graphs="none")
+    reason = skip_reason("ort", "fp32", eager, None) or ""
+    assert "runs its backbone" in reason and "pip install 'edgecap[train]'" in reason
 
 
 def test_bench_modules_import_nothing_from_the_training_side(monkeypatch: pytest.MonkeyPatch) -> None:
