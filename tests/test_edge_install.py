@@ -108,6 +108,13 @@ for graph in json.loads(sys.argv[1]):
     onnxruntime.InferenceSession(graph, providers=["CPUExecutionProvider"])
 """
 
+
+def _needs_the_numpy_search(venv: Any) -> None:
+    searchable = venv.run("import edgecap.decoding, edgecap.captioning")
+    if searchable.returncode != 0:
+        pytest.xfail(f"needs the numpy decoding search: {searchable.stderr.strip().splitlines()[-1]}")
+
+
 CAPTION = """
 import json, sys
 from edgecap import Captioner
@@ -131,9 +138,7 @@ def test_captions_match_the_full_install(
     images = [str(p) for p in sorted((tiny_data[0] / "images").iterdir())[:4]]
     with Captioner.load(bundle) as cap:
         expected = cap.batch(images)
-    searchable = runtime_venv.run("import edgecap.decoding, edgecap.captioning")
-    if searchable.returncode != 0:
-        pytest.xfail(f"needs the numpy decoding search: {searchable.stderr.strip().splitlines()[-1]}")
+    _needs_the_numpy_search(runtime_venv)
     env = {"EDGECAP_HOME": str(tmp_path / "home")}
     done = runtime_venv.run(CAPTION, str(bundle), json.dumps(images), env=env)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -148,3 +153,32 @@ def test_captions_match_the_full_install(
     )
     assert cli.returncode == 0, cli.stderr[-3000:]
     assert json.loads(cli.stdout) == dict(zip(images, expected, strict=True))
+
+
+def test_edgecap_bench_runs_in_the_runtime_install(
+    runtime_venv: Any, tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ORT measured from pixels, the
+    torch runtimes skipped with the install hint, the plots left out with a note."""
+    from tests.bundle.helpers import pixel_bundle
+
+    if runtime_venv.pins:
+        pytest.skip("one ONNX Runtime is enough for the bench: the cpu variant covers it")
+    _needs_the_numpy_search(runtime_venv)
+    bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
+    images = tiny_data[0] / "images"
+    args = ["bench", "--bundle", str(bundle), "--runtime", "ort,torch", "--images", str(images), "--max-images", "4"]
+    args += ["--batch", "1", "--beam", "3", "--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--quiet"]
+    done = EDGE.subprocess.run(
+        [str(runtime_venv.edgecap), *args, "--no-quality", "--out", str(tmp_path / "report")],
+        capture_output=True,
+        text=True,
+        env=EDGE.clean_env({"EDGECAP_HOME": str(tmp_path / "home")}),
+        cwd=runtime_venv.path,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert [(r["runtime"], r["backbone"]) for r in report["results"]] == [("ort", "graph")]
+    assert "pip install 'edgecap[train]'" in report["skipped"][0]["reason"]
+    assert any("need matplotlib" in note for note in report["notes"])
