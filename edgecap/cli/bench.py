@@ -164,9 +164,13 @@ def bench(
 ) -> None:
     """Benchmark bundles: single-stream latency, offline throughput, time split, memory, size and CIDEr-D.
 
+    Two bundles of one run, one pixels-in and one with its backbone in torch, add the 'pixels-in vs torch backbone'
+    headline ratio.
+
     \b
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
     edgecap bench --bundle labert-bundle --runtime ort --length-level all --out bench/
+    edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime ort --precision int8 --out bench/
     edgecap bench --compare laptop/report.json jetson/report.json
     """
     if compare:
