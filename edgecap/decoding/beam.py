@@ -122,8 +122,18 @@ class _BackPointers:
         return tokens, lps
 
 
-def _has_nan(scores: np.ndarray) -> bool:
-    return bool(np.isnan(scores).any())  # a NaN ranks first, so one hides in the top candidates if anywhere
+def _has_nan(rows: list[list[float]]) -> bool:
+    """A NaN ranks first, so one anywhere shows among the top candidates."""
+    total = sum(map(sum, rows))  # NaN propagates (as does +inf + -inf, a harmless false alarm)
+    return total != total
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(groups: int) -> np.ndarray:
+    """(groups, 1) row indices of the per-group candidate gathers (a fancy index is cheaper than take_along_axis)."""
+    out = np.arange(groups)[:, None]
+    out.setflags(write=False)
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -189,28 +199,31 @@ def beam_search(
         lp, biased = plan.biased(raw, t, history)
         total = (lp.reshape(groups, k, vocab) + scores).reshape(groups, k * vocab)
         cand_scores, flat, work = top_candidates(total, first)
-        if biased and _has_nan(cand_scores):  # a NaN/+inf under a mask: redo this step with exact masking
+        scores_l = cand_scores.tolist()
+        if biased and _has_nan(scores_l):  # a NaN/+inf under a mask: redo this step with exact masking
             lp = plan(raw, t, history)
             total = (lp.reshape(groups, k, vocab) + scores).reshape(groups, k * vocab)
             cand_scores, flat, work = top_candidates(total, first)
+            scores_l = cand_scores.tolist()
         flat_l = flat.tolist()
         eos_flat = eos_at.get(k) or eos_at.setdefault(k, {b * vocab + eos for b in range(k)})
         lp2 = lp.reshape(groups, k * vocab)
+        rows = _rows(groups)
 
         if first >= beam and all(eos_flat.isdisjoint(row) for row in flat_l):
             # No EOS within any image's top K: the K best candidates run on, nothing finishes.
             tokens_h = [f % vocab for row in flat_l for f in row]
             src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row]
             next_scores = cand_scores[:, :, None]
-            best = cand_scores[:, 0].tolist()
-            pointers.append(tokens_h, (np.take_along_axis(lp2, flat, axis=1), beam), src_h, row_map)
+            best = [row[0] for row in scores_l]
+            pointers.append(tokens_h, (lp2[rows, flat], beam), src_h, row_map)
         else:
             if width > first:  # the next K candidates, continuing the same picks
                 more_scores, more_flat, _ = top_candidates(total, width, first, work)
                 cand_scores = np.concatenate([cand_scores, more_scores], axis=1)
                 flat = np.concatenate([flat, more_flat], axis=1)
             tokens_h, src_h, scores_h, lps_h, best = _select_with_eos(
-                flat.tolist(), cand_scores.tolist(), np.take_along_axis(lp2, flat, axis=1).tolist(), vocab, k, beam,
+                flat.tolist(), cand_scores.tolist(), lp2[rows, flat].tolist(), vocab, k, beam,
                 cfg.pad_id, eos, t, active, done, finished, penalty, pointers, row_map,
             )  # fmt: skip
             next_scores = np.asarray(scores_h, dtype=np.float32).reshape(groups, beam, 1)

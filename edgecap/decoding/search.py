@@ -61,6 +61,8 @@ def top_candidates(total: np.ndarray, count: int, start: int = 0, work: np.ndarr
     groups = total.shape[0]
     if work is None:
         work = total.copy()
+    if groups == 1:
+        return _top_candidates_row(total, count, start, work)
     rows = _arange(groups)
     idx = np.empty((groups, count - start), dtype=np.int64)
     vals = np.empty((groups, count - start), dtype=total.dtype)
@@ -75,6 +77,23 @@ def top_candidates(total: np.ndarray, count: int, start: int = 0, work: np.ndarr
             order = ranked(total[g : g + 1])[0, start:count]
             idx[g] = order
             vals[g] = total[g, order]
+    return vals, idx, work
+
+
+def _top_candidates_row(total: np.ndarray, count: int, start: int, work: np.ndarray) -> tuple:
+    """:func:`top_candidates` of a single row (batch 1): 1-D ``argmax`` and scalar reads/writes cost a fraction of
+    their fancy-indexed (G, ·) forms."""
+    row = work[0]
+    picks = []
+    for _ in range(count - start):
+        best = int(row.argmax())
+        picks.append(best)
+        row[best] = NEG_INF32
+    idx = np.array([picks], dtype=np.int64)
+    vals = total[0, picks][None]
+    if vals[0, -1] == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
+        idx = ranked(total)[:, start:count]
+        vals = total[0, idx[0]][None]
     return vals, idx, work
 
 
