@@ -4,8 +4,10 @@ A decode call is ``encode`` + ``max_len`` × (``step`` + ``select``) inside the 
 them (processors, top-k, bookkeeping of finished hypotheses, Python). For a small decoder on ONNX Runtime the last
 part is a visible share of the total, and it is the same for every backend. This script measures it:
 
-- ``trivial``: a step model that returns precomputed log-probs, so (almost) all the time is the search's;
-- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager);
+- ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
+  the time is the search's;
+- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
+  boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``ort``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
 - ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
@@ -39,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,28 +55,31 @@ GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
 
 
 class PrecomputedStepModel:
-    """A step model whose ``step`` costs next to nothing: it returns a slice of log-probs drawn once up front.
+    """A step model whose ``step`` costs next to nothing: it returns a slice of numpy log-probs drawn once up front.
 
     Step ``t`` returns ``table[t][:rows]`` (rows = the tokens fed), so the search sees fresh distributions at every
-    step and the beams evolve as with a real model; ``select`` gathers a one-column state.
+    step and the beams evolve as with a real model; ``select`` gathers a one-column numpy state (as ONNX Runtime's
+    adapter does).
     """
 
     def __init__(self, rows: int, vocab_size: int, steps: int, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
-        self.table = [torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1) for _ in range(steps)]
+        self.table = [
+            torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1).numpy() for _ in range(steps)
+        ]
         self._t = 0
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         self._t = 0
-        return {"h": torch.zeros(inputs["features"].shape[0], 1)}
+        return {"h": np.zeros((inputs["features"].shape[0], 1), dtype=np.float32)}
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         lp = self.table[self._t][: tokens.shape[0]]
         self._t += 1
         return lp, state
 
-    def select(self, state: State, index: Tensor) -> State:
-        return {k: v.index_select(0, index) for k, v in state.items()}
+    def select(self, state: State, index: np.ndarray) -> State:
+        return {k: np.take(v, index, axis=0) for k, v in state.items()}
 
 
 def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, DecodeCfg, dict[str, Tensor]]:

@@ -20,10 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-if TYPE_CHECKING:  # the proxy forwards whatever arrays the search uses; no array library is imported here
-    from edgecap.decoding.protocol import State
+import numpy as np
 
-Array = Any
+if TYPE_CHECKING:  # annotations only: importing the bench's timing code does not load the search
+    from edgecap.decoding.protocol import State
 
 __all__ = [
     "Clock",
@@ -303,7 +303,7 @@ class TimedStepModel:
             self.sync()
         return self.clock() - start
 
-    def encode(self, inputs: Mapping[str, Array]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         start = self.clock()
         state = self.inner.encode(inputs)
         self._encode += self._elapsed(start)
@@ -319,13 +319,13 @@ class TimedStepModel:
         self._steps += 1
         self._rows += rows
 
-    def step(self, tokens: Array, state: State) -> tuple[Array, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         start = self.clock()
         result = self.inner.step(tokens, state)
         self._count_step(start, int(tokens.shape[0]))
         return result
 
-    def select(self, state: State, index: Array) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         start = self.clock()
         result = self.inner.select(state, index)
         self._select += self._elapsed(start)
@@ -354,7 +354,7 @@ class TimedRefineModel(TimedStepModel):
     def mask_id(self) -> int:
         return self.inner.mask_id
 
-    def refine(self, tokens: Array, length_level: Array, state: State) -> Array:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> Any:
         start = self.clock()
         result = self.inner.refine(tokens, length_level, state)
         self._count_step(start, int(tokens.shape[0]))
