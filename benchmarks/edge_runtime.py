@@ -12,13 +12,12 @@ Given a bundle, this builds a fresh virtual environment (``python -m venv``) wit
 
 Variants: ``cpu`` (the current ``[cpu]`` extra) and ``oldest-ort`` (the same with the oldest supported ONNX Runtime,
 1.18.1, and the numpy 1.x it was built against). ``--compare-current`` measures RSS and cold start in this
-interpreter's full environment as well. Until ``pyproject.toml`` has the runtime-only split, ``--explicit-deps``
-installs edgecap without its declared dependencies plus the listed ones, to measure what the split will give.
+interpreter's full environment as well.
 
 Targets (the edge-runtime issue): env ≤ 150 MB, peak RSS ≤ 200 MB, cold start ≤ 1.0 s. Usage::
 
     python benchmarks/edge_runtime.py BUNDLE --images DIR --out /tmp/edge [--variants cpu,oldest-ort] \
-        [--compare-current] [--explicit-deps]
+        [--compare-current]
 
 Writes ``edge_runtime.json`` and ``edge_runtime.md`` (atomically) into ``--out``.
 """
@@ -43,8 +42,6 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 #: What ``pip install "<repo>[cpu]"`` adds per variant: the oldest supported ONNX Runtime needs numpy 1.x.
 VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "oldest-ort": ("onnxruntime==1.18.1", "numpy<2")}
-#: The runtime-only dependency set, for ``--explicit-deps`` before ``pyproject.toml`` declares it.
-RUNTIME_DEPS = ("numpy", "pillow", "click", "onnxruntime")
 TARGETS = {"env_mb": 150.0, "rss_mb": 200.0, "cold_start_s": 1.0}
 #: Installed by ``venv`` for installing, not needed to run: reported apart from the runtime's own size.
 INSTALLER_PACKAGES = ("pip", "setuptools", "pkg_resources", "_distutils_hack", "wheel", "distutils-precedence.pth")
@@ -60,8 +57,7 @@ class RuntimeVenv:
 
     Attributes:
         path: the venv directory.
-        requirement: what pip installed edgecap as (``/tmp/src[cpu]``) and ``pins`` beside it.
-        explicit_deps: edgecap went in with ``--no-deps`` and these instead of its declared dependencies.
+        requirement: what pip installed edgecap as (``<repo>[cpu]``) and ``pins`` beside it.
         install_s: seconds to create and fill it (0 when reused).
         packages: distribution name -> version, as installed.
     """
@@ -69,7 +65,6 @@ class RuntimeVenv:
     path: Path
     requirement: str
     pins: tuple[str, ...]
-    explicit_deps: tuple[str, ...] | None
     install_s: float
     packages: dict[str, str] = field(default_factory=dict)
 
@@ -135,7 +130,6 @@ def build_runtime_venv(
     *,
     extra: str | None = "cpu",
     pins: Sequence[str] = (),
-    explicit_deps: Sequence[str] | None = None,
     python: str | Path | None = None,
     reuse: bool = True,
 ) -> RuntimeVenv:
@@ -147,7 +141,6 @@ def build_runtime_venv(
         extra: the extra to install (``"cpu"``: ``pip install "<repo>[cpu]"``); None for none.
         pins: more requirements in the same pip call (``onnxruntime==1.18.1``, ``numpy<2``), so the resolver
             picks versions that satisfy edgecap's declared ranges and these together.
-        explicit_deps: install edgecap with ``--no-deps`` and these (plus ``pins``) instead of what it declares.
         python: the interpreter the venv is made from (default: this one's base interpreter).
         reuse: keep an existing venv whose marker records the same request and source digest.
 
@@ -158,7 +151,6 @@ def build_runtime_venv(
     request = {
         "extra": extra,
         "pins": list(pins),
-        "explicit_deps": None if explicit_deps is None else list(explicit_deps),
         "sources": _source_digest(repo),
     }
     marker = dest / _MARKER
@@ -174,13 +166,8 @@ def build_runtime_venv(
     venv_python = dest / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="edgecap-src-") as tmp:
         source = _copy_sources(repo, Path(tmp) / "edgecap-src")
-        if explicit_deps is None:
-            target = f"{source}[{extra}]" if extra else str(source)
-            _pip(venv_python, "install", "--no-cache-dir", target, *pins)
-        else:  # the extra's dependencies are replaced by explicit_deps too
-            _pip(venv_python, "install", "--no-cache-dir", *explicit_deps, *pins)
-            _pip(venv_python, "install", "--no-cache-dir", "--no-deps", str(source))
-    requirement = f"{repo}[{extra}]" if extra and explicit_deps is None else str(repo)
+        _pip(venv_python, "install", "--no-cache-dir", f"{source}[{extra}]" if extra else str(source), *pins)
+    requirement = f"{repo}[{extra}]" if extra else str(repo)
     install_s = time.perf_counter() - start
     listed = subprocess.run(
         [str(venv_python), "-m", "pip", "list", "--format", "json"], capture_output=True, text=True, env=clean_env()
@@ -197,13 +184,10 @@ def build_runtime_venv(
 
 
 def _venv_from_marker(dest: Path, record: Mapping[str, Any], install_s: float = 0.0) -> RuntimeVenv:
-    request = record["request"]
-    deps = request["explicit_deps"]
     return RuntimeVenv(
         path=dest,
         requirement=record["requirement"],
-        pins=tuple(request["pins"]),
-        explicit_deps=None if deps is None else tuple(deps),
+        pins=tuple(record["request"]["pins"]),
         install_s=install_s,
         packages=dict(record["packages"]),
     )
@@ -394,10 +378,7 @@ def format_markdown(report: Mapping[str, Any]) -> str:
         venv = row.get("venv")
         if not venv:
             continue
-        deps = venv.get("explicit_deps")
         how = f"`pip install {' '.join([venv['requirement'], *venv['pins']])}`"
-        if deps is not None:
-            how = f"`pip install --no-deps {venv['requirement']}` plus {', '.join([*deps, *venv['pins']])}"
         packages = ", ".join(f"{k} {v}" for k, v in sorted(venv["packages"].items()))
         largest = ", ".join(f"{k} {v:g}" for k, v in row["size"]["largest_mb"].items())
         lines += [
@@ -416,7 +397,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=1, help="Images per Captioner.batch call (1: streaming).")
     parser.add_argument("--variants", default="cpu", help=f"Comma-separated: {', '.join(VARIANTS)}.")
     parser.add_argument("--venv-root", type=Path, default=None, help="Where the venvs go (kept; default: --out).")
-    parser.add_argument("--explicit-deps", action="store_true", help=f"Install {', '.join(RUNTIME_DEPS)} + --no-deps.")
     parser.add_argument("--compare-current", action="store_true", help="Also measure this interpreter's env.")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
@@ -438,7 +418,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         venv = build_runtime_venv(
             (args.venv_root or args.out) / f"venv-{variant}",
             pins=VARIANTS[variant],
-            explicit_deps=RUNTIME_DEPS if args.explicit_deps else None,
         )
         print(f"{variant}: venv at {venv.path}", file=sys.stderr)
         env = clean_env({"EDGECAP_HOME": home})
