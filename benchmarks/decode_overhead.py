@@ -109,8 +109,9 @@ def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, Decod
 class Backends:
     """Builds each backend's step model once per batch size (the ORT export once per process)."""
 
-    def __init__(self, model_name: str, seed: int, ort_threads: int) -> None:
+    def __init__(self, model_name: str, seed: int, ort_threads: int, device: str = "cpu", fp16: bool = False) -> None:
         self.model_name, self.seed, self.ort_threads = model_name, seed, ort_threads
+        self.device, self.dtype = device, (torch.float16 if fp16 else None)
         self._ort: Any = None
 
     def build(self, backend: str, model: torch.nn.Module, cfg: DecodeCfg, batch: int) -> Any:
@@ -119,11 +120,11 @@ class Backends:
         if backend == "torch":
             from edgecap.runtimes.torch import TorchStepModel
 
-            return TorchStepModel(model)
+            return TorchStepModel(model, self.device, dtype=self.dtype)
         if backend == "prefix":
             from edgecap.runtimes.prefix import PrefixRerunStepModel
 
-            return PrefixRerunStepModel(model)
+            return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
         if backend == "ort":
             if self._ort is None:
                 from edgecap.export import export_onnx
@@ -163,8 +164,12 @@ def measure(
     warmup: int,
     repeats: int,
 ) -> list[dict[str, Any]]:
-    """Time every (backend, implementation) pair ``repeats`` times, interleaved; one summary row per pair."""
-    timed = {b: TimedStepModel(builder.build(b, model, cfg, batch)) for b in backends}
+    """Time every (backend, implementation) pair ``repeats`` times, interleaved; one summary row per pair.
+
+    On CUDA every step-model call ends with a device synchronisation, so the time inside calls covers their kernels
+    and the rest of the wall time is the search's own."""
+    sync = torch.cuda.synchronize if builder.device.startswith("cuda") else None
+    timed = {b: TimedStepModel(builder.build(b, model, cfg, batch), sync=sync) for b in backends}
     pairs = [(b, i) for b in backends for i in impls]
     samples: dict[tuple[str, str], list[dict[str, float]]] = {p: [] for p in pairs}
     outputs: dict[tuple[str, str], Any] = {}
@@ -286,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=("cprofile", "torch"), help="print a profile of each backend (first impl)")
     p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--device", default="cpu", help="torch device of the torch and prefix backends (cpu, cuda)")
+    p.add_argument("--fp16", action="store_true", help="cast the torch model to float16 (CUDA)")
     args = p.parse_args(argv)
     if args.steps < 2:
         p.error("--steps must be >= 2")
@@ -293,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     impls = {name: importlib.import_module(name).decode for name in (args.impl or ["edgecap.decoding"])}
     backends = args.backend or list(BACKENDS)
-    builder = Backends(args.model, args.seed, args.threads)
+    builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16)
     print(f"load: {os.getloadavg()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     try:
