@@ -28,7 +28,6 @@ untimed pre-processing). A bundle trained on precomputed region features starts 
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -50,7 +49,6 @@ __all__ = [
     "list_images",
     "open_subject",
     "resolve_quality_set",
-    "search_inputs",
     "skip_reason",
 ]
 
@@ -123,32 +121,6 @@ def bundle_run_id(bundle: Any) -> str:
     weights = (files.get(bundle.config.get("weights", "weights.safetensors")) or {}).get("sha256") or "?"
     backbone = ((bundle.backbone_spec or {}).get("weights") or {}).get("sha256") or "none"
     return f"{weights[:16]}+{backbone[:16]}"
-
-
-@functools.cache
-def _search_takes_torch() -> bool:
-    """Whether the installed decoding search works on torch tensors (the training-stack search) rather than numpy
-    arrays (the runtime-only one): whether any module of the decoding package holds torch, decided once, so the bench
-    runs with either."""
-    import edgecap.decoding  # noqa: F401  (loads the search modules)
-
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    modules = [m for n, m in list(sys.modules.items()) if n == "edgecap.decoding" or n.startswith("edgecap.decoding.")]
-    return any(getattr(m, "torch", None) is torch for m in modules if m is not None)
-
-
-def search_inputs(inputs: Mapping[str, Any]) -> dict[str, Any]:
-    """Encoder inputs in the array type the decoding search takes (numpy, or torch for a torch-based search)."""
-    if _search_takes_torch():
-        import torch
-
-        return {
-            k: v if isinstance(v, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(v))
-            for k, v in inputs.items()
-        }
-    return {k: v if isinstance(v, np.ndarray) else v.detach().cpu().numpy() for k, v in inputs.items()}
 
 
 @contextlib.contextmanager
@@ -394,17 +366,18 @@ class Subject:
 
     # -- the timed part before the encoder ---------------------------------------------------------------------------
     def to_inputs(self, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
-        """Encoder inputs for a collated batch, in the search's array type: the torch backbone's grid features when it
-        runs outside the graph, else the batch itself (pixels for an in-graph backbone, region features)."""
+        """Encoder inputs for a collated batch: the torch backbone's grid features (torch tensors on its device, which
+        the runtime adapters take as ``Captioner`` hands them over) when it runs outside the graph, else the batch
+        itself (numpy pixels for an in-graph backbone, region features)."""
         if self.backbone_where != "torch":
-            return search_inputs(batch)
+            return dict(batch)
         import torch
 
         with torch.inference_mode():
             pixels = torch.from_numpy(np.ascontiguousarray(batch["pixel_values"])).to(self.device, non_blocking=True)
             features, boxes = self._backbone(pixels)
             mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
-        return search_inputs({"features": features, "boxes": boxes, "feature_mask": mask})
+        return {"features": features, "boxes": boxes, "feature_mask": mask}
 
     def close(self) -> None:
         while self._closers:
