@@ -42,6 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -107,16 +108,16 @@ class _Counting:
         self.steps = 0
         self.rows = 0
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         self.steps = self.rows = 0
         return self.inner.encode(inputs)
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         self.steps += 1
         self.rows += int(tokens.shape[0])
         return self.inner.step(tokens, state)
 
-    def select(self, state: State, index: Tensor) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         return self.inner.select(state, index)
 
 

@@ -4,8 +4,10 @@ A decode call is ``encode`` + ``max_len`` × (``step`` + ``select``) inside the 
 them (processors, top-k, bookkeeping of finished hypotheses, Python). For a small decoder on ONNX Runtime the last
 part is a visible share of the total, and it is the same for every backend. This script measures it:
 
-- ``trivial``: a step model that returns precomputed log-probs, so (almost) all the time is the search's;
-- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager);
+- ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
+  the time is the search's;
+- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
+  boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``ort``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
 - ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
@@ -39,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -52,28 +55,31 @@ GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
 
 
 class PrecomputedStepModel:
-    """A step model whose ``step`` costs next to nothing: it returns a slice of log-probs drawn once up front.
+    """A step model whose ``step`` costs next to nothing: it returns a slice of numpy log-probs drawn once up front.
 
     Step ``t`` returns ``table[t][:rows]`` (rows = the tokens fed), so the search sees fresh distributions at every
-    step and the beams evolve as with a real model; ``select`` gathers a one-column state.
+    step and the beams evolve as with a real model; ``select`` gathers a one-column numpy state (as ONNX Runtime's
+    adapter does).
     """
 
     def __init__(self, rows: int, vocab_size: int, steps: int, seed: int = 0) -> None:
         g = torch.Generator().manual_seed(seed)
-        self.table = [torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1) for _ in range(steps)]
+        self.table = [
+            torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1).numpy() for _ in range(steps)
+        ]
         self._t = 0
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         self._t = 0
-        return {"h": torch.zeros(inputs["features"].shape[0], 1)}
+        return {"h": np.zeros((inputs["features"].shape[0], 1), dtype=np.float32)}
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         lp = self.table[self._t][: tokens.shape[0]]
         self._t += 1
         return lp, state
 
-    def select(self, state: State, index: Tensor) -> State:
-        return {k: v.index_select(0, index) for k, v in state.items()}
+    def select(self, state: State, index: np.ndarray) -> State:
+        return {k: np.take(v, index, axis=0) for k, v in state.items()}
 
 
 def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, DecodeCfg, dict[str, Tensor]]:
@@ -103,8 +109,9 @@ def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, Decod
 class Backends:
     """Builds each backend's step model once per batch size (the ORT export once per process)."""
 
-    def __init__(self, model_name: str, seed: int, ort_threads: int) -> None:
+    def __init__(self, model_name: str, seed: int, ort_threads: int, device: str = "cpu", fp16: bool = False) -> None:
         self.model_name, self.seed, self.ort_threads = model_name, seed, ort_threads
+        self.device, self.dtype = device, (torch.float16 if fp16 else None)
         self._ort: Any = None
 
     def build(self, backend: str, model: torch.nn.Module, cfg: DecodeCfg, batch: int) -> Any:
@@ -113,11 +120,11 @@ class Backends:
         if backend == "torch":
             from edgecap.runtimes.torch import TorchStepModel
 
-            return TorchStepModel(model)
+            return TorchStepModel(model, self.device, dtype=self.dtype)
         if backend == "prefix":
             from edgecap.runtimes.prefix import PrefixRerunStepModel
 
-            return PrefixRerunStepModel(model)
+            return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
         if backend == "ort":
             if self._ort is None:
                 from edgecap.export import export_onnx
@@ -157,8 +164,12 @@ def measure(
     warmup: int,
     repeats: int,
 ) -> list[dict[str, Any]]:
-    """Time every (backend, implementation) pair ``repeats`` times, interleaved; one summary row per pair."""
-    timed = {b: TimedStepModel(builder.build(b, model, cfg, batch)) for b in backends}
+    """Time every (backend, implementation) pair ``repeats`` times, interleaved; one summary row per pair.
+
+    On CUDA every step-model call ends with a device synchronisation, so the time inside calls covers their kernels
+    and the rest of the wall time is the search's own."""
+    sync = torch.cuda.synchronize if builder.device.startswith("cuda") else None
+    timed = {b: TimedStepModel(builder.build(b, model, cfg, batch), sync=sync) for b in backends}
     pairs = [(b, i) for b in backends for i in impls]
     samples: dict[tuple[str, str], list[dict[str, float]]] = {p: [] for p in pairs}
     outputs: dict[tuple[str, str], Any] = {}
@@ -280,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", choices=("cprofile", "torch"), help="print a profile of each backend (first impl)")
     p.add_argument("--json", type=Path, help="write the rows here")
+    p.add_argument("--device", default="cpu", help="torch device of the torch and prefix backends (cpu, cuda)")
+    p.add_argument("--fp16", action="store_true", help="cast the torch model to float16 (CUDA)")
     args = p.parse_args(argv)
     if args.steps < 2:
         p.error("--steps must be >= 2")
@@ -287,7 +300,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     impls = {name: importlib.import_module(name).decode for name in (args.impl or ["edgecap.decoding"])}
     backends = args.backend or list(BACKENDS)
-    builder = Backends(args.model, args.seed, args.threads)
+    builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16)
     print(f"load: {os.getloadavg()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     try:

@@ -1,14 +1,21 @@
-"""Turning visual features into caption strings with the shared decoding package."""
+"""Turning visual features into caption strings with the shared decoding package.
+
+The decoding defaults (``decode_cfg_for``, the default length level, hypotheses -> strings) are on the runtime side
+and import no torch; the helpers that caption a torch model's feature bank import torch and the training batches
+only when called.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from edgecap.decoding import DecodeCfg, decode
-from edgecap.training.batches import FeatureBank, VisualBatch
+
+if TYPE_CHECKING:
+    import torch
+
+    from edgecap.training.batches import FeatureBank, VisualBatch
 
 #: The level a LaBERT model is validated at when none is given: 10–14 words, the paper's "normal" range (§4.3).
 DEFAULT_LENGTH_LEVEL = 2

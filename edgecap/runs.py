@@ -2,26 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgecap._home import edgecap_home
 from edgecap.training.checkpoint import CONFIG, VOCAB, WEIGHTS, RunError, load_weights, read_config
-
-
-def edgecap_home() -> Path:
-    """Where edgecap keeps runs trained without ``--out``: ``$EDGECAP_HOME`` or ``~/.edgecap``."""
-    return Path(os.environ.get("EDGECAP_HOME", Path.home() / ".edgecap"))
 
 
 def default_run_dir(model_name: str) -> Path:
     return edgecap_home() / "runs" / model_name
-
-
-def default_bundle_dir(model_name: str) -> Path:
-    """Where a model's bundle lives unless told otherwise (``edgecap export`` without ``--out``, the quickstart)."""
-    return edgecap_home() / "bundles" / model_name
 
 
 def resolve_run(name_or_path: str | Path) -> Path:

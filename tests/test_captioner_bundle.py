@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def test_pixels_to_captions_match_the_torch_run_at_fp32_beam_3(pixels, images):
     expected = Captioner.from_run(run, beam=3, backbone_weights=weights).batch(images)
     assert all(expected)  # non-empty captions: the comparison means something
     with Captioner.load(bundle, runtime="ort", precision="fp32", beam=3) as cap:
-        assert cap.runtime_info["backbone"].startswith("in the ONNX graph") and cap.backbone is None
+        assert cap.runtime_info["backbone"].startswith("in the encoder graph") and cap.backbone is None
         assert cap.batch(images) == expected
         assert cap(images[0]) == expected[0]
         assert cap.batch(images, batch_size=2) == expected
@@ -54,7 +55,7 @@ def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
     with caplog.at_level(logging.INFO, logger="edgecap.captioner"):
         cap = Captioner.load(bundle)
     info = cap.runtime_info
-    assert info["runtime"] == "ort" and info["runtime_reason"] == "onnxruntime is installed"
+    assert info["runtime"] == "ort" and info["runtime_reason"].startswith("ort: the first installed")
     assert info["providers"][-1] == "CPUExecutionProvider" and info["precision"] == "fp32"
     assert info["model"] == "ort-test" and info["beam"] == 3 and info["bundle"] == str(bundle)
     assert info["summary"] in caplog.text and "CPUExecutionProvider" in caplog.text
@@ -101,10 +102,12 @@ def test_requests_the_bundle_or_machine_cannot_serve(pixels, tiny_data, tmp_path
         Captioner.load(bundle, precision="int8")
     with pytest.raises(CaptionerError, match="INT8 graphs need runtime='ort'"):
         Captioner.load(region_bundle(tiny_data, tmp_path_factory), runtime="torch", precision="int8")
-    with pytest.raises(CaptionerError, match="runtime must be one of"):
+    with pytest.raises(CaptionerError, match=r"unknown runtime 'tensorflow'; registered: \['ort', 'torch'"):
         Captioner.load(bundle, runtime="tensorflow")
-    with pytest.raises(CaptionerError, match="beam must be >= 1"):
+    with pytest.raises(CaptionerError, match="beam must be an integer >= 1"):
         Captioner.load(bundle, beam=0)
+    with pytest.raises(CaptionerError, match="precision must be 'auto' or one of"):
+        Captioner.load(bundle, precision="bf16")
 
 
 def test_a_corrupt_bundle_is_refused_by_load(pixels, tmp_path: Path):
@@ -114,7 +117,9 @@ def test_a_corrupt_bundle_is_refused_by_load(pixels, tmp_path: Path):
     data[-1] ^= 0x01
     weights.write_bytes(bytes(data))
     with pytest.raises(BundleIntegrityError, match=r"weights\.safetensors: SHA-256"):
-        Captioner.load(copy)
+        Captioner.load(copy, runtime="torch")
+    with Captioner.load(copy, runtime="ort") as cap:  # the ONNX runtime never reads the torch weights
+        assert cap.runtime_info["runtime"] == "ort"
 
 
 def test_a_three_line_script_needs_no_training_code(pixels, images):
@@ -123,11 +128,84 @@ def test_a_three_line_script_needs_no_training_code(pixels, images):
         "import sys; from edgecap import Captioner\n"
         f"cap = Captioner.load({str(bundle)!r})\n"
         f"print(cap({str(images[0])!r}))\n"
-        "heavy = [m for m in ('edgecap.training.loop', 'edgecap.export', 'edgecap.calibration.quantize', "
-        "'edgecap.evaluation', 'pycocoevalcap', 'onnxscript') if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'timm', 'onnx', 'onnxscript', 'matplotlib', 'pycocoevalcap', "
+        "'edgecap.training', 'edgecap.models', 'edgecap.export', 'edgecap.calibration', 'edgecap.evaluation', "
+        "'edgecap.bench') "
+        "if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     caption, heavy = done.stdout.strip().splitlines()
     assert caption and heavy == "HEAVY []"
+
+
+def test_concurrent_calls_give_the_serial_captions(pixels, images):
+    """Four threads on one Captioner, each captioning every image several times, agree with serial calls."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Captioner.load(pixels[0], runtime="ort", precision="fp32", threads=1) as cap:
+        serial = cap.batch(images)
+        jobs = [images[i % len(images) :] + images[: i % len(images)] for i in range(8)]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(lambda order: cap.batch(order, batch_size=2), jobs))
+    for order, got in zip(jobs, results, strict=True):
+        assert got == [serial[images.index(path)] for path in order]
+
+
+def test_one_array_is_one_image_not_its_rows(pixels, images):
+    import numpy as np
+    from PIL import Image
+
+    with Captioner.load(pixels[0], runtime="ort", precision="fp32") as cap:
+        array = np.asarray(Image.open(images[0]).convert("RGB"))
+        assert array.ndim == 3
+        assert cap.batch(array) == [cap(images[0])]
+        assert cap.batch(np.stack([array, array])) == [cap(images[0])] * 2
+        with pytest.raises(CaptionerError, match="H×W"):
+            cap.batch(np.zeros((1, 2, 3, 4, 5), dtype=np.uint8))
+
+
+def test_load_hashes_only_the_files_it_reads(tiny_data, tmp_path_factory, tmp_path: Path):
+    """A corrupt INT8 graph does not stop loading FP32 (it is never read), and is caught when INT8 is asked for."""
+    source = load_bundle(region_bundle(tiny_data, tmp_path_factory), graphs="none")
+    copy = copy_bundle(source.path, tmp_path / "copy")
+    graph = copy / source.variant("int8")["files"]["step"]
+    data = bytearray(graph.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    graph.write_bytes(bytes(data))
+    with Captioner.load(copy, runtime="ort", precision="fp32") as cap:
+        assert cap.runtime_info["precision"] == "fp32"
+    with pytest.raises(BundleIntegrityError, match=r"SHA-256"):
+        Captioner.load(copy, runtime="ort", precision="int8")
+    graph.write_bytes(graph.read_bytes()[:-10])  # sizes of every file are still checked
+    with pytest.raises(BundleIntegrityError, match=r"truncated or modified"):
+        Captioner.load(copy, runtime="ort", precision="fp32")
+
+
+def test_loading_changes_no_process_wide_settings(pixels):
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    with Captioner.load(pixels[0], runtime="torch", threads=target) as cap:
+        assert cap.runtime_info["runtime"] == "torch"
+    with Captioner.load(pixels[0], runtime="ort", threads=target):
+        pass
+    assert torch.get_num_threads() == before
+
+
+def test_a_bare_model_name_finds_its_bundle_under_edgecap_home(pixels, images, tmp_path: Path, monkeypatch):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    monkeypatch.setenv("EDGECAP_HOME", str(tmp_path))
+    copy_bundle(pixels[0], tmp_path / "bundles" / "ort-test")
+    with Captioner.load("ort-test", runtime="ort", precision="fp32") as cap:
+        assert Path(cap.runtime_info["bundle"]) == tmp_path / "bundles" / "ort-test"
+        expected = cap.batch(images[:2])
+    result = CliRunner().invoke(main, ["caption", *map(str, images[:2]), "--model", "ort-test", "--json"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.output).values()) == expected
+    result = CliRunner().invoke(main, ["caption", str(images[0]), "--model", "no-such-model"])
+    assert result.exit_code != 0 and "no-such-model" in result.output

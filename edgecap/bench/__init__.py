@@ -28,7 +28,6 @@ _LAZY: dict[str, str] = {
     "TimedStepModel": "edgecap.bench.harness",
     "TimedRefineModel": "edgecap.bench.harness",
     "run_loop": "edgecap.bench.harness",
-    "BENCH_RUNTIMES": "edgecap.bench.subjects",
 }
 
 __all__ = sorted(_LAZY)

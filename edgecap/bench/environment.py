@@ -10,6 +10,7 @@ Parsers take text so tests feed them sample strings.
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import re
@@ -130,6 +131,14 @@ def _versions() -> dict[str, str | None]:
             except importlib.metadata.PackageNotFoundError:
                 continue
     return out
+
+
+def module_installed(name: str) -> bool:
+    """Whether ``name`` can be imported here, without importing it (a broken or blocked install counts as absent)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _torch_info() -> dict[str, Any]:

@@ -18,11 +18,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from torch import Tensor
+import numpy as np
 
-from edgecap.decoding.protocol import State
+if TYPE_CHECKING:  # annotations only: importing the bench's timing code does not load the search
+    from edgecap.decoding.protocol import State
 
 __all__ = [
     "Clock",
@@ -302,7 +303,7 @@ class TimedStepModel:
             self.sync()
         return self.clock() - start
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         start = self.clock()
         state = self.inner.encode(inputs)
         self._encode += self._elapsed(start)
@@ -318,13 +319,13 @@ class TimedStepModel:
         self._steps += 1
         self._rows += rows
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         start = self.clock()
         result = self.inner.step(tokens, state)
         self._count_step(start, int(tokens.shape[0]))
         return result
 
-    def select(self, state: State, index: Tensor) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         start = self.clock()
         result = self.inner.select(state, index)
         self._select += self._elapsed(start)
@@ -353,7 +354,7 @@ class TimedRefineModel(TimedStepModel):
     def mask_id(self) -> int:
         return self.inner.mask_id
 
-    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> Any:
         start = self.clock()
         result = self.inner.refine(tokens, length_level, state)
         self._count_step(start, int(tokens.shape[0]))

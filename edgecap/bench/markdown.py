@@ -269,7 +269,7 @@ def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None 
         "has its backbone, else features) to caption strings.",
         "",
     ]
-    lines += ratio_lines(results)
+    lines += ratio_lines(results, report.bundles)
     single = [r for r in results if r.batch == 1]
     if single:
         lines += ["## Single-stream latency (batch 1, one image per query; MLPerf SingleStream reports p90)", ""]

@@ -431,7 +431,8 @@ class ResourceMonitor:
                 memory, power = monitor.end(window)
 
     Args:
-        cuda_device: the torch CUDA device in use (torch allocator peaks + nvidia-smi sampling), or None on CPU.
+        cuda_device: the CUDA device in use (nvidia-smi sampling, and torch's allocator peaks when torch is in use),
+            or None on CPU.
         unified: sample ``/proc/meminfo`` (unified-memory boards).
         tegrastats: run tegrastats when it is installed.
         interval_s: sampling period of ``/proc/meminfo``; ``nvidia-smi`` (tens of milliseconds per call) is sampled
@@ -471,12 +472,19 @@ class ResourceMonitor:
         if self.tegrastats is not None:
             self.tegrastats.stop()
 
+    def _torch_cuda(self) -> Any:
+        """torch, when a CUDA device is measured and torch is in use in this process (its allocator peaks mean
+        something only then); None otherwise, so an ONNX Runtime-only process never imports torch for them."""
+        torch = sys.modules.get("torch")
+        if self.cuda_device is None or torch is None or not torch.cuda.is_available():
+            return None
+        return torch
+
     def begin(self) -> dict[str, Any]:
         """Reset the high-water marks and remember where the combination starts."""
         self._can_reset_rss = reset_peak_rss()
-        if self.cuda_device is not None:
-            import torch
-
+        torch = self._torch_cuda()
+        if torch is not None:
             torch.cuda.synchronize(self.cuda_device)
             torch.cuda.reset_peak_memory_stats(self.cuda_device)
         for sampler in self.samplers:
@@ -498,9 +506,8 @@ class ResourceMonitor:
             sampler.sample_once()
         t1 = self.clock()
         gpu_alloc = gpu_reserved = None
-        if self.cuda_device is not None:
-            import torch
-
+        torch = self._torch_cuda()
+        if torch is not None:
             torch.cuda.synchronize(self.cuda_device)
             gpu_alloc = int(torch.cuda.max_memory_allocated(self.cuda_device))
             gpu_reserved = int(torch.cuda.max_memory_reserved(self.cuda_device))

@@ -37,6 +37,8 @@ __all__ = [
 
 #: Version of the ``report.json`` layout; readers refuse newer ones. Bump on any incompatible change.
 SCHEMA_VERSION = 1
+#: How to get what the optional parts of a report (plots) need on a runtime-only install.
+TRAIN_INSTALL = "pip install 'edgecap[train]'"
 
 
 class ReportError(ValueError):
@@ -218,6 +220,9 @@ class BundleInfo:
         variants: the manifest's per-variant summary (size, export parity, export-time quality check).
         quality_set: the quality subset used, or None.
         quality_note: why quality was not measured, when it was not.
+        run: the trained weights behind the bundle (captioner + backbone weights' SHA-256 prefixes): bundles exported
+            from the same run share it, which pairs a pixels-in bundle with its torch-backbone twin. None in reports
+            written before the field.
     """
 
     path: str
@@ -230,6 +235,7 @@ class BundleInfo:
     variants: list[dict[str, Any]]
     quality_set: str | None = None
     quality_note: str | None = None
+    run: str | None = None
 
 
 @dataclass(frozen=True)
@@ -406,6 +412,14 @@ def write_report(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    from edgecap.bench.environment import module_installed
+
+    if plots and not module_installed("matplotlib"):  # a runtime-only install: the tables still go out
+        note = f"PNG plots not written: they need matplotlib, which is not installed ({TRAIN_INSTALL})."
+        report = dataclasses.replace(report, notes=[*report.notes, note])
+        plots = False
+        if log is not None:
+            log(note)
     written: dict[str, Path] = {}
     atomic_write_json(out_dir / "report.json", report.to_dict())
     written["json"] = out_dir / "report.json"

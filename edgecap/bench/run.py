@@ -22,6 +22,7 @@ import dataclasses
 import datetime
 import itertools
 import os
+import sys
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -62,7 +63,8 @@ class BenchCfg:
 
     Attributes:
         bundles: bundle directories.
-        runtimes: ``edgecap.bench.subjects.BENCH_RUNTIMES`` names; ``torch-rerun`` is the re-run-prefix baseline.
+        runtimes: runtime registry names (``edgecap.runtimes.list_runtimes()``); ``torch-rerun`` is the re-run-prefix
+            baseline. A registered runtime whose backend is not installed here is skipped with the reason.
         precisions: precisions to measure; None = every precision each bundle holds.
         batches: images per query; batch 1 is the single-stream scenario, larger ones the offline scenario.
         beams: beam sizes (1 = greedy); None = each bundle's default. Mask-predict bundles (LaBERT) decode one
@@ -115,7 +117,7 @@ class BenchCfg:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from edgecap.bench.subjects import BENCH_RUNTIMES
+        from edgecap.runtimes.registry import list_runtimes
 
         for name in ("bundles", "runtimes", "precisions", "batches", "beams", "providers"):
             value = getattr(self, name)
@@ -131,9 +133,9 @@ class BenchCfg:
             raise BenchCfgError("bundles: give at least one bundle directory")
         if not self.runtimes:
             raise BenchCfgError("runtimes: give at least one runtime")
-        unknown = [r for r in self.runtimes if r not in BENCH_RUNTIMES]
+        unknown = [r for r in self.runtimes if r not in list_runtimes()]
         if unknown:
-            raise BenchCfgError(f"runtimes: unknown {unknown}; known: {sorted(BENCH_RUNTIMES)}")
+            raise BenchCfgError(f"runtimes: unknown {unknown}; registered: {list_runtimes()}")
         if self.precisions is not None:
             bad = [p for p in self.precisions if p not in PRECISIONS]
             if bad or not self.precisions:
@@ -249,15 +251,13 @@ def _make_batches(items: Sequence[dict[str, Any]], batch: int) -> list[dict[str,
 
 def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode_cfg: Any, batch: int) -> float:
     """CIDEr-D of the subject's captions on the quality set (not timed)."""
-    import torch
-
-    from edgecap.bench.subjects import collate
+    from edgecap.bench.subjects import collate, inference_mode
     from edgecap.captioning import captions_from_hypotheses
     from edgecap.decoding import decode
-    from edgecap.evaluation import cider_d
+    from edgecap.evaluation.cider import cider_d
 
     captions: list[str] = []
-    with torch.inference_mode():
+    with inference_mode():
         for start in range(0, len(items), batch):
             inputs = subject.to_inputs(collate(items[start : start + batch]))
             captions.extend(captions_from_hypotheses(subject.vocab, decode(subject.step_model, inputs, decode_cfg)))
@@ -267,8 +267,7 @@ def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode
 
 
 def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode_cfg: Any) -> Callable:
-    import torch
-
+    from edgecap.bench.subjects import inference_mode
     from edgecap.captioning import captions_from_hypotheses
     from edgecap.decoding import decode
 
@@ -278,7 +277,7 @@ def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode
     def query(i: int) -> _Query:
         batch = batches[i % len(batches)]
         timed.reset()
-        with torch.inference_mode():
+        with inference_mode():
             start = clock()
             inputs = subject.to_inputs(batch)
             backbone_s = None
@@ -333,8 +332,6 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
 
     A failing combination becomes an error entry and the others still run; a failure to load fails the group.
     """
-    import torch
-
     from edgecap.bench.environment import jetson_model
     from edgecap.bench.memory import ResourceMonitor
     from edgecap.bench.subjects import open_subject
@@ -342,12 +339,16 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
 
     emit = emit or (lambda event, label: None)
     cfg = task.cfg
-    torch.manual_seed(cfg.seed)
     bundle = load_bundle(task.bundle, verify=False, graphs="none")
     outcome = GroupOutcome()
     subject = open_subject(
         bundle, task.runtime, task.precision, device=cfg.device, threads=cfg.threads, providers=cfg.providers
     )
+    torch = sys.modules.get("torch")  # only where this subject brought torch in; Captioner.load leaves it alone
+    if torch is not None:
+        torch.manual_seed(cfg.seed)
+        if cfg.threads:
+            torch.set_num_threads(cfg.threads)
     try:
         preprocess_s = None
         if task.image_paths is not None:
@@ -360,7 +361,7 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
             quality_items = (
                 subject.feature_items(qs.features, qs.image_ids) if qs.features else subject.image_items(qs.paths)[0]
             )
-        cuda = subject.device if subject.device.type == "cuda" else None
+        cuda = subject.device if subject.on_cuda else None
         with ResourceMonitor(cuda_device=cuda, unified=jetson_model() is not None, tegrastats=cfg.tegrastats) as mon:
             for beam, level in itertools.product(task.beams, task.levels):
                 decode_cfg = subject.decode_cfg(beam, level)
@@ -436,7 +437,7 @@ def _measure_combo(
         beam=beam,
         batch=batch,
         scenario="single-stream" if batch == 1 else "offline",
-        device=str(subject.device),
+        device=subject.device,
         providers=list(subject.info["providers"]) if subject.info.get("providers") else None,
         input=subject.input_kind,
         backbone=subject.backbone_where,
@@ -469,7 +470,6 @@ def _worker_main(argv: Sequence[str]) -> int:
     """Entry point of a worker process (``python -m edgecap.bench.run TASK.pkl OUTCOME.pkl``): reads the task, writes
     progress events as tagged lines on stdout and the outcome (or the error) to ``OUTCOME.pkl``."""
     import pickle
-    import sys
 
     task_path, outcome_path = argv
 
@@ -497,7 +497,6 @@ def _run_isolated(task: GroupTask, emit: Emit) -> GroupOutcome:
     """
     import pickle
     import subprocess
-    import sys
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="edgecap-bench-") as tmp:
@@ -576,7 +575,7 @@ def link_results(results: Sequence[ComboResult]) -> list[ComboResult]:
 
 # -- the entry point -------------------------------------------------------------------------------------------------
 def _bundle_info(bundle: Any, quality_set: str | None, quality_note: str | None) -> BundleInfo:
-    from edgecap.bench.subjects import bundle_input_kind
+    from edgecap.bench.subjects import bundle_input_kind, bundle_run_id
 
     spec = bundle.backbone_spec
     return BundleInfo(
@@ -592,10 +591,11 @@ def _bundle_info(bundle: Any, quality_set: str | None, quality_note: str | None)
         variants=bundle.summary(),
         quality_set=quality_set,
         quality_note=quality_note,
+        run=bundle_run_id(bundle),
     )
 
 
-def _notes(cfg: BenchCfg, results: Sequence[ComboResult]) -> list[str]:
+def _notes(cfg: BenchCfg, results: Sequence[ComboResult], bundles: Sequence[BundleInfo] = ()) -> list[str]:
     notes = [
         "Percentiles interpolate linearly between order statistics (numpy's default, as optimum-benchmark); the "
         "p50 95 % CI is distribution-free (order statistics).",
@@ -630,6 +630,16 @@ def _notes(cfg: BenchCfg, results: Sequence[ComboResult]) -> list[str]:
             "Length-controllable bundles were measured per length level. Mask-predict bundles (LaBERT) run a fixed "
             "number of refinement passes per level, each over the whole caption: 'steps' counts passes and "
             "'decoder' their time; beam search does not apply (beam 1)."
+        )
+    torch_runs = {b.run for b in bundles if (b.backbone or "").endswith(" in torch")}
+    alone = [
+        b.path for b in bundles if (b.backbone or "").endswith(" in the encoder graph") and b.run not in torch_runs
+    ]
+    if alone:
+        notes.append(
+            f"{', '.join(alone)}: pixels-in, benchmarked without a torch-backbone bundle of the same run, so the "
+            "'pixels-in vs torch backbone' ratio is missing; export the same run with its backbone in torch and pass "
+            "both bundles (docs/benchmarks.md, 'Pixels-in vs the torch backbone')."
         )
     if any(r.runtime == "ort" and r.precision == "fp16" and r.device == "cpu" for r in results):
         notes.append(
@@ -712,7 +722,7 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
         results=results,
         skipped=skipped,
         errors=errors,
-        notes=_notes(cfg, results),
+        notes=_notes(cfg, results, bundles),
         command=command,
     )
 
@@ -725,30 +735,40 @@ def _run_in_process(task: GroupTask, emit: Emit) -> GroupOutcome:
 
 
 class _Progress:
-    """A rich progress bar over units of work (quality runs and timing runs), or nothing."""
+    """Progress over units of work (quality runs and timing runs): a rich bar when rich is installed (``[train]``),
+    else one line per finished unit on stderr (a runtime-only install), or nothing."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         self.total, self.enabled = total, enabled
         self._progress: Any = None
         self._task: Any = None
+        self._plain = False
+        self._done = 0
 
     def __enter__(self) -> _Progress:
-        if self.enabled and self.total:
+        if not (self.enabled and self.total):
+            return self
+        try:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            self._progress = Progress(
-                TextColumn("[bold]bench[/]"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("{task.description}"),
-                transient=False,
-            )
-            self._progress.start()
-            self._task = self._progress.add_task("starting", total=self.total)
+        except ImportError:
+            self._plain = True
+            return self
+        self._progress = Progress(
+            TextColumn("[bold]bench[/]"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.description}"),
+            transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("starting", total=self.total)
         return self
 
     def __call__(self, event: str, label: str) -> None:
+        if self._plain and event == "done":
+            self._done += 1
+            print(f"bench [{self._done}/{self.total}] {label}", file=sys.stderr, flush=True)
         if self._progress is None:
             return
         if event == "start":

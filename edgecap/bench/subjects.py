@@ -5,17 +5,19 @@ This is the only module of ``edgecap.bench`` that knows bundles. It opens them t
 it, and it exposes what the measurement needs: the step model, the decoding config per beam, per-image inputs
 (synthetic, from image files, or from the quality set) and the part of the pipeline that runs before the encoder.
 
-Runtimes are registered by name in :data:`BENCH_RUNTIMES`:
+Runtimes come from the runtime registry (:mod:`edgecap.runtimes.registry`): ``--runtime`` accepts every registered
+name, and one whose backend is not installed here is skipped with the registry's install hint. The built-in ones:
 
-- ``torch``: the bundle's ``weights.safetensors`` through :class:`~edgecap.runtimes.torch.TorchStepModel` (cached
-  decoding);
-- ``torch-rerun``: the same weights through :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`, which re-runs the
-  decoder over the whole prefix every step as the reference implementations do — the baseline every report's
-  "speed-up vs re-run prefix" column divides by;
-- ``ort``: the bundle's ONNX graphs of the precision in ONNX Runtime (``RuntimeStepModel``).
+- ``torch``: the bundle's ``weights.safetensors`` in torch eager (cached decoding);
+- ``torch-rerun`` (a registry ``baseline``): the same weights re-running the decoder over the whole prefix every step
+  as the reference implementations do — the baseline every report's "speed-up vs re-run prefix" column divides by;
+- ``ort``: the bundle's ONNX graphs of the precision in ONNX Runtime.
 
-A mask-predict bundle (LaBERT) runs on ``torch`` (``TorchRefineModel``, FP32) and ``ort`` (``RuntimeRefineModel``);
-``torch-rerun`` has no meaning for it (there is no prefix to re-run) and is skipped with that reason.
+A mask-predict bundle (LaBERT) runs on ``torch`` (FP32) and ``ort``; a re-run-prefix baseline has no meaning for it
+(there is no prefix to re-run) and is skipped with that reason.
+
+Nothing here imports torch unless the subject needs it (a torch runtime, a backbone rebuilt in torch): inputs are
+numpy arrays, so a runtime-only install (numpy, Pillow, ONNX Runtime) benchmarks a pixels-in bundle end to end.
 
 What the timed region covers: from encoder inputs to caption strings. When the bundle takes images (its backbone is
 inside the encoder graph, or rebuilt in torch from the bundle's spec) the timed region starts at preprocessed pixels
@@ -25,22 +27,25 @@ untimed pre-processing). A bundle trained on precomputed region features starts 
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
+
+from edgecap.runtimes.registry import UnknownRuntimeError, get_runtime, list_runtimes
 
 __all__ = [
-    "BENCH_RUNTIMES",
-    "BenchRuntime",
     "QualitySet",
     "Subject",
     "bundle_input_kind",
+    "bundle_run_id",
     "collate",
+    "inference_mode",
     "list_images",
     "open_subject",
     "resolve_quality_set",
@@ -49,80 +54,85 @@ __all__ = [
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
-Item = dict[str, Tensor]
+Item = dict[str, np.ndarray]
 
 
-@dataclass(frozen=True)
-class BenchRuntime:
-    """A benchmarkable runtime.
+def _torch_backbone_installed() -> bool:
+    from edgecap.bench.environment import module_installed
 
-    Attributes:
-        name: registry key (``--runtime``).
-        loader: the ``Captioner.load(runtime=...)`` that builds it (``"torch"`` or ``"ort"``).
-        precisions: precisions it can run at all (the bundle must also hold them).
-        rerun_prefix: decodes by re-running the whole prefix (the baseline).
-        description: one line for reports.
-    """
-
-    name: str
-    loader: str
-    precisions: tuple[str, ...]
-    rerun_prefix: bool
-    description: str
+    return module_installed("torch") and module_installed("timm")
 
 
-BENCH_RUNTIMES: dict[str, BenchRuntime] = {
-    r.name: r
-    for r in (
-        BenchRuntime("torch", "torch", ("fp32", "fp16"), False, "torch eager, cached step decoding"),
-        BenchRuntime(
-            "torch-rerun", "torch", ("fp32", "fp16"), True, "torch eager, re-running the whole prefix each step"
-        ),
-        BenchRuntime("ort", "ort", ("fp32", "fp16", "int8"), False, "ONNX Runtime, exported graphs with a cache"),
-    )
-}
-
-
-def _torch_device(device: str | None) -> torch.device:
-    if device in (None, "auto"):
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+def _cuda_requested(device: str | None) -> bool:
+    return device is not None and device.startswith("cuda")
 
 
 def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -> str | None:
     """Why ``runtime`` at ``precision`` cannot be measured for ``bundle`` here, or None when it can.
 
-    These are combinations that cannot exist (not failures): the report lists them under ``skipped``.
+    These are combinations that cannot exist here (not failures): the report lists them under ``skipped``. What a
+    runtime runs and needs comes from the runtime registry, so a runtime whose backend is not installed (torch in a
+    runtime-only install) is skipped with the registry's install hint instead of failing the run.
     """
-    spec = BENCH_RUNTIMES.get(runtime)
-    if spec is None:
-        return f"unknown runtime {runtime!r}; known: {sorted(BENCH_RUNTIMES)}"
+    try:
+        spec = get_runtime(runtime)
+    except UnknownRuntimeError:
+        return f"unknown runtime {runtime!r}; known: {list_runtimes()}"
     if precision not in bundle.precisions:
         return f"the bundle has no {precision} variant (it holds {', '.join(bundle.precisions)})"
     if precision not in spec.precisions:
-        return f"{runtime} runs {'/'.join(spec.precisions)} weights; {precision} graphs need --runtime ort"
+        able = "/".join(n for n in list_runtimes() if precision in get_runtime(n).precisions)
+        return f"{runtime} runs {'/'.join(spec.precisions)} weights; {precision} needs --runtime {able}"
+    available, why = spec.available()
+    if not available:
+        return why
+    if bundle.backbone_spec and not bundle.backbone_in_graph and not _torch_backbone_installed():
+        return (
+            f"the bundle runs its backbone ({bundle.backbone_spec.get('name')}) in torch, which is not installed here: "
+            f"{get_runtime('torch').install or 'install torch and timm'}; a pixels-in export needs neither"
+        )
+    torch_runtime = "torch" in spec.requires
     if bundle.decoding == "mask_predict":
-        if spec.rerun_prefix:
-            return "re-running the prefix is an autoregressive baseline; a mask-predict bundle has no prefix"
-        if spec.loader == "torch" and precision != "fp32":
+        if spec.baseline:
+            return f"{runtime} re-runs the prefix, an autoregressive baseline; a mask-predict bundle has no prefix"
+        if torch_runtime and precision != "fp32":
             return "the torch mask-predict adapter runs FP32 weights; FP16 LaBERT graphs need --runtime ort"
-    if spec.loader == "torch":
-        dev = _torch_device(device)
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            return f"device {dev} requested but CUDA is not available"
-        if precision == "fp16" and dev.type != "cuda":
+    if torch_runtime:
+        import torch
+
+        cuda = _cuda_requested(device) or (device in (None, "auto") and torch.cuda.is_available())
+        if cuda and not torch.cuda.is_available():
+            return f"device {device} requested but CUDA is not available"
+        if precision == "fp16" and not cuda:
             return "FP16 with torch needs a CUDA device (torch has no fast FP16 CPU kernels)"
-    if spec.loader == "ort":
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            return "onnxruntime is not installed (pip install 'edgecap[onnx]')"
     return None
 
 
 def bundle_input_kind(bundle: Any) -> str:
     """``"pixels"`` when the bundle captions images (a backbone in the graph or in its spec), else ``"features"``."""
     return "pixels" if bundle.backbone_in_graph or bundle.backbone_spec else "features"
+
+
+def bundle_run_id(bundle: Any) -> str:
+    """What identifies the trained weights behind a bundle: the captioner weights' and the backbone weights'
+    SHA-256. Two bundles exported from the same run share it whether the backbone is in the graph or in torch, which
+    is how a report pairs a pixels-in bundle with its torch-backbone twin."""
+    files = bundle.manifest.get("files", {})
+    weights = (files.get(bundle.config.get("weights", "weights.safetensors")) or {}).get("sha256") or "?"
+    backbone = ((bundle.backbone_spec or {}).get("weights") or {}).get("sha256") or "none"
+    return f"{weights[:16]}+{backbone[:16]}"
+
+
+@contextlib.contextmanager
+def inference_mode() -> Iterator[None]:
+    """torch's inference mode when torch is in use in this process (a torch runtime or backbone), else nothing: a
+    runtime-only process never imports torch for it."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        yield
+        return
+    with torch.inference_mode():
+        yield
 
 
 # -- inputs ----------------------------------------------------------------------------------------------------------
@@ -142,17 +152,17 @@ def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
     return paths[:limit] if limit else paths
 
 
-def collate(items: Sequence[Item]) -> dict[str, Tensor]:
+def collate(items: Sequence[Item]) -> dict[str, np.ndarray]:
     """Stack per-image inputs into a batch; region features of different counts are right-padded and masked."""
     if not items:
         raise ValueError("collate needs at least one item")
     if "pixel_values" in items[0]:
-        return {"pixel_values": torch.stack([i["pixel_values"] for i in items])}
+        return {"pixel_values": np.stack([i["pixel_values"] for i in items])}
     regions = max(int(i["features"].shape[0]) for i in items)
     dim = int(items[0]["features"].shape[1])
-    features = torch.zeros(len(items), regions, dim)
-    boxes = torch.zeros(len(items), regions, 4)
-    mask = torch.zeros(len(items), regions, dtype=torch.bool)
+    features = np.zeros((len(items), regions, dim), dtype=np.float32)
+    boxes = np.zeros((len(items), regions, 4), dtype=np.float32)
+    mask = np.zeros((len(items), regions), dtype=bool)
     for row, item in enumerate(items):
         n = int(item["features"].shape[0])
         features[row, :n] = item["features"]
@@ -247,7 +257,7 @@ class Subject:
         input_kind: ``"pixels"`` or ``"features"`` — where the timed region starts.
         backbone_where: ``"torch"`` (run before the encoder, timed as ``backbone``), ``"graph"`` (inside the
             encoder graph, timed as ``encoder``) or None (region features).
-        device: where inputs go.
+        device: where the work runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
         info: runtime, providers, device, precision as ``Captioner.load`` chose them.
         load_s: seconds to load (``Captioner.load`` with checksums off; the parent verified them once).
         size_bytes, files: on-disk size of what this runtime/precision loads, and those files.
@@ -260,7 +270,7 @@ class Subject:
     max_words: int
     input_kind: str
     backbone_where: str | None
-    device: torch.device
+    device: str
     info: dict[str, Any]
     load_s: float
     size_bytes: int
@@ -282,9 +292,15 @@ class Subject:
         return bundle_decode_cfg(self.bundle, self.vocab, beam, length_level)
 
     @property
+    def on_cuda(self) -> bool:
+        return self.device.startswith("cuda")
+
+    @property
     def sync(self) -> Callable[[], Any] | None:
-        """``torch.cuda.synchronize`` on CUDA (timings must cover kernels, not launches), else None."""
-        if self.device.type == "cuda":
+        """``torch.cuda.synchronize`` when torch runs on CUDA here (timings must cover kernels, not launches), else
+        None (ONNX Runtime's ``run`` returns host arrays: it has synchronised already)."""
+        torch = sys.modules.get("torch")
+        if self.on_cuda and torch is not None and torch.cuda.is_available():
             device = self.device
             return lambda: torch.cuda.synchronize(device)
         return None
@@ -293,21 +309,21 @@ class Subject:
     def synthetic_items(self, count: int, seed: int, regions: int) -> list[Item]:
         """``count`` random inputs: normalised pixels at the backbone's size, or ``regions`` non-negative region
         features (post-ReLU statistics) with random valid boxes."""
-        g = torch.Generator().manual_seed(seed)
+        rng = np.random.default_rng(seed)
         items: list[Item] = []
         for _ in range(count):
             if self.input_kind == "pixels":
                 size = int(self._image_size or 224)
-                items.append({"pixel_values": torch.randn(3, size, size, generator=g)})
+                items.append({"pixel_values": rng.standard_normal((3, size, size), dtype=np.float32)})
             else:
                 dim = int(self._feature_dim or 0)
-                corner = torch.rand(regions, 2, generator=g) * 0.7
-                extent = 0.05 + torch.rand(regions, 2, generator=g) * 0.25
+                corner = rng.random((regions, 2), dtype=np.float32) * 0.7
+                extent = 0.05 + rng.random((regions, 2), dtype=np.float32) * 0.25
                 items.append(
                     {
-                        "features": torch.randn(regions, dim, generator=g).clamp_(0, 6),
-                        "boxes": torch.cat([corner, corner + extent], dim=1),
-                        "feature_mask": torch.ones(regions, dtype=torch.bool),
+                        "features": np.clip(rng.standard_normal((regions, dim), dtype=np.float32), 0, 6),
+                        "boxes": np.concatenate([corner, corner + extent], axis=1),
+                        "feature_mask": np.ones(regions, dtype=bool),
                     }
                 )
         return items
@@ -325,7 +341,7 @@ class Subject:
             start = time.perf_counter()
             pixels = self._preprocess(path)
             total += time.perf_counter() - start
-            items.append({"pixel_values": torch.from_numpy(pixels)})
+            items.append({"pixel_values": np.asarray(pixels, dtype=np.float32)})
         return items, total / max(1, len(paths))
 
     def feature_items(self, directory: str | Path, image_ids: Sequence[str]) -> list[Item]:
@@ -341,21 +357,25 @@ class Subject:
             features, boxes = source.get(image_id)
             items.append(
                 {
-                    "features": torch.as_tensor(features, dtype=torch.float32),
-                    "boxes": torch.as_tensor(boxes, dtype=torch.float32),
-                    "feature_mask": torch.ones(len(features), dtype=torch.bool),
+                    "features": np.asarray(features, dtype=np.float32),
+                    "boxes": np.asarray(boxes, dtype=np.float32),
+                    "feature_mask": np.ones(len(features), dtype=bool),
                 }
             )
         return items
 
     # -- the timed part before the encoder ---------------------------------------------------------------------------
-    def to_inputs(self, batch: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        """Encoder inputs for a collated batch: the torch backbone's grid features when it runs outside the graph,
-        else the batch itself (pixels for an in-graph backbone, region features)."""
+    def to_inputs(self, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Encoder inputs for a collated batch: the torch backbone's grid features (torch tensors on its device, which
+        the runtime adapters take as ``Captioner`` hands them over) when it runs outside the graph, else the batch
+        itself (numpy pixels for an in-graph backbone, region features)."""
         if self.backbone_where != "torch":
             return dict(batch)
+        import torch
+
         with torch.inference_mode():
-            features, boxes = self._backbone(batch["pixel_values"].to(self.device, non_blocking=True))
+            pixels = torch.from_numpy(np.ascontiguousarray(batch["pixel_values"])).to(self.device, non_blocking=True)
+            features, boxes = self._backbone(pixels)
             mask = torch.ones(features.shape[:2], dtype=torch.bool, device=features.device)
         return {"features": features, "boxes": boxes, "feature_mask": mask}
 
@@ -367,6 +387,23 @@ class Subject:
 def _file_bytes(bundle: Any, names: Sequence[str]) -> int:
     files = bundle.manifest["files"]
     return sum(int(files[n]["bytes"]) for n in names if n in files)
+
+
+def _parameter_count(module: Any) -> int | None:
+    parameters = getattr(module, "parameters", None)
+    return sum(int(p.numel()) for p in parameters()) if callable(parameters) else None
+
+
+def _pixel_path(inputs: Any) -> tuple[Any, Any, str | None]:
+    """(torch backbone or None, preprocessing ``path -> CHW float32``, where the backbone runs) of a captioner's
+    image inputs, read by duck typing so the bench needs no torch to recognise them."""
+    if inputs is None:
+        return None, None, None
+    backbone = getattr(inputs, "backbone", None)
+    if backbone is not None:
+        return backbone, backbone.preprocess_cfg, "torch"
+    cfg = getattr(inputs, "cfg", None)
+    return (None, cfg, "graph") if cfg is not None else (None, None, None)
 
 
 def open_subject(
@@ -381,68 +418,57 @@ def open_subject(
     """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision``.
 
     Raises:
-        ValueError: the runtime is unknown; ``Captioner.load`` errors (``CaptionerError``, ``BundleError``) pass
-            through with their messages.
+        ValueError: the runtime is unknown (:class:`~edgecap.runtimes.registry.UnknownRuntimeError`);
+            ``Captioner.load`` errors (``CaptionerError``, ``BundleError``) pass through with their messages.
     """
-    from edgecap.captioner import BackboneInputs, Captioner, PixelInputs
-
-    spec = BENCH_RUNTIMES.get(runtime)
-    if spec is None:
-        raise ValueError(f"unknown benchmark runtime {runtime!r}; known: {sorted(BENCH_RUNTIMES)}")
+    spec = get_runtime(runtime)
+    graphs = spec.graph_runtime is not None and "torch" not in spec.requires
     start = time.perf_counter()
+    from edgecap.captioner import Captioner
+
     captioner = Captioner.load(
         bundle.path,
-        runtime=spec.loader,
+        runtime=runtime,
         precision=precision,
         threads=threads or None,
-        providers=list(providers) if (providers and spec.loader == "ort") else None,
+        providers=list(providers) if (providers and graphs) else None,
         device=None if device in (None, "auto") else device,
         verify=False,
     )
-    step_model = captioner.step_model
-    if spec.rerun_prefix:
-        from edgecap.runtimes.prefix import PrefixRerunStepModel
-
-        step_model = PrefixRerunStepModel(step_model.model, step_model.device, dtype=step_model.dtype)
     load_s = time.perf_counter() - start
-
-    inputs = captioner.inputs
-    backbone = preprocess = None
-    backbone_where: str | None = None
-    image_size = None
-    if isinstance(inputs, BackboneInputs):
-        backbone, backbone_where = inputs.backbone, "torch"
-        preprocess, image_size = backbone.preprocess_cfg, backbone.preprocess_cfg.image_size
-    elif isinstance(inputs, PixelInputs):
-        backbone_where, preprocess, image_size = "graph", inputs.cfg, inputs.cfg.image_size
-    info = dict(captioner.runtime_info)
-    info.pop("summary", None)
-    torch_device = torch.device(
-        str(getattr(step_model, "device", None) or ("cuda" if info.get("device") == "cuda" else "cpu"))
-    )
-    if spec.loader == "ort":
-        files = sorted(set(bundle.variant(precision)["files"].values()))
-    else:
-        files = [bundle.config.get("weights", "weights.safetensors")]
-    if backbone_where == "torch" and bundle.backbone_weights is not None:
-        files.append(str(bundle.backbone_weights.relative_to(bundle.path)))
-    parameters = bundle.manifest.get("model", {}).get("parameters")
-    model = getattr(step_model, "model", None)
-    if parameters is None and isinstance(model, torch.nn.Module):
-        parameters = sum(p.numel() for p in model.parameters())
+    step_model = captioner.step_model
+    try:
+        backbone, preprocess, backbone_where = _pixel_path(captioner.inputs)
+        image_size = getattr(preprocess, "image_size", None)
+        info = dict(captioner.runtime_info)
+        info.pop("summary", None)
+        model_device = getattr(step_model, "device", None)
+        run_device = str(model_device) if model_device is not None else str(info.get("device") or "cpu")
+        if graphs:
+            files = sorted(set(bundle.variant(precision)["files"].values()))
+        else:
+            files = [bundle.config.get("weights", "weights.safetensors")]
+        if backbone_where == "torch" and bundle.backbone_weights is not None:
+            files.append(str(bundle.backbone_weights.relative_to(bundle.path)))
+        parameters = bundle.manifest.get("model", {}).get("parameters")
+        if parameters is None:
+            parameters = _parameter_count(getattr(step_model, "model", None))
+    except BaseException:
+        captioner.close()
+        raise
     subject = Subject(
         step_model=step_model,
         vocab=captioner.vocab,
         max_words=bundle.max_words,
         input_kind="pixels" if preprocess is not None else "features",
         backbone_where=backbone_where,
-        device=torch_device,
+        device=run_device,
         info=info,
         load_s=load_s,
         size_bytes=_file_bytes(bundle, files),
         files=files,
         parameters=int(parameters) if parameters is not None else None,
-        backbone_parameters=sum(p.numel() for p in backbone.parameters()) if backbone is not None else None,
+        backbone_parameters=_parameter_count(backbone) if backbone is not None else None,
         bundle=bundle,
         _backbone=backbone,
         _preprocess=preprocess,

@@ -19,7 +19,7 @@ import importlib.metadata
 import math
 import platform
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -263,10 +263,16 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
     return data
 
 
-def verify_files(root: str | Path, manifest: Mapping[str, Any]) -> None:
+def verify_files(root: str | Path, manifest: Mapping[str, Any], hashed: Collection[str] | None = None) -> None:
     """Check every listed file exists with the recorded size and SHA-256, and that no unlisted file is present.
 
     Hidden entries (``.DS_Store``, ``._*``) are ignored. All problems are reported in one error.
+
+    Args:
+        root: the bundle directory.
+        manifest: its parsed manifest.
+        hashed: hash only these listed files (sizes and presence are still checked for all): loading a bundle
+            hashes the files it will use, not every precision's graphs.
 
     Raises:
         BundleIntegrityError: naming each missing, corrupt or unlisted file.
@@ -282,6 +288,8 @@ def verify_files(root: str | Path, manifest: Mapping[str, Any]) -> None:
         size = path.stat().st_size
         if size != entry["bytes"]:
             problems.append(f"{name}: {size} bytes, the manifest says {entry['bytes']} (truncated or modified)")
+            continue
+        if hashed is not None and name not in hashed:
             continue
         digest = sha256_file(path)
         if digest != entry["sha256"]:

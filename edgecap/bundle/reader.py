@@ -53,6 +53,28 @@ def is_bundle(path: str | Path) -> bool:
     return (Path(path) / MANIFEST_NAME).is_file()
 
 
+def default_bundle_dir(model_name: str) -> Path:
+    """Where ``edgecap export --model NAME`` writes by default and where a bare name is looked up:
+    ``$EDGECAP_HOME/bundles/NAME``."""
+    from edgecap._home import edgecap_home
+
+    return edgecap_home() / "bundles" / model_name
+
+
+def find_bundle(name_or_path: str | Path) -> Path | None:
+    """A bundle directory from a path, or from a bare model name exported earlier (``$EDGECAP_HOME/bundles/NAME``);
+    None when neither is a bundle."""
+    path = Path(name_or_path)
+    if is_bundle(path):
+        return path
+    text = str(name_or_path)
+    if text and not path.is_absolute() and len(path.parts) == 1 and not path.exists():
+        candidate = default_bundle_dir(text)
+        if is_bundle(candidate):
+            return candidate
+    return None
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -262,12 +284,38 @@ class Bundle:
                         f"{path}: graph uses ONNX opset {opset}, the installed onnx {onnx.__version__} supports up "
                         f"to {supported}: upgrade onnx/onnxruntime"
                     )
-                self._check_interface(role, model, path)
+                initializers = {t.name for t in model.graph.initializer}
+                inputs = [i.name for i in model.graph.input if i.name not in initializers]
+                self.check_interface(role, inputs, [o.name for o in model.graph.output], path)
 
-    def _check_interface(self, role: str, model: Any, path: Path) -> None:
-        initializers = {t.name for t in model.graph.initializer}
-        inputs = [i.name for i in model.graph.input if i.name not in initializers]
-        outputs = {o.name for o in model.graph.output}
+    def used_files(self, precision: str | None = None, *, weights: bool = False) -> list[str]:
+        """The bundle files a runtime reads: ``config.json``, the vocabulary, the graphs of ``precision`` (if any),
+        the torch weights (``weights=True``) and the backbone weights the bundle carries."""
+        names = [CONFIG_NAME, self.config["vocab"].get("file", VOCAB_NAME)]
+        if precision is not None:
+            names += list(self.variant(precision)["files"].values())
+        if weights:
+            names.append(self.config.get("weights", WEIGHTS_NAME))
+        if self.config.get("backbone_weights"):
+            names.append(self.config["backbone_weights"])
+        return list(dict.fromkeys(names))
+
+    def verify(self, names: Sequence[str]) -> None:
+        """Check the size and SHA-256 of the listed files ``names`` (what ``Captioner.load`` is about to read).
+
+        Raises:
+            BundleIntegrityError: naming each missing, corrupt or unlisted file.
+        """
+        verify_files(self.path, self.manifest, hashed=frozenset(names))
+
+    def check_interface(self, role: str, inputs: Sequence[str], outputs: Sequence[str], path: str | Path) -> None:
+        """Check one runtime graph's input and output names against the manifest's interface; runtimes call this
+        with their session's own metadata, so loading never parses a graph twice.
+
+        Raises:
+            BundleConfigError: naming what is missing or unexpected.
+        """
+        inputs, outputs = list(inputs), set(outputs)
         interface = self.interface
         states = list(interface["state_names"])
         suffix = interface.get("state_output_suffix", "_out")
@@ -299,12 +347,15 @@ class Bundle:
             )
 
 
-def load_bundle(path: str | Path, *, verify: bool = True, graphs: str | Sequence[str] = "all") -> Bundle:
+def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Sequence[str] = "all") -> Bundle:
     """Open and verify a bundle directory.
 
     Args:
         path: the bundle directory.
-        verify: check every file's size and SHA-256 against the manifest (and that none is missing or unlisted).
+        verify: ``True`` checks every file's size and SHA-256 against the manifest (and that none is missing or
+            unlisted); ``"used"`` checks every file's presence and size but hashes only ``config.json`` and the
+            vocabulary, leaving the graphs and weights a runtime reads to :meth:`Bundle.verify` (what
+            ``Captioner.load`` does); ``False`` checks nothing.
         graphs: ``"all"`` checks every variant's runtime graphs against the interface, ``"none"`` skips it, or a
             list of precisions to check (``Captioner.load`` checks only the one it runs).
 
@@ -321,8 +372,12 @@ def load_bundle(path: str | Path, *, verify: bool = True, graphs: str | Sequence
             f"{path} is not an edgecap bundle: {MANIFEST_NAME} is missing (create one with `edgecap export`)"
         )
     manifest = parse_manifest(_read_json(manifest_path, "bundle manifest"), str(manifest_path))
-    if verify:
+    if verify not in (True, False, "used"):
+        raise ValueError(f"verify must be True, False or 'used', got {verify!r}")
+    if verify is True:
         verify_files(path, manifest)
+    elif verify == "used":
+        verify_files(path, manifest, hashed=frozenset({CONFIG_NAME}))
     config_path = path / CONFIG_NAME
     if CONFIG_NAME not in manifest["files"] or not config_path.is_file():
         raise BundleIntegrityError(f"bundle {path}: {CONFIG_NAME} is missing")
@@ -342,6 +397,8 @@ def load_bundle(path: str | Path, *, verify: bool = True, graphs: str | Sequence
     if written_by and is_newer_version(written_by, __version__):
         log.warning("bundle %s was written by edgecap %s, newer than this %s", path, written_by, __version__)
     bundle = Bundle(path=path, manifest=manifest, config=config)
+    if verify == "used":
+        bundle.verify(bundle.used_files())
     _check_vocab(bundle)
     if graphs == "all":
         bundle.check_graphs()

@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from edgecap.decoding import DecodeCfg, decode
 from edgecap.decoding.protocol import StepModel
@@ -34,16 +33,6 @@ def token_agreement(a: Sequence[int], b: Sequence[int]) -> float:
     if longest == 0:
         return 1.0
     return sum(1 for x, y in zip(a, b, strict=False) if x == y) / longest
-
-
-def _as_tensors(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    out = {}
-    for name, value in batch.items():
-        if isinstance(value, torch.Tensor):
-            out[name] = value
-        else:
-            out[name] = torch.from_numpy(np.require(np.asarray(value), requirements=["C", "W"]))
-    return out
 
 
 def compare_decoders(
@@ -76,9 +65,9 @@ def compare_decoders(
     ref_tokens: list[list[int]] = []
     cand_tokens: list[list[int]] = []
     for batch in inputs_batches:
-        tensors = _as_tensors(batch)
-        ref_tokens.extend(h[0].tokens for h in decode(reference_step_model, tensors, decode_cfg))
-        cand_tokens.extend(h[0].tokens for h in decode(candidate_step_model, tensors, decode_cfg))
+        inputs = dict(batch)  # numpy or torch: the step models' adapters convert
+        ref_tokens.extend(h[0].tokens for h in decode(reference_step_model, inputs, decode_cfg))
+        cand_tokens.extend(h[0].tokens for h in decode(candidate_step_model, inputs, decode_cfg))
     images = len(ref_tokens)
     if images == 0:
         raise QualityInputError("compare_decoders: inputs_batches yielded no images")

@@ -76,7 +76,7 @@ def _ort_quantization() -> Any:
     try:
         import onnxruntime.quantization as ortq
     except ImportError as exc:
-        raise ImportError("INT8 quantisation needs onnxruntime: pip install 'edgecap[onnx]'") from exc
+        raise ImportError("INT8 quantisation needs onnxruntime: pip install 'edgecap[cpu]' (or [gpu])") from exc
     if "calibration_cache_path" not in inspect.signature(ortq.quantize_static).parameters:
         import onnxruntime
 

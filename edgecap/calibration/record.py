@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
 
 from edgecap.calibration.source import CalibrationError, CalibrationSource, Feed, as_feed, as_source
 from edgecap.decoding import DecodeCfg, decode
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.protocol import State, StepModel
 
 __all__ = ["FeedRecorder", "RecordingStepModel", "record_decoder_feeds"]
@@ -167,17 +167,17 @@ class RecordingStepModel:
     def encode(self, inputs: Mapping[str, Any]) -> State:
         return self.inner.encode(inputs)
 
-    def step(self, tokens: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         missing = [n for n in self.state_names if n not in state]
         if missing:
             raise CalibrationError(f"the decoder state lacks {missing} (has {sorted(state)}); check state_names")
-        feed = {self.tokens_name: tokens.detach().cpu().numpy().astype(self.token_dtype, copy=False)}
+        feed = {self.tokens_name: to_numpy(tokens, self.token_dtype)}
         feed.update((n, state[n]) for n in self.state_names)
         self.recorder.add(feed)
         self.steps += 1
         return self.inner.step(tokens, state)
 
-    def select(self, state: State, index: torch.Tensor) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         return self.inner.select(state, index)
 
 
@@ -213,7 +213,7 @@ def record_decoder_feeds(
     wrapped = RecordingStepModel(step_model, recorder, state_names, tokens_name=tokens_name, token_dtype=token_dtype)
     batches = 0
     for index, batch in enumerate(as_source(inputs, "decoder calibration inputs")):
-        decode(wrapped, {k: torch.from_numpy(np.require(v, requirements=["C", "W"])) for k, v in batch.items()}, cfg)
+        decode(wrapped, dict(batch), cfg)  # numpy inputs: every step model's adapter converts them
         batches += 1
         if on_batch is not None:
             on_batch(index, batch)

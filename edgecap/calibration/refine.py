@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from edgecap.calibration.quantize import GraphInt8, Int8Result, quantize_graph
 from edgecap.calibration.source import CalibrationError
 from edgecap.decoding import DecodeCfg, decode
+from edgecap.decoding.arrays import to_numpy
 
 __all__ = ["LabertInt8", "RecordingRefineModel", "quantize_labert_int8"]
 
@@ -33,14 +33,14 @@ class RecordingRefineModel:
         self.feeds: list[dict[str, np.ndarray]] = []
         self.calls = 0
 
-    def encode(self, inputs: Mapping[str, torch.Tensor]) -> Any:
+    def encode(self, inputs: Mapping[str, Any]) -> Any:
         return self.inner.encode(inputs)
 
-    def refine(self, tokens: torch.Tensor, length_level: torch.Tensor, state: Any) -> torch.Tensor:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: Any) -> Any:
         self.calls += 1
         if len(self.feeds) < self.max_feeds:
-            feed = {"tokens": tokens.numpy().copy(), "length_level": length_level.numpy().copy()}
-            feed.update((n, np.asarray(state[n]).copy()) for n in self.state_names)
+            feed = {"tokens": np.array(to_numpy(tokens)), "length_level": np.array(to_numpy(length_level))}
+            feed.update((n, np.array(to_numpy(state[n]))) for n in self.state_names)
             self.feeds.append(feed)
         return self.inner.refine(tokens, length_level, state)
 
@@ -71,7 +71,7 @@ class LabertInt8:
 
 def quantize_labert_int8(
     fp32_models: Mapping[str, Any],
-    encoder_feeds: Iterable[Mapping[str, torch.Tensor]],
+    encoder_feeds: Iterable[Mapping[str, Any]],
     decode_cfg: DecodeCfg,
     preset: str = "cpu-auto",
     *,

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import fail
+from edgecap.runtimes.registry import list_runtimes
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -72,8 +73,10 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
     "--runtime",
     "runtimes",
     multiple=True,
-    help="Runtimes, comma-separated or repeated: torch, torch-rerun (re-runs the whole prefix each step: the "
-    "baseline of the speed-up column), ort. Default: all three.",
+    help="Runtimes, comma-separated or repeated: any registered one ("
+    + ", ".join(list_runtimes())
+    + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
+    "torch-rerun, ort; one not installed here is skipped with what to install.",
 )
 @click.option(
     "--precision",
@@ -161,9 +164,13 @@ def bench(
 ) -> None:
     """Benchmark bundles: single-stream latency, offline throughput, time split, memory, size and CIDEr-D.
 
+    Two bundles of one run, one pixels-in and one with its backbone in torch, add the 'pixels-in vs torch backbone'
+    headline ratio.
+
     \b
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
     edgecap bench --bundle labert-bundle --runtime ort --length-level all --out bench/
+    edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime ort --precision int8 --out bench/
     edgecap bench --compare laptop/report.json jetson/report.json
     """
     if compare:

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import beam_option, device_option, fail
+from edgecap.runtimes.registry import list_runtimes
 
 
 @click.command("caption")
@@ -16,15 +17,16 @@ from edgecap.cli.options import beam_option, device_option, fail
     "model",
     default="acort-xsmall",
     show_default=True,
-    help="A bundle directory (`edgecap export`), a run directory, or a model name trained earlier.",
+    help="A bundle directory (`edgecap export`), a run directory, or a model name: its bundle in "
+    "$EDGECAP_HOME/bundles/NAME when there is one, else its run in $EDGECAP_HOME/runs/NAME (needs torch).",
 )
 @beam_option
 @click.option(
     "--runtime",
-    type=click.Choice(["auto", "ort", "torch"]),
+    type=click.Choice(["auto", *list_runtimes()]),
     default="auto",
     show_default=True,
-    help="Bundles: ONNX Runtime (auto when installed) or the torch weights. Runs always use torch.",
+    help="Bundles: a registered runtime (auto = the first installed: ONNX Runtime, then torch). Runs use torch.",
 )
 @click.option(
     "--precision",
@@ -46,6 +48,9 @@ from edgecap.cli.options import beam_option, device_option, fail
     help="Caption length level (1 = shortest; LaBERT and *-len models): 4-level plan 1-9, 10-14, 15-19, 20-25 words.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {image: caption} as JSON.")
+@click.option(
+    "--threads", type=click.IntRange(0), default=0, show_default=True, help="Runtime intra-op threads (0 = default)."
+)
 @device_option
 def caption(
     images: tuple[Path, ...],
@@ -56,29 +61,45 @@ def caption(
     backbone_weights: Path | None,
     length_level: int | None,
     as_json: bool,
+    threads: int,
     device: str,
 ) -> None:
     """Caption IMAGES with a bundle or a trained model."""
+    import importlib.util
     import json
 
-    from edgecap.bundle.reader import is_bundle
+    from edgecap.bundle.reader import find_bundle
     from edgecap.captioner import Captioner
-    from edgecap.runtimes.torch import resolve_device
 
     try:
-        if is_bundle(model):
+        bundle = find_bundle(model)
+        if bundle is not None:
             captioner = Captioner.load(
-                model, runtime=runtime, precision=precision, beam=beam, device=None if device == "auto" else device
+                bundle,
+                runtime=runtime,
+                precision=precision,
+                beam=beam,
+                threads=threads or None,
+                device=None if device == "auto" else device,
             )
             if not as_json:
                 click.echo(f"runtime: {captioner.runtime_info['summary']}", err=True)
         else:
-            if runtime == "ort" or precision not in ("auto", "fp32"):
+            if importlib.util.find_spec("torch") is None:
                 fail(
-                    f"{model} is a trained run, which runs on torch at FP32; --runtime ort and --precision "
+                    f"no bundle found for {model!r} (a bundle directory, or $EDGECAP_HOME/bundles/{model}); "
+                    "captioning with a training run needs torch: pip install 'edgecap[train]'"
+                )
+            if runtime not in ("auto", "torch") or precision not in ("auto", "fp32"):
+                fail(
+                    f"{model} is a trained run, which runs on torch at FP32; --runtime {runtime} and --precision "
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
                     "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
+            from edgecap.cli.options import apply_threads
+            from edgecap.runtimes.torch import resolve_device
+
+            apply_threads(threads)  # the CLI owns its process: torch's thread count is process-wide
             captioner = Captioner.from_run(
                 model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights
             )

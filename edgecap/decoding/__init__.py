@@ -2,9 +2,11 @@
 LaBERT's mask-predict-update against :class:`RefineModel`.
 
 The same code runs on every backend (torch, ONNX Runtime, TensorRT) through ``edgecap.runtimes`` adapters; search
-knobs (min length, forbidden tokens, n-gram blocking, the radix constraint) are log-prob processors.
+knobs (min length, forbidden tokens, n-gram blocking, the radix constraint) are log-prob processors. The search runs
+on numpy and imports no torch: adapters convert at the step boundary (``docs/contracts.md``, "StepModel").
 """
 
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError, RadixSpec
 from edgecap.decoding.dispatch import decode
@@ -51,4 +53,5 @@ __all__ = [
     "mask_predict",
     "sample",
     "stack_hypotheses",
+    "to_numpy",
 ]

@@ -1,4 +1,4 @@
-"""Batched beam search: B images × K beams in one (B·K, V) tensor, batch-major (beams of an image are contiguous).
+"""Batched beam search: B images × K beams in one (B·K, V) array, batch-major (beams of an image are contiguous).
 
 Follows the ACORT/ORT reference design (self-critical.pytorch ``batch_beam_search``; reference-code notes §1.4) with
 fairseq's 2K-candidate trick:
@@ -22,13 +22,14 @@ Scores are raw sums of log-probs unless ``cfg.length_penalty`` is set; ranking o
 sums (the penalty only compares finished hypotheses, as in the reference and fairseq).
 
 Cost per step. For a small decoder the search's own work is a visible share of a step, so the loop keeps it to a
-handful of tensor ops and one small host read:
+handful of numpy ops (about 1 µs each, against 5–10 µs for a torch op) on the one conversion of the step's log-probs:
 
 - the processors' static masks are one precomputed (V,) mask per step, applied in the one copy of the log-probs
   (:class:`~edgecap.decoding.processors.ProcessorPlan`);
-- the top-2K candidates come to the host as two short lists (flat indices and scores); when no EOS ranks within an
-  image's top K — most steps — the running beams are simply the first K candidates, taken with four tensor ops;
-- the rare steps where an EOS ranks within the top K run the general selection in Python over those lists;
+- candidates are picked best first by repeated ``argmax`` (:func:`~edgecap.decoding.search.top_candidates`): first
+  the top K only; when no EOS ranks within an image's top K — most steps — they are the running beams and the next
+  K candidates are never computed;
+- the rare steps where an EOS ranks within the top K pick the top 2K and run the general selection in Python;
 - tokens are not gathered into growing (B·K, t) sequences every step: each step stores back-pointers (token,
   log-prob, parent row), and a hypothesis is traced back only when it finishes. The (B·K, t) history is built only
   when a processor reads it (n-gram blocking, a multi-digit radix constraint).
@@ -39,15 +40,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
-from edgecap.decoding.config import DecodeCfg
+from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, processor_plan
-from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, device_of, validate_logprobs
-from edgecap.decoding.search import BeamSearch
+from edgecap.decoding.protocol import Hypothesis, StepModel, as_logprobs, batch_size_of
+from edgecap.decoding.search import top_candidates
 
 NEG_INF = float("-inf")
 
@@ -75,8 +75,8 @@ class _Finished:
 
 class _BackPointers:
     """Per step, for every running beam it produced ("output row"): its token, log-prob and parent output row of the
-    previous step, appended as host lists — except the log-probs of a fast step, kept as the device tensor of the
-    step's candidates and read to the host only when a hypothesis is first traced through that step.
+    previous step, appended as lists — except the log-probs of a fast step, kept as the array of the step's
+    candidates and converted to a list only when a hypothesis is first traced through that step.
 
     ``row_map`` of a step maps its *input* rows to the previous step's output rows; it is None (identity) unless
     pruning dropped rows in between.
@@ -85,14 +85,14 @@ class _BackPointers:
     def __init__(self) -> None:
         self._tokens: list[list[int]] = []
         self._parents: list[list[int]] = []
-        self._lps: list[list[float] | tuple[Tensor, int]] = []
-        self._unread: list[int] = []  # steps whose log-probs are still tensors, in order
+        self._lps: list[list[float] | tuple[np.ndarray, int]] = []
+        self._unread: list[int] = []  # steps whose log-probs are still arrays, in order
 
     def append(
-        self, tokens: list[int], lps: list[float] | tuple[Tensor, int], src: list[int], row_map: list[int] | None
+        self, tokens: list[int], lps: list[float] | tuple[np.ndarray, int], src: list[int], row_map: list[int] | None
     ) -> None:
-        """``src``: each output row's parent as an input row of this step; ``lps``: a list, or ``(tensor, width)``
-        for the first ``width`` columns of a (groups, C) tensor, row-major."""
+        """``src``: each output row's parent as an input row of this step; ``lps``: a list, or ``(array, width)``
+        for the first ``width`` columns of a (groups, C) array, row-major."""
         if isinstance(lps, tuple):
             self._unread.append(len(self._lps))
         self._tokens.append(tokens)
@@ -100,13 +100,12 @@ class _BackPointers:
         self._lps.append(lps)
 
     def _read(self, t: int) -> None:
-        """Bring the log-probs of every step up to ``t`` still held as tensors to the host (a ``torch.cat`` of them
-        and one ``tolist`` measured slower than one ``tolist`` per step at batch 1)."""
+        """Convert the log-probs of every step up to ``t`` still held as arrays to lists."""
         steps = [s for s in self._unread if s <= t]
         self._unread = self._unread[len(steps) :]
         for s in steps:
-            tensor, width = self._lps[s]  # type: ignore[misc]
-            self._lps[s] = [v for row in tensor.tolist() for v in row[:width]]
+            array, width = self._lps[s]  # type: ignore[misc]
+            self._lps[s] = array[:, :width].ravel().tolist()
 
     def trace(self, t: int, row: int) -> tuple[list[int], list[float]]:
         """Tokens and log-probs of output row ``row`` of step ``t``, from step 0 (``t = -1``: empty)."""
@@ -124,8 +123,17 @@ class _BackPointers:
 
 
 def _has_nan(rows: list[list[float]]) -> bool:
+    """A NaN ranks first, so one anywhere shows among the top candidates."""
     total = sum(map(sum, rows))  # NaN propagates (as does +inf + -inf, a harmless false alarm)
     return total != total
+
+
+@functools.lru_cache(maxsize=64)
+def _rows(groups: int) -> np.ndarray:
+    """(groups, 1) row indices of the per-group candidate gathers (a fancy index is cheaper than take_along_axis)."""
+    out = np.arange(groups)[:, None]
+    out.setflags(write=False)
+    return out
 
 
 @functools.lru_cache(maxsize=64)
@@ -133,15 +141,13 @@ def _identity(n: int) -> list[int]:
     return list(range(n))
 
 
-def _long(values: list[int], device: torch.device) -> Tensor:
-    """A small host list as a long tensor (numpy is the cheapest route from Python ints)."""
-    return torch.from_numpy(np.asarray(values, dtype=np.int64)).to(device)
+def _long(values: list[int]) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
 
 
-@torch.inference_mode()
 def beam_search(
     step_model: StepModel,
-    inputs: Mapping[str, Tensor],
+    inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
 ) -> list[list[Hypothesis]]:
@@ -162,11 +168,11 @@ def beam_search(
     beam, eos, max_len = cfg.beam_size, cfg.eos_id, cfg.max_len
     penalty = LengthPenalty(cfg.length_penalty, cfg.length_penalty_alpha)
     bounded = penalty.active  # without a penalty a running beam's bound is its current sum
-    search = BeamSearch(beam)
+    if beam < 1:
+        raise DecodeCfgError(f"beam_size must be >= 1, got {beam}")
 
     state = step_model.encode(inputs)
     images = batch_size_of(state)
-    device = device_of(state)
     finished = [_Finished(beam) for _ in range(images)]
     done = [False] * images
     active = list(range(images))  # image of each group of rows in the batch
@@ -177,43 +183,50 @@ def beam_search(
     eos_at: dict[int, set[int]] = {}  # k -> flat indices of EOS among k·V continuations
 
     k = 1  # live beams per image: 1 at step 0, K afterwards
-    live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
-    scores = torch.zeros(images, 1, 1, device=device)  # (groups, k, 1) running sums
-    history = torch.empty(images, 0, dtype=torch.long, device=device)  # (rows, t), kept only if a processor reads it
+    live_tokens = np.full(images, cfg.bos_id, dtype=np.int64)
+    scores = np.zeros((images, 1, 1), dtype=np.float32)  # (groups, k, 1) running sums
+    history = np.empty((images, 0), dtype=np.int64)  # (rows, t), kept only if a processor reads it
 
     for t in range(max_len):
         groups = len(active)
         raw, state = step_model.step(live_tokens, state)
-        raw = validate_logprobs(raw, groups * k, device)
+        raw = as_logprobs(raw, groups * k)
         if plan is None:
-            plan = processor_plan(cfg, procs, raw.shape[1], device)
+            plan = processor_plan(cfg, procs, raw.shape[1])
         vocab = raw.shape[1]
+        width = min(2 * beam, k * vocab)  # C candidates per group
+        first = min(beam, width)  # picked first: enough when no EOS ranks within them
         lp, biased = plan.biased(raw, t, history)
-        cand_scores, flat = search.candidates(lp.reshape(groups, k, vocab), scores)
+        total = (lp.reshape(groups, k, vocab) + scores).reshape(groups, k * vocab)
+        cand_scores, flat, work = top_candidates(total, first)
         scores_l = cand_scores.tolist()
         if biased and _has_nan(scores_l):  # a NaN/+inf under a mask: redo this step with exact masking
             lp = plan(raw, t, history)
-            cand_scores, flat = search.candidates(lp.reshape(groups, k, vocab), scores)
+            total = (lp.reshape(groups, k, vocab) + scores).reshape(groups, k * vocab)
+            cand_scores, flat, work = top_candidates(total, first)
             scores_l = cand_scores.tolist()
         flat_l = flat.tolist()
         eos_flat = eos_at.get(k) or eos_at.setdefault(k, {b * vocab + eos for b in range(k)})
-        cand_lps = lp.reshape(groups, k * vocab).gather(1, flat)  # (groups, C)
+        lp2 = lp.reshape(groups, k * vocab)
+        rows = _rows(groups)
 
-        width = len(flat_l[0])  # C candidates per group
-        if width >= beam and all(eos_flat.isdisjoint(row[:beam]) for row in flat_l):
+        if first >= beam and all(eos_flat.isdisjoint(row) for row in flat_l):
             # No EOS within any image's top K: the K best candidates run on, nothing finishes.
-            tokens_h = [f % vocab for row in flat_l for f in row[:beam]]
-            src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row[:beam]]
-            # (groups, K, 1) view of the first K columns; as_strided is one cheap call where [:, :K, None] is three.
-            next_scores = cand_scores.as_strided((groups, beam, 1), (width, 1, 1))
+            tokens_h = [f % vocab for row in flat_l for f in row]
+            src_h = [g * k + f // vocab for g, row in enumerate(flat_l) for f in row]
+            next_scores = cand_scores[:, :, None]
             best = [row[0] for row in scores_l]
-            pointers.append(tokens_h, (cand_lps, beam), src_h, row_map)
+            pointers.append(tokens_h, (lp2[rows, flat], beam), src_h, row_map)
         else:
+            if width > first:  # the next K candidates, continuing the same picks
+                more_scores, more_flat, _ = top_candidates(total, width, first, work)
+                cand_scores = np.concatenate([cand_scores, more_scores], axis=1)
+                flat = np.concatenate([flat, more_flat], axis=1)
             tokens_h, src_h, scores_h, lps_h, best = _select_with_eos(
-                flat_l, scores_l, cand_lps.tolist(), vocab, k, beam, cfg.pad_id, eos, t, active, done, finished,
-                penalty, pointers, row_map,
+                flat.tolist(), cand_scores.tolist(), lp2[rows, flat].tolist(), vocab, k, beam,
+                cfg.pad_id, eos, t, active, done, finished, penalty, pointers, row_map,
             )  # fmt: skip
-            next_scores = torch.tensor(scores_h, dtype=torch.float32, device=device).view(groups, beam, 1)
+            next_scores = np.asarray(scores_h, dtype=np.float32).reshape(groups, beam, 1)
             pointers.append(tokens_h, lps_h, src_h, row_map)
 
         if t == max_len - 1:
@@ -235,18 +248,18 @@ def beam_search(
             keep = [g for g, image in enumerate(active) if not done[image]]
             row_map = [g * beam + b for g in keep for b in range(beam)]
             src_h, tokens_h = [src_h[r] for r in row_map], [tokens_h[r] for r in row_map]
-            scores = next_scores[_long(keep, device)]
+            scores = next_scores[_long(keep)]
             active = [active[g] for g in keep]
         else:
             scores = next_scores
-        live_tokens = _long(tokens_h, device)
+        live_tokens = _long(tokens_h)
         if len(src_h) != groups * k or src_h != _identity(len(src_h)):  # each beam continuing itself: no gather
-            index = _long(src_h, device)
+            index = _long(src_h)
             state = step_model.select(state, index)
             if plan.needs_history:
-                history = history.index_select(0, index)
+                history = history[index]
         if plan.needs_history:
-            history = torch.cat([history, live_tokens[:, None]], dim=1)
+            history = np.concatenate([history, live_tokens[:, None]], axis=1)
         k = beam
 
     return [f.items[: cfg.n_best] for f in finished]
@@ -308,7 +321,7 @@ def _out_row(row: int, row_map: list[int] | None) -> int:
 
 
 def _finish_running(
-    scores: Tensor,
+    scores: np.ndarray,
     pointers: _BackPointers,
     t: int,
     beam: int,

@@ -60,7 +60,7 @@ class DecodeCfg:
         num_samples: samples per image (``"sample"``; SCST uses 5–15).
         temperature: sampling temperature (> 0).
         top_k: sample only among the k most likely tokens (0 = all).
-        seed: seed of the sampling generator; None draws from torch's global generator.
+        seed: seed of the sampling generator (a ``numpy.random.Generator``); None draws fresh OS entropy.
         no_repeat_ngram: forbid repeating any n-gram of this size (0 = off).
         forbid_tokens: extra token ids never generated (e.g. a word vocab's ``<unk>``).
         pad_id, bos_id, eos_id: special token ids, from the vocabulary.

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
 
 from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
@@ -29,7 +29,7 @@ LENGTH_LEVEL_INPUT = "length_level"
 
 def decode(
     step_model: StepModel,
-    inputs: Mapping[str, Tensor],
+    inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
 ) -> list[list[Hypothesis]]:
@@ -41,7 +41,8 @@ def decode(
 
     Args:
         step_model: any :class:`~edgecap.decoding.StepModel` (torch, ONNX Runtime, TensorRT adapters).
-        inputs: encoder inputs with batch B, e.g. ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N).
+        inputs: encoder inputs with batch B, e.g. ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N);
+            numpy arrays or torch tensors, handed to the model's ``encode`` as they are.
         cfg: the decoding configuration.
         processors: replaces the processors built from ``cfg`` (see :func:`build_processors`).
 
@@ -56,7 +57,7 @@ def decode(
     return fn(step_model, inputs, cfg, processors)
 
 
-def _levels_like(inputs: Mapping[str, Tensor], level: int) -> Tensor:
+def _levels_like(inputs: Mapping[str, Any], level: int) -> np.ndarray:
     first = next(iter(inputs.values()), None)
     batch = int(first.shape[0]) if first is not None else 1
-    return torch.full((batch,), level, dtype=torch.long)
+    return np.full(batch, level, dtype=np.int64)

@@ -7,29 +7,27 @@ per step); without it the row keeps being fed PAD at full batch size (fixed shap
 
 Per step the loop runs the processors (one masked copy when they are static, see
 :class:`~edgecap.decoding.processors.ProcessorPlan`; for greedy one biased add, checked for NaN on the chosen
-log-probs), picks one token per row (:meth:`Search.choose`: for greedy a single ``max``), and reads the chosen tokens
-to the host once to find EOS. Tokens and log-probs are kept per step and assembled into hypotheses at the end;
+log-probs), picks one token per row (:meth:`Search.choose`: for greedy a single ``argmax``), and turns the chosen
+tokens into a list once to find EOS. Tokens and log-probs are kept per step and assembled into hypotheses at the end;
 ``select`` runs only when rows are expanded or pruned.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
 from edgecap.decoding.config import DecodeCfg
 from edgecap.decoding.processors import LogitsProcessor, processor_plan
-from edgecap.decoding.protocol import Hypothesis, StepModel, batch_size_of, device_of, validate_logprobs
+from edgecap.decoding.protocol import Hypothesis, StepModel, as_logprobs, batch_size_of
 from edgecap.decoding.search import GreedySearch, Search
 
 
-@torch.inference_mode()
 def decode_rows(
     step_model: StepModel,
-    inputs: Mapping[str, Tensor],
+    inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     search: Search,
     rows_per_image: int = 1,
@@ -45,26 +43,25 @@ def decode_rows(
     eos, max_len = cfg.eos_id, cfg.max_len
     state = step_model.encode(inputs)
     images = batch_size_of(state)
-    device = device_of(state)
     total = images * rows_per_image
     plan = None
 
     rows = list(range(total))  # output row of each live row
     ended = [False] * total
     n_ended = 0
-    pad_mask: Tensor | None = None  # without pruning: live rows already ended (fed PAD)
-    steps: list[tuple[list[int], list[int], Tensor | list[float]]] = []  # per step: rows, tokens, their log-probs
-    live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
-    history = torch.empty(images, 0, dtype=torch.long, device=device)  # kept only if a processor reads it
+    pad_mask: np.ndarray | None = None  # without pruning: live rows already ended (fed PAD)
+    steps: list[tuple[list[int], list[int], np.ndarray | list[float]]] = []  # per step: rows, tokens, their log-probs
+    live_tokens = np.full(images, cfg.bos_id, dtype=np.int64)
+    history = np.empty((images, 0), dtype=np.int64)  # kept only if a processor reads it
     for t in range(max_len):
         lp, state = step_model.step(live_tokens, state)
-        lp = validate_logprobs(lp, live_tokens.shape[0], device)
+        lp = as_logprobs(lp, live_tokens.shape[0])
         if t == 0 and rows_per_image > 1:
-            expand = torch.arange(images, device=device).repeat_interleave(rows_per_image)
+            expand = np.repeat(np.arange(images, dtype=np.int64), rows_per_image)
             state = step_model.select(state, expand)
             lp, history = lp[expand], history[expand]
         if plan is None:
-            plan = processor_plan(cfg, procs, lp.shape[1], device)
+            plan = processor_plan(cfg, procs, lp.shape[1])
         if search.reveals_nan:
             processed, biased = plan.biased(lp, t, history)
             tokens, token_lps = search.choose(t, processed)
@@ -85,12 +82,12 @@ def decode_rows(
         if t == max_len - 1 or n_ended == total:
             break
         if plan.needs_history:
-            history = torch.cat([history, tokens[:, None]], dim=1)
+            history = np.concatenate([history, tokens[:, None]], axis=1)
         if cfg.prune_finished:
             if eos_rows:
                 dropped = set(eos_rows)
                 keep_l = [j for j in range(len(rows)) if j not in dropped]
-                keep = torch.from_numpy(np.asarray(keep_l, dtype=np.int64)).to(device)
+                keep = np.asarray(keep_l, dtype=np.int64)
                 state = step_model.select(state, keep)
                 rows, tokens = [rows[j] for j in keep_l], tokens[keep]
                 if plan.needs_history:
@@ -98,8 +95,8 @@ def decode_rows(
             live_tokens = tokens
         else:
             if eos_rows:
-                pad_mask = torch.tensor(ended, dtype=torch.bool, device=device)
-            live_tokens = tokens if pad_mask is None else tokens.masked_fill(pad_mask, cfg.pad_id)
+                pad_mask = np.asarray(ended, dtype=bool)
+            live_tokens = tokens if pad_mask is None else np.where(pad_mask, cfg.pad_id, tokens)
 
     return _collect(steps, total, eos, images, rows_per_image)
 
@@ -110,7 +107,7 @@ def _has_nan(values: list[float]) -> bool:
 
 
 def _collect(
-    steps: list[tuple[list[int], list[int], Tensor | list[float]]],
+    steps: list[tuple[list[int], list[int], np.ndarray | list[float]]],
     total: int,
     eos_id: int,
     images: int,
@@ -122,7 +119,7 @@ def _collect(
     logprobs: list[list[float]] = [[] for _ in range(total)]
     ended = [False] * total
     for rows, chosen, lps_t in steps:
-        lps_l = lps_t.tolist() if isinstance(lps_t, Tensor) else lps_t
+        lps_l = lps_t.tolist() if isinstance(lps_t, np.ndarray) else lps_t
         for row, tok, lp in zip(rows, chosen, lps_l, strict=True):
             if ended[row]:
                 continue
@@ -141,7 +138,7 @@ def _collect(
 
 def greedy(
     step_model: StepModel,
-    inputs: Mapping[str, Tensor],
+    inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
 ) -> list[list[Hypothesis]]:

@@ -26,9 +26,9 @@ import math
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
-import torch
-from torch import Tensor
+import numpy as np
 
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.protocol import DecodeInputError, Hypothesis, State, batch_size_of
 
@@ -53,12 +53,14 @@ class RefineModel(Protocol):
     eos_decay: tuple[float, ...]
     mask_id: int
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        """Visual inputs (``features``, ``boxes``, ``feature_mask``) -> state with the batch on axis 0."""
+    def encode(self, inputs: Mapping[str, Any]) -> State:
+        """Visual inputs (``features``, ``boxes``, ``feature_mask``; numpy or torch) -> state with the batch on axis
+        0, in the adapter's own arrays."""
         ...
 
-    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
-        """``tokens`` (B, L) long, ``length_level`` (B,) long -> log-probs (B, L, V) float32."""
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> Any:
+        """``tokens`` (B, L) int64, ``length_level`` (B,) int64 numpy arrays -> log-probs (B, L, V), any array
+        :func:`~edgecap.decoding.arrays.to_numpy` reads (read as float32)."""
         ...
 
 
@@ -67,9 +69,9 @@ def mask_counts(length: int, steps: int) -> list[int]:
     return [max(1, (length * (steps - t)) // steps) for t in range(2, steps + 1)]
 
 
-def eos_decay_bias(low: int, high: int, gamma: float) -> Tensor:
+def eos_decay_bias(low: int, high: int, gamma: float) -> np.ndarray:
     """(L_high,) additive log-prob bias of EOS: ``(L_high − i) · log γ`` for 1-based ``i ∈ [L_low, L_high]`` (Eq. 5)."""
-    bias = torch.zeros(high, dtype=torch.float32)
+    bias = np.zeros(high, dtype=np.float32)
     if gamma < 1.0:
         for i in range(low, high + 1):
             bias[i - 1] = (high - i) * math.log(gamma)
@@ -91,7 +93,7 @@ def _resolve(model: RefineModel, cfg: DecodeCfg) -> tuple[int, int, int, int, fl
 
 
 def mask_predict(
-    model: RefineModel, inputs: Mapping[str, Tensor], cfg: DecodeCfg, processors: Any = None
+    model: RefineModel, inputs: Mapping[str, Any], cfg: DecodeCfg, processors: Any = None
 ) -> list[list[Hypothesis]]:
     """Decode a batch by mask-predict-update at ``cfg.length_level`` (see the module docstring).
 
@@ -114,35 +116,38 @@ def mask_predict(
     state = model.encode(inputs)
     batch = batch_size_of(state)
     mask_id = int(model.mask_id)
-    levels_t = torch.full((batch,), level, dtype=torch.long)
+    levels = np.full(batch, level, dtype=np.int64)
     eos_bias = eos_decay_bias(low, high, gamma)
     forbid = sorted({cfg.pad_id, cfg.bos_id, *cfg.forbid_tokens})
+    rows = np.arange(batch)[:, None]
 
-    def predict(tokens: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        logprobs = model.refine(tokens, levels_t, state)
-        if not isinstance(logprobs, Tensor) or logprobs.dim() != 3 or tuple(logprobs.shape[:2]) != (batch, high):
-            shape = tuple(getattr(logprobs, "shape", ()))
+    def predict(tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        raw = model.refine(tokens, levels, state)
+        shape = tuple(getattr(raw, "shape", ()))
+        if len(shape) != 3 or shape[:2] != (batch, high):
             raise DecodeInputError(f"refine() returned log-probs of shape {shape}, expected ({batch}, {high}, V)")
-        scores = logprobs.detach().to("cpu", torch.float32).clone()
+        scores = np.array(to_numpy(raw, np.float32), dtype=np.float32, copy=True)  # written below: never the buffer
         if cfg.eos_id >= scores.shape[-1]:
             raise DecodeInputError(f"eos_id {cfg.eos_id} is outside the model's {scores.shape[-1]} classes")
         scores[..., forbid] = -math.inf
         scores[..., cfg.eos_id] += eos_bias
-        best, token = scores.max(dim=-1)
-        return token, best.exp(), best
+        token = scores.argmax(axis=-1)  # the first maximum, as torch's max(dim) on CPU
+        best = np.take_along_axis(scores, token[..., None], axis=-1)[..., 0]
+        return token, np.exp(best), best
 
-    tokens = torch.full((batch, high), mask_id, dtype=torch.long)
+    tokens = np.full((batch, high), mask_id, dtype=np.int64)
     tokens, confidence, token_lp = predict(tokens)
     for count in mask_counts(high, steps):
-        lowest = torch.sort(confidence, dim=1, stable=True).indices[:, :count]
-        masked = torch.zeros(batch, high, dtype=torch.bool).scatter_(1, lowest, True)
-        new_token, new_conf, new_lp = predict(tokens.masked_fill(masked, mask_id))
-        tokens = torch.where(masked, new_token, tokens)
-        token_lp = torch.where(masked, new_lp, token_lp)
+        lowest = np.argsort(confidence, axis=1, kind="stable")[:, :count]
+        masked = np.zeros((batch, high), dtype=bool)
+        masked[rows, lowest] = True
+        new_token, new_conf, new_lp = predict(np.where(masked, mask_id, tokens))
+        tokens = np.where(masked, new_token, tokens)
+        token_lp = np.where(masked, new_lp, token_lp)
         if cfg.update_rule == "global":
-            confidence = torch.where(masked, new_conf, (confidence + new_conf) / 2)
+            confidence = np.where(masked, new_conf, (confidence + new_conf) / np.float32(2))
         else:
-            confidence = torch.where(masked, new_conf, confidence)
+            confidence = np.where(masked, new_conf, confidence)
     return [[_hypothesis(tokens[b].tolist(), token_lp[b].tolist(), cfg.eos_id)] for b in range(batch)]
 
 

@@ -3,6 +3,11 @@
 Decoding follows fairseq's split of a model into ``encode`` / incremental ``step`` / state reordering: the search
 never sees a model class or a backend, only a :class:`StepModel`. Torch models, ONNX Runtime sessions and TensorRT
 engines all reach the one beam search through this protocol (``edgecap.runtimes``).
+
+The search runs on numpy (``docs/contracts.md``, "StepModel"): it hands the model int64 numpy tokens and row indices,
+and converts the log-probs it gets back with :func:`~edgecap.decoding.arrays.to_numpy`, so a step model may return
+numpy, torch or cupy arrays. The state is opaque to the search and stays in the adapter's own arrays (torch tensors
+on a GPU, numpy for ONNX Runtime on CPU).
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-import torch
-from torch import Tensor
+import numpy as np
 
-#: A decoder state: named arrays, every one with the batch (hypotheses) on axis 0. Runtime adapters may hold
-#: non-torch arrays (e.g. numpy for ONNX Runtime); the search only passes a state back to the model that made it.
+from edgecap.decoding.arrays import to_numpy
+
+#: A decoder state: named arrays, every one with the batch (hypotheses) on axis 0, in the adapter's own array type
+#: (numpy for ONNX Runtime, torch tensors for torch models); the search only passes a state back to the model that
+#: made it.
 State = dict[str, Any]
 
 
@@ -30,30 +37,32 @@ class StepModel(Protocol):
     Token ids (BOS/EOS/PAD) are not part of this interface: they come from the :class:`~edgecap.decoding.DecodeCfg`.
     """
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         """Run the encoder once per image.
 
         Args:
-            inputs: model inputs, e.g. ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N).
+            inputs: model inputs, e.g. ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N); numpy
+                arrays (what ``Captioner`` passes) or torch tensors (training/eval code): the adapter converts.
 
         Returns:
             The initial decoder state; every entry has B on axis 0.
         """
         ...
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         """Advance every hypothesis by one token.
 
         Args:
-            tokens: (B,) long, the previous token of each hypothesis (BOS at the first step).
+            tokens: (B,) int64 numpy array, the previous token of each hypothesis (BOS at the first step).
             state: the state returned by :meth:`encode`, :meth:`step` or :meth:`select`, batch B.
 
         Returns:
-            log-probabilities (B, V) float32 for the next token, and the state after consuming ``tokens``.
+            log-probabilities (B, V) for the next token — any array :func:`~edgecap.decoding.arrays.to_numpy` reads
+            (numpy, torch, cupy; read as float32, never written into) — and the state after consuming ``tokens``.
         """
         ...
 
-    def select(self, state: State, index: Tensor) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         """Gather rows of ``state`` along axis 0.
 
         Used both to expand B images to B·K beams (``index`` = ``arange(B).repeat_interleave(K)``) and to reorder or
@@ -62,7 +71,8 @@ class StepModel(Protocol):
 
         Args:
             state: batch B.
-            index: (B',) long, values in ``[0, B)``; may repeat rows.
+            index: (B',) int64 numpy array, values in ``[0, B)``; may repeat rows. Adapters convert it to their own
+                arrays (torch: ``torch.from_numpy(index).to(device)``).
 
         Returns:
             The state with batch B'.
@@ -114,33 +124,26 @@ def batch_size_of(state: State) -> int:
     return next(iter(sizes.values()))
 
 
-def device_of(state: State) -> torch.device:
-    """Device of the first torch tensor in ``state`` (CPU when the state holds no torch tensors)."""
-    for value in state.values():
-        if isinstance(value, Tensor):
-            return value.device
-    return torch.device("cpu")
+def as_logprobs(logprobs: Any, rows: int) -> np.ndarray:
+    """A step's output as (rows, V) float32 numpy log-probs: one conversion per step, no copy when it is one already.
 
-
-def validate_logprobs(logprobs: Any, rows: int, device: torch.device | None = None) -> Tensor:
-    """Validate a step's output — a (rows, V) tensor — and move it to ``device``; no copy, no dtype change.
-
-    The search loops use this and leave the one copy to :class:`~edgecap.decoding.processors.ProcessorPlan`, which
-    makes it while masking (it never writes into the backend's buffer).
+    The result may be the backend's own buffer (a zero-copy view of an ONNX Runtime output or a CPU torch tensor);
+    :class:`~edgecap.decoding.processors.ProcessorPlan` makes the one copy the search needs while masking.
     """
-    if not isinstance(logprobs, Tensor):
-        raise DecodeInputError(f"step() must return a torch.Tensor of log-probs, got {type(logprobs)!r}")
-    if logprobs.dim() != 2 or logprobs.shape[0] != rows:
-        raise DecodeInputError(f"step() returned log-probs of shape {tuple(logprobs.shape)}, expected ({rows}, V)")
-    if device is not None and logprobs.device != device:
-        logprobs = logprobs.to(device)
-    return logprobs
+    try:
+        out = to_numpy(logprobs, np.float32)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise DecodeInputError(f"step() must return an array of log-probs, got {type(logprobs)!r}: {exc}") from None
+    if out.ndim != 2 or out.shape[0] != rows:
+        raise DecodeInputError(f"step() returned log-probs of shape {tuple(out.shape)}, expected ({rows}, V)")
+    return out
 
 
 def stack_hypotheses(
     hypotheses: list[Hypothesis], pad_id: int, eos_id: int | None = None, max_len: int | None = None
-) -> tuple[Tensor, Tensor]:
-    """Right-pad hypotheses into one tensor, e.g. to re-score samples with teacher forcing (SCST).
+) -> tuple[np.ndarray, np.ndarray]:
+    """Right-pad hypotheses into one array, e.g. to re-score samples with teacher forcing (SCST); training code
+    wraps the result with ``torch.from_numpy``.
 
     Args:
         hypotheses: N hypotheses.
@@ -149,15 +152,15 @@ def stack_hypotheses(
         max_len: width of the result; default the longest sequence.
 
     Returns:
-        tokens (N, T) long and lengths (N,) long (counting the appended EOS).
+        tokens (N, T) int64 and lengths (N,) int64 (counting the appended EOS).
     """
     rows = [h.tokens + ([eos_id] if eos_id is not None and h.finished else []) for h in hypotheses]
     width = max((len(r) for r in rows), default=0) if max_len is None else max_len
-    out = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    lengths = torch.zeros(len(rows), dtype=torch.long)
+    out = np.full((len(rows), width), pad_id, dtype=np.int64)
+    lengths = np.zeros(len(rows), dtype=np.int64)
     for i, row in enumerate(rows):
         if len(row) > width:
             raise ValueError(f"hypothesis {i} has {len(row)} tokens, more than max_len={width}")
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.long)
+        out[i, : len(row)] = row
         lengths[i] = len(row)
     return out, lengths

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
 
 from edgecap.decoding.config import DecodeCfgError, RadixSpec
 from edgecap.decoding.processors import NEG_INF, StepContext
@@ -52,7 +51,7 @@ class RadixConstraint:
         # At a boundary the prefix is empty (P = 0 = the limit's empty prefix), so the limit's first digit bounds.
         first = self.limit_digit[0] if self.limit >= 0 else -1
         self._boundary = {final: self._banned(-1 if final else first, eos=True) for final in (False, True)}
-        self._tables: dict[torch.device, list[tuple[Tensor, Tensor, Tensor | None] | None]] = {}
+        self._tables: list[tuple[np.ndarray, np.ndarray, np.ndarray | None] | None] = [None] * d
 
     @classmethod
     def from_spec(cls, spec: RadixSpec) -> RadixConstraint:
@@ -72,12 +71,13 @@ class RadixConstraint:
             raise DecodeCfgError(f"radix vocabulary has (pad, bos, eos) = {got}, expected {want} for base {spec.base}")
         return cls(spec)
 
-    def _banned(self, max_digit: int, *, eos: bool) -> Tensor:
-        """(V,) bool CPU mask of the illegal tokens when digits 0 … ``max_digit`` (none for −1) and, if ``eos``,
-        EOS are legal."""
-        banned = torch.ones(self.vocab_size, dtype=torch.bool)
+    def _banned(self, max_digit: int, *, eos: bool) -> np.ndarray:
+        """(V,) bool read-only mask of the illegal tokens when digits 0 … ``max_digit`` (none for −1) and, if
+        ``eos``, EOS are legal."""
+        banned = np.ones(self.vocab_size, dtype=bool)
         banned[self.eos_id] = not eos
         banned[1 : max_digit + 2] = False  # digits 0 … max_digit are tokens 1 … max_digit + 1
+        banned.setflags(write=False)
         return banned
 
     def _check_vocab(self, vocab_size: int) -> None:
@@ -86,7 +86,7 @@ class RadixConstraint:
                 f"radix base {self.spec.base} implies {self.vocab_size} output classes, the model has {vocab_size}"
             )
 
-    def step_mask(self, step: int, max_len: int, vocab_size: int) -> Tensor | None:
+    def step_mask(self, step: int, max_len: int, vocab_size: int) -> np.ndarray | None:
         """The tokens banned in every row at a word boundary (EOS legal; only EOS when no word fits any more);
         None inside a word, where the ban depends on the row's earlier digits."""
         self._check_vocab(vocab_size)
@@ -94,10 +94,10 @@ class RadixConstraint:
             return None
         return self._boundary[step + self.spec.digits > max_len]
 
-    def _table(self, position: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _table(self, position: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """For a position inside a word: the (3, V) banned masks for a prefix below / equal to / above the limit's,
         the bucket boundaries of the rows' weighted token sums that pick among them, and the weights (None: p = 1)."""
-        tables = self._tables.setdefault(device, [None] * self.spec.digits)
+        tables = self._tables
         entry = tables[position]
         if entry is None:
             v, p, limit_prefix = self.spec.base, position, self.limit_prefix[position]
@@ -109,32 +109,33 @@ class RadixConstraint:
             ]
             weights = [v ** (p - 1 - j) for j in range(p)]
             offset = sum(weights)  # tokens are digits + 1: sum((tok - 1) * w) = sum(tok * w) - offset
-            bounds = torch.tensor([limit_prefix + offset, limit_prefix + offset + 1], dtype=torch.long, device=device)
-            weight_t = torch.tensor(weights, dtype=torch.long, device=device) if p > 1 else None
-            entry = tables[position] = (torch.stack(rows).to(device), bounds, weight_t)
+            bounds = np.array([limit_prefix + offset, limit_prefix + offset + 1], dtype=np.int64)
+            weight_a = np.array(weights, dtype=np.int64) if p > 1 else None
+            entry = tables[position] = (np.stack(rows), bounds, weight_a)
         return entry
 
-    def banned(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
+    def banned(self, ctx: StepContext, rows: int, vocab_size: int) -> np.ndarray:
         """(N, V) bool: which tokens each row may *not* generate at step ``ctx.step`` (read-only: at a word boundary a
         broadcast view of a shared mask)."""
         self._check_vocab(vocab_size)
         t, d = ctx.step, self.spec.digits
         position = t % d
         if position == 0:
-            return self._boundary[t + d > ctx.max_len].to(device).expand(rows, vocab_size)
-        table, bounds, weights = self._table(position, device)
-        digits = ctx.tokens[:, t - position : t].to(device=device, dtype=torch.long)
-        value = digits[:, 0].contiguous() if weights is None else (digits * weights).sum(dim=1)
+            return np.broadcast_to(self._boundary[t + d > ctx.max_len], (rows, vocab_size))
+        table, bounds, weights = self._table(position)
+        digits = np.asarray(ctx.tokens[:, t - position : t], dtype=np.int64)
+        value = digits[:, 0] if weights is None else digits @ weights
         # 0: prefix below the limit's (all digits), 1: equal (digits up to the limit's), 2: above (none).
-        return table.index_select(0, torch.bucketize(value, bounds, right=True))
+        return table[np.searchsorted(bounds, value, side="right")]
 
-    def allowed(self, ctx: StepContext, rows: int, vocab_size: int, device: torch.device) -> Tensor:
+    def allowed(self, ctx: StepContext, rows: int, vocab_size: int) -> np.ndarray:
         """(N, V) bool: which tokens each row may generate at step ``ctx.step``."""
-        return ~self.banned(ctx, rows, vocab_size, device)
+        return ~self.banned(ctx, rows, vocab_size)
 
-    def __call__(self, logprobs: Tensor, ctx: StepContext) -> Tensor:
-        banned = self.banned(ctx, logprobs.shape[0], logprobs.shape[1], logprobs.device)
-        return logprobs.masked_fill_(banned, NEG_INF)
+    def __call__(self, logprobs: np.ndarray, ctx: StepContext) -> np.ndarray:
+        banned = self.banned(ctx, logprobs.shape[0], logprobs.shape[1])
+        np.copyto(logprobs, NEG_INF, where=banned)
+        return logprobs
 
     def __repr__(self) -> str:
         s = self.spec

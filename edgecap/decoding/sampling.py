@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-
-from torch import Tensor
+from typing import Any
 
 from edgecap.decoding.config import DecodeCfg
 from edgecap.decoding.greedy import decode_rows
@@ -15,7 +14,7 @@ from edgecap.decoding.search import Sampling
 
 def sample(
     step_model: StepModel,
-    inputs: Mapping[str, Tensor],
+    inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
 ) -> list[list[Hypothesis]]:
@@ -24,7 +23,8 @@ def sample(
     Tokens are drawn from softmax(log-probs / ``temperature``), restricted to the ``top_k`` most likely when set, after
     the processors' masks. The reported per-token ``logprobs`` (and ``score``, their sum) are the model's log-probs
     of the drawn tokens *before* temperature and top-k, i.e. what a policy-gradient loss uses. With ``cfg.seed`` the
-    draws are repeatable on a given device.
+    draws are repeatable on every backend (a ``numpy.random.Generator``; its streams differ from the torch generator
+    of earlier versions, so a seed now gives other samples than it did then).
 
     Args:
         step_model: any :class:`StepModel`.

@@ -1,4 +1,4 @@
-"""One step of candidate selection per strategy, in torch ops only (fairseq ``search.py`` style).
+"""One step of candidate selection per strategy, in numpy (fairseq ``search.py`` style).
 
 Every strategy has the same signature::
 
@@ -8,15 +8,93 @@ where B is the number of groups (images for beam search, rows for greedy/samplin
 ``scores`` their running sums of log-probs and C the number of candidates returned. The loops in ``beam.py`` and
 ``greedy.py`` turn candidates into finished and running hypotheses; on their hot paths they call the leaner forms
 ``BeamSearch.candidates`` (flat ``beam * V + token`` indices) and ``Search.choose`` (row-wise, C = 1), which give the
-same selections with fewer tensor ops per step.
+same selections with fewer array ops per step.
+
+Ordering. Candidates are ranked by score, best first; equal scores rank the lower index first and NaN ranks above
+everything (as ``torch.topk`` treats it). ``torch.topk`` leaves the order of ties unspecified (on CPU it is not the
+index order); this search fixes it, so the same log-probs give the same captions on every backend.
 """
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+import functools
+
+import numpy as np
 
 from edgecap.decoding.config import DecodeCfgError
+
+NEG_INF32 = np.float32(-np.inf)
+
+
+@functools.lru_cache(maxsize=64)
+def _arange(n: int) -> np.ndarray:
+    """A shared read-only ``arange(n)`` (row indices of the fancy-indexing gathers)."""
+    out = np.arange(n)
+    out.setflags(write=False)
+    return out
+
+
+def ranked(x: np.ndarray) -> np.ndarray:
+    """(G, N) -> (G, N) int64: each row's column indices, best first; ties by lower index, NaN above everything."""
+    nan = np.isnan(x)
+    # lexsort is stable and sorts by its last key first: NaN first, then descending value, then index (stability).
+    return np.lexsort((np.where(nan, 0.0, -x.astype(np.float64)), ~nan), axis=-1)
+
+
+def top_candidates(total: np.ndarray, count: int, start: int = 0, work: np.ndarray | None = None) -> tuple:
+    """The ``count`` best columns of every row of ``total`` (G, N), best first, in :func:`ranked` order.
+
+    By repeated ``argmax`` — it returns the first maximum, NaN counting as the maximum — on a scratch copy where each
+    pick is lowered to ``-inf``: for a handful of candidates this costs a few µs where ``argpartition`` of a row of
+    thousands costs tens. Once a row's best remaining value is ``-inf`` the scratch no longer tells picked from
+    unpicked entries, so such rows are ranked exactly by :func:`ranked`.
+
+    Args:
+        total: (G, N) float32.
+        count: candidates wanted, <= N.
+        start: candidates already picked in ``work`` (continue an earlier call).
+        work: the scratch of an earlier call (``start`` > 0), else None.
+
+    Returns:
+        values (G, count - start) float32, indices (G, count - start) int64 and the scratch, to continue with.
+    """
+    groups = total.shape[0]
+    if work is None:
+        work = total.copy()
+    if groups == 1:
+        return _top_candidates_row(total, count, start, work)
+    rows = _arange(groups)
+    idx = np.empty((groups, count - start), dtype=np.int64)
+    vals = np.empty((groups, count - start), dtype=total.dtype)
+    for j in range(count - start):
+        best = work.argmax(axis=1)
+        idx[:, j] = best
+        vals[:, j] = work[rows, best]
+        work[rows, best] = NEG_INF32
+    low = vals[:, -1] == NEG_INF32
+    if low.any():  # -inf reached: the argmax of a row could be a pick lowered to -inf; rank those rows exactly
+        for g in np.flatnonzero(low).tolist():
+            order = ranked(total[g : g + 1])[0, start:count]
+            idx[g] = order
+            vals[g] = total[g, order]
+    return vals, idx, work
+
+
+def _top_candidates_row(total: np.ndarray, count: int, start: int, work: np.ndarray) -> tuple:
+    """:func:`top_candidates` of a single row (batch 1): 1-D ``argmax`` and scalar reads/writes cost a fraction of
+    their fancy-indexed (G, ·) forms."""
+    row = work[0]
+    picks = []
+    for _ in range(count - start):
+        best = int(row.argmax())
+        picks.append(best)
+        row[best] = NEG_INF32
+    idx = np.array([picks], dtype=np.int64)
+    vals = total[0, picks][None]
+    if vals[0, -1] == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
+        idx = ranked(total)[:, start:count]
+        vals = total[0, idx[0]][None]
+    return vals, idx, work
 
 
 class Search:
@@ -24,29 +102,29 @@ class Search:
 
     Attributes:
         reveals_nan: a NaN anywhere in a row of log-probs always shows in that row's chosen log-prob (greedy's
-            ``max`` propagates NaN); lets the row loop use :meth:`ProcessorPlan.biased` and check only the chosen
-            values.
+            ``argmax`` returns a NaN first); lets the row loop use :meth:`ProcessorPlan.biased` and check only the
+            chosen values.
     """
 
     reveals_nan = False
 
-    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def step(self, step: int, lprobs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Select candidates; see the module docstring for shapes."""
         raise NotImplementedError(f"{type(self).__name__} must implement step()")
 
-    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
+    def choose(self, step: int, lprobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The row-wise form (C = 1, k = 1) the greedy/sampling loop uses: no running scores, no reshapes.
 
         Args:
             step: t.
-            lprobs: (N, V) processed log-probs.
+            lprobs: (N, V) processed float32 log-probs.
 
         Returns:
-            tokens (N,) long and their log-probs (N,). The default goes through :meth:`step`.
+            tokens (N,) int64 and their log-probs (N,). The default goes through :meth:`step`.
         """
-        _, tokens, _ = self.step(step, lprobs[:, None, :], lprobs.new_zeros(lprobs.shape[0], 1))
-        tokens = tokens[:, :1]
-        return tokens[:, 0], lprobs.gather(1, tokens)[:, 0]
+        _, tokens, _ = self.step(step, lprobs[:, None, :], np.zeros((lprobs.shape[0], 1), dtype=np.float32))
+        tokens = tokens[:, 0]
+        return tokens, lprobs[_arange(lprobs.shape[0]), tokens]
 
 
 class GreedySearch(Search):
@@ -54,13 +132,13 @@ class GreedySearch(Search):
 
     reveals_nan = True
 
-    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        best_lp, tokens = lprobs[:, 0, :].max(dim=-1, keepdim=True)  # (B, 1)
-        return scores[:, :1] + best_lp, tokens, torch.zeros_like(tokens)
+    def step(self, step: int, lprobs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tokens, best_lp = self.choose(step, lprobs[:, 0, :])
+        return scores[:, :1] + best_lp[:, None], tokens[:, None], np.zeros_like(tokens[:, None])
 
-    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
-        best_lp, tokens = lprobs.max(dim=-1)  # one op gives both: the max *is* the chosen token's log-prob
-        return tokens, best_lp
+    def choose(self, step: int, lprobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tokens = lprobs.argmax(axis=1)  # the first maximum; a NaN counts as the maximum and so shows in best_lp
+        return tokens, lprobs[_arange(lprobs.shape[0]), tokens]
 
 
 class BeamSearch(Search):
@@ -75,12 +153,12 @@ class BeamSearch(Search):
             raise DecodeCfgError(f"beam_size must be >= 1, got {beam_size}")
         self.beam_size = beam_size
 
-    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def step(self, step: int, lprobs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         vocab = lprobs.shape[2]
         cand_scores, flat = self.candidates(lprobs, scores[:, :, None])
-        return cand_scores, flat % vocab, torch.div(flat, vocab, rounding_mode="floor")
+        return cand_scores, flat % vocab, flat // vocab
 
-    def candidates(self, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor]:
+    def candidates(self, lprobs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """:meth:`step` without splitting the indices, as the beam loop consumes them.
 
         Args:
@@ -88,19 +166,22 @@ class BeamSearch(Search):
             scores: (B, k, 1) running sums.
 
         Returns:
-            cand_scores (B, C) best first and flat (B, C) long indices ``beam * V + token`` into the k·V
+            cand_scores (B, C) best first and flat (B, C) int64 indices ``beam * V + token`` into the k·V
             continuations, C = min(2K, k·V).
         """
         groups, k, vocab = lprobs.shape
-        total = (lprobs + scores).view(groups, k * vocab)
-        return total.topk(min(2 * self.beam_size, k * vocab), dim=1)
+        total = (lprobs + scores).reshape(groups, k * vocab)
+        values, flat, _ = top_candidates(total, min(2 * self.beam_size, k * vocab))
+        return values, flat
 
 
 class Sampling(Search):
     """Draw one token per hypothesis from softmax(lprobs / temperature), optionally among the top k only.
 
-    The candidate score adds the *untempered* log-prob, so scores stay log-probabilities under the model. A seeded
-    ``torch.Generator`` (created on the log-probs' device at the first step) makes runs repeatable on one device.
+    The candidate score adds the *untempered* log-prob, so scores stay log-probabilities under the model. Draws come
+    from a ``numpy.random.Generator`` (PCG64) created per decode call: seeded, a run is repeatable on every backend
+    and machine; unseeded, it draws fresh OS entropy. The streams differ from the torch generator this search used
+    before, so a seed gives other samples than it did then.
     """
 
     def __init__(self, temperature: float = 1.0, top_k: int = 0, seed: int | None = None) -> None:
@@ -109,46 +190,43 @@ class Sampling(Search):
         if top_k < 0:
             raise DecodeCfgError(f"top_k must be >= 0, got {top_k}")
         self.temperature, self.top_k, self.seed = float(temperature), int(top_k), seed
-        self._generator: torch.Generator | None = None
+        self._rng = np.random.default_rng(seed)
 
-    def _generator_for(self, device: torch.device) -> torch.Generator | None:
-        if self.seed is None:
-            return None
-        if self._generator is None or self._generator.device != device:
-            self._generator = torch.Generator(device=device)
-            self._generator.manual_seed(self.seed)
-        return self._generator
-
-    def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def step(self, step: int, lprobs: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         lp = lprobs[:, 0, :]
-        tokens = self._sample(lp)
-        return scores[:, :1] + lp.gather(1, tokens), tokens, torch.zeros_like(tokens)
+        tokens, token_lps = self.choose(step, lp)
+        return scores[:, :1] + token_lps[:, None], tokens[:, None], np.zeros_like(tokens[:, None])
 
-    def choose(self, step: int, lprobs: Tensor) -> tuple[Tensor, Tensor]:
+    def choose(self, step: int, lprobs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         tokens = self._sample(lprobs)
-        return tokens[:, 0], lprobs.gather(1, tokens)[:, 0]
+        return tokens, lprobs[_arange(lprobs.shape[0]), tokens]
 
-    def _sample(self, lp: Tensor) -> Tensor:
-        """(N, V) untempered log-probs -> (N, 1) drawn tokens (temperature and top-k applied here only)."""
-        logits = lp / self.temperature if self.temperature != 1.0 else lp
-        if 0 < self.top_k < logits.shape[-1]:
-            kth = logits.topk(self.top_k, dim=-1).values[:, -1:]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        return self._draw(torch.softmax(logits, dim=-1), lp.device)
+    def _sample(self, lp: np.ndarray) -> np.ndarray:
+        """(N, V) untempered log-probs -> (N,) drawn tokens (temperature and top-k applied here only)."""
+        logits = lp / np.float32(self.temperature) if self.temperature != 1.0 else lp
+        vocab = logits.shape[-1]
+        if 0 < self.top_k < vocab:
+            kth = np.partition(logits, vocab - self.top_k, axis=-1)[:, vocab - self.top_k, None]
+            logits = np.where(logits < kth, NEG_INF32, logits)
+        with np.errstate(invalid="ignore"):  # a row without a legal token: -inf - -inf, handled in _draw
+            shifted = np.exp(logits - logits.max(axis=-1, keepdims=True))
+            probs = shifted / shifted.sum(axis=-1, keepdims=True)
+        return self._draw(probs)
 
-    def _draw(self, probs: Tensor, device: torch.device) -> Tensor:
-        """One token per row by inverse-CDF sampling: (B, V) probabilities -> (B, 1) long.
+    def _draw(self, probs: np.ndarray) -> np.ndarray:
+        """One token per row by inverse-CDF sampling: (N, V) probabilities -> (N,) int64.
 
-        ``torch.multinomial`` is ~15x slower on CPU for (250, 10k) rows. ``searchsorted(..., right=True)`` returns the
-        first index whose cumulative mass exceeds the uniform draw, so zero-probability (masked) tokens, whose
-        cumulative value equals their predecessor's, are never chosen; a draw rounded up to the total mass falls back
-        to the last token with positive probability. A row with no legal token at all (every log-prob ``-inf``, so
-        softmax gives NaN) would search past the end; it gets the last token, whose log-prob ``-inf`` marks the
-        sample as impossible, instead of an out-of-range index.
+        The token is the first index whose cumulative mass exceeds a uniform draw scaled to the row's total (a
+        ``searchsorted(..., side="right")`` per row, as a vectorised count), so zero-probability (masked) tokens,
+        whose cumulative value equals their predecessor's, are never chosen; a draw rounded up to the total mass
+        falls back to the last token with positive probability. A row with no legal token at all (every log-prob
+        ``-inf``, so softmax gives NaN) gets the last token, whose log-prob ``-inf`` marks the sample as impossible.
         """
-        cdf = probs.cumsum(dim=-1)
-        total = cdf[:, -1:].contiguous()
-        draw = torch.rand(total.shape, generator=self._generator_for(device), device=device, dtype=cdf.dtype) * total
-        tokens = torch.searchsorted(cdf, draw, right=True)
-        last_positive = torch.searchsorted(cdf, total)  # first index whose cumulative mass reaches the total
-        return torch.minimum(tokens, last_positive).clamp_(max=probs.shape[-1] - 1)
+        cdf = probs.cumsum(axis=-1)
+        total = cdf[:, -1:]
+        draw = self._rng.random(total.shape, dtype=np.float32) * total
+        tokens = np.count_nonzero(cdf <= draw, axis=-1)
+        last_positive = np.count_nonzero(cdf < total, axis=-1)  # first index whose cumulative mass reaches the total
+        tokens = np.minimum(tokens, last_positive)
+        tokens[~(total[:, 0] > 0)] = probs.shape[-1] - 1  # NaN rows: no legal token
+        return tokens.astype(np.int64, copy=False)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._io import atomic_write_json
-from edgecap.models.length import LengthLevelError
+from edgecap.length import LengthLevelError
 
 __all__ = ["evaluate_run_levels", "model_levels"]
 

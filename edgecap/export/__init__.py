@@ -2,7 +2,7 @@
 
 Everything is driven by a model's :class:`ExportSpec` (``edgecap.export.spec``); nothing branches on the model
 family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.export`` works
-without the ``[onnx]`` extra.
+without the ``[train]`` and ``[cpu]``/``[gpu]`` extras.
 
     from edgecap.export import export_onnx
     result = export_onnx(model, "out/", name="acort-xsmall")      # fp32 + fp16, parity-checked
@@ -57,12 +57,12 @@ ONNX_STACK = ("onnx", "onnxruntime", "onnxscript", "onnxslim", "onnxconverter_co
 
 
 def require_onnx_stack() -> None:
-    """Fail early, with the install command, when the ``[onnx]`` extra is missing."""
+    """Fail early, with the install command, when the export packages are missing."""
     import importlib.util
 
     missing = [name for name in ONNX_STACK if importlib.util.find_spec(name) is None]
     if missing:
-        raise ImportError(f"exporting needs {missing}: install the extra with pip install 'edgecap[onnx]'")
+        raise ImportError(f"exporting needs {missing}: pip install 'edgecap[train,cpu]' (or [train,gpu])")
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)

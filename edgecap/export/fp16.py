@@ -174,7 +174,7 @@ def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
     try:
         from onnxconverter_common import float16
     except ImportError as exc:
-        raise GraphError("float16 export needs onnxconverter-common (pip install 'edgecap[onnx]')") from exc
+        raise GraphError("float16 export needs onnxconverter-common (pip install 'edgecap[train,cpu]')") from exc
     model = copy.deepcopy(model)
     unique_node_names(model)
     blocked = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ALWAYS_FP32_OPS) | set(policy.op_types)

@@ -172,7 +172,7 @@ def simplify_model(model: ModelProto, method: str, what: str) -> ModelProto:
         simplified = fn(model)
     except ImportError as exc:
         raise ExportError(
-            f"{what}: simplifier {method!r} is not installed ({exc}); pip install 'edgecap[onnx]'"
+            f"{what}: simplifier {method!r} is not installed ({exc}); pip install 'edgecap[train,cpu]'"
         ) from exc
     before = ([i.name for i in model.graph.input], [o.name for o in model.graph.output])
     after = ([i.name for i in simplified.graph.input], [o.name for o in simplified.graph.output])

@@ -8,6 +8,7 @@ The backbone (timm) is imported only when ``create_backbone``/``Backbone`` is fi
 from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
+from edgecap.length import LENGTH_PLANS, LengthLevelError
 from edgecap.models import expansionnet, labert, ort  # noqa: F401  (register the families and their variants)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
@@ -33,7 +34,6 @@ from edgecap.models.base import CaptionModel, ModelInputError, State
 from edgecap.models.expansionnet import ExpansionNetCaptioner, ExpansionNetCfg
 from edgecap.models.labert import LaBertCaptioner, LaBertCfg
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
-from edgecap.models.length import LENGTH_PLANS, LengthLevelError
 from edgecap.models.ort import ORTCaptioner
 
 _LAZY = {"create_backbone": "edgecap.models.backbone", "Backbone": "edgecap.models.backbone"}

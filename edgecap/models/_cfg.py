@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgecap.length import LengthLevelError, Levels, parse_levels
 from edgecap.models.layers.attention import SHARE_KINDS
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.layers.norm import NORM_KINDS
-from edgecap.models.length import LengthLevelError, Levels, parse_levels
 
 __all__ = ["ModelCfg", "ModelCfgError", "PAPER_FEATURE_DIM", "PAPER_WORD_VOCAB_SIZE", "VOCAB_KINDS"]
 
@@ -81,7 +81,7 @@ def radix_output_classes(cfg: Any, vocab_size: int) -> int:
 
 def optional_length_levels(value: Any, owner: str) -> Levels | None:
     """A config's ``length_levels`` field, normalised: None (also the CLI spellings ``"none"``/``"null"``/``""``) ->
-    None, a plan name or ``[[low, high], ...]`` -> validated pairs (:func:`~edgecap.models.length.parse_levels`).
+    None, a plan name or ``[[low, high], ...]`` -> validated pairs (:func:`~edgecap.length.parse_levels`).
     Every autoregressive family's config uses it, so ``--set length_levels=4level`` means the same everywhere.
 
     Raises:

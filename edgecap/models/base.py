@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.models.length import LengthLevelError
+from edgecap.length import LengthLevelError
 
 __all__ = ["CaptionModel", "ModelInputError", "State"]
 

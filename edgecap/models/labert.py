@@ -39,10 +39,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgecap.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
 from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, check_positive_ints, replace_cfg
 from edgecap.models._registry import register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
-from edgecap.models.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
 
 __all__ = ["LaBertCaptioner", "LaBertCfg"]
 

@@ -6,17 +6,21 @@ one beam search in ``edgecap.decoding`` runs on every backend.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from edgecap._lazy import lazy_getattr
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
-
-# registry key -> "module:ClassName"; a backend is one module plus one line here (or a register_runtime call).
-_RUNTIMES: dict[str, str] = {
-    "torch": "edgecap.runtimes.torch:TorchRuntime",
-    "ort": "edgecap.runtimes.ort:OrtRuntime",
-}
+from edgecap.runtimes.registry import (
+    LoadedRuntime,
+    LoadRequest,
+    RuntimeSpec,
+    UnknownRuntimeError,
+    auto_runtime,
+    get_runtime,
+    list_runtimes,
+    register_runtime,
+    runtime_available,
+)
 
 _LAZY: dict[str, str] = {
     "RuntimeStepModel": "edgecap.runtimes.bridge",
@@ -28,48 +32,59 @@ _LAZY: dict[str, str] = {
     "create_ort_refine_model": "edgecap.runtimes.refine",
 }
 
+_ORT_INSTALL = (
+    "pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); on a Jetson install JetPack's onnxruntime-gpu wheel"
+)
+_TORCH_INSTALL = "pip install 'edgecap[train]'"
 
-class UnknownRuntimeError(ValueError):
-    """A runtime name that is not registered, or whose backend cannot be imported."""
-
-
-def register_runtime(name: str, target: str) -> None:
-    """Register ``target`` (``"package.module:ClassName"``) under ``name``; re-registering a name replaces it."""
-    if ":" not in target:
-        raise ValueError(f"runtime target must look like 'package.module:ClassName', got {target!r}")
-    _RUNTIMES[name] = target
-
-
-def list_runtimes() -> list[str]:
-    """Registered runtime names (available or not on this machine)."""
-    return sorted(_RUNTIMES)
+# The built-in runtimes: a new backend is one module plus one entry like these.
+register_runtime(
+    RuntimeSpec(
+        name="ort",
+        description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
+        loader="edgecap.runtimes.ort:load_bundle_runtime",
+        graph_runtime="edgecap.runtimes.ort:OrtRuntime",
+        requires=("onnxruntime",),
+        install=_ORT_INSTALL,
+        precisions=("fp32", "fp16", "int8"),
+        auto_rank=0,
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="torch",
+        description="torch eager: the bundle's weights.safetensors, cached step decoding (CPU or CUDA)",
+        loader="edgecap.runtimes.torch:load_bundle_runtime",
+        graph_runtime="edgecap.runtimes.torch:TorchRuntime",
+        requires=("torch",),
+        install=_TORCH_INSTALL,
+        precisions=("fp32", "fp16"),
+        auto_rank=1,
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="torch-rerun",
+        description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
+        loader="edgecap.runtimes.torch:load_bundle_rerun_runtime",
+        requires=("torch",),
+        install=_TORCH_INSTALL,
+        precisions=("fp32", "fp16"),
+        baseline=True,
+    )
+)
 
 
 def get_runtime_class(name: str) -> type[Runtime]:
-    """Import and return the runtime class registered as ``name``."""
-    target = _RUNTIMES.get(name)
-    if target is None:
-        raise UnknownRuntimeError(f"unknown runtime {name!r}; registered: {list_runtimes()}")
-    module_name, attr = target.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        if isinstance(exc, ModuleNotFoundError) and exc.name == module_name:
-            raise UnknownRuntimeError(
-                f"runtime {name!r} is registered but {module_name} is not part of this installation"
-            ) from exc
-        raise UnknownRuntimeError(
-            f"runtime {name!r} is not available: importing {module_name} failed ({exc}). "
-            f"Install its backend (e.g. pip install 'edgecap[onnx]' for 'ort')."
-        ) from exc
-    cls = getattr(module, attr, None)
+    """Import and return the one-graph :class:`Runtime` class of the runtime registered as ``name``."""
+    cls = get_runtime(name).graph_runtime_class()
     if not (isinstance(cls, type) and issubclass(cls, Runtime)):
-        raise UnknownRuntimeError(f"runtime {name!r}: {target} is not a Runtime subclass")
+        raise UnknownRuntimeError(f"runtime {name!r}: {get_runtime(name).graph_runtime} is not a Runtime subclass")
     return cls
 
 
 def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
-    """Construct the runtime registered as ``name`` (not yet activated: use it as a context manager)."""
+    """Construct the one-graph runtime of ``name`` (not yet activated: use it as a context manager)."""
     return get_runtime_class(name)(*args, **kwargs)
 
 
@@ -77,21 +92,27 @@ __getattr__ = lazy_getattr(__name__, _LAZY)
 
 
 __all__ = [
+    "LoadRequest",
+    "LoadedRuntime",
     "PrefixRerunStepModel",
     "Runtime",
     "RuntimeInputError",
     "RuntimeStateError",
     "RuntimeRefineModel",
+    "RuntimeSpec",
     "RuntimeStepModel",
     "TensorMeta",
     "TorchRefineModel",
     "TorchRuntime",
     "TorchStepModel",
     "UnknownRuntimeError",
+    "auto_runtime",
     "create_ort_refine_model",
     "dtype_name",
+    "get_runtime",
     "get_runtime_class",
     "list_runtimes",
     "load_runtime",
     "register_runtime",
+    "runtime_available",
 ]

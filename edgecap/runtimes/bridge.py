@@ -4,6 +4,11 @@ Like optimum's ORT seq2seq models reusing one ``generate()``, any backend that c
 *decoder-step* graph gets greedy, beam search and sampling for free: the state is the step graph's flattened state
 tensors in a fixed order, kept in the runtime's own array type (no host round trip for torch/CUDA arrays), and
 beam reordering is a gather along axis 0.
+
+The search hands over int64 numpy tokens and row indices and reads numpy log-probs (``docs/contracts.md``,
+"StepModel"). On ONNX Runtime's CPU path (``array_type == "numpy"``) there is nothing to convert; the io-binding path
+(``array_type == "torch"``) converts at this boundary and imports torch only there, so this module imports without
+torch.
 """
 
 from __future__ import annotations
@@ -14,80 +19,73 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-import torch
-from torch import Tensor
 
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
 
 
 class ArrayOps(ABC):
-    """Conversions between torch (the search's arrays) and a runtime's arrays."""
+    """Conversions between the search's arrays (numpy; decode inputs may also be torch tensors) and a runtime's."""
 
     @abstractmethod
-    def from_torch(self, tensor: Tensor, dtype: str) -> Array:
-        """A search tensor as this runtime's array of ``dtype``."""
+    def feed(self, value: Any, dtype: str) -> Array:
+        """A search array or decode input (numpy, torch …) as this runtime's array of ``dtype``."""
 
-    @abstractmethod
-    def to_torch(self, array: Array) -> Tensor:
-        """A runtime output as a torch tensor (zero-copy where possible)."""
+    def logprobs(self, array: Array) -> np.ndarray:
+        """A runtime's log-prob output as float32 numpy, as the search reads it (zero-copy where possible)."""
+        return to_numpy(array, np.float32)
 
     @abstractmethod
     def adopt(self, array: Array) -> Array:
         """Bring an array from another runtime into this one's type (e.g. encoder outputs into the step graph)."""
 
     @abstractmethod
-    def take(self, array: Array, index: Tensor) -> Array:
-        """Rows ``index`` of ``array`` along axis 0."""
+    def take(self, array: Array, index: np.ndarray) -> Array:
+        """Rows ``index`` (int64 numpy) of ``array`` along axis 0."""
 
-    def take_all(self, state: Mapping[str, Array], index: Tensor) -> dict[str, Array]:
+    def take_all(self, state: Mapping[str, Array], index: np.ndarray) -> dict[str, Array]:
         """Rows ``index`` of every state array (the beam reorder)."""
         return {n: self.take(v, index) for n, v in state.items()}
 
 
 class NumpyOps(ArrayOps):
-    def from_torch(self, tensor: Tensor, dtype: str) -> np.ndarray:
-        target = _numpy_dtype(dtype)
-        if tensor.dtype == _TORCH_OF.get(target) and not tensor.requires_grad and tensor.is_cpu:
-            array = tensor.numpy()  # the decode loop's case (int64 tokens into an int64 graph): a view, no copy
-            if array.flags.c_contiguous:
-                return array
-        return np.ascontiguousarray(tensor.detach().cpu().numpy(), dtype=target)
+    """ONNX Runtime on CPU: the search's numpy arrays are the runtime's, nothing to convert on the decode loop."""
 
-    def to_torch(self, array: Array) -> Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array))
+    def feed(self, value: Any, dtype: str) -> np.ndarray:
+        array = to_numpy(value, _numpy_dtype(dtype))
+        return array if array.flags.c_contiguous else np.ascontiguousarray(array)
 
     def adopt(self, array: Array) -> np.ndarray:
-        return array.detach().cpu().numpy() if isinstance(array, Tensor) else np.asarray(array)
+        return to_numpy(array)
 
-    def take(self, array: Array, index: Tensor) -> np.ndarray:
-        return np.take(array, _host_index(index), axis=0)
-
-    def take_all(self, state: Mapping[str, Array], index: Tensor) -> dict[str, np.ndarray]:
-        rows = _host_index(index)  # converted once for all state arrays
-        return {n: np.take(v, rows, axis=0) for n, v in state.items()}
+    def take(self, array: Array, index: np.ndarray) -> np.ndarray:
+        return np.take(array, index, axis=0)
 
 
 class TorchOps(ArrayOps):
-    def from_torch(self, tensor: Tensor, dtype: str) -> Tensor:
+    """Runtimes with ``array_type == "torch"`` (ONNX Runtime with io-binding, the torch graph runtime): the state
+    stays in torch tensors on the runtime's device. torch is imported here only, on first use: ``bridge`` itself
+    imports without it."""
+
+    def feed(self, value: Any, dtype: str) -> Any:
+        import torch
+
+        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(_writable(np.asarray(value)))
         return tensor.to(getattr(torch, dtype))
 
-    def to_torch(self, array: Array) -> Tensor:
-        return array
+    def adopt(self, array: Array) -> Any:
+        import torch
 
-    def adopt(self, array: Array) -> Tensor:
-        return array if isinstance(array, Tensor) else torch.from_numpy(np.ascontiguousarray(array))
+        return array if isinstance(array, torch.Tensor) else torch.from_numpy(_writable(np.asarray(array)))
 
-    def take(self, array: Array, index: Tensor) -> Tensor:
-        return array.index_select(0, index.to(array.device))
+    def take(self, array: Array, index: np.ndarray) -> Any:
+        import torch
+
+        return array.index_select(0, torch.from_numpy(index).to(array.device))
 
 
 ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps(), "torch": TorchOps()}
-
-#: numpy dtype -> the torch dtype whose ``.numpy()`` has it (the zero-copy case of ``NumpyOps.from_torch``).
-_TORCH_OF = {
-    np.dtype(n): getattr(torch, n) for n in ("float32", "float16", "float64", "int64", "int32", "int8", "uint8", "bool")
-}
 
 
 @functools.cache
@@ -95,9 +93,9 @@ def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def _host_index(index: Tensor) -> np.ndarray:
-    """A row index as a numpy array (a view when it is a CPU tensor already, as the searches make it)."""
-    return index.numpy() if index.is_cpu and not index.requires_grad else index.detach().cpu().numpy()
+def _writable(array: np.ndarray) -> np.ndarray:
+    """``array`` contiguous and writable (``torch.from_numpy`` warns on read-only memory)."""
+    return array if array.flags.c_contiguous and array.flags.writeable else np.array(array, order="C")
 
 
 def array_ops(runtime: Runtime) -> ArrayOps:
@@ -139,7 +137,7 @@ class GraphPair:
         finally:
             self.encoder.close()
 
-    def run_encoder(self, inputs: Mapping[str, Tensor]) -> State:
+    def run_encoder(self, inputs: Mapping[str, Any]) -> State:
         """The initial state, in the loop runtime's array type (inputs cast to the dtypes the graph declares)."""
         meta = self.encoder.input_metadata()
         missing = [n for n in meta if n not in inputs]
@@ -150,7 +148,7 @@ class GraphPair:
         unexpected = [n for n in inputs if n not in meta]
         if unexpected:
             raise RuntimeInputError(f"{self.encoder.name}: the graph has no input(s) {unexpected} (takes {list(meta)})")
-        feed = {n: self._enc_ops.from_torch(_as_tensor(inputs[n]), m.dtype) for n, m in meta.items()}
+        feed = {n: self._enc_ops.feed(inputs[n], m.dtype) for n, m in meta.items()}
         outputs = self.encoder.infer(feed)
         absent = [n for n in self.state_names if n not in outputs]
         if absent:
@@ -229,11 +227,13 @@ class RuntimeStepModel(GraphPair):
         super().__exit__(*exc)
 
     # -- StepModel ---------------------------------------------------------------------------------------------------
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
+        """inputs: the decode inputs, numpy arrays or torch tensors (cast to the dtypes the encoder declares)."""
         self._origins.clear()
         return self.run_encoder(inputs)
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        """tokens: (B,) int64 numpy. Returns (B, V) float32 numpy log-probs and the state in the runtime's arrays."""
         token_dtype = self._token_dtype
         if token_dtype is None:  # looked up once per activation: the decode loop calls this every token
             token_meta = self.step_runtime.input_metadata().get(self.tokens_name)
@@ -242,14 +242,12 @@ class RuntimeStepModel(GraphPair):
                     f"{self.step_runtime.name}: the step graph has no token input {self.tokens_name!r}"
                 )
             token_dtype = self._token_dtype = token_meta.dtype
-        feed: dict[str, Array] = {self.tokens_name: self._loop_ops.from_torch(tokens, token_dtype)}
+        feed: dict[str, Array] = {self.tokens_name: self._loop_ops.feed(tokens, token_dtype)}
         for name in self.state_names:
             feed[name] = state[name]
         outputs = self.loop_runtime.infer(feed)
         try:
-            logprobs = self._loop_ops.to_torch(outputs[self.logprobs_name])
-            if logprobs.dtype != torch.float32:
-                logprobs = logprobs.float()
+            logprobs = self._loop_ops.logprobs(outputs[self.logprobs_name])
             new_state = dict(state)
             for name, output in self._state_outputs:
                 new_state[name] = outputs[output]
@@ -258,7 +256,7 @@ class RuntimeStepModel(GraphPair):
             raise DecodeInputError(f"{self.step_runtime.name}: outputs lack {absent} (got {sorted(outputs)})") from None
         return logprobs, new_state
 
-    def select(self, state: State, index: Tensor) -> State:
+    def select(self, state: State, index: np.ndarray) -> State:
         """Rows ``index`` of every state array; a carried state (one the step graph does not update, e.g. the
         cross-attention keys) is returned as it is when the gather would not change its content.
 
@@ -268,19 +266,12 @@ class RuntimeStepModel(GraphPair):
         comes back and ``index`` maps every row to a copy of the same source row, the gather is skipped. Equal
         source rows mean bitwise-equal rows, so the result is exactly what the gather would give.
         """
-        if not self._carried or not index.is_cpu:  # a device index: no host read per step
+        index = np.asarray(to_numpy(index), dtype=np.int64)
+        if not self._carried:
             return self._loop_ops.take_all(state, index)
         ops, origins, carried = self._loop_ops, self._origins, self._carried
-        if isinstance(ops, NumpyOps):
-            host = _host_index(index)  # converted once for all state arrays
-
-            def gather(value: Array) -> Array:
-                return np.take(value, host, axis=0)
-
-            rows = host.tolist()
-        else:
-            gather = functools.partial(ops.take, index=index)
-            rows = index.tolist()
+        gather = functools.partial(ops.take, index=index)
+        rows = index.tolist()
         out: State = {}
         for name, value in state.items():
             if name not in carried:
@@ -301,7 +292,3 @@ class RuntimeStepModel(GraphPair):
             if source is not None:
                 origins[name] = (out[name], source)
         return out
-
-
-def _as_tensor(value: Any) -> Tensor:
-    return value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))

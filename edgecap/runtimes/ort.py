@@ -23,8 +23,11 @@ I/O: two paths behind one interface.
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import operator
 import os
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "PROVIDER_ALIASES",
@@ -106,7 +111,10 @@ def _ort() -> Any:
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError("the 'ort' runtime needs onnxruntime: pip install 'edgecap[onnx]'") from exc
+        raise ImportError(
+            "the 'ort' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
+            "on a Jetson install JetPack's onnxruntime-gpu wheel"
+        ) from exc
     return onnxruntime
 
 
@@ -191,7 +199,9 @@ class OrtRuntime(Runtime):
         self.session_config = {str(k): str(v) for k, v in dict(session_config or {}).items()}
         self.device_id = device_id
         self.device_type = "cuda" if self.providers[0] in _CUDA_PROVIDERS else "cpu"
-        self.io_binding = self.device_type == "cuda" if io_binding is None else bool(io_binding)
+        if io_binding is None:  # device-resident caches need torch for the beam gather on the device
+            io_binding = self.device_type == "cuda" and importlib.util.find_spec("torch") is not None
+        self.io_binding = bool(io_binding)
         self.array_type = "torch" if self.io_binding else "numpy"  # type: ignore[misc]  # per instance
         cpu_only = all(p == "CPUExecutionProvider" for p in self.providers)
         self.direct_run = cpu_only if direct_run is None else bool(direct_run)
@@ -252,7 +262,9 @@ class OrtRuntime(Runtime):
         )
         # An input without a numpy dtype (bfloat16) always takes the full check.
         self._fast_checks = checks if all(check[1] is not None for check in checks) else None
-        self._binding = self._session.io_binding() if self.io_binding else None
+        # One IOBinding per thread: a binding holds the bound buffers of one run, and a Captioner may be called
+        # from several threads at once (ORT sessions themselves are thread-safe).
+        self._binding = threading.local() if self.io_binding else None
         self._direct = self.direct_run and not self.io_binding and _has_direct_run(self._session)
 
     def _close(self) -> None:
@@ -319,7 +331,9 @@ class OrtRuntime(Runtime):
     def _infer_bound(self, feed: Mapping[str, Array]) -> dict[str, Array]:
         import torch
 
-        binding = self._binding
+        binding = getattr(self._binding, "value", None)
+        if binding is None:
+            binding = self._binding.value = self._session.io_binding()
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
         device = torch.device(self.device_type, self.device_id) if self.device_type == "cuda" else torch.device("cpu")
@@ -343,7 +357,17 @@ class OrtRuntime(Runtime):
         self._session.run_with_iobinding(binding)
         binding.synchronize_outputs()
         values = binding.get_outputs()
-        return {name: torch.from_dlpack(value) for name, value in zip(self._output_names, values, strict=True)}
+        return {name: _to_torch(value, device) for name, value in zip(self._output_names, values, strict=True)}
+
+
+def _to_torch(value: Any, device: Any) -> Any:
+    """An output OrtValue as a torch tensor: zero-copy through DLPack where this onnxruntime supports it (OrtValue
+    has ``__dlpack__`` in current releases), else copied through the host (older releases such as 1.18)."""
+    import torch
+
+    if hasattr(value, "__dlpack__"):
+        return torch.from_dlpack(value)
+    return torch.from_numpy(value.numpy()).to(device)
 
 
 def _numpy_dtype_or_none(name: str) -> np.dtype | None:
@@ -443,3 +467,127 @@ def _state_names_of(step: ModelSource) -> tuple[tuple[str, ...], tuple[str, ...]
     initializers = {t.name for t in model.graph.initializer}
     names = tuple(i.name for i in model.graph.input if i.name != "tokens" and i.name not in initializers)
     return names, updated
+
+
+# -- bundles on ONNX Runtime (the registry's loader) ------------------------------------------------------------------
+def load_bundle_runtime(bundle: Any, request: Any) -> Any:
+    """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="ort")``.
+
+    Providers: TensorRT, then CUDA when this onnxruntime build has them, then CPU (or ``request.providers``).
+    Precision ``"auto"``: INT8 with TensorRT when the bundle has a TensorRT-calibrated variant, FP16 on
+    CUDA/TensorRT, INT8 on a CPU whose instructions suit the variant's preset, else FP32. The graphs' checksums are
+    verified before the sessions open, and their input/output names are checked against the bundle's interface
+    from the sessions' own metadata (the graphs are parsed once, by onnxruntime).
+
+    Returns:
+        A :class:`~edgecap.runtimes.registry.LoadedRuntime`; its ``info`` says which provider and precision were
+        chosen and why.
+    """
+    from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.images import image_inputs
+    from edgecap.runtimes.registry import LoadedRuntime
+
+    available = list(_ort().get_available_providers())
+    chosen = resolve_providers(request.providers, available)
+    primary = chosen[0]
+    if request.providers is None:
+        provider_reason = f"{primary}: the best provider present (TensorRT, then CUDA, then CPU; available {available})"
+    else:
+        provider_reason = "requested"
+    precision = request.precision
+    if precision == "auto":
+        precision, reason = _auto_precision(bundle.precisions, primary, bundle.manifest["variants"].get("int8"))
+    else:
+        bundle.variant(precision)  # refuses, naming what the bundle holds
+        reason = "requested"
+        if precision == "int8" and primary == "CPUExecutionProvider":
+            ok, why = _cpu_can_run_int8(bundle.variant("int8"))
+            if not ok:
+                log.warning("%s; captions may be degraded (re-export with --target cpu-auto on this machine)", why)
+    if request.verify:
+        bundle.verify(bundle.used_files(precision))
+    options: dict[str, Any] = {"providers": chosen}
+    if request.threads:
+        options["intra_op_threads"] = request.threads
+    if "TensorrtExecutionProvider" in chosen:
+        options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
+    roles = bundle.interface["runtime_graphs"]
+    graphs = {role: bundle.graph_path(precision, role) for role in roles}
+    step_model = create_ort_decoder(
+        graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
+    )
+    step_model.__enter__()
+    try:
+        _check_sessions(bundle, step_model, graphs)
+        in_use = step_model.encoder.providers_in_use()
+        on_gpu = in_use[0] in _CUDA_PROVIDERS
+        inputs, backbone, no_images = image_inputs(
+            bundle, request.device or ("cuda" if on_gpu else "cpu"), bundle.backbone_in_graph
+        )
+    except BaseException:
+        step_model.__exit__(None, None, None)
+        raise
+    info = {
+        "providers": in_use,
+        "provider_reason": provider_reason,
+        "device": "cuda" if on_gpu else "cpu",
+        "precision": precision,
+        "precision_reason": reason,
+        "backbone": backbone,
+    }
+    return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
+
+
+def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) -> None:
+    """Each session's input/output names against the bundle's interface (role -> session from the adapter)."""
+    loop = next(role for role in graphs if role != "encoder")
+    for role, runtime in (("encoder", step_model.encoder), (loop, step_model.loop_runtime)):
+        bundle.check_interface(role, list(runtime.input_metadata()), runtime.output_names, graphs[role])
+
+
+def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
+    """Whether this CPU runs the INT8 variant's preset correctly: a preset built for VNNI (no ``reduce_range``) or for
+    ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise.
+    ``cpu-avx2`` graphs are safe everywhere."""
+    from edgecap.calibration.presets import detect_cpu_preset
+
+    preset = str(variant.get("preset") or variant.get("target") or "")
+    here = detect_cpu_preset()
+    if preset == here or preset == "cpu-avx2":
+        return True, f"INT8 preset {preset} suits this CPU ({here})"
+    return False, f"the INT8 variant was quantised for {preset}, this CPU needs {here}"
+
+
+def _auto_precision(available: Sequence[str], provider: str, int8: Mapping[str, Any] | None) -> tuple[str, str]:
+    """The best precision of a bundle for ONNX Runtime's first provider, with the reason."""
+    if provider == "TensorrtExecutionProvider":
+        if int8 is not None and int8.get("preset") == "tensorrt":
+            return "int8", "TensorRT with an INT8 variant calibrated for TensorRT"
+        if "fp16" in available:
+            return "fp16", "TensorRT: FP16 graphs"
+    elif provider == "CUDAExecutionProvider":
+        if "fp16" in available:
+            return "fp16", "CUDA: FP16 graphs"
+    elif int8 is not None:
+        ok, why = _cpu_can_run_int8(int8)
+        return ("int8", why) if ok else ("fp32", why)
+    else:
+        return "fp32", "CPU: FP32 (the bundle has no INT8 variant; FP16 is slower than FP32 on ONNX Runtime's CPU)"
+    return "fp32", f"{provider}: FP32 (no better variant in the bundle)"
+
+
+def _tensorrt_options(bundle: Any, precision: str) -> dict[str, Any]:
+    """TensorRT EP: engines cached outside the bundle (it stays verifiable), keyed by the decoder graph's checksum."""
+    from edgecap._home import edgecap_home
+
+    home = edgecap_home()
+    decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
+    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"][:16]
+    cache = home / "trt-engines" / f"{bundle.name}-{precision}-{digest}"
+    cache.mkdir(parents=True, exist_ok=True)
+    return {
+        "trt_engine_cache_enable": True,
+        "trt_engine_cache_path": str(cache),
+        "trt_fp16_enable": precision == "fp16",
+        "trt_int8_enable": precision == "int8",
+    }

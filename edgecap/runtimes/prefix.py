@@ -15,12 +15,14 @@ search runs on it unchanged. It is the honest baseline for the cached-decoding b
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 from edgecap.decoding.protocol import DecodeInputError, State
-from edgecap.runtimes.torch import LENGTH_LEVEL_INPUT, TorchStepModel
+from edgecap.runtimes.torch import LENGTH_LEVEL_INPUT, TorchStepModel, host_float32
 
 __all__ = ["PREFIX_STATE", "PrefixRerunModel", "PrefixRerunStepModel", "rerun_step"]
 
@@ -145,9 +147,9 @@ class PrefixRerunStepModel(TorchStepModel):
             )
         super().__init__(model, device, dtype=dtype, autocast=autocast)
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool, and for a
-        length-controllable model ``length_level`` (B,) int (LaBERT §3.1).
+    def encode(self, inputs: Mapping[str, Any]) -> State:
+        """inputs (numpy or torch): ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N)
+        bool, and for a length-controllable model ``length_level`` (B,) int (LaBERT §3.1).
 
         Returns:
             ``memory`` (B, N, d), ``feature_mask`` (B, N) bool, an empty ``prefix`` (B, 0) long and, when given,
@@ -166,8 +168,9 @@ class PrefixRerunStepModel(TorchStepModel):
             state[LENGTH_LEVEL_INPUT] = self._prepare(level).long()
         return state
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
-        """Append ``tokens`` (B,) to the prefix (B, t) and decode all t + 1 positions; log-probs (B, V) of the last."""
+    def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        """Append ``tokens`` (B,) to the prefix (B, t) and decode all t + 1 positions; log-probs (B, V) of the last,
+        as float32 numpy."""
         absent = [n for n in PREFIX_STATE if n not in state]
         if absent:
             raise DecodeInputError(
@@ -179,7 +182,7 @@ class PrefixRerunStepModel(TorchStepModel):
                 state["memory"],
                 state["feature_mask"],
                 state["prefix"],
-                tokens,
+                self._index(tokens),
                 state.get(LENGTH_LEVEL_INPUT),
             )
-        return logprobs.float(), {**state, "prefix": prefix}
+        return host_float32(logprobs), {**state, "prefix": prefix}

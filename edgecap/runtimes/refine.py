@@ -5,6 +5,9 @@ everywhere — the non-autoregressive counterpart of ``TorchStepModel`` / ``Runt
 Graph contract (``edgecap.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``) and
 ``refine`` (``tokens`` (B, L) int64, ``length_level`` (B,) int64, the state -> ``logprobs`` (B, L, V)). The length
 levels, default T and γ per level and the ``[MASK]`` id travel in the graphs' metadata.
+
+The mask-predict loop hands both adapters int64 numpy tokens and levels and reads numpy log-probs back. torch is
+imported only by ``TorchRefineModel``: the ONNX Runtime path (``RuntimeRefineModel``) runs without it.
 """
 
 from __future__ import annotations
@@ -14,18 +17,19 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import torch
-from torch import Tensor, nn
+import numpy as np
 
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
-from edgecap.runtimes.bridge import GraphPair, _as_tensor
-from edgecap.runtimes.torch import CAPTION_INPUTS, resolve_device
+from edgecap.runtimes.bridge import GraphPair
+
+#: The visual inputs of a refine model's encoder (as ``edgecap.runtimes.torch.CAPTION_INPUTS``).
+CAPTION_INPUTS = ("features", "boxes", "feature_mask")
 
 __all__ = ["RuntimeRefineModel", "TorchRefineModel", "create_ort_refine_model", "refine_metadata"]
 
 
-def refine_metadata(model: nn.Module) -> dict[str, str]:
+def refine_metadata(model: Any) -> dict[str, str]:
     """What a runtime adapter needs besides the graphs, as graph metadata strings."""
     cfg = model.cfg
     return {
@@ -37,9 +41,12 @@ def refine_metadata(model: nn.Module) -> dict[str, str]:
 
 
 class TorchRefineModel:
-    """A ``LaBertCaptioner`` as a :class:`RefineModel` (eval mode, ``torch.inference_mode``)."""
+    """A ``LaBertCaptioner`` as a :class:`RefineModel` (eval mode, ``torch.inference_mode``): numpy or torch inputs,
+    numpy tokens/levels moved to the device, float32 numpy log-probs back."""
 
-    def __init__(self, model: nn.Module, device: str | torch.device = "cpu") -> None:
+    def __init__(self, model: Any, device: Any = "cpu") -> None:
+        from edgecap.runtimes.torch import resolve_device
+
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         cfg = model.cfg
@@ -48,7 +55,11 @@ class TorchRefineModel:
         self.eos_decay = tuple(cfg.eos_decay)
         self.mask_id = int(model.mask_id)
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
+        import torch
+
+        from edgecap.runtimes.torch import as_torch
+
         unknown = [n for n in inputs if n not in CAPTION_INPUTS]
         if unknown or "features" not in inputs or "boxes" not in inputs:
             raise DecodeInputError(
@@ -58,15 +69,22 @@ class TorchRefineModel:
         mask = inputs.get("feature_mask")
         with torch.inference_mode():
             return self.model.encode(
-                _as_tensor(inputs["features"]).to(self.device),
-                _as_tensor(inputs["boxes"]).to(self.device),
-                None if mask is None else _as_tensor(mask).to(self.device),
+                as_torch(inputs["features"]).to(self.device),
+                as_torch(inputs["boxes"]).to(self.device),
+                None if mask is None else as_torch(mask).to(self.device),
             )
 
-    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> np.ndarray:
+        """tokens (B, L), length_level (B,): int64 numpy (torch accepted) -> (B, L, V) float32 numpy log-probs."""
+        import torch
+
+        from edgecap.runtimes.torch import as_torch, host_float32
+
         with torch.inference_mode():
-            out = self.model.refine(tokens.to(self.device), length_level.to(self.device), state)
-        return out.float()
+            out = self.model.refine(
+                as_torch(tokens).to(self.device, torch.long), as_torch(length_level).to(self.device, torch.long), state
+            )
+        return host_float32(out)
 
 
 class RuntimeRefineModel(GraphPair):
@@ -95,20 +113,21 @@ class RuntimeRefineModel(GraphPair):
         """The refine runtime."""
         return self.loop_runtime
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
+    def encode(self, inputs: Mapping[str, Any]) -> State:
         return self.run_encoder(inputs)
 
-    def refine(self, tokens: Tensor, length_level: Tensor, state: State) -> Tensor:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> np.ndarray:
+        """tokens (B, L), length_level (B,) int64 numpy -> (B, L, V) float32 numpy log-probs."""
         meta = self.refine_runtime.input_metadata()
         feed: dict[str, Array] = {
-            "tokens": self._loop_ops.from_torch(tokens, meta["tokens"].dtype),
-            "length_level": self._loop_ops.from_torch(length_level, meta["length_level"].dtype),
+            "tokens": self._loop_ops.feed(tokens, meta["tokens"].dtype),
+            "length_level": self._loop_ops.feed(length_level, meta["length_level"].dtype),
         }
         feed.update((n, state[n]) for n in self.state_names)
         outputs = self.refine_runtime.infer(feed)
         if "logprobs" not in outputs:
             raise DecodeInputError(f"{self.refine_runtime.name}: outputs lack 'logprobs' (got {sorted(outputs)})")
-        return self._loop_ops.to_torch(outputs["logprobs"]).float()
+        return self._loop_ops.logprobs(outputs["logprobs"])
 
 
 def _metadata(model: Any) -> dict[str, str]:

@@ -1,7 +1,9 @@
 """The torch backend: ``TorchStepModel`` (a CaptionModel as a StepModel) and ``TorchRuntime`` (one nn.Module graph).
 
 Both run on CPU or CUDA by device string. State tensors stay on the device: beam reordering is ``index_select`` on
-the device, never a host copy.
+the device, never a host copy of the state. ``TorchStepModel`` owns the conversions of the numpy search's contract
+(``docs/contracts.md``, "StepModel"): numpy or torch inputs in, numpy tokens and row indices moved to the device,
+log-probs returned as numpy float32 (one device-to-host copy per step on CUDA, none on CPU).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import contextlib
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -69,12 +72,12 @@ class TorchStepModel:
                     yield
 
     def _prepare(self, value: Any) -> Tensor:
-        tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
+        tensor = as_torch(value)
         if self.dtype is not None and tensor.is_floating_point():
             return tensor.to(self.device, self.dtype, non_blocking=True)
         return tensor.to(self.device, non_blocking=True)
 
-    def _caption_inputs(self, inputs: Mapping[str, Tensor]) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _caption_inputs(self, inputs: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor | None]:
         """``features``, ``boxes`` and the optional ``feature_mask`` on the device, with a clear error otherwise."""
         missing = [n for n in CAPTION_INPUTS[:2] if n not in inputs]
         unknown = [n for n in inputs if n not in (*CAPTION_INPUTS, LENGTH_LEVEL_INPUT)]
@@ -90,8 +93,9 @@ class TorchStepModel:
             (None if mask is None else self._prepare(mask)),
         )
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> State:
-        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool."""
+    def encode(self, inputs: Mapping[str, Any]) -> State:
+        """inputs: ``features`` (B, N, C), ``boxes`` (B, N, 4), optional ``feature_mask`` (B, N) bool; numpy arrays
+        or torch tensors. Returns the model's state, torch tensors on the device."""
         features, boxes, mask = self._caption_inputs(inputs)
         level = inputs.get(LENGTH_LEVEL_INPUT)
         extra = {} if level is None else {"length_level": self._prepare(level).long()}
@@ -101,15 +105,35 @@ class TorchStepModel:
             raise DecodeInputError(f"{type(self.model).__name__}.encode must return a dict of tensors")
         return dict(state)
 
-    def step(self, tokens: Tensor, state: State) -> tuple[Tensor, State]:
-        with self._context():
-            logprobs, new_state = self.model.step(tokens.to(self.device, torch.long), state)
-        return logprobs.float(), dict(new_state)
+    def _index(self, index: Any) -> Tensor:
+        """The search's int64 numpy tokens / row indices as a long tensor on the device."""
+        return as_torch(index).to(self.device, torch.long, non_blocking=True)
 
-    def select(self, state: State, index: Tensor) -> State:
+    def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
+        """tokens: (B,) int64 numpy (torch accepted). Returns (B, V) float32 numpy log-probs and the torch state."""
+        with self._context():
+            logprobs, new_state = self.model.step(self._index(tokens), state)
+        return host_float32(logprobs), dict(new_state)
+
+    def select(self, state: State, index: np.ndarray) -> State:
         with torch.inference_mode():
-            index = index.to(self.device)
-            return {name: value.index_select(0, index) for name, value in state.items()}
+            rows = self._index(index)
+            return {name: value.index_select(0, rows) for name, value in state.items()}
+
+
+def as_torch(value: Any) -> Tensor:
+    """A torch tensor of ``value``: tensors as they are, numpy arrays zero-copy (copied only when read-only)."""
+    if isinstance(value, Tensor):
+        return value
+    array = np.asarray(value)
+    if not array.flags.writeable:
+        array = array.copy()  # torch.from_numpy warns on read-only memory
+    return torch.from_numpy(array)
+
+
+def host_float32(logprobs: Tensor) -> np.ndarray:
+    """Log-probs as the search reads them: float32 numpy on the host (zero-copy for a CPU float32 tensor)."""
+    return logprobs.detach().float().cpu().numpy()
 
 
 MetaSpec = TensorMeta | tuple[Any, Sequence[int | str | None]]
@@ -197,3 +221,63 @@ class TorchRuntime(Runtime):
 def _to_device(value: Array, device: torch.device) -> Tensor:
     tensor = value if isinstance(value, Tensor) else torch.as_tensor(value)
     return tensor.to(device, non_blocking=True)
+
+
+# -- bundles on torch (the registry's loaders for "torch" and "torch-rerun") ------------------------------------------
+def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False) -> Any:
+    """A bundle's ``weights.safetensors`` in torch eager, for ``Captioner.load(runtime="torch")``.
+
+    Precision ``"auto"``: FP16 on CUDA (autoregressive models), else FP32. The backbone runs in torch too (the
+    captioner weights alone take features). ``request.threads`` is not applied: torch's thread count is
+    process-wide, and loading a captioner never changes process-wide settings.
+
+    Args:
+        bundle: an opened :class:`~edgecap.bundle.Bundle`.
+        request: :class:`~edgecap.runtimes.registry.LoadRequest`.
+        rerun_prefix: decode by re-running the whole prefix each step (the ``torch-rerun`` benchmark baseline).
+    """
+    from edgecap.runtimes.images import image_inputs
+    from edgecap.runtimes.refine import TorchRefineModel
+    from edgecap.runtimes.registry import CaptionerError, LoadedRuntime
+
+    if request.providers is not None:
+        raise CaptionerError("providers= selects ONNX Runtime execution providers; the torch runtime has none")
+    dev = resolve_device(request.device or "auto")
+    refine = bundle.decoding == "mask_predict"
+    precision = request.precision
+    if refine and (precision == "fp16" or rerun_prefix):
+        raise CaptionerError(
+            "the torch mask-predict adapter runs FP32 weights and has no prefix to re-run; FP16 LaBERT needs "
+            "runtime='ort'"
+        )
+    if precision == "auto":
+        precision, reason = (
+            ("fp16", "torch on cuda") if dev.type == "cuda" and not refine else ("fp32", f"torch on {dev.type}")
+        )
+    elif precision == "int8":
+        raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='ort'")
+    elif precision == "fp16" and dev.type != "cuda":
+        raise CaptionerError("FP16 with the torch runtime needs a CUDA device; use fp32 on CPU")
+    else:
+        reason = "requested"
+    if request.verify:
+        bundle.verify(bundle.used_files(weights=True))
+    model = bundle.load_torch_model(device=str(dev))
+    dtype = torch.float16 if precision == "fp16" else None
+    if refine:
+        step_model: Any = TorchRefineModel(model, dev)
+    elif rerun_prefix:
+        from edgecap.runtimes.prefix import PrefixRerunStepModel
+
+        step_model = PrefixRerunStepModel(model, dev, dtype=dtype)
+    else:
+        step_model = TorchStepModel(model, dev, dtype=dtype)
+    inputs, backbone, no_images = image_inputs(bundle, dev, in_graph=False)  # the adapter casts to fp16
+    info = {"providers": None, "device": str(dev), "precision": precision, "precision_reason": reason}
+    info["backbone"] = backbone
+    return LoadedRuntime(step_model, inputs, info, [], no_images)
+
+
+def load_bundle_rerun_runtime(bundle: Any, request: Any) -> Any:
+    """:func:`load_bundle_runtime` decoding by re-running the prefix (``runtime="torch-rerun"``, a baseline)."""
+    return load_bundle_runtime(bundle, request, rerun_prefix=True)

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from edgecap.models.length import level_of
+from edgecap.length import level_of
 from edgecap.training.losses import label_smoothed_nll
 
 __all__ = ["OBJECTIVES", "caption_levels", "cross_entropy", "level_inputs", "masked_lm", "objective_for"]

@@ -198,9 +198,9 @@ class ClockedStepModel:
         logprobs[torch.arange(len(t)), target] = 0.0
         return logprobs, {"t": t + 1}
 
-    def select(self, state: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    def select(self, state: dict[str, Tensor], index: np.ndarray) -> dict[str, Tensor]:
         self.clock.advance(self.costs[2])
-        return {k: v.index_select(0, index) for k, v in state.items()}
+        return {k: v.index_select(0, torch.from_numpy(index)) for k, v in state.items()}
 
 
 def test_timed_step_model_splits_time_and_counts_steps() -> None:

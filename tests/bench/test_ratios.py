@@ -86,3 +86,52 @@ def test_series_lines_show_median_range_and_runs_below_the_target() -> None:
     assert lines[2].startswith(row)
     assert lines[2].endswith("| 1 of 3 |")
     assert "loop <" not in series_lines(ratio_series(reports))[0]
+
+
+def _backbone_bundles(run_b: str = "run-a"):  # type: ignore[no-untyped-def]
+    from edgecap.bench.report import BundleInfo
+
+    graph = BundleInfo("/b/pixels", "m", "acort", 1, ["int8"], "pixels", "eff in the encoder graph", [], run="run-a")
+    torch = BundleInfo("/b/torch", "m", "acort", 1, ["int8"], "pixels", "eff in torch", [], run=run_b)
+    return [graph, torch]
+
+
+def _backbone_results():  # type: ignore[no-untyped-def]
+    pixels = _with(
+        make_result("ort", "int8", times_ms=(10.0,), bundle="/b/pixels", size=3 << 20), encoder_ms=4.0, decoder_ms=4.0
+    )
+    pixels = replace(pixels, input="pixels", backbone="graph")
+    eager = _with(
+        make_result("ort", "int8", times_ms=(25.0,), bundle="/b/torch", size=2 << 20),
+        backbone_ms=15.0,
+        encoder_ms=1.0,
+        decoder_ms=4.0,
+    )
+    return pixels, replace(eager, input="pixels", backbone="torch")
+
+
+def test_pixels_in_is_compared_with_the_same_runs_torch_backbone_bundle() -> None:
+    pixels, eager = _backbone_results()
+    ratios = headline_ratios([eager, pixels], _backbone_bundles())
+    assert [h.comparison for h in ratios] == ["pixels-in vs torch backbone"]
+    h = ratios[0]
+    assert (h.subject, h.baseline) == ("ort int8 pixels-in", "ort int8 + torch backbone")
+    assert h.end_to_end_speedup == pytest.approx(2.5)
+    assert h.encoder_speedup == pytest.approx((15.0 + 1.0) / 4.0)  # the baseline's torch backbone counts
+    assert h.decode_speedup == pytest.approx((15.0 + 1.0 + 5.0) / (4.0 + 5.0))
+    lines = "\n".join(ratio_lines([pixels, eager], _backbone_bundles()))
+    assert "ort int8 pixels-in / ort int8 + torch backbone" in lines and "≥ 2×" in lines
+
+
+def test_bundles_of_different_runs_or_precisions_are_not_paired() -> None:
+    pixels, eager = _backbone_results()
+    assert headline_ratios([pixels, eager], _backbone_bundles(run_b="run-b")) == []
+    assert headline_ratios([pixels, replace(eager, precision="fp32")], _backbone_bundles()) == []
+    assert headline_ratios([pixels, eager]) == []  # no bundle identities: nothing to pair on
+
+
+def test_bundles_sharing_a_model_name_are_told_apart() -> None:
+    _, torch, ort, _ = _results()
+    results = [replace(r, bundle=f"/b/{name}") for name in ("pixels", "eager") for r in (torch, ort)]
+    assert sorted(h.model for h in headline_ratios(results)) == ["acort-xsmall (eager)", "acort-xsmall (pixels)"]
+    assert [h.model for h in headline_ratios([torch, ort])] == ["acort-xsmall"]

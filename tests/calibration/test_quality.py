@@ -34,8 +34,8 @@ class Scripted:
             logprobs[row, sequence[min(t, len(sequence) - 1)]] = 0.0
         return logprobs, {"script": state["script"], "t": state["t"] + 1}
 
-    def select(self, state, index):
-        return {k: v.index_select(0, index) for k, v in state.items()}
+    def select(self, state, index):  # the search's int64 numpy rows, converted like TorchStepModel does
+        return {k: v.index_select(0, torch.from_numpy(index)) for k, v in state.items()}
 
 
 def batches() -> list[dict[str, np.ndarray]]:

@@ -58,17 +58,17 @@ class Scripted:
 
     def encode(self, inputs):
         batch = inputs["x"].shape[0]
-        return {"cache": torch.zeros(batch, 0, 1), "bias": inputs["x"].float()}
+        return {"cache": torch.zeros(batch, 0, 1), "bias": torch.as_tensor(inputs["x"]).float()}  # numpy or torch
 
     def step(self, tokens, state):
         t = state["cache"].shape[1]
         logprobs = torch.full((tokens.shape[0], V), -9.0)
         logprobs[:, 3 + t if t < 3 else EOS] = 0.0
-        cache = torch.cat([state["cache"], tokens[:, None, None].float()], dim=1)
+        cache = torch.cat([state["cache"], torch.from_numpy(tokens)[:, None, None].float()], dim=1)
         return logprobs, {**state, "cache": cache}
 
-    def select(self, state, index):
-        return {k: v.index_select(0, index) for k, v in state.items()}
+    def select(self, state, index):  # the search's int64 numpy rows, converted like TorchStepModel does
+        return {k: v.index_select(0, torch.from_numpy(index)) for k, v in state.items()}
 
 
 def test_recorded_feeds_are_what_decoding_fed() -> None:
@@ -87,7 +87,7 @@ def test_recording_needs_the_state_names() -> None:
     wrapped = RecordingStepModel(Scripted(), FeedRecorder(), ["cache", "self_k"])
     state = wrapped.encode({"x": torch.ones(1, 2)})
     with pytest.raises(CalibrationError, match=r"lacks \['self_k'\]"):
-        wrapped.step(torch.tensor([BOS]), state)
+        wrapped.step(np.array([BOS], dtype=np.int64), state)
 
 
 def test_no_inputs_is_an_empty_calibration_set() -> None:

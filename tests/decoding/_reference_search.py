@@ -2,6 +2,10 @@
 greedy/sampling loop, processors, radix constraint), kept as the reference the optimised search must match bit for
 bit (``test_search_equivalence.py``). Test-only: nothing in ``edgecap`` imports it. Data types that did not change
 (``DecodeCfg``, ``Hypothesis``, ``LengthPenalty``, ``StepContext``) come from the package.
+
+Two changes since it was frozen, both where the numpy search defines what torch left open or changed on purpose:
+candidates of equal score rank the lower index first (a stable sort; ``torch.topk`` leaves the order of ties
+unspecified), and samples draw their uniforms from a seeded ``numpy.random.Generator`` (the numpy search's stream).
 """
 
 from __future__ import annotations
@@ -9,14 +13,23 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError, RadixSpec
 from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, StepContext
-from edgecap.decoding.protocol import DecodeInputError, Hypothesis, StepModel, batch_size_of, device_of
+from edgecap.decoding.protocol import DecodeInputError, Hypothesis, StepModel, batch_size_of
 
 NEG_INF = float("-inf")
+
+
+def device_of(state: Mapping[str, Any]) -> torch.device:
+    """Device of the first torch tensor in ``state`` (CPU when the state holds none)."""
+    for value in state.values():
+        if isinstance(value, Tensor):
+            return value.device
+    return torch.device("cpu")
 
 
 def check_logprobs(logprobs: Any, rows: int) -> Tensor:
@@ -63,7 +76,9 @@ class BeamSearch(Search):
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         groups, k, vocab = lprobs.shape
         total = (scores[:, :, None] + lprobs).view(groups, k * vocab)
-        cand_scores, flat = total.topk(min(2 * self.beam_size, k * vocab), dim=1)
+        count = min(2 * self.beam_size, k * vocab)
+        cand_scores, flat = total.sort(dim=1, descending=True, stable=True)  # topk with ties by lower index
+        cand_scores, flat = cand_scores[:, :count], flat[:, :count]
         return cand_scores, flat % vocab, torch.div(flat, vocab, rounding_mode="floor")
 
 
@@ -80,15 +95,7 @@ class Sampling(Search):
         if top_k < 0:
             raise DecodeCfgError(f"top_k must be >= 0, got {top_k}")
         self.temperature, self.top_k, self.seed = float(temperature), int(top_k), seed
-        self._generator: torch.Generator | None = None
-
-    def _generator_for(self, device: torch.device) -> torch.Generator | None:
-        if self.seed is None:
-            return None
-        if self._generator is None or self._generator.device != device:
-            self._generator = torch.Generator(device=device)
-            self._generator.manual_seed(self.seed)
-        return self._generator
+        self._rng = np.random.default_rng(seed)
 
     def step(self, step: int, lprobs: Tensor, scores: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         lp = lprobs[:, 0, :]
@@ -109,7 +116,7 @@ class Sampling(Search):
         """
         cdf = probs.cumsum(dim=-1)
         total = cdf[:, -1:].contiguous()
-        draw = torch.rand(total.shape, generator=self._generator_for(device), device=device, dtype=cdf.dtype) * total
+        draw = torch.from_numpy(self._rng.random(tuple(total.shape), dtype=np.float32)).to(device) * total
         tokens = torch.searchsorted(cdf, draw, right=True)
         last_positive = torch.searchsorted(cdf, total)  # first index whose cumulative mass reaches the total
         return torch.minimum(tokens, last_positive)

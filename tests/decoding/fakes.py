@@ -1,6 +1,11 @@
 """Fake step models with known log-probabilities, for exact decoding goldens (fairseq ``TestSequenceGenerator`` style).
 
 Token layout of the scripted tests: PAD=0, BOS=1, EOS=2, then word tokens A=3, B=4, C=5, D=6 (V=7).
+
+The fakes hold their state and return their log-probs in the array type of :data:`BACKEND` — ``"numpy"`` (what
+ONNX Runtime adapters return) or ``"torch"`` (the torch adapters) — which ``tests/decoding/conftest.py`` sets per test,
+so every search test runs against every array type the search accepts. Whatever the backend, they check the search's
+side of the contract: tokens and row indices arrive as int64 numpy arrays.
 """
 
 from __future__ import annotations
@@ -8,12 +13,32 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Mapping, Sequence
+from typing import Any
 
-import torch
-from torch import Tensor
+import numpy as np
+
+from edgecap.decoding.arrays import to_numpy
 
 PAD, BOS, EOS, A, B, C, D = range(7)
 VOCAB = 7
+#: The array type the fakes return: "numpy" or "torch" (set by the ``array_backend`` fixture).
+BACKEND = "numpy"
+
+
+def as_backend(array: np.ndarray, backend: str | None = None) -> Any:
+    """``array`` in the current backend's array type (a torch tensor shares the numpy memory)."""
+    if (backend or BACKEND) == "torch":
+        import torch
+
+        return torch.from_numpy(np.require(array, requirements=["C", "W"]))
+    return array
+
+
+def check_index(index: Any, what: str) -> np.ndarray:
+    """The search's side of the contract: ``step`` tokens and ``select`` indices are (N,) int64 numpy arrays."""
+    assert type(index) is np.ndarray and index.dtype == np.int64 and index.ndim == 1, (what, type(index), index)
+    return index
+
 
 Script = Mapping[tuple[int, ...], Mapping[int, float]]
 
@@ -24,7 +49,7 @@ class ScriptedStepModel:
     ``scripts[i][prefix]`` maps tokens to probabilities (missing tokens get probability 0, i.e. log-prob −inf); a
     prefix absent from the script uses ``default`` (EOS with probability 1 unless given). The state carries the image
     id and the whole prefix, so ``select`` mistakes show up as wrong continuations. Every ``step`` call records its
-    batch size in ``calls`` and its input tokens in ``fed``.
+    batch size in ``calls`` and its input tokens in ``fed``. State and log-probs are :data:`BACKEND` arrays.
     """
 
     def __init__(
@@ -36,29 +61,32 @@ class ScriptedStepModel:
         self.calls: list[int] = []
         self.fed: list[list[int]] = []
 
-    def inputs(self, images: Sequence[int] | None = None) -> dict[str, Tensor]:
+    def inputs(self, images: Sequence[int] | None = None) -> dict[str, Any]:
         ids = list(range(len(self.scripts))) if images is None else list(images)
-        return {"image": torch.tensor(ids, dtype=torch.long)}
+        return {"image": as_backend(np.asarray(ids, dtype=np.int64))}
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        image = inputs["image"].long()
-        return {"image": image, "prefix": torch.empty(image.shape[0], 0, dtype=torch.long)}
+    def encode(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        image = to_numpy(inputs["image"], np.int64)
+        return {"image": as_backend(image), "prefix": as_backend(np.empty((image.shape[0], 0), dtype=np.int64))}
 
     def distribution(self, image: int, prefix: tuple[int, ...]) -> dict[int, float]:
         return dict(self.scripts[image].get(prefix, self.default))
 
-    def step(self, tokens: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
+    def step(self, tokens: np.ndarray, state: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        check_index(tokens, "step tokens")
         self.calls.append(int(tokens.shape[0]))
         self.fed.append(tokens.tolist())
-        prefix = torch.cat([state["prefix"], tokens[:, None].long()], dim=1)
+        prefix = np.concatenate([to_numpy(state["prefix"]), tokens[:, None]], axis=1)
         rows = []
-        for image, seq in zip(state["image"].tolist(), prefix.tolist(), strict=True):
+        for image, seq in zip(to_numpy(state["image"]).tolist(), prefix.tolist(), strict=True):
             probs = self.distribution(image, tuple(seq[1:]))
             rows.append([math.log(probs[v]) if probs.get(v, 0.0) > 0 else -math.inf for v in range(self.vocab_size)])
-        return torch.tensor(rows, dtype=torch.float32), {"image": state["image"], "prefix": prefix}
+        logprobs = as_backend(np.asarray(rows, dtype=np.float32).reshape(len(rows), self.vocab_size))
+        return logprobs, {"image": state["image"], "prefix": as_backend(prefix)}
 
-    def select(self, state: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
-        return {name: value.index_select(0, index) for name, value in state.items()}
+    def select(self, state: dict[str, Any], index: np.ndarray) -> dict[str, Any]:
+        check_index(index, "select index")
+        return {name: as_backend(to_numpy(value)[index]) for name, value in state.items()}
 
 
 class RandomStepModel(ScriptedStepModel):
@@ -69,10 +97,10 @@ class RandomStepModel(ScriptedStepModel):
         self.seed, self.sharpness = seed, sharpness
 
     def logprobs(self, image: int, prefix: tuple[int, ...]) -> list[float]:
-        key = zlib.crc32(repr((self.seed, image, prefix)).encode())
-        gen = torch.Generator().manual_seed(key)
-        logits = torch.randn(self.vocab_size, generator=gen, dtype=torch.float64) * self.sharpness
-        return torch.log_softmax(logits, dim=0).tolist()
+        rng = np.random.default_rng(zlib.crc32(repr((self.seed, image, prefix)).encode()))
+        logits = rng.standard_normal(self.vocab_size) * self.sharpness
+        shifted = logits - logits.max()
+        return (shifted - np.log(np.exp(shifted).sum())).tolist()
 
     def distribution(self, image: int, prefix: tuple[int, ...]) -> dict[int, float]:
         return {v: math.exp(lp) for v, lp in enumerate(self.logprobs(image, prefix))}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from edgecap.decoding import DecodeCfg, DecodeInputError, decode, greedy, stack_hypotheses
@@ -89,13 +90,11 @@ def test_no_repeat_ngram_blocks_repeats() -> None:
 
 
 def test_no_repeat_ngram_processor_bans_the_continuation_of_a_seen_bigram() -> None:
-    import torch
-
-    lp = torch.zeros(2, 7)
-    history = torch.tensor([[A, B, D, A], [A, B, C, D]])
+    lp = np.zeros((2, 7), dtype=np.float32)
+    history = np.array([[A, B, D, A], [A, B, C, D]], dtype=np.int64)
     out = NoRepeatNGram(2)(lp, StepContext(4, 10, history))
-    assert torch.isinf(out[0, B]) and out[0].isinf().sum() == 1  # "A B" seen, row ends with A
-    assert torch.isinf(out[1]).sum() == 0  # "D" never continued before
+    assert np.isinf(out[0, B]) and np.isinf(out[0]).sum() == 1  # "A B" seen, row ends with A
+    assert np.isinf(out[1]).sum() == 0  # "D" never continued before
 
 
 def test_decode_dispatches_on_strategy() -> None:
@@ -118,5 +117,6 @@ def test_stack_hypotheses_appends_eos_to_finished_only() -> None:
     model = ScriptedStepModel([GREEDY_VS_BEAM, {(): {A: 1.0}}], default={B: 1.0})
     hyps = [h for row in greedy(model, model.inputs(), CFG.replace(max_len=2)) for h in row]
     tokens, lengths = stack_hypotheses(hyps, pad_id=PAD, eos_id=EOS)
+    assert isinstance(tokens, np.ndarray) and tokens.dtype == np.int64 and lengths.dtype == np.int64
     assert tokens.tolist() == [[A, EOS], [A, B]]
     assert lengths.tolist() == [2, 2]

@@ -6,11 +6,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+import numpy as np
 import pytest
-import torch
 
 from edgecap.decoding import DecodeCfg, DecodeCfgError, decode
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.mask_predict import eos_decay_bias, mask_counts
+from tests.decoding.fakes import as_backend, check_index
 
 PAD, BOS, EOS = 0, 1, 2
 V = 6  # PAD, BOS, EOS, words 3..5
@@ -25,7 +27,8 @@ def row(token: int, p: float) -> list[float]:
 
 
 class ScriptedRefine:
-    """Returns the next scripted (L, V) probability table at every ``refine`` call and records what it was fed."""
+    """Returns the next scripted (L, V) probability table at every ``refine`` call and records what it was fed
+    (state and log-probs in the array type of ``fakes.BACKEND``)."""
 
     length_levels = ((1, 2), (3, 4))
     refine_steps = (2, 3)
@@ -37,17 +40,19 @@ class ScriptedRefine:
         self.fed: list[list[int]] = []
         self.levels: list[list[int]] = []
 
-    def encode(self, inputs: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {"visual": torch.zeros(inputs["features"].shape[0], 1)}
+    def encode(self, inputs: Mapping[str, object]) -> dict[str, object]:
+        return {"visual": as_backend(np.zeros((to_numpy(inputs["features"]).shape[0], 1), dtype=np.float32))}
 
-    def refine(self, tokens: torch.Tensor, length_level: torch.Tensor, state: dict) -> torch.Tensor:
+    def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: dict) -> object:
+        assert type(tokens) is np.ndarray and tokens.dtype == np.int64 and tokens.ndim == 2
+        check_index(length_level, "length_level")
         self.fed.append(tokens[0].tolist())
         self.levels.append(length_level.tolist())
-        table = torch.tensor(self.script[len(self.fed) - 1], dtype=torch.float32)
-        return table.log()[None].expand(tokens.shape[0], -1, -1)
+        table = np.log(np.asarray(self.script[len(self.fed) - 1], dtype=np.float32))
+        return as_backend(np.ascontiguousarray(np.broadcast_to(table[None], (tokens.shape[0], *table.shape))))
 
 
-INPUTS = {"features": torch.zeros(1, 3, 2)}
+INPUTS = {"features": np.zeros((1, 3, 2), dtype=np.float32)}
 CALL1 = [row(3, 0.9), row(4, 0.5), row(5, 0.6), row(EOS, 0.7)]
 CALL2 = [row(3, 0.3), row(5, 0.8), row(5, 0.9), row(EOS, 0.9)]
 CALL3 = [row(4, 0.7), row(4, 0.7), row(3, 0.7), row(EOS, 0.7)]

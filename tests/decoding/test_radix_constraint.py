@@ -6,8 +6,8 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pytest
-import torch
 
 from edgecap.decoding import DecodeCfg, DecodeCfgError, RadixConstraint, RadixSpec, beam_search, greedy, sample
 from edgecap.decoding.processors import StepContext
@@ -73,9 +73,9 @@ def test_mask_matches_max_digit_at_every_position(vocab: FakeRadixVocab, allow_u
     for position in range(vocab.digits):
         prefixes = list(itertools.product(range(vocab.base), repeat=position))
         word = [[1] * vocab.digits]  # one complete earlier word, so t = d + position
-        history = torch.tensor([word[0] + [p + 1 for p in prefix] for prefix in prefixes], dtype=torch.long)
+        history = np.array([word[0] + [p + 1 for p in prefix] for prefix in prefixes], dtype=np.int64)
         t = vocab.digits + position
-        allowed = constraint.allowed(StepContext(t, max_len, history), len(prefixes), vocab.size, torch.device("cpu"))
+        allowed = constraint.allowed(StepContext(t, max_len, history), len(prefixes), vocab.size)
         for row, prefix in enumerate(prefixes):
             bound = vocab.max_digit(position, list(prefix), allow_unk=allow_unk)
             digits_ok = allowed[row, 1 : vocab.base + 1].tolist()
@@ -86,8 +86,8 @@ def test_mask_matches_max_digit_at_every_position(vocab: FakeRadixVocab, allow_u
 
 def test_only_eos_when_no_word_fits_before_max_len() -> None:
     constraint = RadixConstraint.from_vocab(VOCAB)
-    history = torch.tensor([[1, 2, 3, 1]])
-    allowed = constraint.allowed(StepContext(4, 5, history), 1, VOCAB.size, torch.device("cpu"))
+    history = np.array([[1, 2, 3, 1]], dtype=np.int64)
+    allowed = constraint.allowed(StepContext(4, 5, history), 1, VOCAB.size)
     assert allowed[0].tolist() == [False, False, False, False, False, True]
 
 
@@ -168,7 +168,7 @@ def test_from_vocab_checks_layout_and_attributes() -> None:
 def test_vocab_size_mismatch_is_reported() -> None:
     constraint = RadixConstraint(RadixSpec(3, 2, 7))
     with pytest.raises(DecodeCfgError, match="output classes"):
-        constraint(torch.zeros(1, 10), StepContext(0, 5, torch.empty(1, 0, dtype=torch.long)))
+        constraint(np.zeros((1, 10), dtype=np.float32), StepContext(0, 5, np.empty((1, 0), dtype=np.int64)))
 
 
 def test_real_radix_vocab_agrees_with_the_constraint() -> None:

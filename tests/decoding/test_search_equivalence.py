@@ -4,7 +4,8 @@ Randomised over many seeds: beam / greedy / sampling, batch sizes, beam widths w
 forbidden tokens, n-gram blocking, radix constraints of 1–3 digits, length penalties, pruning on and off, and step
 models with tied log-probs, NaN / +inf at always-banned tokens and float16 / float64 outputs. Every hypothesis must
 match bit for bit (tokens, score, per-token log-probs, finished flag; floats compared by ``repr``, so even a signed
-zero counts), and so must the tokens fed to the model at every step.
+zero counts), and so must the tokens fed to the model at every step. The step models return the array type of
+``fakes.BACKEND`` to the numpy search (the reference always gets torch tensors).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import torch
 from torch import Tensor
 
 from edgecap.decoding import DecodeCfg, RadixConstraint, RadixSpec, beam_search, greedy, sample
+from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.processors import ProcessorPlan, StepContext, apply_processors, build_processors
 from tests.decoding import _reference_search as ref
+from tests.decoding.fakes import as_backend, check_index
 
 
 class HashedStepModel:
@@ -36,7 +39,10 @@ class HashedStepModel:
         quantum: round logits to this grid (> 0 makes tied log-probs common).
         eos_id, eos_boost: add ``eos_boost`` to EOS's logit, so hypotheses finish at varied steps.
         poison: token -> value written into its log-prob after normalising (NaN, +inf; use always-banned tokens).
-        dtype: dtype of the returned log-probs.
+        dtype: numpy dtype of the returned log-probs.
+
+    Serves both searches: called with torch tokens (the reference) it returns torch log-probs; called with numpy
+    tokens (the search under test) it checks they are int64 and returns ``fakes.BACKEND`` arrays.
     """
 
     def __init__(
@@ -50,7 +56,7 @@ class HashedStepModel:
         eos_id: int = 2,
         eos_boost: float = 0.0,
         poison: Mapping[int, float] | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: Any = np.float32,
     ) -> None:
         self.images, self.vocab_size, self.seed = images, vocab_size, seed
         self.sharpness, self.quantum, self.eos_id, self.eos_boost = sharpness, quantum, eos_id, eos_boost
@@ -59,12 +65,12 @@ class HashedStepModel:
         self.fed: list[list[int]] = []
         self.selects = 0
 
-    def inputs(self) -> dict[str, Tensor]:
-        return {"image": torch.arange(self.images)}
+    def inputs(self) -> dict[str, Any]:
+        return {"image": as_backend(np.arange(self.images, dtype=np.int64))}
 
-    def encode(self, inputs: Mapping[str, Tensor]) -> dict[str, Tensor]:
-        image = inputs["image"].long()
-        return {"image": image, "prefix": torch.empty(image.shape[0], 0, dtype=torch.long)}
+    def encode(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        image = to_numpy(inputs["image"], np.int64)
+        return {"image": image, "prefix": np.empty((image.shape[0], 0), dtype=np.int64)}
 
     def _row(self, image: int, prefix: tuple[int, ...]) -> np.ndarray:
         rng = np.random.default_rng(zlib.crc32(repr((self.seed, image, prefix)).encode()))
@@ -78,25 +84,42 @@ class HashedStepModel:
             row[token] = value
         return row
 
-    def step(self, tokens: Tensor, state: dict[str, Tensor]) -> tuple[Tensor, dict[str, Tensor]]:
-        self.fed.append(tokens.tolist())
-        prefix = torch.cat([state["prefix"], tokens[:, None].long()], dim=1)
+    def step(self, tokens: Any, state: dict[str, np.ndarray]) -> tuple[Any, dict[str, np.ndarray]]:
+        reference = isinstance(tokens, Tensor)
+        host = tokens.numpy() if reference else check_index(tokens, "step tokens")
+        self.fed.append(host.tolist())
+        prefix = np.concatenate([state["prefix"], host[:, None]], axis=1)
         rows = [self._row(i, tuple(p[1:])) for i, p in zip(state["image"].tolist(), prefix.tolist(), strict=True)]
-        return torch.from_numpy(np.stack(rows)).to(self.dtype), {"image": state["image"], "prefix": prefix}
+        logprobs = np.stack(rows).astype(self.dtype)
+        out = torch.from_numpy(logprobs) if reference else as_backend(logprobs)
+        return out, {"image": state["image"], "prefix": prefix}
 
-    def select(self, state: dict[str, Tensor], index: Tensor) -> dict[str, Tensor]:
+    def select(self, state: dict[str, np.ndarray], index: Any) -> dict[str, np.ndarray]:
         self.selects += 1
-        return {name: value.index_select(0, index) for name, value in state.items()}
+        rows = index.numpy() if isinstance(index, Tensor) else check_index(index, "select index")
+        return {name: value[rows] for name, value in state.items()}
+
+
+class _OnTorch:
+    """A numpy processor as the torch reference calls it (in place on the tensor's memory, like a torch one)."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+
+    def __call__(self, logprobs: Tensor, ctx: StepContext) -> Tensor:
+        out = self.processor(logprobs.numpy(), StepContext(ctx.step, ctx.max_len, ctx.tokens.numpy()))
+        return torch.from_numpy(out)
 
 
 def _reference(model: Any, cfg: DecodeCfg, processors: Sequence[Any] | None = None) -> list[list[Any]]:
-    procs = None if processors is None else list(processors)
+    procs = None if processors is None else [_OnTorch(p) for p in processors]
+    inputs = {"image": torch.arange(model.images)}
     if cfg.strategy == "beam":
-        return ref.beam_search(model, model.inputs(), cfg, procs)
+        return ref.beam_search(model, inputs, cfg, procs)
     if cfg.strategy == "greedy":
-        return ref.decode_rows(model, model.inputs(), cfg, ref.GreedySearch(), 1, procs)
+        return ref.decode_rows(model, inputs, cfg, ref.GreedySearch(), 1, procs)
     search = ref.Sampling(cfg.temperature, cfg.top_k, cfg.seed)
-    return ref.decode_rows(model, model.inputs(), cfg, search, cfg.num_samples, procs)
+    return ref.decode_rows(model, inputs, cfg, search, cfg.num_samples, procs)
 
 
 def _new(model: Any, cfg: DecodeCfg, processors: Sequence[Any] | None = None) -> list[list[Any]]:
@@ -171,7 +194,7 @@ def _random_case(rng: random.Random) -> tuple[Any, DecodeCfg]:
     if rng.random() < 0.2:  # garbage the mask hides: NaN / +inf at PAD and BOS, which are always banned
         model_kw["poison"] = {pad: math.nan, bos: rng.choice([math.inf, math.nan])}
     if rng.random() < 0.2:
-        model_kw["dtype"] = rng.choice([torch.float16, torch.float64])
+        model_kw["dtype"] = rng.choice([np.float16, np.float64])
     return (lambda: HashedStepModel(**model_kw)), cfg
 
 
@@ -206,9 +229,9 @@ def test_matches_when_banned_tokens_hold_nan_or_inf(strategy: str, poison: dict[
 class _Bonus:
     """A dynamic, non-masking processor: rewards one token in rows whose last token is even (not a step_mask)."""
 
-    def __call__(self, logprobs: Tensor, ctx: StepContext) -> Tensor:
+    def __call__(self, logprobs: np.ndarray, ctx: StepContext) -> np.ndarray:
         if ctx.tokens.shape[1]:
-            logprobs[:, 3] += torch.where(ctx.tokens[:, -1] % 2 == 0, 0.25, 0.0)
+            logprobs[:, 3] += np.where(ctx.tokens[:, -1] % 2 == 0, np.float32(0.25), np.float32(0.0))
         return logprobs
 
 
@@ -237,18 +260,18 @@ def test_plan_equals_running_the_processors(seed: int) -> None:
     spec = RadixSpec(4, 2, 13)
     cfg = DecodeCfg(max_len=7, min_len=3, no_repeat_ngram=2, pad_id=0, bos_id=5, eos_id=6, radix=spec)
     processors = build_processors(cfg)
-    plan = ProcessorPlan(processors, cfg.max_len, 7, torch.device("cpu"))
+    plan = ProcessorPlan(processors, cfg.max_len, 7)
     assert plan.needs_history
     history = torch.randint(0, 7, (5, cfg.max_len), generator=g)
     for t in range(cfg.max_len):
         lp = torch.log_softmax(torch.randn(5, 7, generator=g), dim=1)
         lp[0, 0], lp[1, 5] = math.nan, math.inf
         tokens = history[:, :t]
-        expected = apply_processors(ref.build_processors(cfg), lp.clone(), StepContext(t, cfg.max_len, tokens))
-        got = plan(lp, t, tokens)
-        assert got.data_ptr() != lp.data_ptr()  # never writes into the model's buffer
-        assert torch.equal(got.isnan(), expected.isnan())
-        assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+        expected = apply_processors(ref.build_processors(cfg), lp.clone(), StepContext(t, cfg.max_len, tokens)).numpy()
+        given = lp.numpy().copy()
+        got = plan(given, t, tokens.numpy())
+        assert not np.shares_memory(got, given) and np.array_equal(given, lp.numpy(), equal_nan=True)  # never written
+        assert np.array_equal(got, expected, equal_nan=True)
 
 
 @pytest.mark.parametrize(("base", "digits", "words"), [(3, 2, 7), (4, 3, 21), (5, 1, 5), (2, 3, 8), (4, 2, 1)])
@@ -262,7 +285,8 @@ def test_radix_masks_match_the_previous_constraint(base: int, digits: int, words
         history = torch.randint(0, vocab, (40, max_len), generator=g)  # any tokens, PAD/BOS/EOS included
         for t in range(max_len):
             ctx = StepContext(t, max_len, history[:, :t])
-            expected = old.allowed(ctx, 40, vocab, torch.device("cpu"))
-            assert torch.equal(new.allowed(ctx, 40, vocab, torch.device("cpu")), expected), (t, max_len)
+            ctx_np = StepContext(t, max_len, history[:, :t].numpy())
+            expected = old.allowed(ctx, 40, vocab, torch.device("cpu")).numpy()
+            assert np.array_equal(new.allowed(ctx_np, 40, vocab), expected), (t, max_len)
             lp = torch.randn(40, vocab)
-            assert torch.equal(new(lp.clone(), ctx), old(lp.clone(), ctx))
+            assert np.array_equal(new(lp.numpy().copy(), ctx_np), old(lp.clone(), ctx).numpy())

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 
+from edgecap.length import LENGTH_PLANS, check_level, level_of, parse_levels
 from edgecap.models import (
     LaBertCfg,
     LengthLevelError,
@@ -16,7 +17,6 @@ from edgecap.models import (
     create_model,
     get_model_cfg,
 )
-from edgecap.models.length import LENGTH_PLANS, check_level, level_of, parse_levels
 
 
 def closed_form(cfg: LaBertCfg, vocab: int, feat: int) -> int:

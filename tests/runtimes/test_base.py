@@ -9,18 +9,12 @@ import pytest
 import torch
 
 from edgecap.decoding import DecodeCfg, beam_search, greedy, sample
-from edgecap.runtimes import _RUNTIMES as REGISTRY
 from edgecap.runtimes import (
     Runtime,
     RuntimeInputError,
     RuntimeStateError,
     RuntimeStepModel,
     TensorMeta,
-    UnknownRuntimeError,
-    get_runtime_class,
-    list_runtimes,
-    load_runtime,
-    register_runtime,
 )
 
 
@@ -91,20 +85,6 @@ def test_torch_and_numpy_dtypes_share_names() -> None:
     meta.check(torch.zeros(2, dtype=torch.float16), "rt")
 
 
-def test_registry_is_lazy_and_names_missing_backends(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "torch" in list_runtimes()
-    with pytest.raises(UnknownRuntimeError, match="registered"):
-        get_runtime_class("nope")
-    monkeypatch.setitem(REGISTRY, "missing", "edgecap.runtimes.does_not_exist:X")
-    with pytest.raises(UnknownRuntimeError, match="not part of this installation"):
-        get_runtime_class("missing")
-    monkeypatch.setitem(REGISTRY, "fn", f"{__name__}:FunctionRuntime")
-    rt = load_runtime("fn", lambda: {}, {})
-    assert isinstance(rt, FunctionRuntime) and not rt.is_active
-    with pytest.raises(ValueError, match="module:ClassName"):
-        register_runtime("bad", "no_colon")
-
-
 # -- RuntimeStepModel over numpy graphs --------------------------------------------------------------------------------
 
 VOCAB, HIDDEN, FEAT = 9, 5, 4
@@ -130,21 +110,24 @@ def np_step(tokens: np.ndarray, h: np.ndarray, trace: np.ndarray) -> dict:
 
 
 class TorchReference:
-    """The same model written directly as a torch StepModel."""
+    """The same model written directly as a torch StepModel: torch state and log-probs, the search's numpy tokens
+    and row indices converted at its boundary."""
 
     def encode(self, inputs):  # type: ignore[no-untyped-def]
         state = np_encode(inputs["features"].numpy())
         return {k: torch.from_numpy(v) for k, v in state.items()}
 
     def step(self, tokens, state):  # type: ignore[no-untyped-def]
-        out = np_step(tokens.numpy(), state["h"].numpy(), state["trace"].numpy())
+        assert isinstance(tokens, np.ndarray) and tokens.dtype == np.int64
+        out = np_step(tokens, state["h"].numpy(), state["trace"].numpy())
         return torch.from_numpy(out["logprobs"]), {
             "h": torch.from_numpy(out["h_out"]),
             "trace": torch.from_numpy(out["trace_out"]),
         }
 
     def select(self, state, index):  # type: ignore[no-untyped-def]
-        return {k: v.index_select(0, index) for k, v in state.items()}
+        assert isinstance(index, np.ndarray) and index.dtype == np.int64
+        return {k: v.index_select(0, torch.from_numpy(index)) for k, v in state.items()}
 
 
 def numpy_step_model(token_dtype: str = "int64") -> RuntimeStepModel:
@@ -322,19 +305,23 @@ def test_select_with_skipping_matches_plain_gathers(ops: str) -> None:
         assert got == beam_search(model, inputs(), cfg)
 
 
-def test_numpy_ops_from_torch_is_a_view_when_it_can_be() -> None:
+def test_numpy_ops_feed_is_a_view_when_it_can_be() -> None:
     from edgecap.runtimes.bridge import NumpyOps
 
     ops = NumpyOps()
-    tokens = torch.tensor([3, 1, 2])
-    same = ops.from_torch(tokens, "int64")
-    assert same.dtype == np.int64 and np.shares_memory(same, tokens.numpy())  # the decode loop's case: no copy
-    cast = ops.from_torch(tokens, "int32")
+    tokens = np.array([3, 1, 2], dtype=np.int64)
+    assert ops.feed(tokens, "int64") is tokens  # the decode loop's case: the search's own array, no copy
+    cast = ops.feed(tokens, "int32")
     assert cast.dtype == np.int32 and cast.tolist() == [3, 1, 2]
-    strided = ops.from_torch(torch.arange(6)[::2], "int64")
+    strided = ops.feed(np.arange(6)[::2], "int64")
     assert strided.flags.c_contiguous and strided.tolist() == [0, 2, 4]
-    grad = ops.from_torch(torch.ones(2, requires_grad=True), "float32")
+    from_torch = torch.tensor([3, 1, 2])
+    same = ops.feed(from_torch, "int64")  # decode inputs may still be torch tensors (training/eval code)
+    assert same.dtype == np.int64 and np.shares_memory(same, from_torch.numpy())
+    grad = ops.feed(torch.ones(2, requires_grad=True), "float32")
     assert grad.dtype == np.float32 and grad.tolist() == [1.0, 1.0]
-    assert ops.from_torch(torch.tensor([True, False]), "bool").tolist() == [True, False]
-    half = ops.from_torch(torch.ones(2), "float16")
+    assert ops.feed(torch.tensor([True, False]), "bool").tolist() == [True, False]
+    half = ops.feed(torch.ones(2), "float16")
     assert half.dtype == np.float16
+    logprobs = ops.logprobs(np.zeros((2, 3), dtype=np.float16))
+    assert logprobs.dtype == np.float32

@@ -142,23 +142,23 @@ def test_step_model_checks_the_feed_of_every_step() -> None:
     result = exported(TEST_CONFIGS[0])
     with create_ort_step_model(**result.runtime_models("fp32")) as step_model:
         state = step_model.encode(random_images(1))
-        state = step_model.select(state, torch.zeros(3, dtype=torch.long))
-        tokens = torch.full((3,), 5, dtype=torch.long)
+        state = step_model.select(state, np.zeros(3, dtype=np.int64))
+        tokens = np.full(3, 5, dtype=np.int64)
         for _ in range(2):
             logprobs, state = step_model.step(tokens, state)
-        assert logprobs.dtype == torch.float32 and logprobs.shape[0] == 3
+        assert isinstance(logprobs, np.ndarray) and logprobs.dtype == np.float32 and logprobs.shape[0] == 3
         with pytest.raises(RuntimeInputError, match="'tokens' has rank 2"):
             step_model.step(tokens[:, None], state)
         with pytest.raises(RuntimeInputError, match="'self_k' has rank"):
             step_model.step(tokens, {**state, "self_k": state["self_k"][0]})
         logprobs_again, _ = step_model.step(tokens, state)  # the state is untouched by the failed calls
-    np.testing.assert_array_equal(logprobs_again.numpy(), _plain_step_logprobs(result, state, tokens))
+    np.testing.assert_array_equal(logprobs_again, _plain_step_logprobs(result, state, tokens))
 
 
 def _plain_step_logprobs(result, state, tokens):  # type: ignore[no-untyped-def]
     """The step graph run through the public InferenceSession.run wrapper."""
     with OrtRuntime(result.runtime_models("fp32")["step"], direct_run=False) as runtime:
-        return runtime.infer({"tokens": tokens.numpy(), **state})["logprobs"]
+        return runtime.infer({"tokens": tokens, **state})["logprobs"]
 
 
 def test_io_binding_path_matches_plain_run() -> None:

@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
@@ -105,27 +106,27 @@ def test_step_logprobs_match_the_cached_step(case: tuple) -> None:
     assert set(rerun) == expected_state
     assert rerun["prefix"].shape == (BATCH, 0) and rerun["prefix"].dtype == torch.long
     g = torch.Generator().manual_seed(1)
-    tokens = torch.full((BATCH,), cfg.bos_id)
+    tokens = np.full(BATCH, cfg.bos_id, dtype=np.int64)
     for t in range(5):
         lp_cached, cached = cached_model.step(tokens, cached)
         lp_rerun, rerun = rerun_model.step(tokens, rerun)
-        assert lp_rerun.dtype == torch.float32 and lp_rerun.shape == lp_cached.shape
-        torch.testing.assert_close(lp_rerun, lp_cached, atol=1e-5, rtol=1e-5)
+        assert isinstance(lp_rerun, np.ndarray) and lp_rerun.dtype == np.float32 and lp_rerun.shape == lp_cached.shape
+        np.testing.assert_allclose(lp_rerun, lp_cached, atol=1e-5, rtol=1e-5)
         assert rerun["prefix"].shape == (BATCH, t + 1)
-        tokens = torch.randint(3, model.vocab_size, (BATCH,), generator=g)
+        tokens = torch.randint(3, model.vocab_size, (BATCH,), generator=g).numpy()
 
 
 def test_select_gathers_every_entry_and_keeps_prefix_history() -> None:
     model, cfg = build("ort-test")
     step_model = PrefixRerunStepModel(model)
     state = step_model.encode(make_inputs())
-    _, state = step_model.step(torch.full((BATCH,), cfg.bos_id), state)
-    _, state = step_model.step(torch.tensor([5, 6, 7]), state)
-    index = torch.tensor([2, 2, 0, 1])
+    _, state = step_model.step(np.full(BATCH, cfg.bos_id, dtype=np.int64), state)
+    _, state = step_model.step(np.array([5, 6, 7], dtype=np.int64), state)
+    index = np.array([2, 2, 0, 1], dtype=np.int64)
     picked = step_model.select(state, index)
     assert set(picked) == set(PREFIX_STATE)
     for name in PREFIX_STATE:
-        assert torch.equal(picked[name], state[name][index])
+        assert torch.equal(picked[name], state[name][torch.from_numpy(index)])
     assert picked["prefix"].tolist() == [[1, 7], [1, 7], [1, 5], [1, 6]]
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 
@@ -69,15 +70,15 @@ def test_int8_graphs_run_mask_predict_close_to_fp32() -> None:
     int8 = quantize_labert_int8(fp32_models, calib, _cfg(1), preset="cpu-avx2", max_refine_feeds=32)
     assert int8.info["refine"]["role"] == "step" and int8.info["refine"]["feeds"] == 32
     images = random_images(6, regions=7, seed=11)
-    tokens = torch.randint(0, WORD_VOCAB + 1, (6, 14), generator=torch.Generator().manual_seed(5))
-    levels = torch.full((6,), 2)
+    tokens = torch.randint(0, WORD_VOCAB + 1, (6, 14), generator=torch.Generator().manual_seed(5)).numpy()
+    levels = np.full(6, 2, dtype=np.int64)
     with (
         create_ort_refine_model(**fp32_models, intra_op_threads=1) as fp32,
         create_ort_refine_model(int8.models["encoder"], int8.models["refine"], intra_op_threads=1) as quant,
     ):
         want = fp32.refine(tokens, levels, fp32.encode(images)).argmax(-1)
         have = quant.refine(tokens, levels, quant.encode(images)).argmax(-1)
-        assert (want == have).float().mean() >= 0.6  # measured 0.77 (a saturating INT8 graph gives ~0.1)
+        assert (want == have).mean() >= 0.6  # measured 0.77 (a saturating INT8 graph gives ~0.1)
         for level in (1, 4):
             high = varied_model().cfg.levels[level - 1][1]
             assert all(len(h[0].tokens) <= high for h in decode(quant, images, _cfg(level)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import Tensor, nn
@@ -147,13 +148,13 @@ def test_batch_equals_single_images(model: ToyCaptioner) -> None:
 def test_select_gathers_every_state_tensor_on_its_device(model: ToyCaptioner) -> None:
     step_model = TorchStepModel(model)
     state = step_model.encode(make_inputs())
-    _, state = step_model.step(torch.full((3,), BOS), state)
-    index = torch.tensor([2, 2, 0, 1])
+    _, state = step_model.step(np.full(3, BOS, dtype=np.int64), state)
+    index = np.array([2, 2, 0, 1], dtype=np.int64)
     picked = step_model.select(state, index)
     assert set(picked) == set(STATE)
     for name in STATE:
         assert picked[name].shape[0] == 4
-        assert torch.equal(picked[name], state[name][index])
+        assert torch.equal(picked[name], state[name][torch.from_numpy(index)])
         assert picked[name].device == state[name].device
     assert picked["cache"].shape[1] == 1
 
