@@ -41,13 +41,12 @@ MinMax needs no histogram; Entropy/Percentile suit fixed-shape encoder feeds (th
 from __future__ import annotations
 
 import dataclasses
-import platform
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from edgecap.calibration.source import CalibrationError
+from edgecap.runtimes.cpu import detect_cpu_preset
 
 __all__ = [
     "CALIBRATION_METHODS",
@@ -222,37 +221,6 @@ def get_preset(preset: str | QuantPreset) -> QuantPreset:
 
 
 #: /proc/cpuinfo flags of int8 dot-product instructions that accumulate without int16 saturation.
-VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "avx512vnni", "amx_int8")
-ARM_MACHINES = ("aarch64", "arm64", "armv8l")
-
-
-def detect_cpu_preset(cpuinfo: str | None = None, machine: str | None = None) -> str:
-    """The CPU preset for a machine: ``arm64`` on 64-bit ARM, ``cpu-vnni`` on x86 with a VNNI flag, else ``cpu-avx2``.
-
-    Args:
-        cpuinfo: the text of ``/proc/cpuinfo``; default read from this machine (empty where it does not exist).
-        machine: ``platform.machine()``; default this machine's.
-
-    Without flags to read (macOS, Windows, containers hiding ``/proc``) an x86 machine gets ``cpu-avx2``: its
-    ``reduce_range`` costs one bit of weight resolution but never saturates, on any x86 CPU.
-    """
-    machine = (machine if machine is not None else platform.machine()).lower()
-    if machine in ARM_MACHINES:
-        return "arm64"
-    if cpuinfo is None:
-        path = Path("/proc/cpuinfo")
-        try:
-            cpuinfo = path.read_text(errors="replace") if path.is_file() else ""
-        except OSError:
-            cpuinfo = ""
-    flags: set[str] = set()
-    for line in cpuinfo.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip().lower() in ("flags", "features"):
-            flags.update(value.split())
-    if "asimddp" in flags:  # an ARM kernel reporting dot-product support under an unusual machine name
-        return "arm64"
-    return "cpu-vnni" if flags & set(VNNI_FLAGS) else "cpu-avx2"
 
 
 # -- built-in presets ------------------------------------------------------------------------------------------------

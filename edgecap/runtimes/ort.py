@@ -549,7 +549,7 @@ def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether this CPU runs the INT8 variant's preset correctly: a preset built for VNNI (no ``reduce_range``) or for
     ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise.
     ``cpu-avx2`` graphs are safe everywhere."""
-    from edgecap.calibration.presets import detect_cpu_preset
+    from edgecap.runtimes.cpu import detect_cpu_preset
 
     preset = str(variant.get("preset") or variant.get("target") or "")
     here = detect_cpu_preset()
