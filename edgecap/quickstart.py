@@ -32,6 +32,7 @@ class QuickstartCfg:
 
 def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[str, Any]:
     """Run every stage, reusing finished ones (dataset, feature cache, a completed run) when re-run."""
+    from edgecap.bundle.reader import default_bundle_dir
     from edgecap.bundle.report import bundle_table
     from edgecap.cli.features import default_cache_dir
     from edgecap.data.feature_cache import extract_features
@@ -39,7 +40,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.evaluation import print_result
     from edgecap.evaluation.run_eval import evaluate_run
     from edgecap.export import require_onnx_stack
-    from edgecap.runs import default_bundle_dir, default_run_dir
+    from edgecap.runs import default_run_dir
     from edgecap.runtimes.torch import resolve_device
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train

@@ -133,7 +133,8 @@ def default_bundle_out(model_or_run: Any) -> Path:
     :class:`~edgecap.runs.TrainedRun` the model name its config records (only ``config.json`` is read)."""
     import json
 
-    from edgecap.runs import TrainedRun, default_bundle_dir
+    from edgecap.bundle.reader import default_bundle_dir
+    from edgecap.runs import TrainedRun
 
     if isinstance(model_or_run, TrainedRun):
         return default_bundle_dir(str(model_or_run.config["model"]["name"]))
