@@ -3,7 +3,7 @@
 A caption of ``n`` words belongs to the level whose range holds ``n``; levels are numbered from 1, as in the paper
 (``length_level=1`` is the roughest). The 4-level plan is ``[1,9], [10,14], [15,19], [20,25]`` and the 5-level plan
 ``[1,9], [10,13], [14,17], [18,21], [22,25]`` (Table 1). The official code uses ``(7, 9)`` for level 1 and has no
-level for captions shorter than 7 words; we follow the paper's ``[1, 9]`` (reference notes §2.1).
+level for captions shorter than 7 words (bearcatt/LaBERT); we follow the paper's ``[1, 9]``.
 
 Length is counted in words, without EOS (a radix vocabulary's digit tokens are counted per word by the caller).
 """

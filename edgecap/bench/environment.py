@@ -1,4 +1,4 @@
-"""The environment block of a report: what the numbers depend on (``deployment-ecosystem.md`` §5.3).
+"""The environment block of a report: what the numbers depend on.
 
 CPU model, physical and logical cores, the CPUs this process may use, thread settings, memory, software versions
 (edgecap, Python, torch + CUDA, onnxruntime + its execution providers, onnx, numpy), GPUs and driver, Jetson

@@ -1,10 +1,10 @@
 """Timing primitives: a warm-up-excluded, duration-based repeat loop, latency statistics, and a timing proxy around a
 :class:`~edgecap.decoding.StepModel`.
 
-The loop follows optimum-benchmark's latency tracker (``/work/shared/reference/deployment-ecosystem.md`` §5.2): a
+The loop follows optimum-benchmark's latency tracker: a
 number of untimed warm-up calls, then timed calls until *both* a minimum count and a minimum timed duration are
 reached, so a fast configuration gets enough samples for a stable median and a slow one is not cut at a handful.
-Statistics are those MLPerf and optimum-benchmark report (§5.1, §5.2): mean, sample standard deviation, relative
+Statistics are those MLPerf Inference and optimum-benchmark report: mean, sample standard deviation, relative
 standard deviation, p50/p90/p95/p99 (linear interpolation between order statistics, ``numpy.percentile``'s default,
 which optimum-benchmark uses), plus a distribution-free 95 % confidence interval of the median so noise is visible.
 

@@ -1,4 +1,4 @@
-"""Bundles: the unit users move around (``/work/shared/ARCHITECTURE.md``, seam 4).
+"""Bundles: the unit users move around — everything ``Captioner.load(bundle)`` needs, in one directory.
 
 A bundle is one directory::
 

@@ -1,11 +1,11 @@
 """INT8 quantisation presets per deployment target: one frozen :class:`QuantPreset` each, registered by name.
 
-The right scheme depends on the target's integer kernels, not on the model (``environment-findings.md`` §3):
+The right scheme depends on the target's integer kernels, not on the model:
 
 - ``tensorrt``: signed INT8 activations and weights, both symmetric (zero point 0), per-channel weights, QDQ with a
-  dedicated Q/DQ pair per consumer — what TensorRT's explicit quantization requires (``deployment-ecosystem.md``
-  §2.4, §3.3). Weights are stored as INT8 initialisers behind a ``DequantizeLinear`` (the DQ-only weight form
-  TensorRT's ONNX parser and ModelOpt's ``--dq_only`` accept), so the file shrinks about 4×.
+  dedicated Q/DQ pair per consumer — what TensorRT's explicit quantization requires (TensorRT documentation,
+  "Explicit Versus Implicit Quantization"). Weights are stored as INT8 initialisers behind a ``DequantizeLinear``
+  (the DQ-only weight form TensorRT's ONNX parser and ModelOpt's ``--dq_only`` accept), so the file shrinks about 4×.
 - ``cpu-avx2``: x86 without VNNI. ONNX Runtime's U8S8 kernels multiply with ``vpmaddubsw``, which saturates its
   int16 pair sums; S8S8 graphs are converted to U8S8 internally and hit the same limit. Measured on a Zen3: S8S8
   symmetric gave encoder top-1 agreement 12 % and was slower than FP32. Hence unsigned (asymmetric) activations,
@@ -32,9 +32,9 @@ values the ReLU6 then clips: on the quickstart's pixels-in ``acort-xsmall`` (Eff
 graph, ``cpu-vnni``) INT8 caption agreement with FP32 rose from 35 % to 62 % with the fold. Activation×activation
 matmuls (attention scores, attention × values), ``Softmax``, the additive attention mask (−1e4), the KV cache and
 normalisation stay float: quantising the masked score path raised the decoder's emulated error from 0.018 to 0.82
-(§3, pitfall 3). Matmul *outputs* are not quantised either (TensorRT's recommended Q/DQ placement is on op inputs,
-and ONNX Runtime then fuses ``DQ → MatMul`` into ``MatMulIntegerToFloat``), so logits and attention scores leave the
-integer kernels in float. Calibration is MinMax by default: decoder feeds vary in batch and cache length, and
+(its scores hold ``-inf``/−1e4). Matmul *outputs* are not quantised either (TensorRT's recommended Q/DQ placement is on
+op inputs, and ONNX Runtime then fuses ``DQ → MatMul`` into ``MatMulIntegerToFloat``), so logits and attention scores
+leave the integer kernels in float. Calibration is MinMax by default: decoder feeds vary in batch and cache length, and
 MinMax needs no histogram; Entropy/Percentile suit fixed-shape encoder feeds (the ``tensorrt`` preset's encoder).
 """
 

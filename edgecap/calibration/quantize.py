@@ -67,7 +67,7 @@ _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 DECODER_ROWS_PER_FEED = 8
 DECODER_FEED_BYTES = 256 << 20
 #: TensorRT line used when no tensorrt package tells us the version: 10.3, JetPack 6's (the last TensorRT line on
-#: Jetson Orin that reads implicit-INT8 calibration tables; deployment-ecosystem.md §4.1).
+#: Jetson Orin that reads implicit-INT8 calibration tables; JetPack 6 Orin stays on TensorRT 10).
 DEFAULT_TRT_VERSION = "10.3.0"
 
 
@@ -479,7 +479,7 @@ def _calibrate_and_quantize(
     kwargs = preset.quantize_kwargs(policy)
     if policy.method in HISTOGRAM_METHODS:
         # one feed per collect pass: bounded memory, and ORT's histogram collector cannot stack feeds of different
-        # shapes (environment-findings.md §3, pitfall 5)
+        # shapes (it raises "inhomogeneous shape"; MinMax accepts them)
         kwargs["extra_options"]["CalibStridedMinMax"] = 1
     out_path = tmp / "int8.onnx"
     try:

@@ -4,7 +4,7 @@ The step graph's inputs are the previous token and the decoder state: cross-atte
 self-attention cache that grows by one position per step. Random tensors are poor calibration data for it: the
 cache's values, its length distribution and the tokens all come from the model's own decoding. So we decode the
 calibration images with the FP32 model (greedy or beam search, exactly the deployed :class:`DecodeCfg`) and keep the
-feeds of the step calls — what optimum leaves to its users (``deployment-ecosystem.md`` §2.2).
+feeds of the step calls — what optimum and ONNX Runtime leave to their users.
 
 Memory stays bounded: :class:`FeedRecorder` keeps every ``every``-th step feed and at most ``max_feeds`` of them (and at
 most ``max_bytes``), as a uniform random sample of all steps once the cap is reached (reservoir sampling, Vitter's

@@ -1,6 +1,6 @@
 """``CalibrationSource``: an iterable of feed dicts plus a cache path, and its adapters for ONNX Runtime and TensorRT.
 
-Modelled on Polygraphy's ``Calibrator(data_loader, cache)`` (``/work/shared/STYLE.md``, interface 6): the source
+Modelled on Polygraphy's ``Calibrator(data_loader, cache)``: the source
 says *what* to calibrate on and *where* the result is remembered; each backend reads it through a thin adapter.
 
 - :class:`OrtCalibrationReader`: ONNX Runtime's ``CalibrationDataReader`` protocol (``get_next`` returning a feed
@@ -9,7 +9,7 @@ says *what* to calibrate on and *where* the result is remembered; each backend r
 - :class:`TrtCalibrator`: TensorRT's ``IInt8EntropyCalibrator2`` protocol (``get_batch_size``, ``get_batch`` with
   device pointers, ``read/write_calibration_cache``). It is plain Python; :meth:`TrtCalibrator.as_tensorrt` wraps it
   in a real ``tensorrt.IInt8EntropyCalibrator2`` subclass, importing ``tensorrt`` only then. Implicit-INT8
-  calibrators were deprecated in TensorRT 10.1 and removed in 11 (``deployment-ecosystem.md`` §3.1): for TensorRT 11
+  calibrators were deprecated in TensorRT 10.1 and removed in 11 (TensorRT release notes): for TensorRT 11
   build from the explicit QDQ graph of the ``tensorrt`` preset instead. The cache is TensorRT's calibration table.
 
 A source is re-iterable when built from a sequence, a re-iterable collection or a zero-argument callable returning

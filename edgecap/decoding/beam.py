@@ -1,6 +1,6 @@
 """Batched beam search: B images × K beams in one (B·K, V) array, batch-major (beams of an image are contiguous).
 
-Follows the ACORT/ORT reference design (self-critical.pytorch ``batch_beam_search``; reference-code notes §1.4) with
+Follows the ACORT/ORT reference design (self-critical.pytorch ``batch_beam_search``) with
 fairseq's 2K-candidate trick:
 
 - **Step 0** feeds BOS once per image (B rows), so the K beams start from K *different* tokens; the state is expanded

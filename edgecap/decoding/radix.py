@@ -1,7 +1,7 @@
 """Search-time masking of illegal radix digit sequences (ACORT's radix tokens).
 
 The ACORT reference decodes without restriction and repairs illegal output afterwards: EOS or BOS mid-word and digit
-pairs whose index exceeds the vocabulary all become ``<unk>`` (reference-code notes §1.1, "Invalid combinations").
+pairs whose index exceeds the vocabulary all become ``<unk>`` (jiahuei/sparse-image-captioning).
 Masking them while searching instead means every beam slot holds a decodable caption, and the search returns the
 best *legal* sequence under the model.
 

@@ -1,11 +1,11 @@
 """Float16 ONNX graphs: float16 weights and compute, float32 inputs/outputs, float32 islands where parity needs them.
 
-Precision lives in the graph (TensorRT 11 is strongly typed only; ``deployment-ecosystem.md`` §3.1), so the same
+Precision lives in the graph (TensorRT 11 builds strongly typed networks only), so the same
 file runs on TensorRT 10/11 and ONNX Runtime CUDA. The conversion is onnxconverter-common's
 ``convert_float_to_float16(keep_io_types=True)`` with two additions:
 
 - its graph-output bug (a graph output that is also consumed inside the graph, or is a graph input passed through,
-  gets the wrong type; ``environment-findings.md`` §4) is avoided by routing every such output through its own
+  gets the wrong type and the model fails to load) is avoided by routing every such output through its own
   ``Identity`` first;
 - the block list comes from the spec's :class:`~edgecap.export.spec.Fp16Policy`: op types (normalisation,
   softmax, exp/log, sin/cos) plus the forward cone of chosen float32 inputs up to the first learned projection.

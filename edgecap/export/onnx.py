@@ -1,11 +1,11 @@
 """torch -> ONNX export driven by an :class:`~edgecap.export.spec.ExportSpec`.
 
-Per graph: trace with the dynamo exporter (``dynamo=True``, ``external_data=False``, ``dynamic_shapes`` from the
-spec's dims, example sizes >= 2 — ``environment-findings.md`` §2) or compose already exported graphs; then
-``onnx.checker`` + shape inference, simplification (onnxslim, or ONNX Runtime's *basic* offline optimiser, which
-adds no ``com.microsoft`` ops), a portability check (no ``If``/``Loop``/``Scan``, standard domain only, so the same
-file feeds TensorRT), metadata (opset, edgecap version, model name, precision, graph role), the other precisions,
-and numeric parity against torch on fresh inputs. Nothing here knows a model family: everything comes from the spec.
+Per graph: trace with the dynamo exporter (``dynamo=True``, ``external_data=False``, ``dynamic_shapes`` from the spec's
+dims, example sizes >= 2: a size of 1 gets specialised and baked into reshapes) or compose already exported graphs; then
+``onnx.checker`` + shape inference, simplification (onnxslim, or ONNX Runtime's *basic* offline optimiser, which adds no
+``com.microsoft`` ops), a portability check (no ``If``/``Loop``/``Scan``, standard domain only, so the same file feeds
+TensorRT), metadata (opset, edgecap version, model name, precision, graph role), the other precisions, and numeric
+parity against torch on fresh inputs. Nothing here knows a model family: everything comes from the spec.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``ExportSpec``: what a model family declares once so that export, parity checks and runtimes never branch on it.
 
-Modelled on optimum's ``OnnxConfig`` (``/work/shared/STYLE.md``, interface 5): one frozen spec per model lists its
+Modelled on optimum's ``OnnxConfig``: one frozen spec per model lists its
 graphs; per graph the input/output names, the dynamic axes, a dummy-input function and the tolerances per precision;
 plus the dimension ranges, the opset and the graphs a runtime loads. ``edgecap.export.onnx`` and
 ``edgecap.export.parity`` read only the spec.
@@ -77,8 +77,8 @@ class DimSpec:
     """A named dynamic dimension: its range (what an engine profile covers) and the size export traces with.
 
     ``example`` must not be 0 or 1: the dynamo exporter specialises a dimension whose example size is 0/1 and bakes
-    that size into reshapes (``/work/shared/reference/environment-findings.md`` §2). A dimension with
-    ``min == max`` is static and needs no example rule.
+    that size into reshapes, so ONNX Runtime rejects any other size. A dimension with ``min == max`` is static
+    and needs no example rule.
     """
 
     name: str

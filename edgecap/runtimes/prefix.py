@@ -3,8 +3,9 @@
 The original ORT code (``models/CaptionModel.py``) and ExpansionNet's ``beam_search``/ONNX export keep no decoder
 cache: every step feeds the whole token prefix through the decoder again (re-projecting the encoder keys/values in
 every layer and computing the output projection at every position) and keeps only the last position's log-probs
-(``/work/shared/reference``: ACORT/ORT notes §1.4, ExpansionNet notes §2 and §6.1). The cost of step ``t`` grows with
-``t``, so a caption of T tokens costs O(T²) decoder positions against O(T) for :class:`TorchStepModel`.
+(yahoo/object_relation_transformer; jchenghu/ExpansionNet_v2 ``models/captioning_model.py``, ``onnx4tensorrt/``).
+The cost of step ``t`` grows with ``t``, so a caption of T tokens costs O(T²) decoder positions against O(T) for
+:class:`TorchStepModel`.
 
 This adapter reproduces that mode behind the same :class:`~edgecap.decoding.StepModel` protocol, so the one beam
 search runs on it unchanged. It is the honest baseline for the cached-decoding benchmark

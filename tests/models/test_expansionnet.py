@@ -89,7 +89,7 @@ def test_parameter_counts_follow_the_closed_form(name: str) -> None:
 
 
 def test_v2_head_matches_the_reference_arithmetic() -> None:
-    """About 38.6 M for the captioning head at V = 10,000 on Swin-L features (reference notes §1.1)."""
+    """About 38.6 M for the captioning head at V = 10,000 on Swin-L features (the official code's layer sizes)."""
     count = count_model_parameters("expansionnet-v2", vocab_size=10000, feature_dim=1536)
     assert abs(count - 38.6e6) / 38.6e6 < 0.01
 

@@ -85,7 +85,7 @@ def test_step_matches_teacher_forcing_without_mask_and_in_reference_mode(name):
 @torch.no_grad()
 def test_a_module_keyed_cache_would_fail_this_check():
     """The ACORT reference keeps one cache per module; with (0x2) sharing the module's cache grows twice per step
-    and mixes depths (reference notes, appendix A). Emulate it to show the comparison above catches the bug."""
+    and mixes depths (jiahuei/sparse-image-captioning). Emulate it to show the comparison above catches the bug."""
     model = small_model("acort-test")
     assert model.decoder.layers.layer_map == (0, 0)
     features, boxes, mask = visual()

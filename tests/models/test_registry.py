@@ -44,12 +44,13 @@ TABLE_1 = {
     "acort-small": 4.2,
     "acort-xsmall": 2.57,
 }
-# Exact totals of the reference (model_params.json for ACORT-base/small; the reference notes' recount otherwise).
+# Exact totals of the reference: model_params.json of the published ACORT-base/small checkpoints; a recount of the
+# reference code's layers otherwise.
 EXACT = {"acort-base": 14_979_347, "acort-small": 4_213_779, "acort-xsmall": 2_567_435, "ort-base": 55_443_777}
 
 
 def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
-    """The reference notes' §1.3 formula, generalised: what ORT/ACORT count, shared layers once."""
+    """Closed-form parameter count, generalised over the configs: what ORT/ACORT count, shared layers once."""
     d, f = cfg.d_model, cfg.d_ff
     linear = d * d + d
     attention = (3 if cfg.share_att else 4) * linear

@@ -17,7 +17,7 @@ with the row normalisation ``Ψ(X, ε)_ij = x_ij / (Σ_z x_iz + ε)`` (v2 Eq. 6,
   one matrix; the backward normalisation runs within each group's columns and the summed group reconstructions are
   scaled by ``1/|G|`` ("scaled by the inverse number of lengths in each block"). ``G = (N,)`` is v1's static layer.
 - **Dynamic Expansion** (decoder): ``N_E`` slots per position, ``q_{t,n} = C x_t + E_Q[n]`` and
-  ``β_{t,n} = C x_t + E_B[n]`` (v1 Eq. 3, v2 Eq. 4). Autoregressive masks (reference code, notes §1.4): slot
+  ``β_{t,n} = C x_t + E_B[n]`` (v1 Eq. 3, v2 Eq. 4). Autoregressive masks (official code): slot
   ``(t, n)`` reads only ``x_s`` with ``s ≤ t`` (forward mask), output ``i`` reads only slots with ``t ≤ i`` (backward
   mask), normalised jointly over all its ``(i+1)·N_E`` slots. Hence past slots never change and
   :meth:`DynamicExpansion.step` caches them (as their forward coefficients), processing only the new token

@@ -6,8 +6,9 @@ Sharing: a :class:`LayerStack` owns each *unique* layer once (``unique``) and a 
 layer runs at each *position*. Positions that share a layer run the same module object, so its parameters,
 gradients and optimiser state exist once — but anything that differs per position, above all the decoder's
 self-attention cache, is indexed by position. (The ACORT reference keyed the cache by module and mixed keys from
-different depths; reference notes, appendix A.) Keeping the unique layers in one ``ModuleList`` instead of listing
-a module several times also keeps ``state_dict`` free of aliased entries, which safetensors refuses to save.
+different depths, so its cached decoding disagreed with teacher forcing.) Keeping the unique layers in one
+``ModuleList`` instead of listing a module several times also keeps ``state_dict`` free of aliased entries, which
+safetensors refuses to save.
 """
 
 from __future__ import annotations
