@@ -21,13 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.images import BackboneInputs, BackboneMismatchError, PixelInputs, backbone_from_spec
 from edgecap.runtimes.registry import CaptionerError
 
 log = logging.getLogger(__name__)
 
-#: Precisions a bundle can hold, in the order ``precision="auto"`` would consider them.
-PRECISIONS = ("fp32", "fp16", "int8")
 
 __all__ = [
     "BackboneInputs",

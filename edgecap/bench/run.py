@@ -44,10 +44,10 @@ from edgecap.bench.report import (
     Skip,
     Throughput,
 )
+from edgecap.precisions import PRECISIONS
 
 __all__ = ["PRECISIONS", "BenchCfg", "BenchCfgError", "link_results", "run_benchmark"]
 
-PRECISIONS = ("fp32", "fp16", "int8")
 RERUN = "torch-rerun"
 #: ``BenchCfg.length_levels`` value meaning every level of each bundle's plan.
 ALL_LEVELS = "all"

@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
@@ -52,7 +53,7 @@ FORMAT = "edgecap-bundle"
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
 #: Precisions a bundle can hold, best-known first in reports.
-PRECISION_ORDER = ("fp32", "fp16", "int8")
+PRECISION_ORDER = PRECISIONS  # the bundle-format name of edgecap.precisions.PRECISIONS
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import beam_option, device_option, fail
+from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.registry import list_runtimes
 
 
@@ -30,7 +31,7 @@ from edgecap.runtimes.registry import list_runtimes
 )
 @click.option(
     "--precision",
-    type=click.Choice(["auto", "fp32", "fp16", "int8"]),
+    type=click.Choice(["auto", *PRECISIONS]),
     default="auto",
     show_default=True,
     help="Bundles: which exported variant (auto = the best for the runtime).",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgecap._lazy import lazy_getattr
+from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtimes.registry import (
     LoadedRuntime,
@@ -46,7 +47,7 @@ register_runtime(
         graph_runtime="edgecap.runtimes.ort:OrtRuntime",
         requires=("onnxruntime",),
         install=_ORT_INSTALL,
-        precisions=("fp32", "fp16", "int8"),
+        precisions=PRECISIONS,
         auto_rank=0,
     )
 )
