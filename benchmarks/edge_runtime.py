@@ -25,6 +25,7 @@ Writes ``edge_runtime.json`` and ``edge_runtime.md`` (atomically) into ``--out``
 from __future__ import annotations
 
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -41,7 +42,40 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 #: What ``pip install "<repo>[cpu]"`` adds per variant: the oldest supported ONNX Runtime needs numpy 1.x.
-VARIANTS: dict[str, tuple[str, ...]] = {"cpu": (), "oldest-ort": ("onnxruntime==1.18.1", "numpy<2")}
+VARIANTS: dict[str, tuple[str, ...]] = {
+    "cpu": (),
+    "oldest-ort": ("onnxruntime==1.18.1", "numpy<2"),
+    "py310": (),  # the oldest supported Python (JetPack 6's), with the newest packages that support it
+}
+#: Variants built with another interpreter than this one: variant -> the ``pythonX.Y`` executable name.
+VARIANT_PYTHONS: dict[str, str] = {"py310": "python3.10"}
+
+
+def find_python(name: str) -> str | None:
+    """A working interpreter called ``name`` (``python3.10``): on PATH, or in a pyenv install; None when absent."""
+    candidates = [shutil.which(name), *sorted(glob.glob(str(Path.home() / ".pyenv" / "versions" / "*" / "bin" / name)))]
+    for candidate in filter(None, candidates):
+        done = subprocess.run([candidate, "-c", "import venv"], capture_output=True, check=False)
+        if done.returncode == 0:
+            return candidate
+    return None
+
+
+def variant_python(variant: str) -> str | None:
+    """The interpreter a variant is built with: None for this one's.
+
+    Raises:
+        FileNotFoundError: the variant needs an interpreter this machine lacks.
+    """
+    name = VARIANT_PYTHONS.get(variant)
+    if name is None:
+        return None
+    found = find_python(name)
+    if found is None:
+        raise FileNotFoundError(f"variant {variant!r} needs {name}, which is not installed here")
+    return found
+
+
 TARGETS = {"env_mb": 150.0, "rss_mb": 200.0, "cold_start_s": 1.0}
 #: Installed by ``venv`` for installing, not needed to run: reported apart from the runtime's own size.
 INSTALLER_PACKAGES = ("pip", "setuptools", "pkg_resources", "_distutils_hack", "wheel", "distutils-precedence.pth")
@@ -148,8 +182,10 @@ def build_runtime_venv(
         RuntimeError: venv creation or pip failed (pip's stderr tail in the message).
     """
     dest, repo = Path(dest), Path(repo)
+    interpreter = str(python or getattr(sys, "_base_executable", None) or sys.executable)
     request = {
         "extra": extra,
+        "python": interpreter,
         "pins": list(pins),
         "sources": _source_digest(repo),
     }
@@ -161,7 +197,6 @@ def build_runtime_venv(
     if dest.exists():
         shutil.rmtree(dest)
     start = time.perf_counter()
-    interpreter = str(python or getattr(sys, "_base_executable", None) or sys.executable)
     subprocess.run([interpreter, "-m", "venv", str(dest)], check=True, capture_output=True, env=clean_env())
     venv_python = dest / "bin" / "python"
     with tempfile.TemporaryDirectory(prefix="edgecap-src-") as tmp:
@@ -418,6 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         venv = build_runtime_venv(
             (args.venv_root or args.out) / f"venv-{variant}",
             pins=VARIANTS[variant],
+            python=variant_python(variant),
         )
         print(f"{variant}: venv at {venv.path}", file=sys.stderr)
         env = clean_env({"EDGECAP_HOME": home})

@@ -62,7 +62,11 @@ def _pyproject_gap() -> str | None:
 def runtime_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
     """A runtime-only venv per variant (``cpu``, ``oldest-ort``), built once per session."""
     dest = tmp_path_factory.getbasetemp() / "edge-venvs" / request.param
-    return EDGE.build_runtime_venv(dest, ROOT, pins=EDGE.VARIANTS[request.param])
+    try:
+        python = EDGE.variant_python(request.param)
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    return EDGE.build_runtime_venv(dest, ROOT, pins=EDGE.VARIANTS[request.param], python=python)
 
 
 PROBE = f"""
@@ -166,3 +170,39 @@ def test_edgecap_bench_runs_in_the_runtime_install(
     assert [(r["runtime"], r["backbone"]) for r in report["results"]] == [("ort", "graph")]
     assert "pip install 'edgecap[train]'" in report["skipped"][0]["reason"]
     assert any("need matplotlib" in note for note in report["notes"])
+
+
+NO_ENGINE = """
+import sys
+from edgecap import Captioner
+from edgecap.runtimes.registry import CaptionerError
+try:
+    Captioner.load(sys.argv[1])
+except CaptionerError as exc:
+    print(exc)
+"""
+
+
+def test_without_an_inference_engine_the_error_names_the_extra(
+    tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """``pip install edgecap`` alone (no onnxruntime, no torch): loading a bundle and ``edgecap caption`` say which
+    extra to install, instead of an ImportError."""
+    from tests.bundle.helpers import pixel_bundle
+
+    venv = EDGE.build_runtime_venv(tmp_path_factory.getbasetemp() / "edge-venvs" / "base", ROOT, extra=None)
+    assert "onnxruntime" not in venv.packages and "torch" not in venv.packages
+    bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
+    done = venv.run(NO_ENGINE, str(bundle), env={"EDGECAP_HOME": str(tmp_path / "home")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "edgecap[cpu]" in done.stdout and "edgecap[gpu]" in done.stdout
+    image = str(next((tiny_data[0] / "images").iterdir()))
+    cli = EDGE.subprocess.run(
+        [str(venv.edgecap), "caption", image, "--model", str(bundle)],
+        capture_output=True,
+        text=True,
+        env=EDGE.clean_env({"EDGECAP_HOME": str(tmp_path / "home")}),
+        cwd=venv.path,
+        check=False,
+    )
+    assert cli.returncode != 0 and "edgecap[cpu]" in cli.stderr and "Traceback" not in cli.stderr
