@@ -45,7 +45,11 @@ def run_series(runs: int, out: Path, bench_args: list[str]) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="reports to measure (ignored with --reports)")
-    parser.add_argument("--target", type=float, help="count the runs whose decoder-loop speed-up is below this")
+    parser.add_argument(
+        "--target",
+        type=float,
+        help="count the runs below this speed-up (decoder loop; end to end for pixels-in vs torch backbone)",
+    )
     parser.add_argument("--out", type=Path, help="directory for the reports and series.md / series.json")
     parser.add_argument("--reports", type=Path, nargs="+", help="summarise these report directories/files instead")
     parser.add_argument("bench_args", nargs=argparse.REMAINDER, help="after --: the edgecap bench options")
@@ -59,7 +63,8 @@ def main() -> None:
         if args.runs < 1:
             parser.error("--runs must be >= 1")
         paths = run_series(args.runs, args.out, bench_args)
-    series = ratio_series(load_report(p).results for p in paths)
+    reports = [load_report(p) for p in paths]
+    series = ratio_series((r.results, r.bundles) for r in reports)
     if not series:
         raise SystemExit("no comparison found in these reports (each needs both runtimes of a comparison)")
     lines = [

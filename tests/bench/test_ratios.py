@@ -7,7 +7,15 @@ import dataclasses
 import pytest
 
 from edgecap.bench.markdown import format_markdown
-from edgecap.bench.ratios import decode_ms, headline_ratios, loop_ms, ratio_lines, ratio_series, series_lines
+from edgecap.bench.ratios import (
+    BACKBONE_COMPARISON,
+    decode_ms,
+    headline_ratios,
+    loop_ms,
+    ratio_lines,
+    ratio_series,
+    series_lines,
+)
 from edgecap.bench.report import Quality
 from tests.bench.conftest import make_report, make_result, replace
 
@@ -81,11 +89,21 @@ def test_series_lines_show_median_range_and_runs_below_the_target() -> None:
     _, torch, ort, _ = _results()
     reports = [[_with(torch, decoder_ms=ms), ort] for ms in (9.0, 12.0, 14.0)]  # loops 10, 13, 15 ms over 5 ms
     lines = series_lines(ratio_series(reports), target=2.5)
-    assert lines[0].endswith("| loop < 2.5× |")
+    assert lines[0].endswith("| decode | end to end | judged < 2.5× |")
     row = "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 3 | 2.60× (2.00–3.00) |"
     assert lines[2].startswith(row)
     assert lines[2].endswith("| 1 of 3 |")
-    assert "loop <" not in series_lines(ratio_series(reports))[0]
+    assert "judged <" not in series_lines(ratio_series(reports))[0]
+
+
+def test_a_backbone_series_is_judged_end_to_end() -> None:
+    """Reports of a pixels-in and a torch-backbone bundle of one run: the series pairs them (bundles passed along)
+    and counts the runs below the target on the end-to-end span, the one the backbone changes."""
+    reports = [(_backbone_results(), _backbone_bundles()) for _ in range(3)]
+    (series,) = [s for s in ratio_series(reports) if s.comparison == BACKBONE_COMPARISON]
+    assert series.runs == 3 and series.judged == series.end_to_end and len(series.end_to_end) == 3
+    assert series.below(100.0) == 3 and series.below(0.1) == 0
+    assert not [s for s in ratio_series([r for r, _ in reports]) if s.comparison == BACKBONE_COMPARISON]
 
 
 def _backbone_bundles(run_b: str = "run-a"):  # type: ignore[no-untyped-def]
