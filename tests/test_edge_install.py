@@ -18,18 +18,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TRAIN_ONLY = {
-    "torch",
-    "torchvision",
-    "timm",
-    "onnx",
-    "onnxscript",
-    "matplotlib",
-    "pycocoevalcap",
-    "safetensors",
-    "tqdm",
-    "rich",
-}
+from tests.test_import_graph import TRAIN_ONLY  # noqa: E402  (one list of the [train]-only packages)
 
 
 def _script() -> Any:

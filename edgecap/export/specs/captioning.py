@@ -120,6 +120,14 @@ class StepGraph(nn.Module):
 
 
 # -- dummy inputs ----------------------------------------------------------------------------------------------------
+def pixel_parity_sizes(sizes: Sequence[Mapping[str, int]], backbone: Any) -> tuple[dict[str, int], ...]:
+    """Parity sizes for a spec whose encoder takes pixels: the backbone fixes the number of regions (its grid), so
+    the ``regions`` dimension is dropped from every size; unchanged for a features-in spec (``backbone`` None)."""
+    if backbone is None:
+        return tuple(dict(s) for s in sizes)
+    return tuple({k: v for k, v in s.items() if k != "regions"} for s in sizes)
+
+
 def random_boxes(batch: int, regions: int, generator: torch.Generator) -> torch.Tensor:
     """Valid normalised ``(x1, y1, x2, y2)`` boxes (B, N, 4) with sizes in [0.05, 0.6]."""
     corner = torch.rand(batch, regions, 2, generator=generator) * 0.8
@@ -349,8 +357,7 @@ def captioning_spec(
             {"batch": 3, "regions": 4, "past": 1},
             {"batch": 6, "regions": 9, "past": max_past},
         )
-    if backbone is not None:
-        parity_sizes = tuple({k: v for k, v in s.items() if k != "regions"} for s in parity_sizes)
+    parity_sizes = pixel_parity_sizes(parity_sizes, backbone)
     meta = {
         "state_names": ",".join(names),
         "updated_state_names": ",".join(updated),

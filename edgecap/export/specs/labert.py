@@ -23,7 +23,13 @@ import torch
 from torch import nn
 
 from edgecap.export.spec import DimSpec, ExportSpec, Fp16Policy, GraphSpec, Tolerance, register_export_spec
-from edgecap.export.specs.captioning import PIXEL_INPUT, VISUAL_INPUTS, random_boxes, random_mask
+from edgecap.export.specs.captioning import (
+    PIXEL_INPUT,
+    VISUAL_INPUTS,
+    pixel_parity_sizes,
+    random_boxes,
+    random_mask,
+)
 from edgecap.runtimes.refine import refine_metadata
 
 __all__ = ["LABERT_FP16", "LABERT_TOLERANCES", "labert_export_spec"]
@@ -180,8 +186,7 @@ def labert_export_spec(
         {"batch": 3, "regions": 4, "length": 1},
         {"batch": 4, "regions": 9, "length": max_len},
     )
-    if backbone is not None:
-        parity_sizes = tuple({k: v for k, v in s.items() if k != "regions"} for s in parity_sizes)
+    parity_sizes = pixel_parity_sizes(parity_sizes, backbone)
     return ExportSpec(
         name=name or "labert",
         graphs=graphs,
