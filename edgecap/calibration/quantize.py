@@ -28,6 +28,7 @@ import inspect
 import io
 import json
 import logging
+import re
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -72,14 +73,37 @@ DEFAULT_TRT_VERSION = "10.3.0"
 
 
 # -- onnxruntime plumbing --------------------------------------------------------------------------------------------
+#: The oldest onnxruntime INT8 export is tested with (exported bundles run on >= 1.18).
+MIN_QUANTIZE_ORT = (1, 32)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    """``"1.32.0"`` / ``"1.18.1+cu12"`` -> ``(1, 32, 0)``: the leading numeric parts of a version."""
+    parts = []
+    for piece in version.split("+")[0].split("."):
+        digits = re.match(r"\d+", piece)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+        if digits.group() != piece:
+            break
+    return tuple(parts)
+
+
 def _ort_quantization() -> Any:
     try:
         import onnxruntime.quantization as ortq
     except ImportError as exc:
         raise ImportError("INT8 quantisation needs onnxruntime: pip install 'edgecap[cpu]' (or [gpu])") from exc
-    if "calibration_cache_path" not in inspect.signature(ortq.quantize_static).parameters:
-        import onnxruntime
+    import onnxruntime
 
+    if _release(onnxruntime.__version__) < MIN_QUANTIZE_ORT:
+        raise ImportError(
+            f"INT8 export needs onnxruntime >= {'.'.join(map(str, MIN_QUANTIZE_ORT))} (installed: "
+            f"{onnxruntime.__version__}; older quant_pre_process fails on graphs with external data, seen with 1.30); "
+            "running bundles needs only >= 1.18: upgrade onnxruntime where you export"
+        )
+    if "calibration_cache_path" not in inspect.signature(ortq.quantize_static).parameters:
         raise ImportError(
             f"onnxruntime {onnxruntime.__version__} is too old: edgecap's INT8 path needs quantize_static("
             "calibration_cache_path=...) (onnxruntime PR #28221, May 2026; present in 1.32): upgrade onnxruntime"

@@ -432,3 +432,17 @@ def test_an_activation_right_after_a_conv_is_folded_into_it_and_others_stay_floa
         _conv_block(), feeds, get_preset("cpu-vnni").replace(roles={"encoder": float_policy}), role="encoder"
     )
     assert "relu6" in {n.name for n in plain.model.graph.node}  # without the fold the Clip stays
+
+
+def test_int8_export_refuses_an_onnxruntime_older_than_it_is_tested_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    import onnxruntime
+
+    from edgecap.calibration import quantize
+
+    assert quantize._release("1.32.0") == (1, 32, 0) and quantize._release("1.18.1+cu118") == (1, 18, 1)
+    assert quantize._release("1.33.0rc1") == (1, 33, 0)
+    monkeypatch.setattr(onnxruntime, "__version__", "1.30.0")
+    with pytest.raises(
+        ImportError, match=r"INT8 export needs onnxruntime >= 1\.32.*running bundles needs only >= 1\.18"
+    ):
+        quantize._ort_quantization()
