@@ -7,7 +7,16 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._home import edgecap_home
-from edgecap.training.checkpoint import CONFIG, VOCAB, WEIGHTS, RunError, load_weights, read_config
+from edgecap.training.checkpoint import (
+    CONFIG,
+    VOCAB,
+    WEIGHTS,
+    NotARunError,
+    RunError,
+    load_weights,
+    read_config,
+    run_file,
+)
 
 
 def default_run_dir(model_name: str) -> Path:
@@ -16,7 +25,11 @@ def default_run_dir(model_name: str) -> Path:
 
 def resolve_run(name_or_path: str | Path) -> Path:
     """A run directory from a path, or from a model name trained earlier with ``edgecap train``/``quickstart``."""
+    from edgecap.bundle.reader import describe_directory, is_bundle
+
     path = Path(name_or_path)
+    if is_bundle(path):
+        raise NotARunError(describe_directory(path, "run"))
     if (path / CONFIG).is_file():
         return path
     candidate = default_run_dir(str(name_or_path))
@@ -61,7 +74,7 @@ def load_run(name_or_path: str | Path, device: str = "cpu", weights: str = WEIGH
 
     path = resolve_run(name_or_path)
     config = read_config(path)
-    vocab_path = path / VOCAB
+    vocab_path = run_file(path, VOCAB, "vocabulary")
     if not vocab_path.is_file():
         raise RunError(f"{path} has no {VOCAB}: the weights cannot be decoded without their vocabulary")
     vocab = load_vocab(vocab_path)
@@ -71,6 +84,6 @@ def load_run(name_or_path: str | Path, device: str = "cpu", weights: str = WEIGH
             f"{config['model']['vocab_size']}: vocab and weights do not belong together"
         )
     model = build_model_from_config(config, vocab.size)
-    load_weights(model, path / weights)
+    load_weights(model, run_file(path, str(weights), "weights"))
     model.to(device).eval()
     return TrainedRun(path=path, model=model, vocab=vocab, config=config)

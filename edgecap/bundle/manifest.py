@@ -37,6 +37,7 @@ __all__ = [
     "BundleIntegrityError",
     "BundleNotFoundError",
     "BundleVersionError",
+    "bundle_file",
     "check_relative_path",
     "hash_files",
     "jsonable",
@@ -108,12 +109,42 @@ def hash_files(root: str | Path) -> dict[str, dict[str, Any]]:
     return {name: {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size} for name in files}
 
 
-def check_relative_path(name: str, where: str) -> str:
-    """``name`` if it is a plain relative path inside the bundle (no absolute path, no ``..``), else BundleError."""
+def check_relative_path(
+    name: Any, where: str, error: type[ValueError] = BundleError, inside: str = "the bundle"
+) -> str:
+    """``name`` if it is a plain relative path inside the bundle (no absolute path, no ``..``), else ``error``
+    (BundleError unless a caller, such as a run directory, names its own)."""
+    if not isinstance(name, str):
+        raise error(f"{where}: {name!r} is not a relative path inside {inside} (not a string)")
     pure = PurePosixPath(name)
-    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name:
-        raise BundleError(f"{where}: {name!r} is not a relative path inside the bundle")
+    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name or (len(name) > 1 and name[1] == ":"):
+        raise error(f"{where}: {name!r} is not a relative path inside {inside}")
     return name
+
+
+def bundle_file(
+    root: str | Path,
+    name: Any,
+    where: str,
+    listed: Collection[str] | None = None,
+    error: type[ValueError] = BundleError,
+    inside: str = "the bundle",
+) -> Path:
+    """The one path rule for every file a bundle (or a run directory) names: ``root / name`` when ``name`` is a
+    relative path inside ``root`` (:func:`check_relative_path`), that stays inside ``root`` once symlinks are resolved,
+    and, when ``listed`` is given (a manifest's ``files``), is one of the listed files; else ``error``.
+
+    Checksums are verified separately (:func:`verify_files`), before a loader opens the file.
+    """
+    name = check_relative_path(name, where, error, inside)
+    if listed is not None and name not in listed:
+        raise error(f"{where}: {name!r} is not listed in the manifest's 'files' (every file a bundle uses must be)")
+    base = Path(root).resolve()
+    path = Path(root) / name
+    target = path.resolve()
+    if target != base and base not in target.parents:
+        raise error(f"{where}: {name!r} resolves to {target}, outside {inside} {base} (a symlink leaving it?)")
+    return path
 
 
 # -- versions --------------------------------------------------------------------------------------------------------
@@ -258,9 +289,15 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
         missing_roles = [r for r in interface["runtime_graphs"] if r not in runtime_files]
         if missing_roles:
             raise BundleError(f"{vwhere}: no graph file for runtime role(s) {missing_roles}")
-        for role, name in {**runtime_files, **variant.get("graphs", {})}.items():
-            if not isinstance(name, str) or name not in files:
-                raise BundleError(f"{vwhere}: graph {role!r} file {name!r} is not listed in 'files'")
+        graphs = variant.get("graphs", {})
+        if not isinstance(graphs, dict):
+            raise BundleError(f"{vwhere}: field 'graphs' must be dict, got {type(graphs).__name__}")
+        for field, entries in (("files", runtime_files), ("graphs", graphs)):  # each checked: a key may be in both
+            for role, name in entries.items():
+                fwhere = f"{vwhere} {field}[{role!r}]"
+                check_relative_path(name, fwhere)
+                if name not in files:
+                    raise BundleError(f"{fwhere}: graph file {name!r} is not listed in 'files'")
     return data
 
 
@@ -282,7 +319,11 @@ def verify_files(root: str | Path, manifest: Mapping[str, Any], hashed: Collecti
     listed: Mapping[str, Mapping[str, Any]] = manifest["files"]
     problems: list[str] = []
     for name, entry in listed.items():
-        path = root / name
+        try:
+            path = bundle_file(root, name, MANIFEST_NAME)
+        except BundleError as exc:
+            problems.append(str(exc))
+            continue
         if not path.is_file():
             problems.append(f"{name}: missing (listed in {MANIFEST_NAME})")
             continue

@@ -30,14 +30,24 @@ from edgecap.bundle.manifest import (
     BundleIntegrityError,
     BundleNotFoundError,
     BundleVersionError,
-    check_relative_path,
+    bundle_file,
     is_newer_version,
     parse_manifest,
     summary_rows,
     verify_files,
 )
 
-__all__ = ["CONFIG_NAME", "VOCAB_NAME", "WEIGHTS_NAME", "Bundle", "is_bundle", "load_bundle"]
+__all__ = [
+    "CONFIG_NAME",
+    "RUN_KEYS",
+    "VOCAB_NAME",
+    "WEIGHTS_NAME",
+    "Bundle",
+    "describe_directory",
+    "directory_kind",
+    "is_bundle",
+    "load_bundle",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +58,62 @@ WEIGHTS_NAME = "weights.safetensors"
 LENGTH_LEVEL = "length_level"
 
 
+#: The sections a training run's ``config.json`` always has (``edgecap.training.loop`` writes them); a bundle's
+#: ``config.json`` has no ``train`` section.
+RUN_KEYS = ("model", "train")
+
+
 def is_bundle(path: str | Path) -> bool:
     """Whether ``path`` is a directory with a bundle manifest (nothing is verified)."""
     return (Path(path) / MANIFEST_NAME).is_file()
+
+
+def directory_kind(path: str | Path) -> str:
+    """What a directory is, without guessing: ``"bundle"`` (it has ``manifest.json``), ``"run"`` (its
+    ``config.json`` is a JSON object with the run's sections :data:`RUN_KEYS`), ``"config-only"`` (a
+    ``config.json`` that is neither: a half-copied bundle, or another tool's file), ``"missing"`` (not a directory)
+    or ``"neither"``. Nothing is verified."""
+    path = Path(path)
+    if not path.is_dir():
+        return "missing"
+    if is_bundle(path):
+        return "bundle"
+    config = path / CONFIG_NAME
+    if not config.is_file():
+        return "neither"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return "config-only"
+    if isinstance(data, dict) and all(key in data for key in RUN_KEYS):
+        return "run"
+    return "config-only"
+
+
+def describe_directory(path: str | Path, expected: str) -> str:
+    """A sentence saying what ``path`` is when it is not the ``expected`` kind (``"bundle"`` or ``"run"``), and what
+    to use instead."""
+    kind = directory_kind(path)
+    if kind == "bundle":
+        return (
+            f"{path} is a bundle, not a training run: use Captioner.load({str(path)!r}) "
+            f"(`edgecap caption IMAGE --model {path}` works with bundles)"
+        )
+    if kind == "run":
+        return (
+            f"{path} is a training run, not a bundle: use Captioner.from_run({str(path)!r}), or make a bundle of it "
+            f"with `edgecap export --model {path}`"
+        )
+    if kind == "config-only":
+        return (
+            f"{path} has {CONFIG_NAME} but no {MANIFEST_NAME}: not a bundle (a half-copied bundle?) and not a "
+            f"training run (no {' and '.join(repr(k) for k in RUN_KEYS)} sections)"
+        )
+    if kind == "missing":
+        return f"{path} is not a directory: expected a {'bundle' if expected == 'bundle' else 'training run'}"
+    if expected == "bundle":
+        return f"{path} is not an edgecap bundle: {MANIFEST_NAME} is missing (create one with `edgecap export`)"
+    return f"{path} is not an edgecap run: {CONFIG_NAME} is missing"
 
 
 def default_bundle_dir(model_name: str) -> Path:
@@ -197,7 +260,7 @@ class Bundle:
     def backbone_weights(self) -> Path | None:
         """The backbone's local weights file carried in the bundle (None for packaged or absent weights)."""
         name = self.config.get("backbone_weights")
-        return self.path / name if name else None
+        return self.file(name, f"{CONFIG_NAME} backbone_weights") if name else None
 
     @property
     def max_words(self) -> int:
@@ -223,7 +286,7 @@ class Bundle:
         files = self.variant(precision)["files"]
         if role not in files:
             raise BundleError(f"bundle {self.path}: the {precision} variant has no {role!r} graph ({sorted(files)})")
-        return self.path / files[role]
+        return self.file(files[role], f"{MANIFEST_NAME} variants[{precision!r}] files[{role!r}]")
 
     def quality(self, precision: str) -> dict[str, Any] | None:
         """The task-level check of a variant (CIDEr-D/agreement vs FP32 on the held-out set), if one was run."""
@@ -233,11 +296,42 @@ class Bundle:
         """One row per variant: size, parity, task-level quality (see :func:`~edgecap.bundle.manifest.summary_rows`)."""
         return summary_rows(self.manifest)
 
+    # -- files -----------------------------------------------------------------------------------------------------
+    def file(self, name: Any, where: str) -> Path:
+        """The path of a file the bundle names (``where`` says which field, for errors) under the one path rule:
+        relative, inside the bundle once symlinks are resolved, and listed in the manifest's ``files``
+        (:func:`~edgecap.bundle.manifest.bundle_file`). Checksums are :meth:`verify`'s job, before a loader reads it.
+
+        Raises:
+            BundleIntegrityError: the name breaks the rule.
+        """
+        try:
+            return bundle_file(self.path, name, f"bundle {self.path}: {where}", self.manifest["files"])
+        except BundleError as exc:
+            raise BundleIntegrityError(str(exc)) from None
+
+    @property
+    def vocab_file(self) -> str:
+        """The vocabulary's name in the bundle (``config.json``'s ``vocab.file``, ``vocab.json`` by default)."""
+        return self.config["vocab"].get("file", VOCAB_NAME)
+
+    @property
+    def weights_file(self) -> str:
+        """The torch weights' name in the bundle (``config.json``'s ``weights``, ``weights.safetensors`` by default)."""
+        return self.config.get("weights", WEIGHTS_NAME)
+
+    def named_files(self) -> dict[str, str]:
+        """Every file ``config.json`` names, by field: the vocabulary, the torch weights and the backbone weights."""
+        named = {"vocab.file": self.vocab_file, "weights": self.weights_file}
+        if self.config.get("backbone_weights") is not None:
+            named["backbone_weights"] = self.config["backbone_weights"]
+        return named
+
     # -- loading parts ---------------------------------------------------------------------------------------------
     def load_vocab(self) -> Any:
         from edgecap.data.vocab import load_vocab
 
-        path = self.path / self.config["vocab"].get("file", VOCAB_NAME)
+        path = self.file(self.vocab_file, f"{CONFIG_NAME} vocab.file")
         try:
             return load_vocab(path)
         except (ValueError, FileNotFoundError) as exc:
@@ -250,7 +344,7 @@ class Bundle:
 
         model = build_model_from_config(self.config, int(self.config["model"]["vocab_size"]))
         try:
-            load_weights(model, self.path / self.config.get("weights", WEIGHTS_NAME))
+            load_weights(model, self.file(self.weights_file, f"{CONFIG_NAME} weights"))
         except RunError as exc:
             raise BundleConfigError(f"bundle {self.path}: {exc}") from exc
         return model.to(device).eval()
@@ -273,7 +367,7 @@ class Bundle:
         supported = onnx.defs.onnx_opset_version()
         for precision in precisions if precisions is not None else self.precisions:
             for role, name in self.variant(precision)["files"].items():
-                path = self.path / name
+                path = self.file(name, f"{MANIFEST_NAME} variants[{precision!r}] files[{role!r}]")
                 try:
                     model = onnx.load(str(path), load_external_data=False)
                 except Exception as exc:  # protobuf raises DecodeError and friends
@@ -291,11 +385,11 @@ class Bundle:
     def used_files(self, precision: str | None = None, *, weights: bool = False) -> list[str]:
         """The bundle files a runtime reads: ``config.json``, the vocabulary, the graphs of ``precision`` (if any),
         the torch weights (``weights=True``) and the backbone weights the bundle carries."""
-        names = [CONFIG_NAME, self.config["vocab"].get("file", VOCAB_NAME)]
+        names = [CONFIG_NAME, self.vocab_file]
         if precision is not None:
             names += list(self.variant(precision)["files"].values())
         if weights:
-            names.append(self.config.get("weights", WEIGHTS_NAME))
+            names.append(self.weights_file)
         if self.config.get("backbone_weights"):
             names.append(self.config["backbone_weights"])
         return list(dict.fromkeys(names))
@@ -368,9 +462,7 @@ def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Se
     if not path.is_dir():
         raise BundleNotFoundError(f"bundle not found: {path} is not a directory")
     if not manifest_path.is_file():
-        raise BundleNotFoundError(
-            f"{path} is not an edgecap bundle: {MANIFEST_NAME} is missing (create one with `edgecap export`)"
-        )
+        raise BundleNotFoundError(describe_directory(path, "bundle"))
     manifest = parse_manifest(_read_json(manifest_path, "bundle manifest"), str(manifest_path))
     if verify not in (True, False, "used"):
         raise ValueError(f"verify must be True, False or 'used', got {verify!r}")
@@ -381,13 +473,8 @@ def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Se
     config_path = path / CONFIG_NAME
     if CONFIG_NAME not in manifest["files"] or not config_path.is_file():
         raise BundleIntegrityError(f"bundle {path}: {CONFIG_NAME} is missing")
+    bundle_file(path, CONFIG_NAME, f"bundle {path}: {MANIFEST_NAME}", manifest["files"], BundleIntegrityError)
     config = _parse_config(_read_json(config_path, "bundle config"), str(config_path))
-    for key, default in (("weights", WEIGHTS_NAME), ("backbone_weights", None)):
-        name = config.get(key, default)
-        if name is not None and check_relative_path(name, f"{config_path} {key}") not in manifest["files"]:
-            raise BundleIntegrityError(
-                f"bundle {path}: {key} file {name!r} named in {CONFIG_NAME} is not in the bundle"
-            )
     if manifest["model"]["name"] != config["model"]["name"]:
         raise BundleConfigError(
             f"bundle {path}: {MANIFEST_NAME} describes model {manifest['model']['name']!r} but {CONFIG_NAME} "
@@ -397,6 +484,8 @@ def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Se
     if written_by and is_newer_version(written_by, __version__):
         log.warning("bundle %s was written by edgecap %s, newer than this %s", path, written_by, __version__)
     bundle = Bundle(path=path, manifest=manifest, config=config)
+    for field, name in bundle.named_files().items():  # every file config.json names, under the one path rule
+        bundle.file(name, f"{CONFIG_NAME} {field}")
     if verify == "used":
         bundle.verify(bundle.used_files())
     _check_vocab(bundle)
@@ -419,6 +508,6 @@ def _check_vocab(bundle: Bundle) -> None:
         problems.append(f"{vocab.size} classes vs the model's {bundle.config['model']['vocab_size']} outputs")
     if problems:
         raise BundleConfigError(
-            f"bundle {bundle.path}: {bundle.config['vocab'].get('file', VOCAB_NAME)} does not match {CONFIG_NAME} "
+            f"bundle {bundle.path}: {bundle.vocab_file} does not match {CONFIG_NAME} "
             f"({'; '.join(problems)}): vocabulary and weights do not belong together"
         )

@@ -35,6 +35,18 @@ class RunError(ValueError):
     """A run directory is missing, incomplete or inconsistent."""
 
 
+class NotARunError(RunError):
+    """The directory is not a training run: a bundle, a half-copied bundle, or neither (the message says which)."""
+
+
+def run_file(run_dir: str | Path, name: str, where: str) -> Path:
+    """``run_dir / name`` under the bundles' one path rule (:func:`edgecap.bundle.manifest.bundle_file`): a relative
+    path inside the run directory that stays inside it once symlinks are resolved; else RunError."""
+    from edgecap.bundle.manifest import bundle_file
+
+    return bundle_file(run_dir, name, f"{run_dir}: {where}", error=RunError, inside="the run directory")
+
+
 def save_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Atomic safetensors save; shared layers (ACORT) are stored once."""
     with atomic_path(path) as tmp:
@@ -88,8 +100,9 @@ def load_training_state(run_dir: Path, model: torch.nn.Module) -> dict[str, Any]
     target = run_dir / LAST
     if not (target / "state.pt").is_file():
         return None
-    load_weights(model, target / WEIGHTS)
-    return torch.load(target / "state.pt", map_location="cpu", weights_only=True)
+    load_weights(model, run_file(run_dir, (LAST / WEIGHTS).as_posix(), "the last checkpoint's weights"))
+    state = run_file(run_dir, (LAST / "state.pt").as_posix(), "the last checkpoint's state")
+    return torch.load(state, map_location="cpu", weights_only=True)
 
 
 def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
@@ -103,10 +116,19 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
+    """A run's ``config.json``; NotARunError when the directory is a bundle or its config has not the run's
+    sections (:data:`edgecap.bundle.reader.RUN_KEYS`)."""
+    from edgecap.bundle.reader import RUN_KEYS, describe_directory, is_bundle
+
     path = Path(run_dir) / CONFIG
+    if is_bundle(run_dir):
+        raise NotARunError(describe_directory(run_dir, "run"))
     if not path.is_file():
-        raise RunError(f"{run_dir} is not an edgecap run: {CONFIG} is missing")
+        raise NotARunError(f"{run_dir} is not an edgecap run: {CONFIG} is missing")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(run_file(run_dir, CONFIG, CONFIG).read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
         raise RunError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(config, dict) or any(key not in config for key in RUN_KEYS):
+        raise NotARunError(describe_directory(run_dir, "run"))
+    return config
