@@ -91,6 +91,7 @@ class Captioner:
         from edgecap.captioning import DEFAULT_LENGTH_LEVEL, decode_cfg_for, decoder_for
         from edgecap.runs import load_run
 
+        _check_beam(beam)
         trained = load_run(run, device=device)
         backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
         overrides: dict[str, Any] = {}
@@ -175,8 +176,7 @@ class Captioner:
             )
         opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
         beam = opened.beam if beam is None else beam
-        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-            raise CaptionerError(f"beam must be an integer >= 1, got {beam!r}")
+        _check_beam(beam)
         request = LoadRequest(
             precision=precision, threads=threads or None, providers=providers, device=device, verify=verify
         )
@@ -267,15 +267,22 @@ def bundle_decode_cfg(bundle: Any, vocab: Any, beam: int, length_level: int | No
     return decode_cfg_for(vocab, beam_size=beam, max_words=bundle.max_words, **overrides)
 
 
+def _check_beam(beam: Any) -> None:
+    from edgecap.decoding.config import MAX_BEAM
+
+    if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
+        raise CaptionerError(f"beam must be an integer in 1..{MAX_BEAM} (MAX_BEAM), got {beam!r}")
+
+
 def _check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:
     """A clear error for a level out of range, or for a model without length control (LaBERT §3.1)."""
-    from edgecap.length import LengthLevelError, check_level
+    from edgecap.length import NO_LENGTH_CONTROL, LengthLevelError, check_level
 
     levels = getattr(decoder, "length_levels", None) or known or None
     if levels is None:
         levels = getattr(getattr(decoder, "model", None), "length_levels", None)
     if levels is None and "length_level" not in _encoder_inputs(decoder):
-        raise LengthLevelError("this model has no length control; length_level needs LaBERT or a *-len model")
+        raise LengthLevelError(NO_LENGTH_CONTROL)
     if levels:
         check_level(tuple(levels), level)
 

@@ -13,6 +13,7 @@ import pytest
 from edgecap import Captioner
 from edgecap.bundle import BundleError, BundleIntegrityError, load_bundle
 from edgecap.captioner import CaptionerError
+from edgecap.decoding.config import MAX_BEAM
 from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
@@ -104,8 +105,9 @@ def test_requests_the_bundle_or_machine_cannot_serve(pixels, tiny_data, tmp_path
         Captioner.load(region_bundle(tiny_data, tmp_path_factory), runtime="torch", precision="int8")
     with pytest.raises(CaptionerError, match=r"unknown runtime 'tensorflow'; registered: \['ort', 'torch'"):
         Captioner.load(bundle, runtime="tensorflow")
-    with pytest.raises(CaptionerError, match="beam must be an integer >= 1"):
-        Captioner.load(bundle, beam=0)
+    for beam in (0, MAX_BEAM + 1, 2000):
+        with pytest.raises(CaptionerError, match=rf"beam must be an integer in 1\.\.{MAX_BEAM} \(MAX_BEAM\)"):
+            Captioner.load(bundle, beam=beam)
     with pytest.raises(CaptionerError, match="precision must be 'auto' or one of"):
         Captioner.load(bundle, precision="bf16")
 
