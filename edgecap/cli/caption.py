@@ -80,6 +80,12 @@ def caption(
     from edgecap.bundle.reader import find_bundle
     from edgecap.captioner import Captioner, SkippedImageWarning
 
+    if not skip_bad_images:  # before a model is loaded, not after
+        missing = [str(p) for p in images if not p.is_file()]
+        if missing:
+            shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+            fail(f"no such image file ({len(missing)} of {len(images)}): {shown}; --skip-bad-images captions the rest")
+
     try:
         bundle = find_bundle(model)
         if bundle is not None:
