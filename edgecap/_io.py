@@ -14,6 +14,14 @@ from typing import Any
 
 
 def _umask() -> int:
+    # Linux reports the umask without changing it; elsewhere it is read by setting and restoring it.
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -22,6 +30,21 @@ def _umask() -> int:
 def _apply_default_mode(path: Path, mode: int) -> None:
     # mkstemp/mkdtemp create private (0600/0700) entries; give outputs the usual umask-based permissions.
     os.chmod(path, mode & ~_umask())
+
+
+def _apply_default_modes(root: Path) -> None:
+    """Give every file and folder under ``root`` at least the permissions a plain ``open``/``mkdir`` would (0666/0777
+    less the umask): writers such as safetensors' ``save_model`` create private 0600 files; execute bits are kept."""
+    mask = _umask()
+    for folder, dirs, files in os.walk(root):
+        for name in dirs:
+            entry = os.path.join(folder, name)
+            if not os.path.islink(entry):
+                os.chmod(entry, (os.stat(entry).st_mode | 0o777) & 0o7777 & ~mask)
+        for name in files:
+            entry = os.path.join(folder, name)
+            if not os.path.islink(entry):
+                os.chmod(entry, (os.stat(entry).st_mode | 0o666) & 0o7777 & ~mask)
 
 
 @contextlib.contextmanager
@@ -118,6 +141,7 @@ def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path
     _apply_default_mode(tmp, 0o777)
     try:
         yield tmp
+        _apply_default_modes(tmp)
         if path.exists():
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)

@@ -34,9 +34,18 @@ __all__ = [
     "Captioner",
     "CaptionerError",
     "PixelInputs",
+    "SkippedImageWarning",
     "backbone_from_spec",
     "bundle_decode_cfg",
 ]
+
+
+class SkippedImageWarning(UserWarning):
+    """``Captioner.batch(..., errors="skip")`` left out an image it could not load or preprocess."""
+
+    def __init__(self, index: int, image: Any, error: Exception) -> None:
+        super().__init__(f"image {index} skipped: {error}")
+        self.index, self.image, self.error = index, image, error
 
 
 # -- the captioner ---------------------------------------------------------------------------------------------------
@@ -91,6 +100,7 @@ class Captioner:
         from edgecap.captioning import DEFAULT_LENGTH_LEVEL, decode_cfg_for, decoder_for
         from edgecap.runs import load_run
 
+        _check_beam(beam)
         trained = load_run(run, device=device)
         backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
         overrides: dict[str, Any] = {}
@@ -175,8 +185,7 @@ class Captioner:
             )
         opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
         beam = opened.beam if beam is None else beam
-        if isinstance(beam, bool) or not isinstance(beam, int) or beam < 1:
-            raise CaptionerError(f"beam must be an integer >= 1, got {beam!r}")
+        _check_beam(beam)
         request = LoadRequest(
             precision=precision, threads=threads or None, providers=providers, device=device, verify=verify
         )
@@ -205,8 +214,15 @@ class Captioner:
         in :attr:`decode_cfg` (for a bundle: the default recorded at export, ``DEFAULT_LENGTH_LEVEL`` = 2)."""
         return self.batch([image], length_level=length_level)[0]
 
-    def batch(self, images: Any, batch_size: int = 16, length_level: int | None = None) -> list[str]:
+    def batch(
+        self, images: Any, batch_size: int = 16, length_level: int | None = None, errors: str = "raise"
+    ) -> list[str | None]:
         """Captions for ``images`` (paths, PIL images or arrays; one H×W×3 array is one image), in order.
+
+        ``errors``: ``"raise"`` (default) stops at the first image that cannot be loaded or preprocessed
+        (:class:`edgecap.data.images.ImageError`: a missing, truncated or non-image file, ...); ``"skip"`` puts
+        ``None`` in that image's slot, captions the others, and reports each skipped image with a
+        :class:`SkippedImageWarning` (``warnings.warn``; its ``index``, ``image`` and ``error`` say which and why).
 
         Safe to call from several threads at once: each call decodes with its own state, and the runtimes'
         sessions are thread-safe.
@@ -215,11 +231,53 @@ class Captioner:
             raise CaptionerError(self._no_images_reason or "this captioner cannot take images")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise CaptionerError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        if errors not in ("raise", "skip"):
+            raise CaptionerError(f"errors must be 'raise' or 'skip', got {errors!r}")
         images = _as_image_list(images)
-        out: list[str] = []
+        if errors == "skip":
+            return self._batch_skipping(images, batch_size, length_level)
+        out: list[str | None] = []
         for start in range(0, len(images), batch_size):
             batch = self.inputs(images[start : start + batch_size])
             out.extend(self.caption_inputs(batch, length_level=length_level))
+        return out
+
+    def _batch_skipping(self, images: list[Any], batch_size: int, length_level: int | None) -> list[str | None]:
+        import warnings
+
+        from edgecap.data.images import ImageError, load_image
+
+        if length_level is not None:  # a bad level is the caller's error, not an image's: raise it before any work
+            _check_length_level(self.step_model, length_level, self.length_levels)
+        out: list[str | None] = [None] * len(images)
+        good: list[tuple[int, Any]] = []
+
+        def skip(index: int, image: Any, exc: ImageError) -> None:
+            warnings.warn(SkippedImageWarning(index, image, exc), stacklevel=4)
+
+        for i, image in enumerate(images):
+            try:
+                good.append((i, load_image(image)))  # decoded once here; preprocessing takes the RGB image as is
+            except ImageError as exc:
+                skip(i, image, exc)
+        for start in range(0, len(good), batch_size):
+            chunk = good[start : start + batch_size]
+            try:
+                inputs = self.inputs([image for _, image in chunk])
+            except ImageError:  # one of them fails in preprocessing: find it, keep the rest
+                kept = []
+                for i, image in chunk:
+                    try:
+                        self.inputs([image])
+                        kept.append((i, image))
+                    except ImageError as exc:
+                        skip(i, images[i], exc)
+                chunk = kept
+                if not chunk:
+                    continue
+                inputs = self.inputs([image for _, image in chunk])
+            for (i, _), text in zip(chunk, self.caption_inputs(inputs, length_level=length_level), strict=True):
+                out[i] = text
         return out
 
     def caption_inputs(self, inputs: Mapping[str, Any], length_level: int | None = None) -> list[str]:
@@ -267,15 +325,22 @@ def bundle_decode_cfg(bundle: Any, vocab: Any, beam: int, length_level: int | No
     return decode_cfg_for(vocab, beam_size=beam, max_words=bundle.max_words, **overrides)
 
 
+def _check_beam(beam: Any) -> None:
+    from edgecap.decoding.config import MAX_BEAM
+
+    if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
+        raise CaptionerError(f"beam must be an integer in 1..{MAX_BEAM} (MAX_BEAM), got {beam!r}")
+
+
 def _check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:
     """A clear error for a level out of range, or for a model without length control (LaBERT §3.1)."""
-    from edgecap.length import LengthLevelError, check_level
+    from edgecap.length import NO_LENGTH_CONTROL, LengthLevelError, check_level
 
     levels = getattr(decoder, "length_levels", None) or known or None
     if levels is None:
         levels = getattr(getattr(decoder, "model", None), "length_levels", None)
     if levels is None and "length_level" not in _encoder_inputs(decoder):
-        raise LengthLevelError("this model has no length control; length_level needs LaBERT or a *-len model")
+        raise LengthLevelError(NO_LENGTH_CONTROL)
     if levels:
         check_level(tuple(levels), level)
 

@@ -17,6 +17,7 @@ __all__ = [
     "LENGTH_PLANS",
     "PAPER_EOS_DECAY",
     "PAPER_REFINE_STEPS",
+    "NO_LENGTH_CONTROL",
     "LengthLevelError",
     "check_level",
     "level_bounds",
@@ -39,6 +40,11 @@ PAPER_EOS_DECAY: dict[str, tuple[float, ...]] = {
     "4level": (1.0, 0.88, 0.95, 1.0),
     "5level": (1.0, 1.0, 1.0, 1.0, 1.0),
 }
+
+
+#: What every entry point (``Captioner``, ``edgecap caption``, ``edgecap bench``, ``edgecap eval``) says when a length
+#: level is asked of a model without length control.
+NO_LENGTH_CONTROL = "this model has no length control; length_level needs LaBERT or a *-len model"
 
 
 class LengthLevelError(ValueError):

@@ -13,6 +13,7 @@ import pytest
 from edgecap import Captioner
 from edgecap.bundle import BundleError, BundleIntegrityError, load_bundle
 from edgecap.captioner import CaptionerError
+from edgecap.decoding.config import MAX_BEAM
 from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
@@ -104,8 +105,9 @@ def test_requests_the_bundle_or_machine_cannot_serve(pixels, tiny_data, tmp_path
         Captioner.load(region_bundle(tiny_data, tmp_path_factory), runtime="torch", precision="int8")
     with pytest.raises(CaptionerError, match=r"unknown runtime 'tensorflow'; registered: \['ort', 'torch'"):
         Captioner.load(bundle, runtime="tensorflow")
-    with pytest.raises(CaptionerError, match="beam must be an integer >= 1"):
-        Captioner.load(bundle, beam=0)
+    for beam in (0, MAX_BEAM + 1, 2000):
+        with pytest.raises(CaptionerError, match=rf"beam must be an integer in 1\.\.{MAX_BEAM} \(MAX_BEAM\)"):
+            Captioner.load(bundle, beam=beam)
     with pytest.raises(CaptionerError, match="precision must be 'auto' or one of"):
         Captioner.load(bundle, precision="bf16")
 
@@ -209,3 +211,37 @@ def test_a_bare_model_name_finds_its_bundle_under_edgecap_home(pixels, images, t
     assert list(json.loads(result.output).values()) == expected
     result = CliRunner().invoke(main, ["caption", str(images[0]), "--model", "no-such-model"])
     assert result.exit_code != 0 and "no-such-model" in result.output
+
+
+def test_batch_can_skip_images_that_do_not_load(pixels, images, tmp_path: Path):
+    from click.testing import CliRunner
+
+    from edgecap.captioner import SkippedImageWarning
+    from edgecap.cli import main
+    from edgecap.data.images import ImageError, ImageNotFoundError
+
+    missing = tmp_path / "missing.jpg"
+    truncated = tmp_path / "truncated.jpg"
+    truncated.write_bytes(images[1].read_bytes()[:200])
+    mixed = [images[0], missing, images[1], truncated, images[2]]
+    with Captioner.load(pixels[0], runtime="ort", precision="fp32") as cap:
+        expected = cap.batch([images[0], images[1], images[2]])
+        with pytest.raises(ImageNotFoundError):
+            cap.batch(mixed)  # the default is today's: raise
+        with pytest.warns(SkippedImageWarning) as caught:
+            got = cap.batch(mixed, batch_size=2, errors="skip")
+        assert got == [expected[0], None, expected[1], None, expected[2]]
+        skipped = [w.message for w in caught if isinstance(w.message, SkippedImageWarning)]
+        assert [(w.index, w.image) for w in skipped] == [(1, missing), (3, truncated)]
+        assert all(isinstance(w.error, ImageError) and str(w.image) in str(w.error) for w in skipped)
+        with pytest.raises(CaptionerError, match="errors must be 'raise' or 'skip'"):
+            cap.batch(images, errors="ignore")
+
+    args = ["caption", *map(str, mixed), "--model", str(pixels[0]), "--runtime", "ort", "--precision", "fp32"]
+    result = CliRunner().invoke(main, [*args, "--skip-bad-images"])
+    assert result.exit_code == 1
+    assert f"{images[0]}: {expected[0]}" in result.stdout and f"{images[2]}: {expected[2]}" in result.stdout
+    assert str(missing) in result.stderr and str(truncated) in result.stderr
+    assert str(missing) not in result.stdout
+    as_json = CliRunner().invoke(main, [*args, "--skip-bad-images", "--json"])
+    assert as_json.exit_code == 1 and json.loads(as_json.stdout)[str(missing)] is None

@@ -44,6 +44,8 @@ from edgecap.bench.report import (
     Skip,
     Throughput,
 )
+from edgecap.decoding.config import MAX_BEAM
+from edgecap.length import NO_LENGTH_CONTROL, LengthLevelError
 from edgecap.precisions import PRECISIONS
 
 __all__ = ["PRECISIONS", "BenchCfg", "BenchCfgError", "link_results", "run_benchmark"]
@@ -67,11 +69,12 @@ class BenchCfg:
             baseline. A registered runtime whose backend is not installed here is skipped with the reason.
         precisions: precisions to measure; None = every precision each bundle holds.
         batches: images per query; batch 1 is the single-stream scenario, larger ones the offline scenario.
-        beams: beam sizes (1 = greedy); None = each bundle's default. Mask-predict bundles (LaBERT) decode one
-            hypothesis and are measured at beam 1 only.
+        beams: beam sizes (1 = greedy, at most ``MAX_BEAM``); None = each bundle's default. Mask-predict bundles
+            (LaBERT) decode one hypothesis and are measured at beam 1 only.
         length_levels: 1-based length levels to measure length-controllable bundles (LaBERT, ``*-len``) at, or
-            ``"all"`` (every level of each bundle's plan); None = each bundle's default level. Bundles without
-            length control are measured once, whatever this says.
+            ``"all"`` (every level of each bundle's plan); None = each bundle's default level. Explicit levels for a
+            bundle without length control are refused before anything is measured; with ``"all"`` it is measured
+            once.
         images: a directory of images for the timing pool (bundles that caption images); None = synthetic inputs.
         synthetic: number of distinct synthetic inputs in the pool (when ``images`` is None).
         synthetic_regions: regions per synthetic input for bundles that caption region features.
@@ -147,6 +150,8 @@ class BenchCfg:
             if not value or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in value):
                 raise BenchCfgError(f"{name}: need positive integers, got {list(value)}")
             object.__setattr__(self, name, tuple(dict.fromkeys(value)))  # dedupe, keep order
+        if self.beams is not None and max(self.beams) > MAX_BEAM:
+            raise BenchCfgError(f"beams: at most MAX_BEAM ({MAX_BEAM}), got {max(self.beams)}")
         if self.batches is None:
             raise BenchCfgError("batches: give at least one batch size")
         self._check_length_levels()
@@ -175,11 +180,14 @@ class BenchCfg:
     def levels_for(self, bundle: Any) -> tuple[tuple[int | None, ...], list[str]]:
         """The levels to measure ``bundle`` at, and why any asked-for level is not (beyond its plan).
 
-        ``(None,)`` for a bundle without length control: it is measured once at its own decoding.
+        ``(None,)`` for a bundle without length control: it is measured once at its own decoding (asking it for
+        explicit levels raises :class:`~edgecap.length.LengthLevelError`, before anything is measured).
         """
         plan = bundle.length_levels
         default = bundle.default_length_level
         if default is None:
+            if self.length_levels not in (None, ALL_LEVELS):  # refused up front, as `edgecap caption` does
+                raise LengthLevelError(f"{bundle.path}: {NO_LENGTH_CONTROL}")
             return (None,), []
         if self.length_levels is None:
             return (default,), []
@@ -655,6 +663,7 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
 
     Raises:
         BenchCfgError: bad configuration.
+        edgecap.length.LengthLevelError: length levels asked of a bundle without length control.
         edgecap.bundle.BundleError: a bundle is missing, corrupt or inconsistent (checked before any timing).
         FileNotFoundError, ValueError: ``images``/``quality_data`` given but unusable.
     """
@@ -669,6 +678,7 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
     bundles, tasks, skipped = [], [], []
     for path in cfg.bundles:
         bundle = load_bundle(path, verify=True, graphs="none")
+        levels, beyond = cfg.levels_for(bundle)  # first: a level the bundle cannot take is refused before any work
         quality_set, quality_text = None, None
         if cfg.quality and cfg.quality_images > 0:
             quality_set, quality_text = resolve_quality_set(
@@ -680,7 +690,6 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
             _bundle_info(bundle, quality_text if quality_set else None, None if quality_set else quality_text)
         )
         beams = (1,) if bundle.decoding == "mask_predict" else (cfg.beams or (bundle.beam,))
-        levels, beyond = cfg.levels_for(bundle)
         precisions = cfg.precisions or bundle.precisions
         if image_paths is not None and bundle_input_kind(bundle) == "features":
             for runtime in cfg.runtimes:

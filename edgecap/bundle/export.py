@@ -245,6 +245,29 @@ def calibration_images(calib: str | Path) -> tuple[list[CalibImage], str]:
     return images, description
 
 
+def _describe_skipped(skipped: Mapping[str, str], limit: int = 3) -> str:
+    """``path: reason`` for the first few, without the path twice when the reason already names it."""
+    return "; ".join(why if why.startswith(path) else f"{path}: {why}" for path, why in list(skipped.items())[:limit])
+
+
+def _check_some_image_loads(images: Sequence[CalibImage], description: str) -> None:
+    """Refuse a calibration set none of whose image files decodes (e.g. a folder of non-images named ``*.jpg``),
+    stopping at the first one that does: one decode for a good set."""
+    from edgecap.data.images import ImageError, load_image
+
+    failed: dict[str, str] = {}
+    for image in images:
+        try:
+            load_image(image.path)
+            return
+        except (ImageError, OSError) as exc:
+            failed[str(image.path)] = str(exc)
+    raise BundleExportError(
+        f"the calibration set is empty: none of the {len(images)} files of {description} is a readable image "
+        f"({_describe_skipped(failed)})"
+    )
+
+
 @dataclass
 class _Images:
     """Images turned into encoder inputs, with the ones that could not be read set aside."""
@@ -622,6 +645,8 @@ def export_bundle(
     needs_backbone = with_backbone or source.backbone_rebuildable
     backbone = source.backbone() if needs_backbone else None
     maker = _InputMaker(source, backbone, with_backbone)
+    if int8 and maker.from_images:
+        _check_some_image_loads(calib_images, calib_description)  # before the FP32 export, not after it
     requested = {"fp32", *(["fp16"] if fp16 else []), *(["int8"] if int8 else [])}
     precisions = tuple(p for p in PRECISION_ORDER if p in requested and p != _QUANTIZED)  # int8 comes from fp32
     stages = _Stages(3 + int8, progress)
@@ -806,7 +831,7 @@ def _int8_variant(
     images = _sample(images, calib_size)
     calib_inputs = _calibration_inputs(source, maker, images, progress)
     if not calib_inputs.ids:
-        shown = "; ".join(f"{k}: {v}" for k, v in list(calib_inputs.skipped.items())[:3])
+        shown = _describe_skipped(calib_inputs.skipped)
         raise BundleExportError(
             f"the calibration set is empty: none of the {len(images)} images of {calib_description} could be used "
             f"({shown})"

@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import fail
+from edgecap.decoding.config import MAX_BEAM
 from edgecap.runtimes.registry import list_runtimes
 
 
@@ -85,7 +86,12 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
     help="fp32, fp16, int8 (comma-separated). Default: all the bundle holds.",
 )
 @click.option("--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8.")
-@click.option("--beam", "beams", multiple=True, help="Beam sizes, e.g. 1,3,5 (1 = greedy). Default: the bundle's.")
+@click.option(
+    "--beam",
+    "beams",
+    multiple=True,
+    help=f"Beam sizes, e.g. 1,3,5 (1 = greedy; at most {MAX_BEAM}). Default: the bundle's.",
+)
 @click.option(
     "--length-level",
     "length_levels",

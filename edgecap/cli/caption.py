@@ -50,6 +50,12 @@ from edgecap.runtimes.registry import list_runtimes
 )
 @click.option("--json", "as_json", is_flag=True, help="Print {image: caption} as JSON.")
 @click.option(
+    "--skip-bad-images",
+    is_flag=True,
+    help="Caption the images that load; report each one that does not (missing, truncated, not an image) on stderr "
+    "(null in --json) and exit with status 1.",
+)
+@click.option(
     "--threads", type=click.IntRange(0), default=0, show_default=True, help="Runtime intra-op threads (0 = default)."
 )
 @device_option
@@ -62,15 +68,23 @@ def caption(
     backbone_weights: Path | None,
     length_level: int | None,
     as_json: bool,
+    skip_bad_images: bool,
     threads: int,
     device: str,
 ) -> None:
     """Caption IMAGES with a bundle or a trained model."""
     import importlib.util
     import json
+    import warnings
 
     from edgecap.bundle.reader import find_bundle
-    from edgecap.captioner import Captioner
+    from edgecap.captioner import Captioner, SkippedImageWarning
+
+    if not skip_bad_images:  # before a model is loaded, not after
+        missing = [str(p) for p in images if not p.is_file()]
+        if missing:
+            shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+            fail(f"no such image file ({len(missing)} of {len(images)}): {shown}; --skip-bad-images captions the rest")
 
     try:
         bundle = find_bundle(model)
@@ -104,12 +118,24 @@ def caption(
             captioner = Captioner.from_run(
                 model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights
             )
-        with captioner:
-            captions = captioner.batch([str(p) for p in images], length_level=length_level)
+        with captioner, warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkippedImageWarning)
+            errors = "skip" if skip_bad_images else "raise"
+            captions = captioner.batch([str(p) for p in images], length_level=length_level, errors=errors)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
         fail(str(exc))
+    for warning in caught:
+        if isinstance(warning.message, SkippedImageWarning):
+            click.echo(f"Error: {warning.message.error}", err=True)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
     if as_json:
         click.echo(json.dumps({str(p): c for p, c in zip(images, captions, strict=True)}, indent=2))
     else:
         for path, text in zip(images, captions, strict=True):
-            click.echo(f"{path}: {text}")
+            if text is not None:
+                click.echo(f"{path}: {text}")
+    failed = sum(text is None for text in captions)
+    if failed:
+        click.echo(f"{failed} of {len(images)} image(s) could not be captioned", err=True)
+        raise SystemExit(1)

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from edgecap.decoding.config import MAX_BEAM
+
 
 def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
     """``key=value`` pairs; values are parsed as JSON when possible (numbers, lists, booleans), else strings."""
@@ -32,7 +34,12 @@ def device_option(fn: Callable) -> Callable:
 
 def beam_option(fn: Callable) -> Callable:
     return click.option(
-        "--beam", "beam", type=click.IntRange(1, 64), default=3, show_default=True, help="Beam size (1 = greedy)."
+        "--beam",
+        "beam",
+        type=click.IntRange(1, MAX_BEAM),
+        default=3,
+        show_default=True,
+        help=f"Beam size (1 = greedy; at most {MAX_BEAM}).",
     )(fn)
 
 

@@ -10,6 +10,9 @@ from typing import Any
 STRATEGIES = ("greedy", "beam", "sample", "mask_predict")
 UPDATE_RULES = ("global", "original")
 LENGTH_PENALTIES = ("none", "wu", "avg")
+#: The largest beam size anything accepts (``DecodeCfg``, ``Captioner.load``/``from_run``, ``edgecap caption
+#: --beam``, ``edgecap bench --beam``): beyond it a search costs seconds and gigabytes per image for no caption gain.
+MAX_BEAM = 64
 
 
 class DecodeCfgError(ValueError):
@@ -113,6 +116,8 @@ class DecodeCfg:
         for name in ("max_len", "beam_size", "n_best", "num_samples"):
             if getattr(self, name) < 1:
                 raise DecodeCfgError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.beam_size > MAX_BEAM:
+            raise DecodeCfgError(f"beam_size must be <= MAX_BEAM ({MAX_BEAM}), got {self.beam_size}")
         for name in ("min_len", "top_k", "no_repeat_ngram"):
             if getattr(self, name) < 0:
                 raise DecodeCfgError(f"{name} must be >= 0, got {getattr(self, name)}")

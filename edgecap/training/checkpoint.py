@@ -28,6 +28,7 @@ CONFIG = "config.json"
 VOCAB = "vocab.json"
 WEIGHTS = "weights.safetensors"
 METRICS = "metrics.jsonl"
+STATE = "state.pt"
 LAST = Path("checkpoints") / "last"
 
 
@@ -92,17 +93,38 @@ def save_training_state(run_dir: Path, model: torch.nn.Module, state: dict[str, 
     target = run_dir / LAST
     with atomic_directory(target, overwrite=True) as tmp:
         save_model(model, str(tmp / WEIGHTS))
-        torch.save(state, tmp / "state.pt")
+        torch.save(state, tmp / STATE)
 
 
 def load_training_state(run_dir: Path, model: torch.nn.Module) -> dict[str, Any] | None:
     """Restore the last checkpoint into ``model``; ``None`` when the run has none yet."""
     target = run_dir / LAST
-    if not (target / "state.pt").is_file():
+    if not (target / STATE).is_file():
         return None
-    load_weights(model, run_file(run_dir, (LAST / WEIGHTS).as_posix(), "the last checkpoint's weights"))
-    state = run_file(run_dir, (LAST / "state.pt").as_posix(), "the last checkpoint's state")
-    return torch.load(state, map_location="cpu", weights_only=True)
+    weights = run_file(run_dir, (LAST / WEIGHTS).as_posix(), "the last checkpoint's weights")
+    state_file = run_file(run_dir, (LAST / STATE).as_posix(), "the last checkpoint's state")
+    try:
+        load_weights(model, weights)
+    except RunError as exc:
+        raise RunError(f"{exc}. {_resume_choices(run_dir)}") from exc
+    try:
+        state = torch.load(state_file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # a truncated/corrupt file raises RuntimeError, pickle/EOF/zip errors, ...
+        raise RunError(
+            f"cannot resume: the checkpoint {state_file} is corrupt or incomplete ({exc}). {_resume_choices(run_dir)}"
+        ) from exc
+    if not isinstance(state, dict) or not {"optimizer", "scheduler", "rng", "progress"} <= state.keys():
+        raise RunError(f"cannot resume: the checkpoint {state_file} is incomplete. {_resume_choices(run_dir)}")
+    return state
+
+
+def _resume_choices(run_dir: Path) -> str:
+    # Only one resumable checkpoint is kept (checkpoints/last, replaced atomically), so there is no older one to
+    # fall back to; RUN/weights.safetensors holds the best weights but no optimiser state.
+    return (
+        f"Only the last checkpoint is kept, so there is no earlier one to fall back to: pass --no-resume "
+        f"(train(..., resume=False)) to start {run_dir} afresh, or train into another --out"
+    )
 
 
 def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:

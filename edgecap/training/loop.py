@@ -105,6 +105,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     model = create_model(cfg.model, vocab_size=vocab.size, feature_dim=source.feature_dim, **cfg.model_overrides)
     model.to(device)
+    # Check the checkpoint before anything in the run directory is rewritten: a corrupt one raises here.
+    state = ckpt.load_training_state(run_dir, model) if resume else None
     config = {
         "edgecap_version": __version__,
         "model": {
@@ -127,7 +129,6 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     total_steps = min(cfg.max_steps or cfg.epochs * batches_per_epoch, cfg.epochs * batches_per_epoch)
     optimizer, scheduler = build_optimizer(model, cfg, model.cfg.d_model, total_steps)
     prog = _Progress()
-    state = ckpt.load_training_state(run_dir, model) if resume else None
     if state is not None:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])

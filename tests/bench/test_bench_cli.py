@@ -200,3 +200,31 @@ def test_bench_cfg_normalises_lists() -> None:
     cfg = BenchCfg(bundles=[Path("b")], batches=[1, 8, 1], runtimes=["torch"])
     assert cfg.bundles == ("b",) and cfg.batches == (1, 8) and cfg.runtimes == ("torch",)
     assert json.loads(json.dumps(cfg.to_dict()))["batches"] == [1, 8]
+
+
+def test_length_level_on_a_bundle_without_length_control_is_refused_before_measuring(
+    tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edgecap.bench import run as bench_run
+    from edgecap.length import NO_LENGTH_CONTROL
+
+    def no_measuring(*args: object, **kwargs: object) -> None:
+        raise AssertionError("measured before refusing the flag")
+
+    monkeypatch.setattr(bench_run, "_run_in_process", no_measuring)
+    monkeypatch.setattr(bench_run, "_run_isolated", no_measuring)
+    args = ["--bundle", str(tiny_bundle), "--runtime", "torch", "--length-level", "9", "--no-isolate"]
+    result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "o"), *FAST])
+    assert result.exit_code != 0
+    assert NO_LENGTH_CONTROL in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_beam_above_max_beam_is_refused() -> None:
+    from edgecap.decoding.config import MAX_BEAM
+
+    assert BenchCfg(bundles=("b",), beams=(MAX_BEAM,)).beams == (MAX_BEAM,)
+    with pytest.raises(BenchCfgError, match="MAX_BEAM"):
+        BenchCfg(bundles=("b",), beams=(1, MAX_BEAM + 1))
+    result = CliRunner().invoke(bench, ["--bundle", "B", "--out", "o", "--beam", str(MAX_BEAM + 1)])
+    assert result.exit_code != 0 and f"at most MAX_BEAM ({MAX_BEAM})" in result.output

@@ -168,3 +168,24 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
 
 def _leftovers(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if p.name.startswith("."))
+
+
+def test_export_refuses_a_folder_of_non_images_before_the_fp32_export(
+    tiny_data, tmp_path_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    import edgecap.export
+
+    def no_export(*args, **kwargs):
+        raise AssertionError("the FP32 export started before the calibration set was checked")
+
+    monkeypatch.setattr(edgecap.export, "export_onnx", no_export)
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for name in ("a.jpg", "b.png"):
+        (calib / name).write_text("not an image")
+    args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(calib)]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")])
+    assert result.exit_code != 0 and "calibration set is empty" in result.output, result.output
+    assert result.output.count(str(calib / "a.jpg")) == 1  # named once, not "PATH: PATH: ..."
+    assert not (tmp_path / "b").exists()

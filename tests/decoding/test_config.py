@@ -7,6 +7,7 @@ import json
 import pytest
 
 from edgecap.decoding import DecodeCfg, DecodeCfgError, RadixSpec, build_processors
+from edgecap.decoding.config import MAX_BEAM
 from edgecap.decoding.processors import ForbidTokens, MinLength, NoRepeatNGram
 from edgecap.decoding.radix import RadixConstraint
 
@@ -22,6 +23,7 @@ from edgecap.decoding.radix import RadixConstraint
         ({"eos_id": 0}, "pad_id"),
         ({"forbid_tokens": (2,)}, "forbid_tokens"),
         ({"top_k": -1}, "top_k"),
+        ({"beam_size": MAX_BEAM + 1}, "MAX_BEAM"),
     ],
 )
 def test_invalid_fields_are_named(change: dict, field: str) -> None:
@@ -66,3 +68,7 @@ def test_for_radix_vocab_adds_the_constraint() -> None:
     assert cfg.radix == RadixSpec(768, 2, 9998, allow_unk=True)
     assert isinstance(build_processors(cfg)[-1], RadixConstraint)
     assert DecodeCfg.for_vocab(Radix(), constrain_radix=False).radix is None
+
+
+def test_max_beam_itself_is_accepted() -> None:
+    assert DecodeCfg(beam_size=MAX_BEAM).beam_size == MAX_BEAM

@@ -90,3 +90,35 @@ def test_resume_refuses_a_run_of_another_model(tiny_data, tmp_path):
 def test_unknown_optimizer_is_rejected(tiny_data, tmp_path):
     with pytest.raises(ValueError, match="optimizer"):
         train(_cfg(tiny_data, tmp_path / "run", optimizer="sgdx", max_steps=1), progress=False)
+
+
+def _cli_train(tiny_data, run: Path, *extra: str):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    data, feats = tiny_data
+    args = ["train", "--model", "acort-test", "--data", str(data), "--features", str(feats), "--out", str(run)]
+    args += ["--set", "radix_base=64", "--epochs", "1", "--batch-size", "8", "--optimizer", "adamw", "--max-steps"]
+    return CliRunner().invoke(main, [*args, *extra], catch_exceptions=False)
+
+
+@pytest.mark.parametrize("damage", ["corrupt", "truncated"])
+def test_resume_from_a_corrupt_checkpoint_names_it_and_rewrites_nothing(tiny_data, tmp_path, damage):
+    run = tmp_path / "run"
+    first = _cli_train(tiny_data, run, "2")
+    assert first.exit_code == 0, first.output
+    state = run / ckpt.LAST / ckpt.STATE
+    good = state.read_bytes()
+    state.write_bytes(b"not a zip archive at all" if damage == "corrupt" else good[: len(good) // 2])
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+
+    result = _cli_train(tiny_data, run, "4", "--seed", "5")  # a changed config must not be written either
+    assert result.exit_code != 0
+    assert str(state) in result.output and "--no-resume" in result.output
+    assert "Traceback" not in result.output
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+
+    fresh = _cli_train(tiny_data, run, "2", "--no-resume")
+    assert fresh.exit_code == 0, fresh.output
+    assert torch.load(state, weights_only=True)["progress"]["step"] == 2
