@@ -260,8 +260,13 @@ def _scalar(arrays: Mapping[str, np.ndarray], keys: tuple[str, ...], path: Path)
     for key in keys:
         if key in arrays:
             value = np.asarray(arrays[key])
-            if value.size != 1 or not np.issubdtype(value.dtype, np.number):
-                raise RegionFeatureError(f"{path}: {key!r} must be a single number, got shape {value.shape}")
+            # np.number includes complex, which float() rejects with TypeError: only real numbers are sizes.
+            real = np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating)
+            if value.size != 1 or not real:
+                raise RegionFeatureError(
+                    f"{path}: {key!r} must be a single number (integer or float), "
+                    f"got shape {value.shape} dtype {value.dtype}"
+                )
             return float(value.reshape(()))
     return None
 

@@ -144,6 +144,8 @@ def _bad(root, name, **arrays):
         ({"feat": None}, "no features array"),
         ({"bbox": None}, "no boxes array"),
         ({"image_w": np.array([1, 2])}, "single number"),
+        # Found by tests/fuzz: a complex size passed the np.number check and float() raised TypeError.
+        ({"image_w": np.array(64 + 0j, np.complex64)}, "single number"),
         ({"image_w": -5}, "must be positive"),
         ({"feat": np.ones((3, C), np.complex64)}, "real numbers"),
         ({"feat": np.ones((3, C + 1), np.float32)}, f"{C + 1}-d features, but this store has {C}-d"),
