@@ -245,8 +245,12 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
             return {"feat": loaded, "boxes": loaded}
         with loaded as npz:
             return {key: npz[key] for key in npz.files}
+    except MemoryError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise RegionFeatureError(f"{path}: cannot read region features ({err})") from None
+    except Exception as err:  # a corrupt zip also raises NotImplementedError, RuntimeError (encrypted), zlib.error
+        raise RegionFeatureError(f"{path}: cannot read region features ({type(err).__name__}: {err})") from None
 
 
 def _pick(arrays: Mapping[str, np.ndarray], keys: tuple[str, ...], path: Path, what: str) -> np.ndarray:
