@@ -317,3 +317,13 @@ def test_finding_variant_file_null_masked_by_graphs(pristine: dict[str, Any]) ->
 )
 def test_finding_variant_graphs_not_an_object(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["variants"]["fp32"].update(graphs=None))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="finding: interface.decoding of a list (or object) raises TypeError (unhashable type) from "
+    "DECODING_ROLES.get(decoding) in manifest.parse_manifest instead of BundleError",
+)
+def test_finding_interface_decoding_is_a_list(pristine: dict[str, Any]) -> None:
+    _manifest_load(pristine, lambda m: m["interface"].update(decoding=["autoregressive"]))
