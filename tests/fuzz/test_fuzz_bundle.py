@@ -327,3 +327,16 @@ def test_finding_variant_graphs_not_an_object(pristine: dict[str, Any]) -> None:
 )
 def test_finding_interface_decoding_is_a_list(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["interface"].update(decoding=["autoregressive"]))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="finding: config.weights of a list or object (not type-checked by _parse_config) raises TypeError from "
+    "check_relative_path's PurePath(name) in load_bundle instead of BundleConfigError",
+)
+@pytest.mark.parametrize("value", [["weights.safetensors"], {"a": 1}])
+def test_finding_config_weights_wrong_type(pristine: dict[str, Any], value: Any) -> None:
+    config = json.loads(pristine["bytes"]["config.json"])
+    config["weights"] = value
+    _strict_load(pristine, config)
