@@ -119,7 +119,9 @@ def _open(path: Path, max_pixels: int | None) -> Image.Image:
             raise ImageError(f"{path}: image too large, possible decompression bomb ({exc})") from exc
         except Image.UnidentifiedImageError as exc:
             raise ImageError(f"{path}: not a recognised image file") from exc
-        except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        except MemoryError:
+            raise
+        except Exception as exc:  # PIL's plugins raise TypeError/KeyError/struct.error/... on corrupt headers too
             raise ImageError(f"{path}: cannot read image header: {exc}") from exc
         finally:
             if lift:
@@ -146,7 +148,9 @@ def _decode(image: Image.Image, name: str) -> Image.Image:
         image.load()
         # exif_transpose returns a copy with the orientation tag removed, so applying it twice is harmless.
         return ImageOps.exif_transpose(image)
-    except (OSError, SyntaxError, ValueError, EOFError, IndexError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # corrupt data reaches PIL paths that raise TypeError, KeyError, struct.error, ...
         reason = "truncated or corrupt image data" if "truncated" in str(exc) or isinstance(exc, EOFError) else exc
         raise ImageError(f"{name}: cannot decode image: {reason}") from exc
 

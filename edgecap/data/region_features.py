@@ -245,8 +245,12 @@ def _load_arrays(path: Path) -> dict[str, np.ndarray]:
             return {"feat": loaded, "boxes": loaded}
         with loaded as npz:
             return {key: npz[key] for key in npz.files}
+    except MemoryError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise RegionFeatureError(f"{path}: cannot read region features ({err})") from None
+    except Exception as err:  # a corrupt zip also raises NotImplementedError, RuntimeError (encrypted), zlib.error
+        raise RegionFeatureError(f"{path}: cannot read region features ({type(err).__name__}: {err})") from None
 
 
 def _pick(arrays: Mapping[str, np.ndarray], keys: tuple[str, ...], path: Path, what: str) -> np.ndarray:
@@ -260,8 +264,13 @@ def _scalar(arrays: Mapping[str, np.ndarray], keys: tuple[str, ...], path: Path)
     for key in keys:
         if key in arrays:
             value = np.asarray(arrays[key])
-            if value.size != 1 or not np.issubdtype(value.dtype, np.number):
-                raise RegionFeatureError(f"{path}: {key!r} must be a single number, got shape {value.shape}")
+            # np.number includes complex, which float() rejects with TypeError: only real numbers are sizes.
+            real = np.issubdtype(value.dtype, np.integer) or np.issubdtype(value.dtype, np.floating)
+            if value.size != 1 or not real:
+                raise RegionFeatureError(
+                    f"{path}: {key!r} must be a single number (integer or float), "
+                    f"got shape {value.shape} dtype {value.dtype}"
+                )
             return float(value.reshape(()))
     return None
 

@@ -581,7 +581,7 @@ def vocab_from_dict(data: Any, source: str = "vocab") -> Vocabulary:
     if not isinstance(data, Mapping):
         raise VocabError(f"{source}: expected a JSON object, got {type(data).__name__}")
     kind = data.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:  # a list or object here is unhashable
         raise VocabError(f"{source}: field 'kind' must be one of {sorted(_KINDS)}, got {kind!r}")
     version = data.get("version", _FORMAT_VERSION)
     if version != _FORMAT_VERSION:

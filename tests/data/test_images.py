@@ -286,3 +286,17 @@ def test_pil_decompression_bomb_warning_and_error_become_image_error(
 def test_zero_size_pil_image() -> None:
     with pytest.raises(ImageError, match="zero-size"):
         load_image(Image.new("RGB", (0, 4)))
+
+
+def test_corrupt_tiff_directory_is_image_error(tmp_path: Path) -> None:
+    """Found by tests/fuzz: one flipped byte in a TIFF's first IFD (byte 130 of this file, 0 -> 1) made PIL raise
+    TypeError ("Missing dimensions") from ``n_frames``; every decoding failure must be an ImageError naming the file."""
+    import io
+
+    buf = io.BytesIO()
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, size=(12, 17, 3), dtype=np.uint8)).save(buf, "TIFF")
+    data = bytearray(buf.getvalue())
+    data[130] = 1
+    (tmp_path / "flipped.tif").write_bytes(bytes(data))
+    with pytest.raises(ImageError, match=r"flipped\.tif: cannot"):
+        load_image(tmp_path / "flipped.tif")

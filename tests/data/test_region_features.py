@@ -144,6 +144,8 @@ def _bad(root, name, **arrays):
         ({"feat": None}, "no features array"),
         ({"bbox": None}, "no boxes array"),
         ({"image_w": np.array([1, 2])}, "single number"),
+        # Found by tests/fuzz: a complex size passed the np.number check and float() raised TypeError.
+        ({"image_w": np.array(64 + 0j, np.complex64)}, "single number"),
         ({"image_w": -5}, "must be positive"),
         ({"feat": np.ones((3, C), np.complex64)}, "real numbers"),
         ({"feat": np.ones((3, C + 1), np.float32)}, f"{C + 1}-d features, but this store has {C}-d"),
@@ -174,3 +176,19 @@ def test_per_image_size_falls_back_to_mapping(tmp_path):
         RegionFeatureStore(tmp_path).get("9")
     _, boxes = RegionFeatureStore(tmp_path, image_sizes={"9": (100, 50)}).get("9")
     np.testing.assert_allclose(boxes[0], [0.01, 0.04, 0.3, 0.8], rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("offset", "value", "what"),
+    [(10, 99, "unsupported compression method (NotImplementedError)"), (8, 1, "encrypted entry (RuntimeError)")],
+)
+def test_corrupt_zip_directory_is_region_feature_error(tmp_path, offset, value, what):
+    """Found by tests/fuzz: a .npz whose zip directory claims an unknown compression method or encryption made
+    np.load raise NotImplementedError / RuntimeError, which escaped as themselves."""
+    np.savez(tmp_path / "1.npz", feat=np.ones((2, 3), np.float32), bbox=np.ones((2, 4), np.float32))
+    data = bytearray((tmp_path / "1.npz").read_bytes())
+    entry = data.index(b"PK\x01\x02")  # the first central-directory entry; zipfile trusts its fields
+    data[entry + offset : entry + offset + 2] = value.to_bytes(2, "little")
+    (tmp_path / "1.npz").write_bytes(bytes(data))
+    with pytest.raises(RegionFeatureError, match=r"1\.npz: cannot read region features"):
+        RegionFeatureStore(tmp_path, normalized_boxes=True).get("1")

@@ -321,3 +321,10 @@ def test_load_vocab_rejects_mismatched_word_file(tmp_path):
 def test_vocab_from_dict_minimal_fields():
     assert vocab_from_dict({"kind": "word", "words": ["a"]}).encode(["a"]) == [4]
     assert vocab_from_dict({"kind": "radix", "words": ["a"], "base": 2, "digits": 1}).size == 5
+
+
+@pytest.mark.parametrize("kind", [[], {}, ["word"], 3, None])
+def test_vocab_from_dict_rejects_unhashable_or_odd_kind(kind):
+    """Found by tests/fuzz: a list or object under 'kind' raised TypeError (unhashable) instead of VocabError."""
+    with pytest.raises(VocabError, match="field 'kind'"):
+        vocab_from_dict({"kind": kind, "version": 1, "words": ["a"]})
