@@ -258,7 +258,7 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
         _require(interface, key, list, f"{where} interface")
     _require(interface, "runtime_graphs", dict, f"{where} interface")
     decoding = interface.get("decoding", "autoregressive")  # bundles written before the field: autoregressive
-    roles = DECODING_ROLES.get(decoding)
+    roles = DECODING_ROLES.get(decoding) if isinstance(decoding, str) else None
     if roles is None:
         raise BundleError(
             f"{where}: interface.decoding {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "

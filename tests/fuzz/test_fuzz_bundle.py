@@ -6,9 +6,8 @@ exercised, not only the checksum. Properties: ``load_bundle`` returns or raises 
 included: its documented errors); no file outside the bundle is opened (an audit hook records ``open`` events); no
 example exceeds the profile's deadline.
 
-Known findings in files this suite may not edit (``edgecap/bundle/reader.py``, ``manifest.py``) are recognised
-by :data:`KNOWN`, counted as hypothesis events rather than failures, and pinned as ``xfail(strict=True)`` examples
-at the bottom, so the property stays strict for everything else.
+The findings this suite made in the reader (a vocabulary or runtime file outside the bundle, fields of the wrong
+JSON type raising ``TypeError``) are fixed; the ``test_finding_*`` examples at the bottom pin each one.
 """
 
 from __future__ import annotations
@@ -18,13 +17,12 @@ import json
 import os
 import shutil
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import event, given
+from hypothesis import given
 from hypothesis import strategies as st
 
 from edgecap.bundle.manifest import BundleError
@@ -61,55 +59,6 @@ def _outside(opened: list[str], bundle: Path) -> list[str]:
         if not any(real == s or real.startswith(s + os.sep) for s in _SYSTEM if s != inside):
             bad.append(name)
     return bad
-
-
-# -- known findings (files this suite must not edit) -----------------------------------------------------------------
-
-
-def _vocab_file_escapes(config: Any, manifest: Any, exc: BaseException | None, outside: list[str]) -> bool:
-    """reader.Bundle.load_vocab joins config['vocab']['file'] onto the bundle path unchecked."""
-    vocab = config.get("vocab") if isinstance(config, dict) else None
-    edited = isinstance(vocab, dict) and vocab.get("file", "vocab.json") != "vocab.json"
-    return edited and (bool(outside) or isinstance(exc, TypeError))
-
-
-def _variant_files_masked(config: Any, manifest: Any, exc: BaseException | None, outside: list[str]) -> bool:
-    """manifest.parse_manifest checks {**variant['files'], **variant['graphs']}: a 'graphs' entry with the same role
-    hides a runtime file name that is not in 'files' (a path outside the bundle, null, ...), which check_graphs
-    then opens; a non-object 'graphs' raises TypeError."""
-    variants = manifest.get("variants") if isinstance(manifest, dict) else None
-    listed = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(variants, dict) or not isinstance(listed, dict):
-        return False
-    for variant in variants.values():
-        if not isinstance(variant, dict):
-            continue
-        graphs = variant.get("graphs", {})
-        if not isinstance(graphs, dict):
-            return isinstance(exc, TypeError)
-        files = variant.get("files")
-        if isinstance(files, dict) and any(
-            not isinstance(name, str) or name not in listed for role, name in files.items() if role in graphs
-        ):
-            return bool(outside) or isinstance(exc, TypeError)
-    return False
-
-
-def _bundle_type_error(config: Any, manifest: Any, exc: BaseException | None, outside: list[str]) -> bool:
-    """A TypeError raised inside edgecap/bundle/ (manifest.py, reader.py) from a field of the wrong JSON type
-    (null/list/object where a string or object is expected: unhashable keys, Path / None, ``**None``)."""
-    if not isinstance(exc, TypeError) or outside:
-        return False
-    frames = traceback.extract_tb(exc.__traceback__)
-    inner = [f.filename for f in frames if f"edgecap{os.sep}" in f.filename]
-    return bool(inner) and f"edgecap{os.sep}bundle{os.sep}" in inner[-1]
-
-
-KNOWN: list[tuple[str, Callable[[Any, Any, BaseException | None, list[str]], bool]]] = [
-    ("vocab.file unchecked", _vocab_file_escapes),
-    ("variant files masked by graphs", _variant_files_masked),
-    ("TypeError in edgecap/bundle on a mistyped field", _bundle_type_error),
-]
 
 
 # -- fixtures --------------------------------------------------------------------------------------------------------
@@ -160,10 +109,6 @@ def _load(bundle: Path, config: Any, verify: Any, graphs: str, manifest: Any = N
     outside = _outside(opened, bundle)
     if exc is None and not outside:
         return
-    for label, known in KNOWN:
-        if known(config, manifest, exc, outside):
-            event(f"known finding: {label}")
-            return
     if exc is not None:
         raise exc
     raise AssertionError(f"load_bundle opened files outside the bundle: {outside}")
@@ -244,13 +189,6 @@ def _strict_load(pristine: dict[str, Any], config: dict[str, Any]) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="finding: reader.Bundle.load_vocab opens bundle/<config.vocab.file> without check_relative_path, so "
-    "vocab.file='../outside.json' (or an absolute path) reads a file outside the bundle, and load_bundle succeeds "
-    "when that file is a valid vocabulary; the manifest's files list is never consulted for it",
-)
 @pytest.mark.parametrize("name", ["../outside.json", "/etc/passwd"])
 def test_finding_vocab_file_outside_bundle(pristine: dict[str, Any], name: str) -> None:
     config = json.loads(pristine["bytes"]["config.json"])
@@ -258,12 +196,6 @@ def test_finding_vocab_file_outside_bundle(pristine: dict[str, Any], name: str) 
     _strict_load(pristine, config)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: config.vocab.file of a non-string type (null, number, list) raises TypeError from "
-    "Path / value in reader.Bundle.load_vocab instead of BundleConfigError",
-)
 @pytest.mark.parametrize("value", [None, 3, ["vocab.json"]])
 def test_finding_vocab_file_wrong_type(pristine: dict[str, Any], value: Any) -> None:
     config = json.loads(pristine["bytes"]["config.json"])
@@ -288,53 +220,22 @@ def _manifest_load(pristine: dict[str, Any], edit: Callable[[dict[str, Any]], No
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="finding: manifest.parse_manifest validates {**variant['files'], **variant['graphs']}, so a 'graphs' "
-    "entry with the same role hides variants.int8.files.step='../outside.json' (not in 'files'); "
-    "Bundle.check_graphs then opens bundle/../outside.json",
-)
 def test_finding_variant_file_masked_by_graphs(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["variants"]["int8"]["files"].update(step="../outside.json"))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: the same masking lets variants.fp32.files.encoder=null through parse_manifest; "
-    "Bundle.check_graphs raises TypeError (Path / None) instead of BundleError",
-)
 def test_finding_variant_file_null_masked_by_graphs(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["variants"]["fp32"]["files"].update(encoder=None))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: variants.<p>.graphs=null (or any non-object) raises TypeError ('not a mapping') in "
-    "manifest.parse_manifest instead of BundleError",
-)
 def test_finding_variant_graphs_not_an_object(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["variants"]["fp32"].update(graphs=None))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: interface.decoding of a list (or object) raises TypeError (unhashable type) from "
-    "DECODING_ROLES.get(decoding) in manifest.parse_manifest instead of BundleError",
-)
 def test_finding_interface_decoding_is_a_list(pristine: dict[str, Any]) -> None:
     _manifest_load(pristine, lambda m: m["interface"].update(decoding=["autoregressive"]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: config.weights of a list or object (not type-checked by _parse_config) raises TypeError from "
-    "check_relative_path's PurePath(name) in load_bundle instead of BundleConfigError",
-)
 @pytest.mark.parametrize("value", [["weights.safetensors"], {"a": 1}])
 def test_finding_config_weights_wrong_type(pristine: dict[str, Any], value: Any) -> None:
     config = json.loads(pristine["bytes"]["config.json"])
