@@ -170,16 +170,16 @@ def test_vocab_file_paths(pristine: dict[str, Any], value: Any, verify: Any) -> 
     _load(pristine["bundle"], config, verify, "none")
 
 
-# -- pinned findings in edgecap/bundle/reader.py (owned by the bundle path-check work; not fixed here) -----------------
+# -- the findings this suite made, fixed: each must now load or raise BundleError, opening nothing outside ----------
 
 
-def _strict_load(pristine: dict[str, Any], config: dict[str, Any]) -> None:
-    """Like _load, but with no allowance for known findings."""
+def _strict(pristine: dict[str, Any], name: str, doc: Any, graphs: str) -> None:
+    """Write ``doc`` as ``name`` and load the bundle with no allowance: BundleError or success, nothing outside."""
     global _OPENED
-    _write(pristine["bundle"], pristine, "config.json", _dump(config))
+    _write(pristine["bundle"], pristine, name, _dump(doc))
     _OPENED = []
     try:
-        load_bundle(pristine["bundle"], verify=True, graphs="none")
+        load_bundle(pristine["bundle"], verify=True, graphs=graphs)
     except BundleError:
         pass
     finally:
@@ -187,6 +187,10 @@ def _strict_load(pristine: dict[str, Any], config: dict[str, Any]) -> None:
     assert not _outside(opened, pristine["bundle"]), (
         f"opened outside the bundle: {_outside(opened, pristine['bundle'])}"
     )
+
+
+def _strict_load(pristine: dict[str, Any], config: dict[str, Any]) -> None:
+    _strict(pristine, "config.json", config, "none")
 
 
 @pytest.mark.parametrize("name", ["../outside.json", "/etc/passwd"])
@@ -204,20 +208,9 @@ def test_finding_vocab_file_wrong_type(pristine: dict[str, Any], value: Any) -> 
 
 
 def _manifest_load(pristine: dict[str, Any], edit: Callable[[dict[str, Any]], None]) -> None:
-    global _OPENED
     manifest = json.loads(pristine["bytes"]["manifest.json"])
     edit(manifest)
-    _write(pristine["bundle"], pristine, "manifest.json", _dump(manifest))
-    _OPENED = []
-    try:
-        load_bundle(pristine["bundle"], verify=True, graphs="all")
-    except BundleError:
-        pass
-    finally:
-        opened, _OPENED = _OPENED, None
-    assert not _outside(opened, pristine["bundle"]), (
-        f"opened outside the bundle: {_outside(opened, pristine['bundle'])}"
-    )
+    _strict(pristine, "manifest.json", manifest, "all")
 
 
 def test_finding_variant_file_masked_by_graphs(pristine: dict[str, Any]) -> None:
