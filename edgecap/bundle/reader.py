@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -187,11 +187,13 @@ class Bundle:
         path: the bundle directory.
         manifest: ``manifest.json`` (see :mod:`edgecap.bundle.manifest`).
         config: ``config.json``: model (name, overrides, sizes), vocab kind/size, backbone spec, decode defaults.
+        verified: the files whose SHA-256 was checked already (:meth:`verify` hashes each file once).
     """
 
     path: Path
     manifest: dict[str, Any]
     config: dict[str, Any]
+    verified: set[str] = field(default_factory=set, compare=False, repr=False)
 
     # -- what it is ------------------------------------------------------------------------------------------------
     @property
@@ -400,7 +402,10 @@ class Bundle:
         Raises:
             BundleIntegrityError: naming each missing, corrupt or unlisted file.
         """
-        verify_files(self.path, self.manifest, hashed=frozenset(names))
+        todo = frozenset(names) - self.verified
+        if todo:
+            verify_files(self.path, self.manifest, hashed=todo)
+            self.verified.update(todo)
 
     def check_interface(self, role: str, inputs: Sequence[str], outputs: Sequence[str], path: str | Path) -> None:
         """Check one runtime graph's input and output names against the manifest's interface; runtimes call this
@@ -483,9 +488,10 @@ def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Se
     written_by = str(manifest["versions"].get("edgecap") or "")
     if written_by and is_newer_version(written_by, __version__):
         log.warning("bundle %s was written by edgecap %s, newer than this %s", path, written_by, __version__)
-    bundle = Bundle(path=path, manifest=manifest, config=config)
-    for field, name in bundle.named_files().items():  # every file config.json names, under the one path rule
-        bundle.file(name, f"{CONFIG_NAME} {field}")
+    hashed = set(manifest["files"]) if verify is True else {CONFIG_NAME} if verify == "used" else set()
+    bundle = Bundle(path=path, manifest=manifest, config=config, verified=hashed)
+    for key, name in bundle.named_files().items():  # every file config.json names, under the one path rule
+        bundle.file(name, f"{CONFIG_NAME} {key}")
     if verify == "used":
         bundle.verify(bundle.used_files())
     _check_vocab(bundle)
