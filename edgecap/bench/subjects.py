@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.data.images import IMAGE_SUFFIXES, image_files
 from edgecap.runtimes.registry import UnknownRuntimeError, get_runtime, list_runtimes
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
     "skip_reason",
 ]
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
 Item = dict[str, np.ndarray]
 
@@ -146,7 +146,7 @@ def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"--images: {directory} is not a directory")
-    paths = sorted(p for p in directory.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    paths = image_files(directory)
     if not paths:
         raise ValueError(f"--images: no image files in {directory} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
     return paths[:limit] if limit else paths

@@ -38,6 +38,7 @@ import torch
 from edgecap.bundle.manifest import PRECISION_ORDER, parity_summary, sha256_file
 from edgecap.bundle.reader import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME, is_bundle, load_bundle
 from edgecap.bundle.writer import BundleBuilder, create_bundle
+from edgecap.data.images import IMAGE_SUFFIXES, image_files
 
 __all__ = [
     "DEFAULT_CALIB_SIZE",
@@ -55,7 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 DEFAULT_CALIB_SIZE = 256
 DEFAULT_QUALITY_IMAGES = 100
 _BATCH = 16
@@ -234,7 +234,7 @@ def calibration_images(calib: str | Path) -> tuple[list[CalibImage], str]:
         images = [CalibImage(r.path, r.image_id) for r in dataset.split("train") if r.path is not None]
         description = f"train split of dataset {calib}"
     else:
-        paths = sorted(p for p in calib.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        paths = image_files(calib)
         images = [CalibImage(p, p.stem) for p in paths]
         description = f"images in {calib}"
     if not images:

@@ -30,13 +30,24 @@ from PIL import Image, ImageOps
 
 __all__ = [
     "DEFAULT_BACKGROUND",
+    "IMAGE_SUFFIXES",
     "ImageError",
     "ImageLike",
     "ImageNotFoundError",
+    "image_files",
     "load_image",
 ]
 
 ImageLike = str | os.PathLike | Image.Image | np.ndarray
+
+#: File suffixes (lower case) taken as images when a folder is searched (calibration, ``edgecap bench --images``).
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
+
+
+def image_files(directory: str | os.PathLike) -> list[Path]:
+    """Every file under ``directory`` (recursively) with an :data:`IMAGE_SUFFIXES` suffix, sorted by path."""
+    return sorted(p for p in Path(directory).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+
 
 DEFAULT_BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 

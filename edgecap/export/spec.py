@@ -21,6 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgecap.precisions import FLOAT_PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
@@ -41,8 +42,9 @@ __all__ = [
 
 #: The dynamo exporter's native opset (torch 2.13+); LayerNormalization needs >= 17.
 DEFAULT_OPSET = 20
-#: Precisions an ONNX graph can be written in; the converters live in ``edgecap.export.onnx``.
-PRECISIONS = ("fp32", "fp16")
+#: Precisions an ONNX graph can be written in (the converters live in ``edgecap.export.onnx``); INT8 is made from
+#: the FP32 graph by ``edgecap.calibration``.
+PRECISIONS = FLOAT_PRECISIONS
 
 #: ``make_inputs(sizes, generator) -> {input name: tensor}`` for one graph; ``sizes`` maps dim names to sizes.
 InputMaker = Callable[[Mapping[str, int], torch.Generator], dict[str, torch.Tensor]]

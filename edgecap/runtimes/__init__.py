@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgecap._lazy import lazy_getattr
-from edgecap.precisions import PRECISIONS
+from edgecap.precisions import FLOAT_PRECISIONS, PRECISIONS
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtimes.registry import (
     LoadedRuntime,
@@ -59,7 +59,7 @@ register_runtime(
         graph_runtime="edgecap.runtimes.torch:TorchRuntime",
         requires=("torch",),
         install=_TORCH_INSTALL,
-        precisions=("fp32", "fp16"),
+        precisions=FLOAT_PRECISIONS,
         auto_rank=1,
     )
 )
@@ -70,7 +70,7 @@ register_runtime(
         loader="edgecap.runtimes.torch:load_bundle_rerun_runtime",
         requires=("torch",),
         install=_TORCH_INSTALL,
-        precisions=("fp32", "fp16"),
+        precisions=FLOAT_PRECISIONS,
         baseline=True,
     )
 )
