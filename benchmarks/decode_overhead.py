@@ -8,7 +8,7 @@ part is a visible share of the total, and it is the same for every backend. This
   the time is the search's;
 - ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
-- ``ort``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
+- ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
 - ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
@@ -50,7 +50,7 @@ from edgecap.bench.harness import TimedStepModel
 from edgecap.decoding import DecodeCfg, RadixSpec, State
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 
-BACKENDS = ("trivial", "torch", "ort", "prefix")
+BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
 
 
@@ -125,10 +125,10 @@ class Backends:
             from edgecap.runtimes.prefix import PrefixRerunStepModel
 
             return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
-        if backend == "ort":
+        if backend == "onnxruntime":
             if self._ort is None:
                 from edgecap.export import export_onnx
-                from edgecap.runtimes.ort import create_ort_step_model
+                from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_ort_step_model(
@@ -270,8 +270,8 @@ def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     for (backend, impl, batch), ms in by.items():
         if backend != "torch":
             continue
-        if ("ort", impl, batch) in by:
-            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('ort', impl, batch)]:.2f}x")
+        if ("onnxruntime", impl, batch) in by:
+            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('onnxruntime', impl, batch)]:.2f}x")
         if ("prefix", impl, batch) in by:
             out.append(f"{impl} batch {batch}: re-run prefix / cached = {by[('prefix', impl, batch)] / ms:.2f}x")
     return out

@@ -134,7 +134,7 @@ class Captioner:
             bundle: a bundle directory (``edgecap export``), or the name of a model exported without ``--out``
                 (``$EDGECAP_HOME/bundles/NAME``, where the quickstart writes).
             runtime: ``"auto"`` (the first installed of the registered runtimes: ONNX Runtime, then torch) or a
-                registered name (:func:`edgecap.runtimes.list_runtimes`: ``"ort"``, ``"torch"``, …).
+                registered name (:func:`edgecap.runtimes.list_runtimes`: ``"onnxruntime"``, ``"torch"``, …).
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
             beam: beam size (1 = greedy); default the bundle's (3).

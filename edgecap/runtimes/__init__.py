@@ -17,6 +17,7 @@ from edgecap.runtimes.registry import (
     RuntimeSpec,
     UnknownRuntimeError,
     auto_runtime,
+    canonical_runtime,
     get_runtime,
     list_runtimes,
     register_runtime,
@@ -41,14 +42,15 @@ _TORCH_INSTALL = "pip install 'edgecap[train]'"
 # The built-in runtimes: a new backend is one module plus one entry like these.
 register_runtime(
     RuntimeSpec(
-        name="ort",
+        name="onnxruntime",
         description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
-        loader="edgecap.runtimes.ort:load_bundle_runtime",
-        graph_runtime="edgecap.runtimes.ort:OrtRuntime",
+        loader="edgecap.runtimes.onnxruntime_session:load_bundle_runtime",
+        graph_runtime="edgecap.runtimes.onnxruntime_session:OrtRuntime",
         requires=("onnxruntime",),
         install=_ORT_INSTALL,
         precisions=PRECISIONS,
         auto_rank=0,
+        aliases=("ort",),  # its earlier name; "ort" is also the Object Relation Transformer model family
     )
 )
 register_runtime(
@@ -61,6 +63,7 @@ register_runtime(
         install=_TORCH_INSTALL,
         precisions=FLOAT_PRECISIONS,
         auto_rank=1,
+        torch=True,
     )
 )
 register_runtime(
@@ -72,6 +75,7 @@ register_runtime(
         install=_TORCH_INSTALL,
         precisions=FLOAT_PRECISIONS,
         baseline=True,
+        torch=True,
     )
 )
 
@@ -108,6 +112,7 @@ __all__ = [
     "TorchStepModel",
     "UnknownRuntimeError",
     "auto_runtime",
+    "canonical_runtime",
     "create_ort_refine_model",
     "dtype_name",
     "get_runtime",
