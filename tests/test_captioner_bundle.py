@@ -60,7 +60,7 @@ def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
     assert info["providers"][-1] == "CPUExecutionProvider" and info["precision"] == "fp32"
     assert info["model"] == "ort-test" and info["beam"] == 3 and info["bundle"] == str(bundle)
     assert info["summary"] in caplog.text and "CPUExecutionProvider" in caplog.text
-    assert repr(cap).startswith("Captioner(ort-test on ort")
+    assert repr(cap).startswith("Captioner(ort-test on onnxruntime [")
 
 
 def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_factory):

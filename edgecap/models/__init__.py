@@ -13,6 +13,7 @@ from edgecap.models import expansionnet, labert, ort  # noqa: F401  (register th
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
+    FamilyHooks,
     UnknownModelError,
     cfg_from_dict,
     count_model_parameters,
@@ -21,6 +22,7 @@ from edgecap.models._registry import (
     create_model_from_cfg,
     describe_models,
     edge_settings,
+    family_hooks,
     get_model_cfg,
     list_families,
     list_models,
@@ -46,6 +48,7 @@ __all__ = [
     "CaptionModel",
     "ExpansionNetCaptioner",
     "ExpansionNetCfg",
+    "FamilyHooks",
     "LaBertCaptioner",
     "LaBertCfg",
     "LayerMapError",
@@ -63,6 +66,7 @@ __all__ = [
     "create_model_from_cfg",
     "describe_models",
     "edge_settings",
+    "family_hooks",
     "format_layer_map",
     "get_model_cfg",
     "list_families",

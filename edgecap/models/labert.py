@@ -41,7 +41,7 @@ from torch import nn
 
 from edgecap.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
 from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, check_positive_ints, replace_cfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 
 __all__ = ["LaBertCaptioner", "LaBertCfg"]
@@ -280,7 +280,17 @@ def _build(cfg: LaBertCfg, vocab_size: int) -> LaBertCaptioner:
     return LaBertCaptioner(cfg, vocab_size)
 
 
-register_family("labert", LaBertCfg, _build)
+register_family(
+    "labert",
+    LaBertCfg,
+    _build,
+    FamilyHooks(
+        decoding="mask_predict",  # §3.2: non-autoregressive refinement at a chosen length level
+        objective="edgecap.training.objectives:masked_lm",  # §3.2, Eq. 4
+        torch_decoder="edgecap.runtimes.refine:TorchRefineModel",
+        export_spec="edgecap.export.specs.labert:labert_export_spec",
+    ),
+)
 
 
 def _labert(**kw: Any) -> LaBertCfg:

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from edgecap.models._cfg import ModelCfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import mask_to_bias
 from edgecap.models.layers.geometry import box_relational_embedding
@@ -134,7 +134,7 @@ class ORTCaptioner(CaptionModel):
         return torch.log_softmax(self.output_proj(h), dim=-1)
 
 
-register_family("ort", ModelCfg, ORTCaptioner)
+register_family("ort", ModelCfg, ORTCaptioner, FamilyHooks(export_spec="edgecap.export.specs.ort:ort_export_spec"))
 
 # Decoder positions: BOS + up to 30 words (+1 digit per extra radix token): word 31, radix (2 digits/word) 61.
 _WORD_MAX_LEN = 31

@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance, register_export_spec
+from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance
 from edgecap.export.specs.captioning import captioning_spec
 
 __all__ = ["ENCODER_TOLERANCES", "ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"]
@@ -67,6 +67,3 @@ def ort_export_spec(
         name=name,
         **options,
     )
-
-
-register_export_spec("ort", ort_export_spec)
