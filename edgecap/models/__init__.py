@@ -10,7 +10,8 @@ from __future__ import annotations
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
 from edgecap.models import expansionnet, labert, ort  # noqa: F401  (register the families and their variants)
-from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
+from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
+from edgecap.models._ort_cfg import ModelCfg, ObjectRelationCfg
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
     FamilyHooks,
@@ -56,6 +57,7 @@ __all__ = [
     "ModelCfg",
     "ModelCfgError",
     "ModelInputError",
+    "ObjectRelationCfg",
     "ORTCaptioner",
     "State",
     "UnknownModelError",
