@@ -11,6 +11,7 @@ from typing import Any
 
 from edgecap.bench.ratios import ratio_lines
 from edgecap.bench.report import BenchReport, ComboResult
+from edgecap.precisions import PRECISIONS
 
 __all__ = ["fmt_count", "fmt_mib", "fmt_ms", "fmt_num", "format_markdown"]
 
@@ -190,7 +191,7 @@ def _runtime_order() -> dict[str, int]:
 
 def _sorted(results: Iterable[ComboResult]) -> list[ComboResult]:
     runtime = _runtime_order()
-    precision = {"fp32": 0, "fp16": 1, "int8": 2}
+    precision = {name: i for i, name in enumerate(PRECISIONS)}
     return sorted(
         results,
         key=lambda r: (
