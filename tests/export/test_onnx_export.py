@@ -186,7 +186,7 @@ def test_spec_lookup_is_a_registry() -> None:
     class Unknown(torch.nn.Module):
         cfg = type("Cfg", (), {"family": "nope"})()
 
-    with pytest.raises(ExportSpecError, match="no export spec registered for model family 'nope'"):
+    with pytest.raises(ExportSpecError, match="unknown model family 'nope'"):
         get_export_spec(Unknown())
 
 
