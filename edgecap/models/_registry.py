@@ -28,6 +28,7 @@ from torch import nn
 
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
 from edgecap.models.base import CaptionModel
+from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
     "EDGE_WORD_VOCAB_SIZE",
@@ -82,31 +83,27 @@ class _Variant:
     paper_params: float | None
 
 
-#: Decoding strategies a family can declare (``edgecap.decoding``): autoregressive beam/greedy search over a step
-#: model, or LaBERT's non-autoregressive mask-predict refinement (LaBERT §3.2).
-DECODINGS = ("beam", "mask_predict")
-
-
 @dataclass(frozen=True)
 class FamilyHooks:
     """A family's behaviour, named as ``"package.module:attr"`` strings so registering a family imports neither the
     training code nor the exporter.
 
     Attributes:
-        decoding: ``"beam"`` (step-by-step search; greedy at beam 1) or ``"mask_predict"``.
+        decoding: a kind of :data:`~edgecap.runtimes.roles.DECODING_ROLES`, as its export spec declares it:
+            ``"autoregressive"`` (beam or greedy search over a step model) or ``"mask_predict"`` (LaBERT §3.2).
         objective: the training objective, ``(model, visual, tokens, pad_id, cfg, tokens_per_word) -> (loss, nll)``.
         torch_decoder: the torch adapter decoding drives, constructed as ``cls(model, device=device)``.
         export_spec: ``builder(model, *, backbone=None, name=None, **options) -> ExportSpec``; None = not exportable.
     """
 
-    decoding: str = "beam"
+    decoding: str = "autoregressive"
     objective: str = "edgecap.training.objectives:cross_entropy"
     torch_decoder: str = "edgecap.runtimes.torch:TorchStepModel"
     export_spec: str | None = None
 
     def __post_init__(self) -> None:
-        if self.decoding not in DECODINGS:
-            raise ValueError(f"FamilyHooks.decoding must be one of {DECODINGS}, got {self.decoding!r}")
+        if self.decoding not in DECODING_ROLES:
+            raise ValueError(f"FamilyHooks.decoding must be one of {list(DECODING_ROLES)}, got {self.decoding!r}")
         for label in ("objective", "torch_decoder", "export_spec"):
             target = getattr(self, label)
             if target is not None and (not isinstance(target, str) or target.count(":") != 1 or target[0] == ":"):
@@ -162,7 +159,8 @@ def register_family(
     hooks: FamilyHooks | None = None,
 ) -> None:
     """Register how cfgs of ``family`` are loaded (``cfg_cls.from_dict``) and built (``builder(cfg, vocab_size)``),
-    and how its models train, decode and export (``hooks``; default: cross-entropy, beam search, no export spec)."""
+    and how its models train, decode and export (``hooks``; default: cross-entropy, autoregressive search, no export
+    spec)."""
     if hooks is not None and not isinstance(hooks, FamilyHooks):
         raise TypeError(f"register_family: hooks must be a FamilyHooks, got {type(hooks).__name__}")
     _FAMILIES[family] = _Family(cfg_cls, builder, hooks or FamilyHooks())

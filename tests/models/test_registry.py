@@ -274,3 +274,34 @@ def test_the_object_relation_cfg_keeps_its_old_name() -> None:
     from edgecap.models import ModelCfg
 
     assert ModelCfg is ObjectRelationCfg and get_model_cfg("acort-test").family == "ort"
+
+
+@pytest.mark.parametrize("family", ["ort", "expansionnet", "labert"])
+def test_family_hooks_agree_with_what_the_family_trains_decodes_and_exports(family: str) -> None:
+    """The hooks are where a family's behaviour lives: the objective, the torch adapter and the export spec they
+    name are the ones used, and the decoding they declare is the one the export spec writes graphs for."""
+    from edgecap.captioning import decoder_for
+    from edgecap.export import get_export_spec
+    from edgecap.models import family_hooks
+    from edgecap.training.objectives import objective_for
+
+    name = next(n for n in list_models("*-test") if model_family(n) == family)
+    model = create_model(name, **edge_settings(name, feature_dim=8)).eval()
+    hooks = family_hooks(model)
+    assert hooks is family_hooks(family)
+    assert objective_for(model) is hooks.resolve("objective")
+    assert type(decoder_for(model)) is hooks.resolve("torch_decoder")
+    assert get_export_spec(model).decoding == hooks.decoding
+
+
+def test_family_hooks_are_checked_when_registered() -> None:
+    from edgecap.models import FamilyHooks
+
+    with pytest.raises(ValueError, match="decoding must be one of"):
+        FamilyHooks(decoding="beam")
+    with pytest.raises(ValueError, match="package.module:attr"):
+        FamilyHooks(objective="no_colon")
+    with pytest.raises(TypeError, match="FamilyHooks"):
+        registry.register_family("x", object, lambda cfg, v: None, hooks={"decoding": "autoregressive"})  # type: ignore[arg-type]
+    with pytest.raises(UnknownModelError, match="no export_spec hook"):
+        FamilyHooks().resolve("export_spec")
