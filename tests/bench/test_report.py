@@ -246,3 +246,16 @@ def test_pareto_front() -> None:
 def test_report_field_types_resolve() -> None:
     for cls in (BenchReport, ComboResult, BundleInfo):
         typing.get_type_hints(cls)  # every annotation resolves (load_report relies on it)
+
+
+def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp_path: Path) -> None:
+    """Reports written when ONNX Runtime's runtime was called ``ort`` compare with new ones."""
+    data = make_report([make_result("onnxruntime"), make_result("torch")]).to_dict()
+    for result in data["results"]:
+        result["runtime"] = {"onnxruntime": "ort"}.get(result["runtime"], result["runtime"])
+    data["config"]["runtimes"] = ["torch", "ort"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    report = load_report(path)
+    assert [r.runtime for r in report.results] == ["onnxruntime", "torch"]
+    assert report.config["runtimes"] == ["torch", "onnxruntime"]
