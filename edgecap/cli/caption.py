@@ -8,7 +8,7 @@ import click
 
 from edgecap.cli.options import RuntimeName, beam_option, device_option, fail
 from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import get_runtime
+from edgecap.runtimes.registry import get_runtime, list_runtimes
 
 
 @click.command("caption")
@@ -27,7 +27,9 @@ from edgecap.runtimes.registry import get_runtime
     type=RuntimeName(),
     default="auto",
     show_default=True,
-    help="Bundles: a registered runtime (auto = the first installed: ONNX Runtime, then torch). Runs use torch.",
+    help="Bundles: auto (the first installed: ONNX Runtime, then torch) or a registered runtime ("
+    + ", ".join(list_runtimes())
+    + "). Runs use torch.",
 )
 @click.option(
     "--precision",
