@@ -54,6 +54,8 @@ from edgecap.runtimes.torch import TorchStepModel
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
+#: Earlier spellings still accepted on the command line (recorded commands use them).
+OLD_NAMES = {"ort": "onnxruntime"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
 
@@ -357,8 +359,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--runtime",
         action="append",
-        choices=RUNTIMES,
-        help="torch (eager, default) or ort (exported FP32 graphs on ONNX Runtime); repeatable",
+        choices=(*RUNTIMES, *OLD_NAMES),
+        help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
+        "repeatable",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
@@ -374,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     common = {"beam": args.beam, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
     cases = []
-    for runtime in args.runtime or ["torch"]:
+    for runtime in [OLD_NAMES.get(r, r) for r in args.runtime or ["torch"]]:
         for batch in args.batch or [1]:
             case_args = {**common, "batch": batch, "runtime": runtime}
             if args.run:

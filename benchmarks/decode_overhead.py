@@ -22,7 +22,7 @@ search, to compare implementations in one process; their results must agree toke
 
 Usage::
 
-    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend ort
+    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
     python benchmarks/decode_overhead.py --backend trivial --profile cprofile
 """
 
@@ -51,6 +51,8 @@ from edgecap.decoding import DecodeCfg, RadixSpec, State
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 
 BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
+#: Earlier spellings still accepted on the command line (recorded commands use them).
+OLD_NAMES = {"ort": "onnxruntime"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
 
 
@@ -283,7 +285,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch", type=int, action="append", help="images per decode call (repeatable; default 1 and 8)")
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1")
-    p.add_argument("--backend", action="append", choices=BACKENDS, help="repeatable; default all")
+    p.add_argument(
+        "--backend", action="append", choices=(*BACKENDS, *OLD_NAMES), help="repeatable; default all; ort = onnxruntime"
+    )
     p.add_argument("--impl", action="append", help="module exposing decode() (repeatable; default edgecap.decoding)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
@@ -299,7 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     impls = {name: importlib.import_module(name).decode for name in (args.impl or ["edgecap.decoding"])}
-    backends = args.backend or list(BACKENDS)
+    backends = [OLD_NAMES.get(b, b) for b in args.backend] if args.backend else list(BACKENDS)
     builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16)
     print(f"load: {os.getloadavg()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
