@@ -45,7 +45,7 @@ TABLE_1 = {
     "acort-xsmall": 2.57,
 }
 # Exact totals of the reference: model_params.json of the published ACORT-base/small checkpoints; a recount of the
-# reference code's layers otherwise.
+# released code's layers otherwise.
 EXACT = {"acort-base": 14_979_347, "acort-small": 4_213_779, "acort-xsmall": 2_567_435, "ort-base": 55_443_777}
 
 
