@@ -39,17 +39,16 @@ if str(ROOT) not in sys.path:
 
 #: (section, seconds): the order sections run in and each one's wall-clock budget (process start included).
 SECTIONS: tuple[tuple[str, int], ...] = (
-    ("tests", 35),
-    ("parity", 50),
-    ("sweep", 80),
-    ("transfer", 12),
-    ("ort", 15),
+    ("tests", 45),
+    ("parity", 45),
+    ("sweep", 75),
+    ("transfer", 10),
+    ("ort", 12),
     ("labert", 35),
-    ("compile", 30),
+    ("compile", 35),
 )
-#: Sections after which the check may stop early when the total budget runs out (never skipped: tests, parity).
 FEATURE_CACHE = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "features.pt"
-SWEEP_BATCHES = (1, 8, 64, 256)
+SWEEP_BATCHES = (1, 8, 64, 256, 1024)  # 1024: where the best path may reach its throughput
 BEAM = 3
 PARITY_IMAGES = 30
 
@@ -145,12 +144,12 @@ def _features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str, An
     inputs) and cached in a temp file for later sections; None with the reason when the backbone is unavailable."""
     import torch
 
+    if not trained_run:
+        return None, [], "random weights: synthetic features"
     records, where = _dataset(args)
     if FEATURE_CACHE.is_file():
         cached = torch.load(FEATURE_CACHE, weights_only=True)
-        return {k: v for k, v in cached.items() if k != "_ids"}, records, where + " [cached features]"
-    if not trained_run:
-        return None, records, "random weights: synthetic features"
+        return dict(cached), records, where + " [cached features]"
     try:
         from edgecap.runs import load_run
         from edgecap.runtimes.images import BackboneInputs, backbone_from_spec
@@ -232,9 +231,10 @@ def _decode_all(step_model: Any, feats: Mapping[str, Any], cfg: Any, batch: int)
 # -- sections -------------------------------------------------------------------------------------------------------
 def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
     """(a) The CUDA-marked tests."""
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-m", "gpu", "tests/gpu"]
+    # The CUDA-marked tests, plus the CPU tests of the static step and the torch runtime on this machine's torch; the
+    # compiled-step test is left to the compile section (its first compile alone can take tens of seconds).
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-k", "not compiled", "tests/gpu"]
     cmd += ["tests/runtimes/test_static_cache.py", "tests/runtimes/test_torch_runtime.py"]
-    cmd = [c for c in cmd if not c.startswith("tests/") or (ROOT / c).exists()]
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
     log = proc.stdout + proc.stderr
@@ -252,7 +252,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
     model, vocab, cfg, note = _load_model(args.run)
     feats, records, where = _features(args, vocab is not None)
     if feats is None:
-        feats = _synthetic_inputs(min(len(records), args.images) or 100, model.feature_dim)
+        feats = _synthetic_inputs(args.images, model.feature_dim)
     n = int(feats["features"].shape[0])
     rec.set(model=note, data=where, images=n, beam=BEAM, tf32=False)
     first = {k: v[:PARITY_IMAGES] for k, v in feats.items()}
@@ -309,7 +309,7 @@ def _time_decode(
     from edgecap.decoding import decode
 
     timed = TimedStepModel(step_model)
-    walls, step_ms, steps = [], [], []
+    walls, step_ms, steps, search_ms, select_ms = [], [], [], [], []
     for r in range(warmup + repeats):
         if r >= warmup + 2 and time.perf_counter() > deadline:
             break
@@ -322,6 +322,8 @@ def _time_decode(
             walls.append(wall)
             steps.append(t.steps)
             step_ms.append(1e3 * t.step_s / max(t.steps, 1))
+            select_ms.append(1e3 * t.select_s / max(t.steps, 1))
+            search_ms.append(1e3 * (wall - t.encode_s - t.step_s - t.select_s) / max(t.steps, 1))
     batch = int(inputs["features"].shape[0])
     wall = _median_spread(walls)
     return {
@@ -330,6 +332,8 @@ def _time_decode(
         "wall_ms": round(1e3 * wall["median"], 3),
         "loop_ms_per_step": round(1e3 * wall["median"] / statistics.median(steps), 4),
         "step_call_ms": round(statistics.median(step_ms), 4),
+        "select_call_ms": round(statistics.median(select_ms), 4),
+        "host_search_ms_per_step": round(statistics.median(search_ms), 4),
         "steps": statistics.median(steps),
         "repeats": len(walls),
     }
@@ -346,8 +350,9 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
     # The targets first (batch 1 eager vs graph; the largest batch in FP16), then the rest of the grid.
     precisions = ("fp32", "fp16") if args.device != "cpu" else ("fp32",)
     big = max(args.batches)
-    grid = [(1, "fp32"), (big, precisions[-1]), (1, precisions[-1]), (big, "fp32")]
-    grid = list(dict.fromkeys(grid + [(b, p) for b in args.batches for p in precisions]))
+    target = 256 if 256 in args.batches else big
+    grid = [(1, "fp32"), (target, precisions[-1]), (1, precisions[-1]), (target, "fp32")]
+    grid = list(dict.fromkeys(grid + [(b, p) for b in sorted(args.batches) for p in precisions]))
     models = {(p, m): _step_model(model, p, m, args.device) for p in precisions for m in ("eager", "cuda-graph")}
     end = time.perf_counter() + args.section_budget - 10
     for i, (batch, precision) in enumerate(grid):

@@ -169,9 +169,11 @@ class _Workspace:
         self.step_graph: Any = None
         self.gather_graph: Any = None
         self.steps = 0  # host copy of the position counter
+        self.live: State | None = None  # the views handed to the search last: a state is valid only if it is these
 
     def views(self, rows: int) -> State:
-        return {name: buf[:rows] for name, buf in self.buffers.items()}
+        self.live = {name: buf[:rows] for name, buf in self.buffers.items()}
+        return self.live
 
     def reset(self) -> None:
         for name in GROWING:
@@ -261,8 +263,8 @@ class StaticStepModel:
 
     def _current(self, state: State) -> _Workspace:
         ws = getattr(self._local, "current", None)
-        probe = state.get("self_k")
-        if ws is None or probe is None or probe.data_ptr() != ws.buffers["self_k"].data_ptr():
+        live = None if ws is None else ws.live
+        if live is None or any(state.get(name) is not view for name, view in live.items()):
             raise DecodeInputError(
                 "this state is not the static-cache workspace of the current decode on this thread (one decode at a "
                 "time per thread with step_mode other than 'eager')"
