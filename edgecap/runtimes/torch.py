@@ -273,9 +273,15 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
 
     if request.providers is not None:
         raise CaptionerError("providers= selects ONNX Runtime execution providers; the torch runtime has none")
+    step_mode = getattr(request, "step_mode", "eager")
     dev = resolve_device(request.device or "auto")
     refine = bundle.decoding == "mask_predict"
     precision = request.precision
+    if step_mode != "eager" and (refine or rerun_prefix):
+        raise CaptionerError(
+            f"step_mode={step_mode!r} applies to cached autoregressive decoding; "
+            f"{'mask-predict bundles' if refine else 'the torch-rerun baseline'} run step_mode='eager'"
+        )
     if refine and (precision == "fp16" or rerun_prefix):
         raise CaptionerError(
             "the torch mask-predict adapter runs FP32 weights and has no prefix to re-run; FP16 LaBERT needs "
@@ -302,9 +308,15 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
 
         step_model = PrefixRerunStepModel(model, dev, dtype=dtype)
     else:
-        step_model = TorchStepModel(model, dev, dtype=dtype)
+        from edgecap.runtimes.static_cache import StepModeError
+
+        try:
+            step_model = TorchStepModel(model, dev, dtype=dtype, step_mode=step_mode)
+        except StepModeError as exc:
+            raise CaptionerError(str(exc)) from None
     inputs, backbone, no_images = image_inputs(bundle, dev, in_graph=False)  # the adapter casts to fp16
     info = {"providers": None, "device": str(dev), "precision": precision, "precision_reason": reason}
+    info["step_mode"] = getattr(step_model, "step_mode", "eager")
     info["backbone"] = backbone
     return LoadedRuntime(step_model, inputs, info, [], no_images)
 
