@@ -1,0 +1,83 @@
+"""The torch step on a GPU by step mode: the CUDA-graph (and compiled) static step decodes what the eager step
+decodes at FP32, captures once per batch shape, and runs at FP16/BF16. Skipped, with the reason, without CUDA."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.gpu
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+
+from edgecap.decoding import DecodeCfg, decode  # noqa: E402
+from edgecap.models import create_model  # noqa: E402
+from edgecap.runtimes.torch import TorchStepModel  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _setup(name: str = "acort-test", batch: int = 6) -> tuple[torch.nn.Module, dict, DecodeCfg]:
+    torch.manual_seed(0)
+    model = create_model(name, vocab_size=771, feature_dim=12).eval()
+    g = torch.Generator().manual_seed(0)
+    inputs = {
+        "features": torch.randn(batch, 6, 12, generator=g),
+        "boxes": torch.rand(batch, 6, 4, generator=g).sort(-1).values,
+        "feature_mask": torch.ones(batch, 6, dtype=torch.bool),
+    }
+    cfg = DecodeCfg(pad_id=0, bos_id=769, eos_id=770, beam_size=3, max_len=16)
+    if model.length_levels:
+        cfg = DecodeCfg(pad_id=0, bos_id=769, eos_id=770, beam_size=3, max_len=16, length_level=3)
+    return model, inputs, cfg
+
+
+def _tokens(step_model: TorchStepModel, inputs: dict, cfg: DecodeCfg) -> list:
+    return [[h.tokens for h in hs] for hs in decode(step_model, inputs, cfg)]
+
+
+@pytest.mark.parametrize("name", ["acort-test", "acort-test-len"])
+def test_cuda_graph_step_gives_the_eager_captions_at_fp32(name: str) -> None:
+    model, inputs, cfg = _setup(name)
+    eager = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
+    graph = TorchStepModel(model, "cuda", step_mode="cuda-graph")
+    assert _tokens(graph, inputs, cfg) == eager
+    captures = graph._static.captures
+    assert _tokens(graph, inputs, cfg) == eager  # replayed, not re-captured
+    assert graph._static.captures == captures
+    assert _tokens(TorchStepModel(model, "cpu"), inputs, cfg) == eager
+
+
+def test_cuda_graph_step_runs_at_fp16_and_bf16() -> None:
+    model, inputs, cfg = _setup()
+    reference = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
+    for kw in ({"dtype": torch.float16}, {"dtype": torch.bfloat16}, {"autocast": torch.float16}):
+        model, _, _ = _setup()
+        got = _tokens(TorchStepModel(model, "cuda", step_mode="cuda-graph", **kw), inputs, cfg)
+        assert len(got) == len(reference) and all(len(hs) == len(r) for hs, r in zip(got, reference, strict=True))
+
+
+def test_cuda_graph_step_returns_host_logprobs_of_live_rows_only() -> None:
+    model, inputs, _ = _setup(batch=2)
+    graph = TorchStepModel(model, "cuda", step_mode="cuda-graph")
+    state = graph.encode(inputs)
+    logprobs, state = graph.step(np.full(2, 769, dtype=np.int64), state)
+    assert isinstance(logprobs, np.ndarray) and logprobs.shape == (2, 771) and logprobs.dtype == np.float32
+    state = graph.select(state, np.array([1], dtype=np.int64))  # pruned to one row: same capacity, fewer live rows
+    logprobs, state = graph.step(np.array([5], dtype=np.int64), state)
+    assert logprobs.shape == (1, 771)
+    np.testing.assert_allclose(np.exp(logprobs).sum(-1), 1.0, rtol=1e-4)
+
+
+def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
+    model, inputs, cfg = _setup(batch=2)
+    eager = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
+    assert _tokens(TorchStepModel(model, "cuda", step_mode="compile"), inputs, cfg) == eager
