@@ -177,6 +177,7 @@ def import_expansionnet_v2(
     heads: int = 8,
     enc_groups: Sequence[int] | None = None,
     backbone: str = SWIN_BACKBONE,
+    image_size: int = 384,
 ) -> ImportedRun:
     """Read an official ExpansionNet v2 checkpoint (``rf_model.pth``) and its tokens pickle.
 
@@ -187,6 +188,7 @@ def import_expansionnet_v2(
         heads: cross-attention heads (not visible in the weights; the official code uses 8).
         enc_groups: Block Static Expansion lengths; default v2's ``32, 64, 128, 256, 512`` when they fit.
         backbone: the timm name of the Swin in an end-to-end checkpoint.
+        image_size: its input size (384 for the official Swin-L); preprocessing resizes to it.
     """
     if vocab is None:
         raise CheckpointError(
@@ -228,8 +230,8 @@ def import_expansionnet_v2(
     notes = [f"official specials at {dict(zip(('PAD', 'SOS', 'EOS', 'UNK'), specials, strict=True))} -> 0-3"]
     backbone_file = None
     if swin:
-        backbone_file = _backbone(swin, backbone, feature_dim, source)
-        notes.append(f"Swin weights -> timm {backbone}, preprocessing {OFFICIAL_PREPROCESS}")
+        backbone_file = _backbone(swin, backbone, image_size, feature_dim, source)
+        notes.append(f"Swin weights -> timm {backbone}, preprocessing {backbone_file.spec}")
     else:
         notes.append("features-only checkpoint: no backbone in the run")
     return ImportedRun(
@@ -237,12 +239,13 @@ def import_expansionnet_v2(
     )
 
 
-def _backbone(swin: Mapping[str, torch.Tensor], name: str, feature_dim: int, source: str) -> BackboneFile:
-    size = int(OFFICIAL_PREPROCESS["image_size"])
+def _backbone(
+    swin: Mapping[str, torch.Tensor], name: str, size: int, feature_dim: int, source: str
+) -> BackboneFile:
     shapes, width = timm_feature_shapes(name, size)
     if width != feature_dim:
         raise CheckpointError(f"{source}: timm {name} gives {width}-d features, the captioner takes {feature_dim}")
     state = official_swin_to_timm(swin, shapes, f"{source} (swin_transf)")
     grid = size // 32  # Swin: patch 4, then three 2× patch mergings
-    spec = {"name": name, **OFFICIAL_PREPROCESS, "feature_dim": width, "grid": [grid, grid]}
+    spec = {"name": name, **OFFICIAL_PREPROCESS, "image_size": size, "feature_dim": width, "grid": [grid, grid]}
     return BackboneFile(state=state, spec=spec)
