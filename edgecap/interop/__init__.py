@@ -65,7 +65,14 @@ def convert_checkpoint(
         raise CheckpointError(f"unknown source {source!r}; choose one of {sorted(SOURCES)}")
     imported = SOURCES[source](Path(checkpoint), None if vocab is None else Path(vocab), trust_pickle, **options)
     imported.model.eval()
+    # Positions are a fixed table: BOS + the words' tokens must fit (a checkpoint with a short table caps decoding).
+    imported.max_words = min(imported.max_words, word_capacity(imported))
     return imported
+
+
+def word_capacity(imported: ImportedRun) -> int:
+    """The most words the imported model can decode: BOS and ``tokens_per_word`` tokens per word in ``max_len``."""
+    return max(1, (int(imported.model.cfg.max_len) - 1) // int(imported.vocab.tokens_per_word))
 
 
 def import_checkpoint(
@@ -92,8 +99,9 @@ def import_checkpoint(
     """
     imported = convert_checkpoint(source, checkpoint, vocab, trust_pickle, **options)
     if max_words is not None:
-        if max_words < 1:
-            raise CheckpointError(f"max_words must be >= 1, got {max_words}")
+        capacity = word_capacity(imported)
+        if not 1 <= max_words <= capacity:
+            raise CheckpointError(f"max_words must be in [1, {capacity}] for this model's positions, got {max_words}")
         imported.max_words = int(max_words)
     if Path(out).exists() and not overwrite:
         raise CheckpointError(f"{out} already exists; choose another --out or pass --overwrite")

@@ -52,16 +52,24 @@ def read_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict[str, t
     try:
         obj: Any = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
+        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        if not reason:  # not a class the safe loader refused: garbage, or not a torch file at all
+            raise CheckpointError(f"{path}: not a readable torch checkpoint ({_first_line(exc)})") from exc
         if not trust_pickle:
-            reason = str(exc).strip().splitlines()[-1][:300]
             raise CheckpointError(
                 f"{path} holds pickled Python objects besides tensors, which torch.load(weights_only=True) refuses "
                 f"({reason}); {_TRUST_HINT}"
             ) from exc
         obj = _load_trusted(path)
     except (OSError, RuntimeError, EOFError, ValueError) as exc:
-        raise CheckpointError(f"{path}: not a readable torch checkpoint: {exc}") from exc
+        raise CheckpointError(f"{path}: not a readable torch checkpoint ({_first_line(exc)})") from exc
     return _state_dict(obj, path)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    detail = [line for line in lines if line.startswith("Unsupported")]
+    return (detail or lines or [type(exc).__name__])[0][:300]
 
 
 def _load_trusted(path: Path) -> Any:

@@ -239,9 +239,7 @@ def import_expansionnet_v2(
     )
 
 
-def _backbone(
-    swin: Mapping[str, torch.Tensor], name: str, size: int, feature_dim: int, source: str
-) -> BackboneFile:
+def _backbone(swin: Mapping[str, torch.Tensor], name: str, size: int, feature_dim: int, source: str) -> BackboneFile:
     shapes, width = timm_feature_shapes(name, size)
     if width != feature_dim:
         raise CheckpointError(f"{source}: timm {name} gives {width}-d features, the captioner takes {feature_dim}")

@@ -45,7 +45,9 @@ def test_every_official_tensor_lands_in_the_reference_model(ort):
     assert cfg.layer_norm == "annotated" and cfg.box_wh_offset == 1.0 and cfg.share_att is None
     vocab = imported.vocab
     assert vocab.words == tuple(w for w in IX_TO_WORD.values() if w != "UNK")
-    uncovered = {k: [vocab.pad_id, vocab.bos_id] for k in ("embed.embed.weight", "output_proj.weight", "output_proj.bias")}
+    uncovered = {
+        k: [vocab.pad_id, vocab.bos_id] for k in ("embed.embed.weight", "output_proj.weight", "output_proj.bias")
+    }
     check_destinations(fixture, state, imported.model.state_dict(), _id_map(vocab), uncovered)
 
 
