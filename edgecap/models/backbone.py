@@ -366,6 +366,8 @@ def create_backbone(
     if weights is not None:
         path = Path(weights)
         state = load_state_dict_file(path)
+        if _is_lukemelas(state):
+            state = lukemelas_to_timm(state, model)
         _drop_absent_head(model, state, cfg_dict.get("classifier"))
         _load_strict(model, state, str(path))
         identity = {"source": "file", "file": path.name, "sha256": file_sha256(path)}
