@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -57,14 +58,11 @@ def importing(
     from edgecap.interop import CheckpointError, import_checkpoint, parse_groups
 
     options: dict[str, object] = {}
-    if source == "acort":
-        options["share_att"] = share_att
-    if source == "expansionnet-v2":
-        options["heads"] = heads
-        options["enc_groups"] = None
     try:
+        if source == "acort":
+            options["share_att"] = share_att
         if source == "expansionnet-v2":
-            options["enc_groups"] = parse_groups(enc_groups)
+            options.update(heads=heads, enc_groups=parse_groups(enc_groups))
         run = import_checkpoint(
             source, checkpoint, out, vocab=vocab, trust_pickle=trust_pickle, overwrite=overwrite,
             max_words=max_words, **options,
@@ -72,8 +70,6 @@ def importing(
     except CheckpointError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(f"imported {source} checkpoint {checkpoint} -> {run}")
-    import json
-
     config = json.loads((run / "config.json").read_text(encoding="utf-8"))
     click.echo(f"model {config['model']['name']} overrides {config['model']['overrides'] or '{}'}")
     if config.get("backbone"):

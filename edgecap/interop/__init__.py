@@ -22,8 +22,10 @@ __all__ = [
     "ImportedRun",
     "convert_checkpoint",
     "import_checkpoint",
+    "parse_groups",
     "read_checkpoint",
     "read_pickle",
+    "word_capacity",
 ]
 
 

@@ -119,3 +119,24 @@ def test_an_end_to_end_expansionnet_checkpoint_brings_its_swin_and_the_official_
 def test_import_refuses_an_unknown_source(tmp_path: Path):
     with pytest.raises(CheckpointError, match="unknown source"):
         import_checkpoint("blip", tmp_path / "x.pth", tmp_path / "run")
+
+
+def test_the_cli_passes_expansionnet_options_and_trust_pickle(tmp_path: Path):
+    import argparse
+    import pickle
+
+    state = official_state(load_fixture("expansionnet_tiny.json"), seed=6)
+    torch.save({"model_state_dict": state, "args": argparse.Namespace(N_enc=2)}, tmp_path / "rf_model.pth")
+    words = ["a", "EOS", "dog", "PAD", "SOS", "UNK", "cat", "man", "on", "the", "with", "of", "in", "red"]
+    (tmp_path / "tokens.pickle").write_bytes(pickle.dumps({"idx2word_list": words, "sos_str": "SOS", "eos_str": "EOS"}))
+    files = [str(tmp_path / "rf_model.pth"), "--vocab", str(tmp_path / "tokens.pickle"), "--out", str(tmp_path / "run")]
+    args = ["import", "--from", "expansionnet-v2", *files, "--heads", "2", "--enc-groups", "3,5"]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code != 0 and "--trust-pickle" in refused.output and not (tmp_path / "run").exists()
+    result = CliRunner().invoke(main, [*args, "--trust-pickle", "--max-words", "8"])
+    assert result.exit_code == 0, result.output
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["model"]["cfg"]["enc_groups"] == [3, 5] and config["model"]["cfg"]["heads"] == 2
+    assert config["train"]["max_words"] == 8 and config["backbone"] is None
+    too_long = CliRunner().invoke(main, [*args, "--trust-pickle", "--overwrite", "--max-words", "40"])
+    assert too_long.exit_code != 0 and "max_words must be in [1, 11]" in too_long.output
