@@ -117,3 +117,18 @@ def test_vocabulary_files_are_checked(tmp_path: Path, acort):
         read_sentencepiece_words(bad)
     with pytest.raises(CheckpointError, match="--vocab"):
         convert_checkpoint("acort", ckpt, None)
+
+
+def test_the_released_acort_base_layout_is_exactly_acort_base_ref(tmp_path: Path):
+    """Full size (15 M parameters): (0x3,1x3) sharing on both sides, Share-KV, 2,048-d regions, 5,000 positions."""
+    from tests.interop.official_layouts import relation_transformer
+
+    cfg = {"d": 512, "d_ff": 2048, "heads": 8, "feature_dim": 2048, "vocab": 771, "enc_map": [0, 0, 0, 1, 1, 1],
+           "dec_map": [0, 0, 0, 1, 1, 1], "share": "kv", "pe_len": 5000}  # fmt: skip
+    fixture = relation_transformer(cfg)
+    state = official_state(fixture, seed=7)
+    torch.save(state, tmp_path / "model_best.pth")
+    imported = convert_checkpoint("acort", tmp_path / "model_best.pth", sentencepiece_vocab(tmp_path / "v", WORDS))
+    assert imported.name == "acort-base-ref" and imported.overrides == {} and imported.feature_dim == 2048
+    assert sum(p.numel() for p in imported.model.parameters()) == 14_979_347  # ACORT's model_params.json
+    check_destinations(fixture, state, imported.model.state_dict())
