@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "export": "edgecap.cli.export:export",
     "bench": "edgecap.cli.bench:bench",
     "quickstart": "edgecap.cli.quickstart:quickstart",
+    "import": "edgecap.cli.importing:importing",
 }
 
 #: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
@@ -41,6 +42,7 @@ _HELP: dict[str, str] = {
     "export": "Export a trained run to a verified bundle (ONNX FP32/FP16/INT8 + manifest).",
     "bench": "Benchmark bundles: latency, throughput, memory, size, quality; --compare two reports.",
     "quickstart": "Synthesise data, train, evaluate, export and benchmark the default model.",
+    "import": "Import an official ACORT, ORT or ExpansionNet v2 checkpoint as a run.",
 }
 
 
