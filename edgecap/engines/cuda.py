@@ -54,7 +54,7 @@ def call(result: Any, what: str = "CUDA call") -> Any:
     """The value(s) of a cuda-python call's ``(error, *values)`` result; :class:`CudaError` unless it succeeded."""
     error, *values = result if isinstance(result, tuple) else (result,)
     if int(error) != 0:
-        name = str(error).rsplit(".", 1)[-1]
+        name = getattr(error, "name", None) or str(error).rsplit(".", 1)[-1]
         raise CudaError(f"{what} failed: {name} ({int(error)})")
     if not values:
         return None
