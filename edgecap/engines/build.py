@@ -238,7 +238,7 @@ def build_engines(
             for name, states in zip(GATHERS, (updated, list(bundle.state_names)), strict=True):
                 say(f"building {name} ({len(states)} states, add_gather on the rows)")
                 profile = gather_profile(graphs["step"], states)
-                plan = _build_gather(trt, graphs["step"].io, states, profile, settings, workspace_mb)
+                plan = _build_gather(trt, graphs["step"].io, states, profile, workspace_mb)
                 gathers[name] = _write_plan(tmp, f"{name}.plan", plan) | {
                     "states": states,
                     "profile": profile.to_dict(),
@@ -335,17 +335,15 @@ _TRT_TYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16"
 
 
 def _build_gather(
-    trt: Any,
-    step_io: GraphIO,
-    states: Sequence[str],
-    profile: EngineProfile,
-    settings: BuildSettings,
-    workspace_mb: int,
+    trt: Any, step_io: GraphIO, states: Sequence[str], profile: EngineProfile, workspace_mb: int
 ) -> bytes:
-    """A network of one ``add_gather`` (axis 0) per state, all driven by one ``index`` input."""
+    """A network of one ``add_gather`` (axis 0) per state, all driven by one ``index`` input. Built strongly typed
+    wherever TensorRT has the flag, whatever the graphs' precision: a gather moves values and must keep each state's
+    dtype exactly, and there is nothing to compute at a lower precision."""
     logger = _logger(trt)
     builder = trt.Builder(logger)
-    network = builder.create_network(settings.network_flags if settings.strongly_typed else 0)
+    strong = getattr(getattr(trt, "NetworkDefinitionCreationFlag", None), "STRONGLY_TYPED", None)
+    network = builder.create_network(0 if strong is None else 1 << int(strong))
     index = network.add_input("index", trt.int32, (-1,))
     for name in states:
         spec = step_io.input(name)
@@ -354,6 +352,7 @@ def _build_gather(
         gathered = network.add_gather(tensor, index, 0).get_output(0)
         gathered.name = f"{name}_gathered"
         network.mark_output(gathered)
-    config = _config(trt, builder, settings, workspace_mb)
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
     _add_profile(builder, config, profile.shapes)
     return _serialize(builder, network, config, "gather")
