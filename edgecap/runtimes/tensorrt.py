@@ -254,6 +254,14 @@ class _TrtModel:
             log.debug("tensorrt: %d MiB of device buffers for %d images", plan.total_bytes >> 20, images)
         return pool
 
+    def _check_rows(self, pool: _Pool, rows: int) -> None:
+        capacity = pool.plan.images * pool.plan.beam
+        if rows > capacity:
+            raise TrtEngineError(
+                f"{rows} hypotheses for {pool.plan.images} images exceed the engines' beam {self.beam} "
+                f"({capacity} rows); decode with beam <= {self.beam} or rebuild with edgecap engine --beam"
+            )
+
     def encode(self, inputs: Mapping[str, Any]) -> State:
         """Encoder inputs (numpy; cast to the engine's dtypes) -> the initial state on the device."""
         from edgecap.decoding.arrays import to_numpy
@@ -314,6 +322,7 @@ class TrtStepModel(_TrtModel):
         first = state[self.state_names[0]]
         pool = first.pool
         tokens = np.ascontiguousarray(tokens, dtype=engine.dtypes[self.tokens_name])
+        self._check_rows(pool, tokens.shape[0])
         pool.buffer(self.tokens_name).upload(tokens, worker.stream)
         inputs = {self.tokens_name: (pool.ptr(self.tokens_name), tokens.shape)}
         inputs.update((n, (state[n].ptr, state[n].shape)) for n in self.state_names)
@@ -348,6 +357,7 @@ class TrtStepModel(_TrtModel):
         engine = self.engines.engines[role]
         worker = self.engines.worker()
         pool = state[self.state_names[0]].pool
+        self._check_rows(pool, index.shape[0])
         pool.buffer(INDEX_NAME).upload(index, worker.stream)
         inputs = {INDEX_NAME: (pool.ptr(INDEX_NAME), index.shape)}
         inputs.update((n, (state[n].ptr, state[n].shape)) for n in names)

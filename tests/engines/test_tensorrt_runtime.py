@@ -137,6 +137,11 @@ def test_more_images_than_the_engines_serve_are_refused(bundle: Path, images, si
         pytest.raises(trt_runtime.TrtEngineError, match="exceed the engines' max batch 2"),
     ):
         cap.batch(images, batch_size=4)
+    with (
+        Captioner.load(bundle, runtime="tensorrt", beam=4) as cap,
+        pytest.raises(trt_runtime.TrtEngineError, match=r"exceed the engines' beam 3 .*--beam"),
+    ):
+        cap.batch(images[:2])
 
 
 def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tmp_path, images, simulated) -> None:
