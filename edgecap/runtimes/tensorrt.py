@@ -227,7 +227,26 @@ class _TrtModel:
 
     def __enter__(self) -> Any:
         self.engines.__enter__()
+        try:
+            self._check_state_dtypes()
+        except BaseException:
+            self.engines.__exit__(None, None, None)
+            raise
         return self
+
+    def _check_state_dtypes(self) -> None:
+        """Each state has one dtype in every engine that reads or writes it: the buffers hand bytes from one engine
+        to the next, so a mismatch would be misread silently."""
+        engines = self.engines.engines
+        for name in self.state_names:
+            seen = {}
+            for role, engine in engines.items():
+                for tensor in (name, f"{name}_out", f"{name}_gathered"):
+                    if tensor in engine.dtypes:
+                        seen[f"{role}:{tensor}"] = engine.dtypes[tensor]
+            if len(set(seen.values())) > 1:
+                shown = ", ".join(f"{k} {v}" for k, v in seen.items())
+                raise TrtEngineError(f"state {name!r} has different dtypes across the engines ({shown}); rebuild them")
 
     def __exit__(self, *exc: object) -> None:
         self.engines.__exit__(*exc)

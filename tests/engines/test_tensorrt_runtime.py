@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -151,3 +152,18 @@ def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tm
         expected = ort_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt") as cap:
         assert cap.batch(images) == expected
+
+
+def test_engines_that_disagree_on_a_state_dtype_are_refused(bundle: Path, simulated, monkeypatch) -> None:
+    build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    entered = trt_runtime._EngineSet.__enter__
+
+    def half_cache(self):
+        entered(self)
+        step = self.engines["step"]
+        step.dtypes[next(n for n in step.inputs if n.startswith("self_k"))] = np.dtype("float16")
+        return self
+
+    monkeypatch.setattr(trt_runtime._EngineSet, "__enter__", half_cache)
+    with pytest.raises(trt_runtime.TrtEngineError, match=r"state 'self_k' has different dtypes .*step:self_k float16"):
+        Captioner.load(bundle, runtime="tensorrt")
