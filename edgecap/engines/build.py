@@ -264,7 +264,28 @@ def build_engines(
 
         atomic_write_json(tmp / RECORD_NAME, record)
     say(f"wrote {folder}")
+    _report_stale(bundle, env, folder, say)
     return EngineSet(folder, record, True)
+
+
+def _report_stale(bundle: Any, env: EngineEnv, current: Path, say: Callable[[str], None]) -> None:
+    """Name the other engine sets of the bundle that can no longer run here (another TensorRT, GPU or graph): they
+    are kept, since another machine may use them, and can be deleted to reclaim space."""
+    from edgecap.engines.store import engine_folders
+
+    for folder in engine_folders(Path(bundle.path)):
+        if folder == current:
+            continue
+        try:
+            record = read_record(folder)
+            precision = record["precision"]
+            files = bundle.variant(precision)["files"]
+            shas = {role: bundle.manifest["files"][name]["sha256"] for role, name in files.items()}
+            problems = check_record(record, env, shas, precision)
+        except (EngineRecordError, KeyError, ValueError) as exc:  # unreadable, or a precision the bundle lost
+            problems = [str(exc)]
+        if problems:
+            say(f"stale here: {folder.name} ({'; '.join(problems)}); delete it if no other machine uses it")
 
 
 def _describe(profile: EngineProfile) -> str:

@@ -32,6 +32,10 @@ def test_builds_then_keeps(bundle: Path, monkeypatch) -> None:
     second = CliRunner().invoke(main, args)
     assert second.exit_code == 0 and "kept (up to date)" in second.output
     assert "built: " in CliRunner().invoke(main, [*args, "--rebuild"]).output
+    monkeypatch.setattr(build, "current_env", lambda trt, device=0: EngineEnv("11.0.0.114", "NVIDIA H200", "9.0"))
+    other_gpu = CliRunner().invoke(main, args)
+    assert other_gpu.exit_code == 0 and "built: " in other_gpu.output
+    assert "stale here: fp32-b4-k2-" in other_gpu.output and "built on NVIDIA H100" in other_gpu.output
 
 
 def test_refusals(bundle: Path, monkeypatch) -> None:
