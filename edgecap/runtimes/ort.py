@@ -387,13 +387,40 @@ class OrtRuntime(Runtime):
 
 
 def _to_torch(value: Any, device: Any) -> Any:
-    """An output OrtValue as a torch tensor: zero-copy through DLPack where this onnxruntime supports it (OrtValue
-    has ``__dlpack__`` in current releases), else copied through the host (older releases such as 1.18)."""
+    """An output OrtValue as a torch tensor, without leaving the device where the API allows:
+
+    - DLPack (``OrtValue.__dlpack__``, in current releases): zero-copy;
+    - else, for a CUDA output (onnxruntime builds whose OrtValue lacks DLPack, such as some 1.18–1.20 wheels Jetson
+      users get): zero-copy through the CUDA Array Interface built from ``data_ptr()``/``shape()``/``data_type()``,
+      which every release since 1.8 has; the wrapper holds the OrtValue, so ORT's buffer lives as long as the tensor;
+    - else (a CPU output): through numpy.
+    """
     import torch
 
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
+    if getattr(device, "type", None) == "cuda" and callable(getattr(value, "data_ptr", None)):
+        shape = tuple(int(d) for d in value.shape())
+        dtype = np.dtype(_ORT_TYPES[value.data_type()])
+        if 0 in shape:  # an empty tensor may have no buffer at all
+            return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
+        return torch.as_tensor(_CudaArray(value, shape, dtype), device=device)
     return torch.from_numpy(value.numpy()).to(device)
+
+
+class _CudaArray:
+    """An ORT-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
+
+    def __init__(self, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.value = value
+        self.__cuda_array_interface__ = cuda_array_interface(int(value.data_ptr()), shape, dtype)
+
+
+def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict[str, Any]:
+    """The CUDA Array Interface (version 2) of a C-contiguous device buffer: what ``torch.as_tensor`` reads to wrap
+    device memory it does not own (no stream field: the caller synchronised the producer)."""
+    dtype = np.dtype(dtype)
+    return {"shape": tuple(int(d) for d in shape), "typestr": dtype.str, "data": (int(pointer), False), "version": 2}
 
 
 def _numpy_dtype_or_none(name: str) -> np.dtype | None:

@@ -81,3 +81,17 @@ def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
     model, inputs, cfg = _setup(batch=2)
     eager = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
     assert _tokens(TorchStepModel(model, "cuda", step_mode="compile"), inputs, cfg) == eager
+
+
+def test_ort_outputs_without_dlpack_stay_on_the_device() -> None:
+    """The CUDA Array Interface fallback of ``_to_torch`` (onnxruntime builds whose OrtValue lacks DLPack): a device
+    buffer is wrapped, not copied through the host."""
+    from edgecap.runtimes.ort import _to_torch
+    from tests.runtimes.test_ort_gpu import _FakeOrtValue
+
+    source = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    out = _to_torch(_FakeOrtValue(source), source.device)
+    assert out.device.type == "cuda" and out.data_ptr() == source.data_ptr()
+    assert torch.equal(out, source)
+    empty = _to_torch(_FakeOrtValue(torch.empty(0, 4, device="cuda")), source.device)
+    assert empty.shape == (0, 4) and empty.device.type == "cuda"

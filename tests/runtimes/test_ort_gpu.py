@@ -103,3 +103,49 @@ def test_ort_runtime_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> No
     assert runtime._trt_profiles(ort, {"trt_profile_min_shapes": "self_k:1x2x0"}) == {}  # explicit ones win
     with runtime:  # a CPU session is unaffected by the TensorRT-only option
         assert runtime.providers_in_use() == ["CPUExecutionProvider"]
+
+
+class _FakeOrtValue:
+    """The OrtValue accessors of releases without DLPack (``data_ptr``, ``shape``, ``data_type``, ``numpy``)."""
+
+    def __init__(self, array) -> None:
+        self.array = array
+
+    def data_ptr(self) -> int:
+        return int(self.array.data_ptr()) if hasattr(self.array, "data_ptr") else self.array.ctypes.data
+
+    def shape(self) -> list[int]:
+        return list(self.array.shape)
+
+    def data_type(self) -> str:
+        return {"float32": "tensor(float)", "float16": "tensor(float16)", "int64": "tensor(int64)"}[
+            str(self.array.dtype).removeprefix("torch.")
+        ]
+
+    def numpy(self):
+        return self.array
+
+
+def test_cuda_array_interface_describes_a_device_buffer() -> None:
+    import numpy as np
+
+    from edgecap.runtimes.ort import cuda_array_interface
+
+    assert cuda_array_interface(4096, (2, 3), np.float16) == {
+        "shape": (2, 3),
+        "typestr": "<f2",
+        "data": (4096, False),
+        "version": 2,
+    }
+    assert cuda_array_interface(8, [4], np.bool_)["typestr"] == "|b1"
+
+
+def test_outputs_without_dlpack_on_the_cpu_come_through_numpy() -> None:
+    import numpy as np
+    import torch
+
+    from edgecap.runtimes.ort import _to_torch
+
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = _to_torch(_FakeOrtValue(array), torch.device("cpu"))
+    assert out.dtype == torch.float32 and out.tolist() == array.tolist()
