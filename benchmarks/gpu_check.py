@@ -236,11 +236,15 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-k", "not compiled", "tests/gpu"]
     cmd += ["tests/runtimes/test_static_cache.py", "tests/runtimes/test_torch_runtime.py"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
-    log = proc.stdout + proc.stderr
-    (args.out / "tests.log").write_text(log)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
+        log, returncode = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        log, returncode = out + f"\n(pytest timed out after {exc.timeout:.0f} s)", "timeout"
+    (args.out / "pytest.log").write_text(log)
     tail = [line for line in log.strip().splitlines() if line.strip()][-12:]
-    rec.set(command=" ".join(cmd[1:]), returncode=proc.returncode, seconds=round(time.perf_counter() - start, 1))
+    rec.set(command=" ".join(cmd[1:]), returncode=returncode, seconds=round(time.perf_counter() - start, 1))
     rec.add({"summary": tail[-1] if tail else "", "tail": tail})
 
 
