@@ -41,11 +41,11 @@ if str(ROOT) not in sys.path:
 SECTIONS: tuple[tuple[str, int], ...] = (
     ("tests", 45),
     ("parity", 45),
-    ("sweep", 75),
-    ("transfer", 10),
-    ("ort", 12),
+    ("sweep", 70),
+    ("transfer", 15),
+    ("ort", 15),
     ("labert", 35),
-    ("compile", 35),
+    ("compile", 30),
 )
 FEATURE_CACHE = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "features.pt"
 SWEEP_BATCHES = (1, 8, 64, 256, 1024)  # 1024: where the best path may reach its throughput
