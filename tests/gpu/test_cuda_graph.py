@@ -95,3 +95,27 @@ def test_ort_outputs_without_dlpack_stay_on_the_device() -> None:
     assert torch.equal(out, source)
     empty = _to_torch(_FakeOrtValue(torch.empty(0, 4, device="cuda")), source.device)
     assert empty.shape == (0, 4) and empty.device.type == "cuda"
+
+
+def test_threads_capture_and_replay_their_own_graphs() -> None:
+    import threading
+
+    model, inputs, cfg = _setup(batch=4)
+    graph = TorchStepModel(model, "cuda", step_mode="cuda-graph")
+    expected = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                results.append(_tokens(graph, inputs, cfg))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expected] * 9
