@@ -364,7 +364,7 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
         if left < 2:
             rec.add({"batch": batch, "precision": precision, "skipped": "section budget spent"})
             continue
-        inputs = _rows_of(feats, 0, batch)
+        inputs = {k: v.to(args.device) for k, v in _rows_of(feats, 0, batch).items()}  # as a GPU backbone leaves them
         per_config = left / max(1, 2 * (len(grid) - i))
         for mode in ("eager", "cuda-graph"):
             row = {"batch": batch, "precision": precision, "step_mode": mode}
@@ -526,7 +526,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
             torch.manual_seed(0)
             mcfg = get_model_cfg(name)
             model = create_model(name, **edge_settings(name)).eval()
-            inputs = _synthetic_inputs(batch, model.feature_dim)
+            inputs = {k: v.to(args.device) for k, v in _synthetic_inputs(batch, model.feature_dim).items()}
             levels = getattr(mcfg, "levels", None) or mcfg.length_levels
             if strategy == "mask_predict":
                 sm: Any = TorchRefineModel(model, args.device)
@@ -572,7 +572,7 @@ def section_compile(args: argparse.Namespace, rec: Recorder) -> None:
     if feats is None:
         feats = _synthetic_inputs(64, model.feature_dim)
     rec.set(model=note)
-    inputs = _rows_of(feats, 0, 64)
+    inputs = {k: v.to(args.device) for k, v in _rows_of(feats, 0, 64).items()}
     precision = "fp16" if args.device != "cpu" else "fp32"
     for mode in ("compile", "cuda-graph"):
         row: dict[str, Any] = {"batch": 64, "precision": precision, "step_mode": mode}
