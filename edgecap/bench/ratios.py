@@ -1,4 +1,4 @@
-"""The report's headline ratios: the speed-ups and costs our docs promise, computed from measured results.
+"""The report's headline ratios: what each deployment choice buys or costs, computed from measured results.
 
 Three comparisons between results of the same bundle, beam and batch (so the same images and caption lengths):
 

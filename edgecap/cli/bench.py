@@ -126,6 +126,19 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
 @click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available).")
 @click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available).")
 @click.option(
+    "--step-mode",
+    type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
+    default="eager",
+    show_default=True,
+    help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",
+)
+@click.option(
+    "--tegrastats/--no-tegrastats",
+    default=True,
+    show_default=True,
+    help="Sample tegrastats (Jetson power rails, unified memory) during timed runs where it is installed.",
+)
+@click.option(
     "--no-isolate",
     is_flag=True,
     help="Run everything in this process (faster; memory baselines then include earlier models).",
@@ -162,6 +175,8 @@ def bench(
     threads: int | None,
     device: str | None,
     providers: str | None,
+    step_mode: str,
+    tegrastats: bool,
     no_isolate: bool,
     no_plots: bool,
     seed: int,
@@ -219,6 +234,8 @@ def bench(
             min_seconds=min_seconds,
             max_repeats=max_repeats,
             isolate=not no_isolate,
+            tegrastats=tegrastats,
+            step_mode=step_mode,
             seed=seed,
             **{k: v for k, v in flags.items() if v not in (None, ())},  # unset flags keep BenchCfg's defaults
         )
