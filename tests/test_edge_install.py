@@ -139,13 +139,14 @@ def test_captions_match_the_full_install(
 def test_edgecap_bench_runs_in_the_runtime_install(
     runtime_venv: Any, tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ORT measured from pixels, the
-    torch runtimes skipped with the install hint, the plots left out with a note."""
+    """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ONNX Runtime measured from
+    pixels, the torch runtimes skipped with the install hint, the plots left out with a note."""
     from tests.bundle.helpers import pixel_bundle
 
     bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
     images = tiny_data[0] / "images"
-    args = ["bench", "--bundle", str(bundle), "--runtime", "ort,torch", "--images", str(images), "--max-images", "4"]
+    args = ["bench", "--bundle", str(bundle), "--runtime", "onnxruntime,torch", "--images", str(images)]
+    args += ["--max-images", "4"]
     args += ["--batch", "1", "--beam", "3", "--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--quiet"]
     done = EDGE.subprocess.run(
         [str(runtime_venv.edgecap), *args, "--no-quality", "--out", str(tmp_path / "report")],
