@@ -319,7 +319,8 @@ def train_scst(
             record = {"event": "scst_val", "epoch": epoch, "step": prog.step, "cider_d": score, "example": preds[0]}
             ckpt.append_metrics(run_dir, {**record, "elapsed_s": round(time.monotonic() - started, 2)})
             if progress:
-                tqdm.write(f"SCST epoch {epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
+                when = "start" if epoch < 0 else f"epoch {epoch + 1}"
+                tqdm.write(f"SCST {when}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
             if prog.start_score is None:
                 prog.start_score = score
             if score > prog.best_score:
