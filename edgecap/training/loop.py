@@ -129,6 +129,10 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         "backbone": getattr(source, "spec", None),
         "vocab": {"kind": vocab.kind, "size": vocab.size},
     }
+    if existing is not None and resume and "backbone_before_end_to_end" in existing:
+        # A resumed run that fine-tuned its backbone keeps naming the fine-tuned one (not the cache's).
+        config["backbone"] = existing["backbone"]
+        config["backbone_before_end_to_end"] = existing["backbone_before_end_to_end"]
     if ctx.is_main:
         ckpt.write_config(run_dir, config)
     ctx.barrier()

@@ -20,6 +20,14 @@ Length-aware (``*-len``) models keep each image's **target level**: for every im
 is drawn (seeded by step) and its length level conditions all K samples and the teacher-forced pass, as in
 cross-entropy training (LaBERT §3.1). The reward compares the samples with all references of the image.
 
+End to end: a run that fine-tuned its backbone (``--finetune-epochs``, ExpansionNet v2 §4.3) has no feature cache
+matching that backbone any more, so its SCST runs from images, fine-tuning backbone and captioner together (v2's
+optional last step: 1 epoch at lr 2e-6): per batch the backbone computes the features once with gradient; the
+sampler sees them detached and the teacher-forced pass back-propagates into the backbone (BatchNorm statistics
+frozen, as in the cross-entropy fine-tuning). The best backbone is written to ``backbone.safetensors`` (the one SCST
+started from is kept as ``backbone.xe.safetensors``) and ``config.json`` names it. End-to-end SCST runs in one
+process.
+
 Sampling runs the model in eval mode (no dropout); the teacher-forced pass runs in train mode, as the cross-entropy
 stage does. The run directory gains ``weights.xe.safetensors`` (the cross-entropy weights SCST started from),
 ``checkpoints/scst/`` (resumable state), ``scst.json`` (summary) and ``"event": "scst"`` / ``"scst_val"`` lines in
@@ -42,6 +50,7 @@ from tqdm.auto import tqdm
 
 from edgecap._io import atomic_path, atomic_write_json
 from edgecap.training import checkpoint as ckpt
+from edgecap.training.batches import VisualBatch
 from edgecap.training.config import TrainCfg
 from edgecap.training.distributed import Dist, epoch_order, init_distributed, shutdown, wrap_ddp
 from edgecap.training.objectives import _autocast
@@ -51,6 +60,7 @@ from edgecap.training.scst import BASELINES, LOSS_NORMS, advantages, scst_loss
 __all__ = ["SCST_STATE", "SCST_SUMMARY", "XE_WEIGHTS", "init_from_run", "supports_scst", "train_scst"]
 
 SCST_STATE = Path("checkpoints") / "scst"
+XE_BACKBONE = "backbone.xe.safetensors"
 SCST_SUMMARY = "scst.json"
 XE_WEIGHTS = "weights.xe.safetensors"
 
@@ -197,8 +207,48 @@ def init_from_run(init: str | Path, out: str | Path) -> Path:
     return out
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int):
+def _open_backbone(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None, ctx: Dist) -> Any:
+    """The run's fine-tuned backbone for end-to-end SCST: from the resumed state, else from its weights file."""
+    from edgecap.captioner import backbone_from_spec
+    from edgecap.training.end_to_end import BACKBONE_WEIGHTS
+
+    source = run_dir / (XE_BACKBONE if (run_dir / XE_BACKBONE).is_file() else BACKBONE_WEIGHTS)
+    spec = config["backbone"]
+    backbone = backbone_from_spec(spec, weights=source) if source.name == BACKBONE_WEIGHTS else None
+    if backbone is None:  # restarting before the first checkpoint: the backbone SCST started from
+        from edgecap.models.backbone import create_backbone
+
+        backbone = create_backbone(spec["name"], weights=source, image_size=int(spec["image_size"]))
+    if state is not None:
+        backbone.model.load_state_dict(state["backbone"])
+    elif ctx.is_main and not (run_dir / XE_BACKBONE).is_file():
+        with atomic_path(run_dir / XE_BACKBONE) as tmp:
+            shutil.copyfile(run_dir / BACKBONE_WEIGHTS, tmp)
+    for p in backbone.parameters():
+        p.requires_grad_(True)
+    return backbone
+
+
+def _save_backbone(run_dir: Path, backbone: Any) -> None:
+    """Write the backbone's weights and point ``config.json`` at them (config last: a crash keeps the old pair)."""
+    from safetensors.torch import save_file
+
+    from edgecap.models.backbone import create_backbone
+    from edgecap.training.end_to_end import BACKBONE_WEIGHTS
+
+    with atomic_path(run_dir / BACKBONE_WEIGHTS) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in backbone.model.state_dict().items()}, str(tmp))
+    config = ckpt.read_config(run_dir)
+    spec = config["backbone"]
+    tuned = create_backbone(spec["name"], weights=run_dir / BACKBONE_WEIGHTS, image_size=int(spec["image_size"]))
+    config["backbone"] = tuned.spec
+    ckpt.write_config(run_dir, config)
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int, backbone: Any = None):
     params = [p for p in model.parameters() if p.requires_grad]
+    if backbone is not None:
+        params += list(backbone.parameters())
     if cfg.scst_optimizer == "radam":
         opt = torch.optim.RAdam(params, lr=cfg.scst_lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     else:
@@ -253,11 +303,9 @@ def train_scst(
             f"{config['model']['name']} is not autoregressive (no cached start/step to sample from), so it cannot be "
             "trained with self-critical sequence training; SCST applies to ACORT/ORT and ExpansionNet models"
         )
-    if config.get("backbone_before_end_to_end"):
-        raise ValueError(
-            f"{run_dir} fine-tuned its backbone end to end, so its feature cache no longer matches the backbone: "
-            "re-extract features with the run's backbone (`edgecap features`) and SCST a copy trained on them"
-        )
+    end_to_end = bool(config.get("backbone_before_end_to_end"))
+    if end_to_end and ctx.active:
+        raise ValueError("end-to-end SCST (a run that fine-tuned its backbone) runs in one process, not under torchrun")
 
     state = ckpt.load_training_state(run_dir, model, where=SCST_STATE) if resume else None
     if state is None:
@@ -267,19 +315,28 @@ def train_scst(
             with atomic_path(run_dir / XE_WEIGHTS) as tmp:
                 shutil.copyfile(run_dir / ckpt.WEIGHTS, tmp)
     model.to(device)
+    backbone = _open_backbone(run_dir, config, state, ctx) if end_to_end else None
+    if backbone is not None:
+        backbone.to(device).eval()  # BatchNorm statistics frozen; gradients still reach every backbone weight
     torch.manual_seed(cfg.seed * 7 + 1 + ctx.rank)  # dropout of the teacher-forced pass
     if ctx.is_main:
         config["train"] = cfg.to_dict()
         ckpt.write_config(run_dir, config)
 
     dataset = load_dataset(cfg.data)
-    source = open_feature_source(cfg.features)
     train_records = dataset.split("train")
     val_records = dataset.split("val")[: cfg.val_images or None]
     if not train_records:
         raise ValueError(f"{cfg.data} has no training images")
-    train_bank = FeatureBank(source, [r.image_id for r in train_records])
-    val_bank = FeatureBank(source, [r.image_id for r in val_records]) if (val_records and ctx.is_main) else None
+    if backbone is None:
+        source = open_feature_source(cfg.features)
+        train_bank = FeatureBank(source, [r.image_id for r in train_records])
+        val_bank = FeatureBank(source, [r.image_id for r in val_records]) if (val_records and ctx.is_main) else None
+    else:
+        from edgecap.training.end_to_end import _check_images
+
+        _check_images(train_records + val_records)
+        train_bank, val_bank = None, None
     val_refs = {r.image_id: [" ".join(c) for c in r.captions] for r in val_records}
     reward = CaptionReward(
         [r.captions for r in train_records], bleu_weight=cfg.scst_bleu_weight, eos_word=cfg.scst_eos_word
@@ -288,7 +345,7 @@ def train_scst(
     batch_size = cfg.scst_batch_size or cfg.batch_size
     local_images = len(epoch_order(len(train_records), cfg.seed, 0, ctx))
     batches_per_epoch = math.ceil(local_images / batch_size)
-    optimizer, scheduler = _optimizer(model, cfg, batches_per_epoch)
+    optimizer, scheduler = _optimizer(model, cfg, batches_per_epoch, backbone)
     call = wrap_ddp(model, ctx)
     prog = _Progress()
     if state is not None:
@@ -308,14 +365,27 @@ def train_scst(
                 "rng": ckpt.rng_state(),
                 "progress": dataclasses.asdict(prog),
             }
+            if backbone is not None:
+                snapshot["backbone"] = {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
             ckpt.save_training_state(run_dir, model, snapshot, where=SCST_STATE)
 
+    def train_visual(rows: list[int]) -> VisualBatch:
+        if backbone is None:
+            return train_bank.batch(rows).to(device)
+        features, boxes = backbone(backbone.preprocess([train_records[r].path for r in rows]).to(device))
+        return VisualBatch(features, boxes, torch.ones(features.shape[:2], dtype=torch.bool, device=device))
+
     def validate(epoch: int) -> None:
-        if val_bank is not None:
+        bank = val_bank
+        if backbone is not None and val_records:
+            from edgecap.training.end_to_end import _ImageFeatures
+
+            bank = FeatureBank(_ImageFeatures(backbone, val_records), [r.image_id for r in val_records])
+        if bank is not None:
             model.eval()
-            preds = caption_bank(model, val_bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words, device=device)
+            preds = caption_bank(model, bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words, device=device)
             model.train()
-            score = cider_d({i: p for i, p in zip(val_bank.image_ids, preds, strict=True)}, val_refs)
+            score = cider_d({i: p for i, p in zip(bank.image_ids, preds, strict=True)}, val_refs)
             record = {"event": "scst_val", "epoch": epoch, "step": prog.step, "cider_d": score, "example": preds[0]}
             ckpt.append_metrics(run_dir, {**record, "elapsed_s": round(time.monotonic() - started, 2)})
             if progress:
@@ -327,6 +397,8 @@ def train_scst(
                 prog.best_score, prog.best_epoch = score, epoch
                 if epoch >= 0:  # epoch -1 is the starting model, whose weights are already in place
                     ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
+                    if backbone is not None:
+                        _save_backbone(run_dir, backbone)
 
     model.train()
     if prog.step == 0 and prog.batch_in_epoch == 0 and prog.epoch == 0 and prog.start_score is None:
@@ -350,13 +422,14 @@ def train_scst(
             rows = order[b * batch_size : (b + 1) * batch_size]
             seed = batch_seed(cfg.seed, prog.epoch, b, ctx.rank)
             levels = target_levels(model, [train_records[r].captions for r in rows], seed)
-            visual = train_bank.batch(rows).to(device)
-            roll = rollout(model, visual, [train_refs[r] for r in rows], vocab, cfg, reward, seed, levels)
+            visual = train_visual(rows)
+            seen = VisualBatch(visual.features.detach(), visual.boxes.detach(), visual.mask)  # the sampler's copy
+            roll = rollout(model, seen, [train_refs[r] for r in rows], vocab, cfg, reward, seed, levels)
             loss = call(scst_objective, visual, roll, cfg.scst_samples, cfg.scst_loss_norm, levels)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip)
             optimizer.step()
             scheduler.step()
             prog.step += 1
@@ -395,8 +468,10 @@ def train_scst(
         ctx.barrier()
 
     if ctx.is_main:
-        if val_bank is None:  # nothing to select by: keep the latest weights
+        if not val_records:  # nothing to select by: keep the latest weights
             ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
+            if backbone is not None:
+                _save_backbone(run_dir, backbone)
         summary: dict[str, Any] = {
             "epochs_done": prog.epoch,
             "steps": prog.step,
