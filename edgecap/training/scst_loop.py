@@ -375,7 +375,7 @@ def train_scst(
         features, boxes = backbone(backbone.preprocess([train_records[r].path for r in rows]).to(device))
         return VisualBatch(features, boxes, torch.ones(features.shape[:2], dtype=torch.bool, device=device))
 
-    def validate(epoch: int) -> None:
+    def validate(epoch: int, partial: bool = False) -> None:
         bank = val_bank
         if backbone is not None and val_records:
             from edgecap.training.end_to_end import _ImageFeatures
@@ -387,9 +387,11 @@ def train_scst(
             model.train()
             score = cider_d({i: p for i, p in zip(bank.image_ids, preds, strict=True)}, val_refs)
             record = {"event": "scst_val", "epoch": epoch, "step": prog.step, "cider_d": score, "example": preds[0]}
+            if partial:
+                record["partial_epoch"] = True
             ckpt.append_metrics(run_dir, {**record, "elapsed_s": round(time.monotonic() - started, 2)})
             if progress:
-                when = "start" if epoch < 0 else f"epoch {epoch + 1}"
+                when = "start" if epoch < 0 else f"epoch {epoch + 1}" + (" (stopped mid-epoch)" if partial else "")
                 tqdm.write(f"SCST {when}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
             if prog.start_score is None:
                 prog.start_score = score
@@ -464,6 +466,8 @@ def train_scst(
             prog.batch_in_epoch = 0
             if ctx.is_main:
                 validate(finished)
+        elif ctx.is_main and prog.batch_in_epoch:  # stopped by the step limit: the weights so far compete too
+            validate(prog.epoch, partial=True)
         save_state()
         ctx.barrier()
 
