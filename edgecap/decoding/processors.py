@@ -224,6 +224,7 @@ class ProcessorPlan:
             only = segments[0] if len(segments) == 1 else None
             if isinstance(only, np.ndarray) and id(only) not in biases:
                 biases[id(only)] = np.where(only, NEG_INF32, np.float32(-0.0))
+                biases[id(only)].setflags(write=False)
             self._biases.append(biases[id(only)] if isinstance(only, np.ndarray) else None)
         self.needs_history = any(not isinstance(s, np.ndarray) for step in self._steps for s in step)
 
@@ -257,6 +258,11 @@ class ProcessorPlan:
                 ctx = StepContext(step, self.max_len, tokens)
             logprobs = segment(logprobs, ctx)
         return logprobs
+
+    def bias(self, step: int) -> np.ndarray | None:
+        """The (V,) float32 ``-inf`` (banned) / ``-0.0`` (allowed) bias of a step that is one static mask, else None:
+        what :meth:`biased` adds, for callers that fuse the add into their own buffers (read-only: shared)."""
+        return self._biases[step]
 
     def biased(self, logprobs: np.ndarray, step: int, tokens: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
         """:meth:`__call__` by one vectorised add where the step is a single static mask; returns the log-probs and
