@@ -50,7 +50,7 @@ import numpy as np
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, processor_plan
 from edgecap.decoding.protocol import DecodeInputError, Hypothesis, StepModel, as_logprobs, batch_size_of
-from edgecap.decoding.search import ranked, top_candidates
+from edgecap.decoding.search import ranked
 
 NEG_INF = float("-inf")
 NEG_INF32 = np.float32(NEG_INF)
@@ -207,34 +207,123 @@ class _LogprobsAt:
         return lp + self.bias[tokens] if self.bias is not None else lp
 
 
-def _top_k(total: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``count`` best columns of every row of ``total`` (G, N), best first, in
-    :func:`~edgecap.decoding.search.ranked` order (ties: lower index; NaN first).
+def _top_k(work: np.ndarray, count: int, restore: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` largest columns of every row of ``work`` (G, N), best first, by repeated ``argmax`` (the first
+    maximum; NaN counts as the maximum): each pick is lowered to ``-inf`` in ``work`` itself, and put back when
+    ``restore``. For a handful of picks this costs a few passes where ``argpartition`` of wide rows costs tens.
 
-    :func:`~edgecap.decoding.search.top_candidates` without its scratch copy: picks are lowered to ``-inf`` in
-    ``total`` itself and restored before returning, so ``total`` ends unchanged.
+    Once a row's best remaining value is ``-inf`` the lowered picks can no longer be told from the rest, so a row
+    whose last pick is ``-inf`` must be ranked exactly by the caller (:meth:`_Ranking.top`).
 
     Returns:
         values (G, count) float32 and indices (G, count) int64.
     """
-    groups = total.shape[0]
+    groups = work.shape[0]
+    if groups == 1:  # 1-D argmax and scalar reads/writes cost a fraction of their fancy-indexed (G, ·) forms
+        row, picks, values = work[0], [], []
+        for _ in range(count):
+            best = int(row.argmax())
+            picks.append(best)
+            values.append(row[best])
+            row[best] = NEG_INF32
+        if restore:
+            for best, value in zip(reversed(picks), reversed(values), strict=True):
+                row[best] = value
+        return np.array([values], dtype=work.dtype), np.array([picks], dtype=np.int64)
     rows = _arange(groups)
     idx = np.empty((groups, count), dtype=np.int64)
-    vals = np.empty((groups, count), dtype=total.dtype)
+    vals = np.empty((groups, count), dtype=work.dtype)
     for j in range(count):
-        best = total.argmax(axis=1)
+        best = work.argmax(axis=1)
         idx[:, j] = best
-        vals[:, j] = total[rows, best]
-        total[rows, best] = NEG_INF32
-    for j in range(count - 1, -1, -1):  # reverse: a pick repeated after -inf was reached restores its first value
-        total[rows, idx[:, j]] = vals[:, j]
-    low = vals[:, -1] == NEG_INF32
-    if low.any():  # -inf reached: the argmax of a row could be a pick lowered to -inf; rank those rows exactly
-        for g in np.flatnonzero(low).tolist():
-            order = ranked(total[g : g + 1])[0, :count]
-            idx[g] = order
-            vals[g] = total[g, order]
+        vals[:, j] = work[rows, best]
+        work[rows, best] = NEG_INF32
+    if restore:
+        for j in range(count - 1, -1, -1):  # reverse: a pick repeated after -inf was reached restores its first value
+            work[rows, idx[:, j]] = vals[:, j]
     return vals, idx
+
+
+class _Ranking:
+    """One step's totals (running sum + processed log-prob of every continuation) in a reused buffer, and their best
+    candidates in :func:`~edgecap.decoding.search.ranked` order (ties: lower index first; NaN first).
+
+    Where the step's processors are one static mask (:meth:`ProcessorPlan.bias`), the masked add costs less than a
+    masked copy:
+
+    - few allowed tokens (a radix constraint at a word boundary): only the allowed columns are summed and ranked
+      (``columns``), since a banned continuation is ``-inf`` and can rank only in a row whose picks reach ``-inf``,
+      which is then ranked exactly over all k·V continuations;
+    - few banned tokens: the plain sum, then the banned columns recomputed with the bias (``patch``);
+    - otherwise the bias added in full.
+
+    ``x + -0.0 == x`` for every float, so the totals are bit for bit those of adding the bias everywhere, except
+    that NaN / ``+inf`` at a banned token gives NaN instead of ``-inf`` (never in ``columns`` mode, which does not
+    read banned tokens); :attr:`exact_needed` tells the caller to redo such a step with exact masking.
+    """
+
+    def __init__(
+        self,
+        buffer: np.ndarray,
+        raw: np.ndarray,
+        scores: np.ndarray,
+        bias: np.ndarray | None,
+        columns: tuple[np.ndarray, np.ndarray] | None,
+        width: int,
+    ) -> None:
+        groups, k = scores.shape[0], scores.shape[1]
+        vocab = raw.shape[1]
+        self.vocab, self.k, self.raw, self.scores, self.bias = vocab, k, raw, scores, bias
+        self.columns: np.ndarray | None = None
+        self.exact_needed = bias is not None
+        raw3 = raw.reshape(groups, k, vocab)
+        if bias is None:  # raw: the processed log-probs already
+            total = buffer[: raw.size].reshape(groups, k, vocab)
+            np.add(raw3, scores, out=total)
+        elif columns is not None and 2 * columns[0].shape[0] <= vocab and columns[0].shape[0] * k >= width:
+            allowed = self.columns = columns[0]
+            total = buffer[: groups * k * allowed.shape[0]].reshape(groups, k, allowed.shape[0])
+            np.add(raw3[:, :, allowed], scores, out=total)
+            self.exact_needed = False
+        elif columns is not None and 2 * columns[1].shape[0] <= vocab:
+            banned = columns[1]
+            total = buffer[: raw.size].reshape(groups, k, vocab)
+            np.add(raw3, scores, out=total)
+            total[:, :, banned] = (raw3[:, :, banned] + bias[banned]) + scores
+        else:
+            total = buffer[: raw.size].reshape(groups, k, vocab)
+            np.add(raw3, bias, out=total)
+            np.add(total, scores, out=total)
+        self.total = total.reshape(groups, -1)
+
+    def _exact_rows(self, groups: np.ndarray) -> np.ndarray:
+        """(n, k·V) totals of ``groups`` with exact masking (banned: ``-inf``)."""
+        k, vocab = self.k, self.vocab
+        raw = self.raw.reshape(-1, k, vocab)[groups]
+        if self.bias is not None:
+            raw = np.where(self.bias == 0, raw, NEG_INF32)
+        return (raw + self.scores[groups]).reshape(groups.shape[0], k * vocab)
+
+    def top(self, count: int, groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The ``count`` best continuations of every group (or of ``groups``): values (n, count) float32, flat
+        ``beam * V + token`` indices (n, count) int64."""
+        if groups is None:
+            vals, idx = _top_k(self.total, count, restore=True)
+        else:
+            vals, idx = _top_k(self.total[groups], count, restore=False)
+        if self.columns is not None:
+            allowed = self.columns.shape[0]
+            idx = (idx // allowed) * self.vocab + self.columns[idx % allowed]
+        low = vals[:, -1] == NEG_INF32
+        if low.any():  # -inf reached: rank those rows exactly over every continuation
+            rows = np.flatnonzero(low)
+            which = rows if groups is None else groups[rows]
+            full = self._exact_rows(which) if self.columns is not None else self.total[which]
+            for i, g in enumerate(rows.tolist()):
+                order = ranked(full[i : i + 1])[0, :count]
+                idx[g] = order
+                vals[g] = full[i, order]
+        return vals, idx
 
 
 def beam_search(
@@ -290,21 +379,14 @@ def beam_search(
             raise DecodeInputError(f"step {t} returned {raw.shape[1]} classes, earlier steps {vocab}")
         width = min(2 * beam, k * vocab)  # C candidates per group
         first = min(beam, width)  # picked first: enough when no EOS ranks within them
-        total = buffer[: groups * k * vocab].reshape(groups, k, vocab)
         bias = plan.bias(t)
-        if bias is not None:  # one static mask: add it as a bias, fused into the buffer
-            source = raw
-            np.add(raw.reshape(groups, k, vocab), bias, out=total)
-            np.add(total, scores, out=total)
-        else:
-            source = plan(raw, t, history)
-            np.add(source.reshape(groups, k, vocab), scores, out=total)
-        total = total.reshape(groups, k * vocab)
-        vals, flat = _top_k(total, first)
-        if bias is not None and np.isnan(vals).any():  # a NaN/+inf under a mask: redo this step with exact masking
+        source = raw if bias is not None else plan(raw, t, history)
+        ranking = _Ranking(buffer, source, scores, bias, plan.mask_columns(t), width)
+        vals, flat = ranking.top(first)
+        if ranking.exact_needed and np.isnan(vals).any():  # a NaN/+inf under a mask: redo with exact masking
             bias, source = None, plan(raw, t, history)
-            np.add(source.reshape(groups, k, vocab), scores, out=total.reshape(groups, k, vocab))
-            vals, flat = _top_k(total, first)
+            ranking = _Ranking(buffer, source, scores, None, None, width)
+            vals, flat = ranking.top(first)
         logprob_at = _LogprobsAt(source, bias, k, vocab)
         group_col = _column(groups, 1)
         tokens = flat % vocab
@@ -314,7 +396,7 @@ def beam_search(
             next_scores, lps = vals, logprob_at(flat, group_col)
         else:
             tokens, src, next_scores, lps = _select_with_eos(
-                total, vals, flat, is_eos, tokens, src, logprob_at, first, width, k, vocab, beam,
+                ranking, vals, flat, is_eos, tokens, src, logprob_at, first, width, k, vocab, beam,
                 cfg.pad_id, eos, t, active, done, finished, penalty, row_map,
             )  # fmt: skip
         tokens, src = tokens.reshape(-1), src.reshape(-1)
@@ -364,7 +446,7 @@ def beam_search(
 
 
 def _select_with_eos(
-    total: np.ndarray,
+    ranking: _Ranking,
     vals: np.ndarray,
     flat: np.ndarray,
     is_eos: np.ndarray,
@@ -395,7 +477,7 @@ def _select_with_eos(
     Returns:
         The next beams of every group, (groups, K) each: tokens, source input rows, scores, log-probs.
     """
-    groups = total.shape[0]
+    groups = vals.shape[0]
     if first == beam:
         sel = np.flatnonzero(is_eos.any(axis=1))
         next_tokens, next_src, next_scores = tokens, src, vals.copy()
@@ -404,7 +486,7 @@ def _select_with_eos(
         sel = _arange(groups)
     sel_col = sel[:, None]
     if width > first:  # the top 2K of the selected groups (the first K again, then the next K)
-        s_vals, s_flat, _ = top_candidates(total[sel], width)
+        s_vals, s_flat = ranking.top(width, sel)
     else:
         s_vals, s_flat = vals[sel], flat[sel]
     s_eos = s_flat % vocab == eos_id

@@ -204,7 +204,9 @@ class ProcessorPlan:
 
         self._steps: list[tuple[Segment, ...]] = []
         self._biases: list[np.ndarray | None] = []  # steps that are one static mask: the mask as a -inf / -0.0 bias
+        self._columns: list[tuple[np.ndarray, np.ndarray] | None] = []  # those steps' allowed and banned tokens
         biases: dict[int, np.ndarray] = {}
+        columns: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         for t in range(max_len):
             segments: list[Segment] = []
             pending: list[np.ndarray] = []
@@ -224,8 +226,12 @@ class ProcessorPlan:
             only = segments[0] if len(segments) == 1 else None
             if isinstance(only, np.ndarray) and id(only) not in biases:
                 biases[id(only)] = np.where(only, NEG_INF32, np.float32(-0.0))
-                biases[id(only)].setflags(write=False)
+                allowed, banned = np.flatnonzero(~only), np.flatnonzero(only)
+                for array in (biases[id(only)], allowed, banned):
+                    array.setflags(write=False)
+                columns[id(only)] = (allowed, banned)
             self._biases.append(biases[id(only)] if isinstance(only, np.ndarray) else None)
+            self._columns.append(columns[id(only)] if isinstance(only, np.ndarray) else None)
         self.needs_history = any(not isinstance(s, np.ndarray) for step in self._steps for s in step)
 
     def __call__(self, logprobs: np.ndarray, step: int, tokens: np.ndarray | None = None) -> np.ndarray:
@@ -263,6 +269,11 @@ class ProcessorPlan:
         """The (V,) float32 ``-inf`` (banned) / ``-0.0`` (allowed) bias of a step that is one static mask, else None:
         what :meth:`biased` adds, for callers that fuse the add into their own buffers (read-only: shared)."""
         return self._biases[step]
+
+    def mask_columns(self, step: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """For a step that is one static mask (:meth:`bias` is not None): its allowed and its banned token ids,
+        ascending (read-only int64 arrays); else None."""
+        return self._columns[step]
 
     def biased(self, logprobs: np.ndarray, step: int, tokens: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
         """:meth:`__call__` by one vectorised add where the step is a single static mask; returns the log-probs and
