@@ -48,12 +48,13 @@ from typing import Any
 import numpy as np
 
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
-from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, processor_plan
+from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, MaskColumns, processor_plan
 from edgecap.decoding.protocol import DecodeInputError, Hypothesis, StepModel, as_logprobs, batch_size_of
 from edgecap.decoding.search import ranked
 
 NEG_INF = float("-inf")
 NEG_INF32 = np.float32(NEG_INF)
+_MAX_RUNS = 8  # a static mask's columns as at most this many slices; more: one fancy-indexed gather
 
 
 class _BackPointers:
@@ -268,7 +269,7 @@ class _Ranking:
         raw: np.ndarray,
         scores: np.ndarray,
         bias: np.ndarray | None,
-        columns: tuple[np.ndarray, np.ndarray] | None,
+        columns: MaskColumns | None,
         width: int,
     ) -> None:
         groups, k = scores.shape[0], scores.shape[1]
@@ -280,16 +281,26 @@ class _Ranking:
         if bias is None:  # raw: the processed log-probs already
             total = buffer[: raw.size].reshape(groups, k, vocab)
             np.add(raw3, scores, out=total)
-        elif columns is not None and 2 * columns[0].shape[0] <= vocab and columns[0].shape[0] * k >= width:
-            allowed = self.columns = columns[0]
+        elif columns is not None and 2 * columns.allowed.shape[0] <= vocab and columns.allowed.shape[0] * k >= width:
+            allowed = self.columns = columns.allowed
             total = buffer[: groups * k * allowed.shape[0]].reshape(groups, k, allowed.shape[0])
-            np.add(raw3[:, :, allowed], scores, out=total)
+            if len(columns.allowed_runs) <= _MAX_RUNS:
+                at = 0
+                for start, stop in columns.allowed_runs:
+                    np.add(raw3[:, :, start:stop], scores, out=total[:, :, at : at + stop - start])
+                    at += stop - start
+            else:
+                np.add(raw3[:, :, allowed], scores, out=total)
             self.exact_needed = False
-        elif columns is not None and 2 * columns[1].shape[0] <= vocab:
-            banned = columns[1]
+        elif columns is not None and 2 * columns.banned.shape[0] <= vocab:
             total = buffer[: raw.size].reshape(groups, k, vocab)
             np.add(raw3, scores, out=total)
-            total[:, :, banned] = (raw3[:, :, banned] + bias[banned]) + scores
+            if len(columns.banned_runs) <= _MAX_RUNS:
+                for start, stop in columns.banned_runs:
+                    total[:, :, start:stop] = (raw3[:, :, start:stop] + bias[start:stop]) + scores
+            else:
+                banned = columns.banned
+                total[:, :, banned] = (raw3[:, :, banned] + bias[banned]) + scores
         else:
             total = buffer[: raw.size].reshape(groups, k, vocab)
             np.add(raw3, bias, out=total)
