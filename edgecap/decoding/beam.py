@@ -94,23 +94,22 @@ class _BackPointers:
 
 
 class _Finished:
-    """The best ``capacity`` finished hypotheses of every image, best first, as (images, capacity) arrays: the score
-    (after the length penalty), where to trace the tokens from (step, output row), the EOS log-prob and the finished
-    flag. Entries past ``count`` hold ``-inf`` scores.
+    """The best ``capacity`` finished hypotheses of every image, best first, as an (images, capacity, 5) array: the
+    score (after the length penalty), where to trace the tokens from (step, output row), the EOS log-prob and the
+    finished flag. Entries past ``count`` hold ``-inf`` scores.
 
     Adding keeps what appending to a per-image list and stably sorting it by descending score, truncated to
     ``capacity``, would keep (earlier hypotheses win ties): one stable sort of [kept, new] per image.
     """
 
-    _FIELDS = ("score", "end", "row", "eos_lp", "flag")
+    # Columns of ``entries``: every field fits a float64 exactly (ids < 2**53, float32 log-probs, 0/1 flags), so one
+    # array holds them and a merge is one concatenate, one sort and one gather.
+    SCORE, END, ROW, EOS_LP, FLAG = range(5)
 
     def __init__(self, images: int, capacity: int) -> None:
         self.capacity = capacity
-        self.score = np.full((images, capacity), NEG_INF)
-        self.end = np.zeros((images, capacity), dtype=np.int64)
-        self.row = np.zeros((images, capacity), dtype=np.int64)
-        self.eos_lp = np.zeros((images, capacity), dtype=np.float32)
-        self.flag = np.zeros((images, capacity), dtype=bool)
+        self.entries = np.zeros((images, capacity, 5))
+        self.entries[:, :, self.SCORE] = NEG_INF
         self.count = np.zeros(images, dtype=np.int64)
 
     def full(self, images: np.ndarray) -> np.ndarray:
@@ -118,61 +117,59 @@ class _Finished:
 
     def worst(self, images: np.ndarray) -> np.ndarray:
         """The lowest kept score (meaningful where :meth:`full`)."""
-        return self.score[images, self.capacity - 1]
+        return self.entries[images, self.capacity - 1, self.SCORE]
 
     def add(
         self,
         images: np.ndarray,
         valid: np.ndarray,
         score: np.ndarray,
-        end: np.ndarray | int,
+        end: int,
         row: np.ndarray,
         eos_lp: np.ndarray | float,
         flag: bool,
     ) -> None:
-        """Add, per image ``images[i]`` (distinct), the entries ``j`` where ``valid[i, j]``, in column order; the
-        other arguments are (n, w) or broadcast to it."""
+        """Add, per image ``images[i]`` (distinct), the entries ``j`` where ``valid[i, j]``, in column order: scores
+        (after the length penalty), the step and output row to trace from, the EOS log-prob (finished ones)."""
         n, w = valid.shape
-        new = {
-            "score": np.where(valid, score, NEG_INF),
-            "end": np.broadcast_to(end, (n, w)),
-            "row": row,
-            "eos_lp": np.broadcast_to(np.float32(eos_lp) if np.isscalar(eos_lp) else eos_lp, (n, w)),
-            "flag": np.broadcast_to(flag, (n, w)),
-        }
-        nan = np.isnan(new["score"]).any(axis=1)
+        new = np.empty((n, w, 5))
+        new[:, :, self.SCORE] = np.where(valid, score, NEG_INF)
+        new[:, :, self.END] = end
+        new[:, :, self.ROW] = row
+        new[:, :, self.EOS_LP] = eos_lp
+        new[:, :, self.FLAG] = flag
+        nan = np.isnan(new[:, :, self.SCORE]).any(axis=1)
         if nan.any():  # NaN scores (force-finished beams of a NaN-emitting model): Python's own sort, per image
             for i in np.flatnonzero(nan).tolist():
-                self._add_one(int(images[i]), valid[i], {f: new[f][i] for f in self._FIELDS})
+                self._add_one(int(images[i]), valid[i], new[i])
             keep = ~nan
-            images, valid, new = images[keep], valid[keep], {f: new[f][keep] for f in self._FIELDS}
-        merged = {f: np.concatenate([getattr(self, f)[images], new[f]], axis=1) for f in self._FIELDS}
-        order = np.argsort(-merged["score"], axis=1, kind="stable")[:, : self.capacity]
-        for f in self._FIELDS:
-            getattr(self, f)[images] = np.take_along_axis(merged[f], order, axis=1)
+            images, valid, new = images[keep], valid[keep], new[keep]
+        merged = np.concatenate([self.entries[images], new], axis=1)
+        order = np.argsort(-merged[:, :, self.SCORE], axis=1, kind="stable")[:, : self.capacity]
+        self.entries[images] = merged[_column(images.shape[0], 1), order]
         self.count[images] = np.minimum(self.count[images] + valid.sum(axis=1), self.capacity)
 
-    def _add_one(self, image: int, valid: np.ndarray, new: dict[str, np.ndarray]) -> None:
-        fields = self._FIELDS
-        items = [tuple(getattr(self, f)[image, j] for f in fields) for j in range(int(self.count[image]))]
+    def _add_one(self, image: int, valid: np.ndarray, new: np.ndarray) -> None:
+        """:meth:`add` for one image the way a Python list does it (the order NaN scores get there)."""
+        items = self.entries[image, : self.count[image]].tolist()
         for j in np.flatnonzero(valid).tolist():
-            items.append(tuple(new[f][j] for f in fields))
-            items.sort(key=lambda e: -float(e[0]))
+            items.append(new[j].tolist())
+            items.sort(key=lambda e: -e[0])
             del items[self.capacity :]
-        for j, item in enumerate(items):
-            for f, value in zip(fields, item, strict=True):
-                getattr(self, f)[image, j] = value
+        if items:
+            self.entries[image, : len(items)] = items
         self.count[image] = len(items)
 
     def hypotheses(self, n_best: int, pointers: _BackPointers) -> list[list[Hypothesis]]:
         """Each image's ``n_best`` best, traced back all at once."""
         taken = np.minimum(self.count, n_best)
         image, slot = np.nonzero(np.arange(self.capacity) < taken[:, None])
-        flags = self.flag[image, slot]
-        tokens, lps = pointers.trace(self.end[image, slot], self.row[image, slot])
+        picked = self.entries[image, slot]
+        tokens, lps = pointers.trace(picked[:, self.END].astype(np.int64), picked[:, self.ROW].astype(np.int64))
         out: list[list[Hypothesis]] = [[] for _ in range(self.count.shape[0])]
-        scores, eos_lps = self.score[image, slot].tolist(), self.eos_lp[image, slot].tolist()
-        for i, (img, fin) in enumerate(zip(image.tolist(), flags.tolist(), strict=True)):
+        scores, eos_lps = picked[:, self.SCORE].tolist(), picked[:, self.EOS_LP].tolist()
+        flags = (picked[:, self.FLAG] != 0).tolist()
+        for i, (img, fin) in enumerate(zip(image.tolist(), flags, strict=True)):
             logprobs = [*lps[i], eos_lps[i]] if fin else lps[i]
             out[img].append(Hypothesis(tokens[i], scores[i], logprobs, fin))
         return out
@@ -502,11 +499,11 @@ def _select_with_eos(
         s_vals, s_flat = vals[sel], flat[sel]
     s_eos = s_flat % vocab == eos_id
     order = np.argsort(s_eos, axis=1, kind="stable")[:, :beam]  # non-EOS in rank order, then EOS
-    pick = np.take_along_axis(s_flat, order, axis=1)
-    pick_eos = np.take_along_axis(s_eos, order, axis=1)
+    at = (_column(sel.shape[0], 1), order)
+    pick = s_flat[at]
     c_tokens = pick % vocab
     c_src = pick // vocab + sel_col * k
-    c_scores = np.where(pick_eos, NEG_INF32, np.take_along_axis(s_vals, order, axis=1))
+    c_scores = np.where(s_eos[at], NEG_INF32, s_vals[at])
     c_lps = logprob_at(pick, sel_col)
     if pick.shape[1] < beam:  # fewer than K candidates exist: dead padding beams
         pad = beam - pick.shape[1]

@@ -2,9 +2,9 @@
 
 Property-based: random batches (up to dozens of images), beam widths (wider than the vocabulary too), vocabularies,
 ``max_len``, ``min_len``, length penalties, ``n_best``, pruning on and off, radix constraints whose word-boundary masks
-leave few allowed tokens, and log-prob tables with EOS likely at random steps, tied values, ``-inf`` entries and NaN /
-``+inf`` at always-banned tokens. Every hypothesis must match bit for bit (tokens, score, per-token log-probs,
-finished flag, order; floats by ``repr``), and so must the tokens fed to the model at every step.
+leave few allowed tokens, and log-prob tables with EOS likely at random steps, tied values, ``-inf`` entries, NaN at
+allowed tokens and NaN / ``+inf`` at always-banned tokens. Every hypothesis must match bit for bit (tokens, score,
+per-token log-probs, finished flag, order; floats by ``repr``), and so must the tokens fed to the model at every step.
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ def cases(draw: st.DrawFn) -> tuple[dict[str, Any], DecodeCfg]:
     with np.errstate(invalid="ignore"):
         table = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
     table = np.where(np.isnan(table), -np.inf, table).astype(np.float32)  # all -inf rows stay -inf
+    if draw(st.integers(0, 5)) == 0:  # NaN at an allowed token: running sums turn NaN and rank first
+        table[rng.random(table_rows) < 0.3, draw(st.integers(3, vocab - 1))] = math.nan
     if draw(st.integers(0, 4)) == 0:  # garbage the mask hides: NaN / +inf at PAD and BOS, always banned
         table[:, ids["pad_id"]] = math.nan
         table[:, ids["bos_id"]] = draw(st.sampled_from([math.inf, math.nan]))
