@@ -250,8 +250,8 @@ class _Ranking:
     masked copy:
 
     - few allowed tokens (a radix constraint at a word boundary): only the allowed columns are summed and ranked
-      (``columns``), since a banned continuation is ``-inf`` and can rank only in a row whose picks reach ``-inf``,
-      which is then ranked exactly over all k·V continuations;
+      (``columns``), since a banned continuation is ``-inf`` (while no running sum is NaN or ``+inf``) and can rank
+      only in a row whose picks reach ``-inf``, which is then ranked exactly over all k·V continuations;
     - few banned tokens: the plain sum, then the banned columns recomputed with the bias (``patch``);
     - otherwise the bias added in full.
 
@@ -278,7 +278,12 @@ class _Ranking:
         if bias is None:  # raw: the processed log-probs already
             total = buffer[: raw.size].reshape(groups, k, vocab)
             np.add(raw3, scores, out=total)
-        elif columns is not None and 2 * columns.allowed.shape[0] <= vocab and columns.allowed.shape[0] * k >= width:
+        elif (
+            columns is not None
+            and 2 * columns.allowed.shape[0] <= vocab
+            and columns.allowed.shape[0] * k >= width
+            and scores.max() < np.inf  # a banned total is -inf + sum: -inf unless the sum is NaN or +inf
+        ):
             allowed = self.columns = columns.allowed
             total = buffer[: groups * k * allowed.shape[0]].reshape(groups, k, allowed.shape[0])
             if len(columns.allowed_runs) <= _MAX_RUNS:
