@@ -192,8 +192,9 @@ def _column(n: int, scale: int) -> np.ndarray:
 
 
 class _LogprobsAt:
-    """The processed log-probs of a step at given candidates, read back from the model's rows (and the step's bias):
-    the same float32 values, bit for bit, that were summed into the ranked totals."""
+    """The processed log-probs of a step at given candidates, read back from the model's rows (and the step's mask):
+    the same float32 values, bit for bit, that exact masking gives (``x + -0.0 == x``: those that were summed into the
+    ranked totals)."""
 
     def __init__(self, source: np.ndarray, bias: np.ndarray | None, k: int, vocab: int) -> None:
         self.source, self.bias, self.k, self.vocab = source, bias, k, vocab
@@ -202,7 +203,8 @@ class _LogprobsAt:
         """Candidates ``flat`` (flat ``beam * V + token`` indices) of groups ``groups`` (broadcast against ``flat``)."""
         tokens = flat % self.vocab
         lp = self.source[groups * self.k + flat // self.vocab, tokens]
-        return lp + self.bias[tokens] if self.bias is not None else lp
+        # A masked token reads -inf, as exact masking writes it (adding the bias would turn a NaN there into NaN).
+        return np.where(self.bias[tokens] == 0, lp, NEG_INF32) if self.bias is not None else lp
 
 
 def _top_k(work: np.ndarray, count: int, restore: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,11 @@
 ``_Finished`` list per image, back-pointers traced per hypothesis), kept as the slow reference the vectorised search
 must match bit for bit (``test_beam_equivalence.py``). Test-only: nothing in ``edgecap`` imports it.
 
-Its candidate picker (``top_candidates`` by repeated ``argmax``) is frozen here too; data types that did not change
-(``DecodeCfg``, ``Hypothesis``, ``LengthPenalty``, the processor plan) come from the package.
+Its candidate picker (``top_candidates`` by repeated ``argmax``) is frozen here too, with one fix made since: at
+batch 1 it told that ``-inf`` was reached from the picked values of the *unlowered* totals, so a NaN pick picked
+again (a NaN running sum with fewer than 2K other finite continuations) went unnoticed and the candidates repeated;
+it now reads the scratch value, as the batched form always did. Data types that did not change (``DecodeCfg``,
+``Hypothesis``, ``LengthPenalty``, the processor plan) come from the package.
 """
 
 from __future__ import annotations
@@ -354,13 +357,15 @@ def _top_candidates_row(total: np.ndarray, count: int, start: int, work: np.ndar
     their fancy-indexed (G, ·) forms."""
     row = work[0]
     picks = []
+    last = NEG_INF32
     for _ in range(count - start):
         best = int(row.argmax())
         picks.append(best)
+        last = row[best]  # the scratch's value: -inf once the argmax lands on an earlier (lowered) pick
         row[best] = NEG_INF32
     idx = np.array([picks], dtype=np.int64)
     vals = total[0, picks][None]
-    if vals[0, -1] == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
+    if last == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
         idx = ranked(total)[:, start:count]
         vals = total[0, idx[0]][None]
     return vals, idx, work
