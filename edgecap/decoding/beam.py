@@ -21,8 +21,10 @@ fairseq's 2K-candidate trick:
 Scores are raw sums of log-probs unless ``cfg.length_penalty`` is set; ranking of running beams always uses the raw
 sums (the penalty only compares finished hypotheses, as in the reference and fairseq).
 
-Cost per step. The search runs on the host for every runtime, so its work per step must stay a handful of numpy ops
-whatever the batch (about 1 µs each at batch 1): nothing loops over images in Python while decoding.
+Cost per step. The search runs on the host for every runtime, so its work per step must stay a fixed number of numpy
+ops whatever the batch: nothing loops over images in Python while decoding. Those ops cost about 1 µs each even on
+tiny arrays, more than per-image Python lists cost for a few images, so batches of up to :data:`SMALL_BATCH` images
+run the same search image by image (:mod:`edgecap.decoding._beam_rows`; same hypotheses, bit for bit).
 
 - The step's log-probs are masked, added to the running sums and ranked in one reused (B·k, V) buffer: where the
   processors of a step fold into one static mask (:class:`~edgecap.decoding.processors.ProcessorPlan`), the mask is
@@ -47,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.decoding._beam_rows import beam_search_rows
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.processors import LengthPenalty, LogitsProcessor, MaskColumns, processor_plan
 from edgecap.decoding.protocol import DecodeInputError, Hypothesis, StepModel, as_logprobs, batch_size_of
@@ -55,6 +58,8 @@ from edgecap.decoding.search import ranked
 NEG_INF = float("-inf")
 NEG_INF32 = np.float32(NEG_INF)
 _MAX_RUNS = 8  # a static mask's columns as at most this many slices; more: one fancy-indexed gather
+#: Batches of at most this many images run the per-image form (:mod:`edgecap.decoding._beam_rows`), cheaper there.
+SMALL_BATCH = 16
 
 
 class _BackPointers:
@@ -368,6 +373,8 @@ def beam_search(
 
     state = step_model.encode(inputs)
     images = batch_size_of(state)
+    if images <= SMALL_BATCH:
+        return beam_search_rows(step_model, state, images, cfg, procs)
     finished = _Finished(images, beam)
     done = np.zeros(images, dtype=bool)
     active = _arange(images)  # image of each group of rows in the batch

@@ -5,6 +5,7 @@ Property-based: random batches (up to dozens of images), beam widths (wider than
 leave few allowed tokens, and log-prob tables with EOS likely at random steps, tied values, ``-inf`` entries, NaN at
 allowed tokens and NaN / ``+inf`` at always-banned tokens. Every hypothesis must match bit for bit (tokens, score,
 per-token log-probs, finished flag, order; floats by ``repr``), and so must the tokens fed to the model at every step.
+Both forms of the search are checked at every batch size: vectorised and per image (``beam.SMALL_BATCH`` moved).
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from edgecap.decoding import DecodeCfg, RadixSpec, beam_search
+from edgecap.decoding import beam as beam_module
 from edgecap.decoding.arrays import to_numpy
 from tests.decoding import _reference_beam as ref
 from tests.decoding.fakes import as_backend, check_index
@@ -130,12 +133,17 @@ def _exact(result: list[list[Any]]) -> list[list[tuple[str, str, str, bool]]]:
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(case=cases())
-def test_equals_the_per_image_reference(case: tuple[dict[str, Any], DecodeCfg]) -> None:
+@pytest.mark.parametrize("small_batch", [0, 1000], ids=["vectorised", "per-image"])
+def test_equals_the_per_image_reference(case: tuple[dict[str, Any], DecodeCfg], small_batch: int) -> None:
     model_kw, cfg = case
+    beam_module.SMALL_BATCH, previous = small_batch, beam_module.SMALL_BATCH
     old, new = TableStepModel(**model_kw), TableStepModel(**model_kw)
-    with np.errstate(invalid="ignore"):
-        expected = _exact(ref.beam_search(old, old.inputs(), cfg))
-        got = _exact(beam_search(new, new.inputs(), cfg))
+    try:
+        with np.errstate(invalid="ignore"):
+            expected = _exact(ref.beam_search(old, old.inputs(), cfg))
+            got = _exact(beam_search(new, new.inputs(), cfg))
+    finally:
+        beam_module.SMALL_BATCH = previous
     assert got == expected
     assert new.fed == old.fed
 
