@@ -26,16 +26,17 @@ ops whatever the batch: nothing loops over images in Python while decoding. Thos
 tiny arrays, more than per-image Python lists cost for a few images, so batches of up to :data:`SMALL_BATCH` images
 run the same search image by image (:mod:`edgecap.decoding._beam_rows`; same hypotheses, bit for bit).
 
-- The step's log-probs are masked, added to the running sums and ranked in one reused (B·k, V) buffer: where the
-  processors of a step fold into one static mask (:class:`~edgecap.decoding.processors.ProcessorPlan`), the mask is
-  added as a ``-inf`` / ``-0.0`` bias into that buffer and a candidate's log-prob is read back as ``raw + bias`` at
-  its token (the same float32 add, so the same bits).
+- The step's log-probs are added to the running sums and ranked in one reused buffer (:class:`_Ranking`). Where the
+  processors of a step fold into one static mask (:class:`~edgecap.decoding.processors.ProcessorPlan`), masking
+  costs less than a masked copy: with few allowed tokens (a radix word boundary) only their columns are summed and
+  ranked; with few banned ones, the plain sum with the banned columns redone. A candidate's log-prob is read back
+  from the model's row at its token (the same bits exact masking gives).
 - Candidates are picked best first by repeated ``argmax`` in place, the picks restored afterwards
   (:func:`_top_k`): first the top K only. When no EOS ranks within any image's top K — most steps — they are the
-  running beams as they stand. Otherwise only the images where an EOS ranks get their top 2K
-  (:func:`~edgecap.decoding.search.top_candidates`) and the general selection, vectorised over those images.
-- Finished hypotheses are kept as (images, K) arrays of scores and back-pointer positions, merged by one stable sort
-  per step that finishes any (:class:`_Finished`); the stopping rule is one vectorised comparison.
+  running beams as they stand. Otherwise only the images where an EOS ranks get their top 2K and the general
+  selection (:func:`_select_with_eos`), vectorised over those images.
+- Finished hypotheses are kept as one (images, K, 5) array of scores and back-pointer positions, merged by one
+  stable sort per step that finishes any (:class:`_Finished`); the stopping rule is one vectorised comparison.
 - Tokens are not gathered into growing (B·K, t) sequences: each step stores its back-pointers (token, log-prob,
   parent row) as arrays, and only the returned ``n_best`` hypotheses are traced, all at once, at the end. The
   (B·K, t) history is built only when a processor reads it (n-gram blocking, a multi-digit radix constraint).
