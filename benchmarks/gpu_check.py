@@ -194,7 +194,7 @@ def _rows_of(feats: Mapping[str, Any], start: int, count: int) -> dict[str, Any]
 
 PRECISIONS: dict[str, dict[str, Any]] = {
     "fp32": {},
-    "fp16": {"dtype": "float16"},  # what --fp16 / precision="fp16" does: the weights cast to half
+    "fp16": {"dtype": "float16"},  # the weights cast to half (the runtime's precision="fp16" is "fp16-autocast")
     "bf16": {"dtype": "bfloat16"},
     "fp16-autocast": {"autocast": "float16"},
 }
