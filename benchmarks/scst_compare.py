@@ -202,9 +202,16 @@ def main(argv: list[str] | None = None) -> int:
     ce_cmd = [*paths["ce_cmd"], "--max-minutes", f"{max(left - 20, 5) / 60:.4f}"]  # stop cleanly, not killed
     stage("ce", ce_cmd, later=3, limit=left)
     base = _json(paths["base"] / "summary.json")
-    results.row({"model": args.model, "stage": f"cross-entropy, {base.get('epochs_done')} epochs (base)",
-                 "train_s": base.get("train_seconds_this_session"), "steps": base.get("steps"),
-                 "epochs": base.get("epochs_done"), "best_val_cider_d": _pct(base.get("best_val_cider_d"))})  # fmt: skip
+    results.row(
+        {
+            "model": args.model,
+            "stage": f"cross-entropy, {base.get('epochs_done')} epochs (base)",
+            "train_s": base.get("train_seconds_this_session"),
+            "steps": base.get("steps"),
+            "epochs": base.get("epochs_done"),
+            "best_val_cider_d": _pct(base.get("best_val_cider_d")),
+        }
+    )
     if not (paths["base"] / "weights.safetensors").is_file():
         print("no base run: stopping", flush=True)
         return _finish(out, results, 1)
@@ -252,7 +259,8 @@ def _finish(out: Path, results: Results, code: int) -> int:
     meta = results.data["meta"]
     results.set(total_s=round(time.monotonic() - results.started, 1))
     text = f"# SCST vs cross-entropy: {meta['model']} on {meta['device']}\n\n"
-    text += f"{meta['images']} synthetic scenes (seed 0), batch {meta['batch_size']}, test split, beam {meta['beam']}.\n"
+    text += f"{meta['images']} synthetic scenes (seed 0), batch {meta['batch_size']}, "
+    text += f"test split, beam {meta['beam']}.\n"
     text += f"{CIDER_NOTE}.\n\n"
     text += md_table(results.data["rows"], ["model", "stage", "train_s", "steps", "epochs", "best_val_cider_d",
                                             "test_cider_d"])  # fmt: skip
