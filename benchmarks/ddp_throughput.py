@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         name = f"{run['device']}-p{run['procs']}"
         run_dir = args.out / "work" / "runs" / name
+        shutil.rmtree(run_dir, ignore_errors=True)  # a fresh metrics.jsonl: throughput reads every line of it
         env = child_env({"OMP_NUM_THREADS": str(run["threads"])})
         limit = min(args.run_limit, results.left(args.budget))
         record = run_stage(name, torchrun_cmd(args, run, data, feats, run_dir), limit, args.out / "logs", env)

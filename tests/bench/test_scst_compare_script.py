@@ -44,6 +44,7 @@ def test_a_killed_scst_run_is_timed_from_its_last_logged_line(tmp_path: Path) ->
     assert script.scst_seconds(tmp_path) == 9.25
 
 
+@pytest.mark.slow  # six processes that each import torch: ~35 s on 2 idle cores, more on a busy CI machine
 @pytest.mark.parametrize("model", ["expansionnet-v2-xsmall"])
 def test_smoke_runs_every_stage_and_writes_the_table(tmp_path: Path, model: str) -> None:
     script = _load_script()
