@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -86,13 +87,16 @@ def run_stage(
     log_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with (log_dir / f"{name}.log").open("w") as log:
+        # Its own process group: a timeout stops torchrun's workers too, not only the launcher.
+        proc = subprocess.Popen(
+            list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT, env=env or child_env(), cwd=ROOT,
+            start_new_session=True,
+        )  # fmt: skip
         try:
-            proc = subprocess.run(
-                list(map(str, cmd)), stdout=log, stderr=subprocess.STDOUT, timeout=timeout, env=env or child_env(),
-                cwd=ROOT,
-            )  # fmt: skip
-            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+            code = proc.wait(timeout=timeout)
+            status = "ok" if code == 0 else f"exit {code}"
         except subprocess.TimeoutExpired:
+            _stop_group(proc)
             status = f"timed out after {timeout:.0f} s"
     wall = round(time.monotonic() - t0, 1)
     if status != "ok":
@@ -100,6 +104,20 @@ def run_stage(
         print("\n".join("   | " + line for line in tail), flush=True)
     print(f"   {name}: {status}, {wall} s", flush=True)
     return {"stage": name, "status": status, "wall_s": wall}
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the stage's process group, SIGKILL if it is still there after 10 s."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
