@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.data.images import IMAGE_SUFFIXES
 from edgecap.runtimes.registry import UnknownRuntimeError, get_runtime, list_runtimes
 
 __all__ = [
@@ -51,8 +52,6 @@ __all__ = [
     "resolve_quality_set",
     "skip_reason",
 ]
-
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
 Item = dict[str, np.ndarray]
 

@@ -30,6 +30,7 @@ from PIL import Image, ImageOps
 
 __all__ = [
     "DEFAULT_BACKGROUND",
+    "IMAGE_SUFFIXES",
     "ImageError",
     "ImageLike",
     "ImageNotFoundError",
@@ -39,6 +40,9 @@ __all__ = [
 ImageLike = str | os.PathLike | Image.Image | np.ndarray
 
 DEFAULT_BACKGROUND: tuple[int, int, int] = (255, 255, 255)
+
+#: File suffixes taken for images when a folder is searched (calibration sets, ``edgecap bench --images``).
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
 # Opening an image reads only its header; the lock serialises the few process-global settings touched there
 # (warning filters, PIL's pixel limit) so concurrent loader threads cannot undo each other's settings.

@@ -120,7 +120,8 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     torch model's hypotheses (tokens and scores)."""
     import edgecap.export
     from edgecap.bundle import load_bundle
-    from edgecap.bundle.export import _PixelReference, load_source
+    from edgecap.bundle.export import load_source
+    from edgecap.bundle.exporting.quality import PixelReference
     from edgecap.captioning import decode_cfg_for, decoder_for
     from edgecap.decoding import decode
     from edgecap.runtimes.decoders import create_ort_decoder
@@ -157,7 +158,7 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     images = sorted((tiny_data[0] / "images").iterdir())[:4]
     backbone = source.backbone()
     pixels = {"pixel_values": backbone.preprocess(images)}
-    reference = decode(_PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
+    reference = decode(PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
     graphs = {role: load_bundle(bundle).graph_path("fp32", role) for role in ("encoder", "step")}
     with create_ort_decoder(graphs, opened.state_names, updated_state_names=opened.updated_state_names) as ort:
         candidate = decode(ort, pixels, cfg)
