@@ -53,7 +53,6 @@ TRAIN_ONLY = (
     "matplotlib",
     "pycocoevalcap",
     "safetensors",
-    "tqdm",
     "rich",
 )
 

@@ -538,9 +538,9 @@ def _calibrate_and_quantize(
 def _progress_bar(enabled: bool, total: int | None, desc: str) -> Any:
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from edgecap._progress import ProgressBar
 
-    return tqdm(total=total, desc=desc, unit="feed", leave=False)
+    return ProgressBar(total, desc)
 
 
 # -- the runtime graphs of a captioner -------------------------------------------------------------------------------

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from edgecap._io import atomic_write_json
+from edgecap._progress import ProgressBar
 from edgecap._version import __version__
 from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
@@ -163,12 +163,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         # The epoch's order depends only on (seed, epoch), so a resumed run sees the same batches.
         gen = torch.Generator().manual_seed(cfg.seed * 100_003 + prog.epoch)
         order = torch.randperm(len(train_records), generator=gen)
-        bar = tqdm(
-            total=batches_per_epoch,
-            initial=prog.batch_in_epoch,
-            desc=f"epoch {prog.epoch + 1}/{cfg.epochs}",
-            disable=not progress,
-            leave=False,
+        bar = ProgressBar(
+            batches_per_epoch, f"epoch {prog.epoch + 1}/{cfg.epochs}", enabled=progress, initial=prog.batch_in_epoch
         )
         for b in range(prog.batch_in_epoch, batches_per_epoch):
             rows = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
@@ -182,7 +178,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             prog.step += 1
             prog.batch_in_epoch = b + 1
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            bar.postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1:
                 ckpt.append_metrics(
                     run_dir,
@@ -222,7 +218,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
                 }
                 ckpt.append_metrics(run_dir, record)
                 if progress:
-                    tqdm.write(f"epoch {finished_epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
+                    print(f"epoch {finished_epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
                 if score > prog.best_score:
                     prog.best_score = score
                     prog.best_epoch = finished_epoch

@@ -46,9 +46,7 @@ def progress_bar(total: int, desc: str, enabled: bool) -> Iterator[Callable[[int
     if not enabled:
         yield None
         return
-    from rich.console import Console
-    from rich.progress import Progress
+    from edgecap._progress import ProgressBar
 
-    with Progress(console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task(desc, total=total)
-        yield lambda n: bar.advance(task, n)
+    with ProgressBar(total, desc) as bar:
+        yield bar.update
