@@ -545,15 +545,26 @@ def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) ->
         bundle.check_interface(role, list(runtime.input_metadata()), runtime.output_names, graphs[role])
 
 
+def _deployment(variant: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Where the INT8 variant's graphs may run, as its preset recorded it at export (``provider``,
+    ``runs_on_any_cpu``); bundles exported before that record get the built-in presets' values by name."""
+    recorded = variant.get("deployment")
+    if isinstance(recorded, Mapping):
+        return recorded
+    preset = str(variant.get("preset") or variant.get("target") or "")
+    return {"provider": "tensorrt" if preset == "tensorrt" else "cpu", "runs_on_any_cpu": preset == "cpu-avx2"}
+
+
 def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether this CPU runs the INT8 variant's preset correctly: a preset built for VNNI (no ``reduce_range``) or for
-    ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise.
-    ``cpu-avx2`` graphs are safe everywhere."""
+    ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise; a
+    preset that records ``runs_on_any_cpu`` (``cpu-avx2``) is safe everywhere."""
     from edgecap.runtimes.cpu import detect_cpu_preset
 
     preset = str(variant.get("preset") or variant.get("target") or "")
     here = detect_cpu_preset()
-    if preset == here or preset == "cpu-avx2":
+    deployment = _deployment(variant)
+    if preset == here or (deployment.get("provider") == "cpu" and deployment.get("runs_on_any_cpu")):
         return True, f"INT8 preset {preset} suits this CPU ({here})"
     return False, f"the INT8 variant was quantised for {preset}, this CPU needs {here}"
 
@@ -561,7 +572,7 @@ def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
 def _auto_precision(available: Sequence[str], provider: str, int8: Mapping[str, Any] | None) -> tuple[str, str]:
     """The best precision of a bundle for ONNX Runtime's first provider, with the reason."""
     if provider == "TensorrtExecutionProvider":
-        if int8 is not None and int8.get("preset") == "tensorrt":
+        if int8 is not None and _deployment(int8).get("provider") == "tensorrt":
             return "int8", "TensorRT with an INT8 variant calibrated for TensorRT"
         if "fp16" in available:
             return "fp16", "TensorRT: FP16 graphs"

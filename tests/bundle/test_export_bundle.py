@@ -349,3 +349,4 @@ def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_dat
     )  # fmt: skip
     int8 = load_bundle(out).variant("int8")
     assert int8["target"] == "edge-npu" and int8["preset"] == "edge-npu"
+    assert int8["deployment"] == {"provider": "cpu", "runs_on_any_cpu": True}  # cpu-avx2's, as registered

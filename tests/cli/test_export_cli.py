@@ -190,3 +190,31 @@ def test_export_refuses_a_folder_of_non_images_before_the_fp32_export(
     assert result.exit_code != 0 and "calibration set is empty" in result.output, result.output
     assert result.output.count(str(calib / "a.jpg")) == 1  # named once, not "PATH: PATH: ..."
     assert not (tmp_path / "b").exists()
+
+
+def test_a_preset_registered_in_a_test_is_an_export_target(
+    exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch
+):
+    """``register_preset()`` is the only edit needed: ``--target toy`` is accepted, listed in ``--help`` and used."""
+    import edgecap.export
+    from edgecap.bundle import load_bundle
+    from edgecap.calibration import presets
+    from tests.bundle.helpers import export_result_from
+
+    bundle, _ = exported
+    monkeypatch.setattr(presets, "_PRESETS", dict(presets._PRESETS))  # the registration ends with the test
+    presets.register_preset(
+        presets.QuantPreset(name="toy", description="a toy target: U8S8, 7-bit weights", activation_type="uint8")
+    )
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))  # noqa: E731
+    monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+    assert "toy" in CliRunner().invoke(main, ["export", "--help"]).output
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(tiny_data[0])]
+    args += ["--calib-size", "4", "--quality-images", "0", "--quiet"]
+    result = CliRunner().invoke(main, [*args, "--target", "toy", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    int8 = load_bundle(tmp_path / "b").variant("int8")
+    assert int8["target"] == "toy" and int8["preset"] == "toy" and int8["deployment"]["provider"] == "cpu"
+    unknown = CliRunner().invoke(main, [*args, "--target", "nope", "--out", str(tmp_path / "c")])
+    assert unknown.exit_code != 0 and "toy" in unknown.output  # the refusal lists the registered target

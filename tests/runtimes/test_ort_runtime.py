@@ -223,3 +223,21 @@ def test_step_model_rejects_missing_decode_inputs() -> None:
         pytest.raises(RuntimeInputError, match="feature_mask"),
     ):
         decode(step_model, images, decode_cfg(TEST_CONFIGS[0]))
+
+
+def test_int8_auto_choice_reads_the_recorded_deployment_not_the_preset_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered preset's ``provider``/``runs_on_any_cpu`` decide, through the variant's ``deployment`` record;
+    bundles exported before the record keep the built-in presets' behaviour."""
+    import edgecap.runtimes.cpu
+    from edgecap.runtimes.ort import _auto_precision
+
+    monkeypatch.setattr(edgecap.runtimes.cpu, "detect_cpu_preset", lambda: "cpu-vnni")
+    cpu, trt = "CPUExecutionProvider", "TensorrtExecutionProvider"
+    portable = {"preset": "toy", "deployment": {"provider": "cpu", "runs_on_any_cpu": True}}
+    assert _auto_precision(["fp32", "int8"], cpu, portable)[0] == "int8"
+    assert _auto_precision(["fp32", "int8"], cpu, {**portable, "deployment": {"provider": "cpu"}})[0] == "fp32"
+    engine = {"preset": "toy-trt", "deployment": {"provider": "tensorrt", "runs_on_any_cpu": False}}
+    assert _auto_precision(["fp32", "int8"], trt, engine)[0] == "int8"
+    assert _auto_precision(["fp32", "int8"], cpu, engine)[0] == "fp32"
+    assert _auto_precision(["fp32", "int8"], cpu, {"preset": "cpu-avx2"})[0] == "int8"  # no record: by name
+    assert _auto_precision(["fp32", "int8"], trt, {"preset": "tensorrt"})[0] == "int8"

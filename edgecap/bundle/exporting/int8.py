@@ -71,6 +71,7 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         BundleExportError: none of the calibration images could be turned into encoder inputs.
     """
     from edgecap.calibration import write_trt_calibration_cache
+    from edgecap.calibration.presets import get_preset
 
     images = sample(list(job.images), job.calib_size)
     inputs = calibration_inputs(job.source, job.maker, images, job.progress)
@@ -108,6 +109,7 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         "graphs": graphs,
         "target": job.target,
         "preset": quantized.preset,
+        "deployment": get_preset(quantized.preset).deployment(),
         "calibration": calibration,
         "artefacts": {"ranges": ranges_file, "tensorrt_caches": caches},
     }
