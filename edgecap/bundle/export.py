@@ -20,6 +20,8 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
    val split when its dataset is reachable, else calibration images kept out of calibration (scored against the
    FP32 captions); the manifest names the set and its size;
 5. the manifest (checksums, versions, parity, quality), then a full verification with the reader.
+
+Each stage is a module of :mod:`edgecap.bundle.exporting`; this module runs them in order (:func:`export_request`).
 """
 
 from __future__ import annotations

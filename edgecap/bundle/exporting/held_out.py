@@ -29,6 +29,8 @@ class HeldOut:
 
 
 def held_out_from_dataset(source: ExportSource, maker: InputMaker, limit: int) -> HeldOut | None:
+    """The first ``limit`` images of the run's val split with their human captions; None when the dataset (or a way
+    to turn its images into encoder inputs) is not available."""
     from edgecap.data.datasets import load_dataset
 
     if source.data is None or not (maker.from_images or source.features is not None):
@@ -55,6 +57,7 @@ def held_out_from_dataset(source: ExportSource, maker: InputMaker, limit: int) -
 
 
 def held_out_record(held_out: HeldOut | None) -> dict[str, Any] | None:
+    """The manifest's ``held_out`` entry."""
     if held_out is None:
         return None
     return {"set": held_out.description, "images": len(held_out.inputs), "skipped": len(held_out.inputs.skipped)}

@@ -189,6 +189,11 @@ def sample(items: Sequence[Any], size: int, seed: int = 0) -> list[Any]:
 def calibration_inputs(
     source: ExportSource, maker: InputMaker, images: Sequence[CalibImage], progress: bool
 ) -> EncoderInputs:
+    """Encoder inputs of ``images``: through the backbone, or for a region-feature run from its feature store.
+
+    Raises:
+        BundleExportError: a region-feature run whose feature store has none of the images.
+    """
     if maker.from_images:
         with progress_bar(len(images), "encoder inputs", progress) as update:
             return maker.images([i.path for i in images], update)
