@@ -13,8 +13,8 @@ I/O: two paths behind one interface.
   faster path: ORT wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
   binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
   plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
-  ``run_with_iobinding``, ``OrtValue``): calling the C++ session behind ``run`` saved no measurable time per
-  decoder step (``benchmarks/decode_overhead.py``, docs/contracts.md).
+  ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
+  run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
 - ``io_binding=True`` (the default with the CUDA/TensorRT providers): torch tensors in and out, bound by device
   pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
   cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same
