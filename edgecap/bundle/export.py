@@ -102,8 +102,8 @@ def export_bundle(
         int8: also write INT8 (QDQ) graphs calibrated on ``calib``.
         calib: a folder of images (searched recursively; unreadable files are skipped and counted) or a dataset
             directory (its train split images).
-        target: INT8 preset, one of :func:`int8_targets`: ``cpu-auto`` (this CPU), ``cpu-avx2``, ``cpu-vnni``,
-            ``arm64``, ``tensorrt`` or a preset added with ``edgecap.calibration.register_preset``.
+        target: INT8 preset, one of :func:`int8_targets` (the registered presets, which
+            ``edgecap.calibration.register_preset`` extends, and ``cpu-auto`` for this machine's CPU).
         calib_size: calibrate on at most this many images (a seeded sample spread over the set).
         with_backbone: put the image backbone in the encoder graph (input ``pixel_values``: pixels to captions in
             one runtime, no torch needed to caption images) or not (the encoder takes backbone features and

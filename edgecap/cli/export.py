@@ -43,8 +43,8 @@ _VARIANTS = option_group(
         type=_PresetChoice(),
         default="cpu-auto",
         show_default=True,
-        help="INT8 preset (edgecap.calibration presets): this CPU (cpu-auto), x86 without/with VNNI (cpu-avx2, "
-        "cpu-vnni), 64-bit ARM (arm64), TensorRT, or one added with register_preset().",
+        help="INT8 preset: any registered edgecap.calibration preset (register_preset() adds one); cpu-auto picks "
+        "the preset of this machine's CPU.",
     ),
     click.option(
         "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
