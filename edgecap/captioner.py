@@ -127,6 +127,7 @@ class Captioner:
         providers: Sequence[str] | str | None = None,
         device: str | None = None,
         verify: bool = True,
+        step_mode: str = "eager",
     ) -> Captioner:
         """Load a bundle on the best available runtime, verifying what it reads.
 
@@ -145,6 +146,9 @@ class Captioner:
             device: torch device for the torch runtime and a torch backbone; default CUDA when available.
             verify: check the size of every file and the SHA-256 of the files this runtime reads (config, vocab,
                 the chosen precision's graphs or the torch weights, backbone weights); leave on.
+            step_mode: the torch runtime's decoder step: ``"eager"`` (default), ``"static"``, ``"cuda-graph"``
+                (captured once per batch shape, replayed per token), ``"compile"`` or ``"auto"`` (``cuda-graph`` on
+                CUDA where the model supports it); see ``docs/gpu.md``.
 
         The choice and the reasons are in :attr:`runtime_info` and logged (logger ``edgecap.captioner``, INFO).
 
@@ -177,6 +181,11 @@ class Captioner:
             load = spec.load_function()
         except UnknownRuntimeError as exc:
             raise CaptionerError(str(exc)) from None
+        if step_mode != "eager" and spec.name != "torch":
+            raise CaptionerError(
+                f"step_mode={step_mode!r} selects how the torch runtime runs its decoder step; runtime {spec.name!r} "
+                f"takes only 'eager'"
+            )
         if precision != "auto" and precision not in spec.precisions:
             able = [n for n in list_runtimes(baselines=False) if precision in get_runtime(n).precisions]
             raise CaptionerError(
@@ -187,7 +196,12 @@ class Captioner:
         beam = opened.beam if beam is None else beam
         _check_beam(beam)
         request = LoadRequest(
-            precision=precision, threads=threads or None, providers=providers, device=device, verify=verify
+            precision=precision,
+            threads=threads or None,
+            providers=providers,
+            device=device,
+            verify=verify,
+            step_mode=step_mode,
         )
         loaded = load(opened, request)
         try:

@@ -1,4 +1,4 @@
-"""The runtime half imports numpy, Pillow and the inference engine only (docs: "Two installs, one package").
+"""The runtime half imports numpy, Pillow and the inference engine only (docs/architecture.md, "Two installs").
 
 Statically: the module-level imports reachable from the runtime entry points (``Captioner``, the ONNX Runtime
 adapter, the decoding package, the bundle reader, ``edgecap caption``) never reach a training-side module or a
@@ -24,6 +24,9 @@ ENTRY_POINTS = (
     "edgecap.runtimes.bridge",
     "edgecap.runtimes.decoders",
     "edgecap.runtimes.images",
+    "edgecap.runtimes.tensorrt",
+    "edgecap.engines.build",
+    "edgecap.cli.engine",
     "edgecap.decoding",
     "edgecap.bundle.reader",
     "edgecap.data.preprocess",

@@ -1,4 +1,4 @@
-"""The report's headline ratios: paired comparisons of measured results (speed-ups, size on disk, CIDEr-D delta).
+"""The report's headline ratios: what each deployment choice buys or costs, computed from measured results.
 
 Which span a target is judged on, and what the target is, belong to the caller (``benchmarks/ratio_series.py``);
 this module only computes and tabulates.

@@ -90,6 +90,7 @@ class BenchCfg:
         providers: ONNX Runtime providers (``cpu``, ``cuda``, ``tensorrt``); None = the best available.
         isolate: run each bundle × runtime × precision in a fresh Python process (memory isolation).
         tegrastats: sample tegrastats (power, unified memory) when it is installed.
+        step_mode: the torch runtime's decoder step (``eager``, ``static``, ``cuda-graph``, ``compile``, ``auto``).
         seed: seed of the synthetic inputs and of torch.
     """
 
@@ -117,6 +118,7 @@ class BenchCfg:
     providers: tuple[str, ...] | None = None
     isolate: bool = True
     tegrastats: bool = True
+    step_mode: str = "eager"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -350,7 +352,13 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
     bundle = load_bundle(task.bundle, verify=False, graphs="none")
     outcome = GroupOutcome()
     subject = open_subject(
-        bundle, task.runtime, task.precision, device=cfg.device, threads=cfg.threads, providers=cfg.providers
+        bundle,
+        task.runtime,
+        task.precision,
+        device=cfg.device,
+        threads=cfg.threads,
+        providers=cfg.providers,
+        step_mode=cfg.step_mode,
     )
     torch = sys.modules.get("torch")  # only where this subject brought torch in; Captioner.load leaves it alone
     if torch is not None:

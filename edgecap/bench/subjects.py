@@ -413,6 +413,7 @@ def open_subject(
     device: str | None = None,
     threads: int | None = None,
     providers: Sequence[str] | None = None,
+    step_mode: str = "eager",
 ) -> Subject:
     """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision``.
 
@@ -433,6 +434,7 @@ def open_subject(
         providers=list(providers) if (providers and graphs) else None,
         device=None if device in (None, "auto") else device,
         verify=False,
+        step_mode=step_mode if runtime == "torch" else "eager",  # the torch baseline runs; others have no step mode
     )
     load_s = time.perf_counter() - start
     step_model = captioner.step_model

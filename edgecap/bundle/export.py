@@ -13,8 +13,8 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
 2. write config, vocab, weights (and the backbone's local weights file when the run used one);
 3. INT8 (``int8=True``): turn the calibration images into encoder feeds (backbone features computed by the run's
    backbone, or preprocessed pixels when the backbone is in the graph), quantise with
-   :func:`edgecap.calibration.quantize_int8` for ``target``, write the QDQ graphs, the ranges and a TensorRT-style
-   calibration cache;
+   :func:`edgecap.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges (TensorRT builds
+   from the QDQ graphs: no calibration table);
 4. task-level check of every variant against the torch FP32 model on a held-out set: CIDEr-D of both, the
    difference, and caption agreement (``edgecap.calibration.compare_decoders``). The held-out set is the run's
    val split when its dataset is reachable, else calibration images kept out of calibration (scored against the

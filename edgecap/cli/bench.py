@@ -147,6 +147,19 @@ _WHERE = option_group(
     click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available)."),
     click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available)."),
     click.option(
+        "--step-mode",
+        type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
+        default="eager",
+        show_default=True,
+        help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",
+    ),
+    click.option(
+        "--tegrastats/--no-tegrastats",
+        default=True,
+        show_default=True,
+        help="Sample tegrastats (Jetson power rails, unified memory) during timed runs where it is installed.",
+    ),
+    click.option(
         "--no-isolate",
         is_flag=True,
         help="Run everything in this process (faster; memory baselines then include earlier models).",
@@ -199,6 +212,8 @@ def bench_cfg(flags: dict[str, Any]) -> Any:
         min_seconds=flags["min_seconds"],
         max_repeats=flags["max_repeats"],
         isolate=not flags["no_isolate"],
+        tegrastats=flags["tegrastats"],
+        step_mode=flags["step_mode"],
         seed=flags["seed"],
         **{k: v for k, v in optional.items() if v not in (None, ())},
     )

@@ -2,7 +2,7 @@
 
 Caption datasets are messy: COCO alone holds grayscale and CMYK JPEGs, and scraped data adds 16-bit PNGs, palette
 images with transparency and truncated downloads. Common pipelines get several of these wrong (a plain
-``convert("RGB")`` clips 16-bit images to white, and some reference code turns grayscale into black images), and a
+``convert("RGB")`` clips 16-bit images to white, and some published pipelines turn grayscale into black images), and a
 silently wrong image becomes a silently wrong feature. Every conversion here is explicit:
 
 * ``1``/``L``/``P``/``YCbCr``/``CMYK``/``HSV`` → PIL's own RGB conversion;

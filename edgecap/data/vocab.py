@@ -6,10 +6,10 @@ threshold) map to ``<unk>``.
 
 Radix encoding (ACORT, Tan et al., §4.1, Algorithm 1, Eq. 1–3) writes word index ``i`` as ``d`` digits in base ``v``,
 so the model's input/output vocabulary shrinks from ~10k words to ``v + 3`` classes. We use the token layout of the
-ACORT reference code, which its released checkpoints follow, rather than the paper's:
+authors' released ACORT code, which its checkpoints follow, rather than the paper's:
 
 ==================  ===================================  ==========================================
-item                edgecap (= reference code)           paper (Eq. 1–3)
+item                edgecap (= released ACORT code)      paper (Eq. 1–3)
 ==================  ===================================  ==========================================
 digit order         most-significant digit first         least-significant first (``j = 0 … d-1``)
 digit ``k``         token ``k + 1`` (tokens ``1 … v``)   token ``k``
@@ -290,7 +290,7 @@ def _num_digits(value: int, base: int) -> int:
 
 
 class RadixVocab(Vocabulary):
-    """ACORT radix vocabulary (§4.1, Alg. 1, Eq. 1–3) in the reference code's token layout (module docstring).
+    """ACORT radix vocabulary (§4.1, Alg. 1, Eq. 1–3) in the released ACORT code's token layout (module docstring).
 
     Args:
         words: in-vocabulary words, most frequent first; word ``words[i]`` has index ``i`` and ``<unk>`` has

@@ -5,7 +5,7 @@ pairs whose index exceeds the vocabulary all become ``<unk>`` (jiahuei/sparse-im
 Masking them while searching instead means every beam slot holds a decodable caption, and the search returns the
 best *legal* sequence under the model.
 
-Layout (reference code, not the paper's Eq. 1–3 order): PAD=0, digit k → token k+1 (1 … v), BOS=v+1, EOS=v+2,
+Layout (the released ACORT code's, not the paper's Eq. 1–3 order): PAD=0, digit k → token k+1 (1 … v), BOS=v+1, EOS=v+2,
 d digits per word, most-significant first; word indices 0 … N−1 with ``<unk>`` = N−1.
 """
 

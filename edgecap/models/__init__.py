@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
-from edgecap.models import expansionnet, labert, ort  # noqa: F401  (register the families and their variants)
+from edgecap.models import expansionnet, labert, ort, reference  # noqa: F401  (register families, variants, *-ref)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,

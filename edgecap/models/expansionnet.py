@@ -14,7 +14,7 @@ The expansion layers are in :mod:`edgecap.models.layers.expansion`. Variants (v2
 (ExpansionNet_{64,16}: the same sizes with one static length 64, on 2,048-d regions), the compact edge variants
 ``expansionnet-v2-small`` / ``-xsmall`` and ``expansionnet-test``, and their length-controllable ``*-len`` forms.
 
-Departures, on purpose (``docs/benchmarks.md``, "ExpansionNet"): any backbone (EfficientNet-Lite0 by default, Swin
+Departures, on purpose (``docs/expansionnet.md``, "Deviations"): any backbone (EfficientNet-Lite0 by default, Swin
 from timm by name) instead of Swin-L only; the official code's layer "reduce group" is a cfg switch
 (``layer_reduce``, on for v2, off for v1 whose paper has no such step); the cross-attention masks padding with
 −1e4 (fp16-safe, as the official export); positions are a fixed learned table of ``max_len``; and decoding is

@@ -10,7 +10,7 @@ sharing through layer maps and (§4.3) attention parameter sharing (Share-KV in 
 parameter counts follow Table 1: at the paper's setting (2,048-d regions, 10,001-id word vocabulary or 771 radix
 classes) they equal the reference's totals exactly and Table 1 to its rounding (``tests/models/test_registry.py``).
 
-Departures from the reference code, on purpose: standard LayerNorm (``layer_norm="annotated"`` reproduces theirs),
+Departures from the released ORT code, on purpose: standard LayerNorm (``layer_norm="annotated"`` reproduces theirs),
 no ``+1`` on box sizes (``box_wh_offset=1.0`` reproduces it), the box embedding computed once per forward, finite
 ``-1e4`` masking (fp16-safe), and a decoder cache indexed by layer position, not by (shared) module.
 """

@@ -37,6 +37,10 @@ _ORT_INSTALL = (
     "pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); on a Jetson install JetPack's onnxruntime-gpu wheel"
 )
 _TORCH_INSTALL = "pip install 'edgecap[train]'"
+_TRT_INSTALL = (
+    "TensorRT >= 10.3 and cuda-python (pip install 'edgecap[tensorrt]' with NVIDIA's package index; JetPack ships "
+    "both on a Jetson), then build engines with `edgecap engine BUNDLE`"
+)
 
 # The built-in runtimes: a new backend is one module plus one entry like these.
 register_runtime(
@@ -61,6 +65,17 @@ register_runtime(
         install=_TORCH_INSTALL,
         precisions=("fp32", "fp16"),
         auto_rank=1,
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="tensorrt",
+        description="TensorRT engines built in the bundle by `edgecap engine` (CUDA GPU, cuda-python, no torch)",
+        loader="edgecap.runtimes.tensorrt:load_bundle_runtime",
+        requires=("tensorrt", "cuda"),
+        install=_TRT_INSTALL,
+        precisions=PRECISIONS,
+        auto_rank=None,  # only by name: engines are built per machine first (edgecap engine)
     )
 )
 register_runtime(

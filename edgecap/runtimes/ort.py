@@ -136,6 +136,9 @@ class OrtRuntime(Runtime):
         io_binding: bind torch tensors by pointer (see the module docstring); default True exactly when a CUDA-class
             provider is first. Decides :attr:`array_type` (``"torch"`` with binding, else ``"numpy"``).
         device_id: the CUDA device of CUDA/TensorRT providers.
+        trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
+            ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
+            (:func:`edgecap.runtimes.ort_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
         name: for messages; default the file name.
     """
 
@@ -152,6 +155,7 @@ class OrtRuntime(Runtime):
         session_config: Mapping[str, str] | None = None,
         io_binding: bool | None = None,
         device_id: int = 0,
+        trt_profile_dims: Mapping[str, Mapping[str, int]] | None = None,
         name: str | None = None,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
@@ -191,6 +195,7 @@ class OrtRuntime(Runtime):
         self.execution_mode, self.graph_optimization_level = execution_mode, graph_optimization_level
         self.session_config = {str(k): str(v) for k, v in dict(session_config or {}).items()}
         self.device_id = device_id
+        self.trt_profile_dims = None if trt_profile_dims is None else dict(trt_profile_dims)
         self.device_type = "cuda" if self.providers[0] in _CUDA_PROVIDERS else "cpu"
         if io_binding is None:  # device-resident caches need torch for the beam gather on the device
             io_binding = self.device_type == "cuda" and importlib.util.find_spec("torch") is not None
@@ -223,20 +228,41 @@ class OrtRuntime(Runtime):
             options.add_session_config_entry(key, value)
         return options
 
-    def _provider_entries(self) -> list[tuple[str, dict[str, Any]]]:
+    def _provider_entries(self, ort: Any = None) -> list[tuple[str, dict[str, Any]]]:
         entries = []
         for provider in self.providers:
             options = dict(self.provider_options.get(provider, {}))
             if provider in _CUDA_PROVIDERS:
                 options.setdefault("device_id", self.device_id)
+            if provider == "TensorrtExecutionProvider" and self.trt_profile_dims and ort is not None:
+                options.update(self._trt_profiles(ort, options))
             entries.append((provider, options))
         return entries
+
+    def _trt_profiles(self, ort: Any, options: Mapping[str, Any]) -> dict[str, str]:
+        """Profile options for this graph's inputs (none when given explicitly, or when a dimension is unbounded:
+        the EP then builds engines per shape, slower to warm up but correct)."""
+        from edgecap.runtimes.ort_gpu import TRT_OPTION_SINCE, ort_version_tuple, trt_profile_shapes
+
+        if any(k.startswith("trt_profile_") for k in options):
+            return {}
+        if ort_version_tuple(ort.__version__) < TRT_OPTION_SINCE["trt_profile_min_shapes"]:
+            return {}
+        probe_options = ort.SessionOptions()
+        probe_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        probe = ort.InferenceSession(self._source, probe_options, providers=["CPUExecutionProvider"])
+        inputs = {i.name: [_dim(d) for d in i.shape] for i in probe.get_inputs()}
+        try:
+            return trt_profile_shapes(inputs, self.trt_profile_dims or {})
+        except ValueError as exc:
+            log.warning("%s: no TensorRT optimisation profiles (%s); engines are built per input shape", self.name, exc)
+            return {}
 
     def _activate(self) -> None:
         ort = _ort()
         try:
             self._session = ort.InferenceSession(
-                self._source, self._session_options(ort), providers=self._provider_entries()
+                self._source, self._session_options(ort), providers=self._provider_entries(ort)
             )
         except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
             raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model: {exc}") from exc
@@ -346,13 +372,40 @@ class OrtRuntime(Runtime):
 
 
 def _to_torch(value: Any, device: Any) -> Any:
-    """An output OrtValue as a torch tensor: zero-copy through DLPack where this onnxruntime supports it (OrtValue
-    has ``__dlpack__`` in current releases), else copied through the host (older releases such as 1.18)."""
+    """An output OrtValue as a torch tensor, without leaving the device where the API allows:
+
+    - DLPack (``OrtValue.__dlpack__``, in current releases): zero-copy;
+    - else, for a CUDA output (onnxruntime builds whose OrtValue lacks DLPack, such as some 1.18–1.20 wheels Jetson
+      users get): zero-copy through the CUDA Array Interface built from ``data_ptr()``/``shape()``/``data_type()``,
+      which every release since 1.8 has; the wrapper holds the OrtValue, so ORT's buffer lives as long as the tensor;
+    - else (a CPU output): through numpy.
+    """
     import torch
 
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
+    if getattr(device, "type", None) == "cuda" and callable(getattr(value, "data_ptr", None)):
+        shape = tuple(int(d) for d in value.shape())
+        dtype = np.dtype(_ORT_TYPES[value.data_type()])
+        if 0 in shape:  # an empty tensor may have no buffer at all
+            return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
+        return torch.as_tensor(_CudaArray(value, shape, dtype), device=device)
     return torch.from_numpy(value.numpy()).to(device)
+
+
+class _CudaArray:
+    """An ORT-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
+
+    def __init__(self, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.value = value
+        self.__cuda_array_interface__ = cuda_array_interface(int(value.data_ptr()), shape, dtype)
+
+
+def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict[str, Any]:
+    """The CUDA Array Interface (version 2) of a C-contiguous device buffer: what ``torch.as_tensor`` reads to wrap
+    device memory it does not own (no stream field: the caller synchronised the producer)."""
+    dtype = np.dtype(dtype)
+    return {"shape": tuple(int(d) for d in shape), "typestr": dtype.str, "data": (int(pointer), False), "version": 2}
 
 
 def _numpy_dtype_or_none(name: str) -> np.dtype | None:
@@ -490,6 +543,7 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         options["intra_op_threads"] = request.threads
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
+        options["trt_profile_dims"] = bundle.interface.get("dims")
     roles = bundle.interface["runtime_graphs"]
     graphs = {role: bundle.graph_path(precision, role) for role in roles}
     step_model = create_ort_decoder(
@@ -567,17 +621,14 @@ def _auto_precision(available: Sequence[str], provider: str, int8: Mapping[str, 
 
 
 def _tensorrt_options(bundle: Any, precision: str) -> dict[str, Any]:
-    """TensorRT EP: engines cached outside the bundle (it stays verifiable), keyed by the decoder graph's checksum."""
+    """TensorRT EP options (:func:`edgecap.runtimes.ort_gpu.tensorrt_ep_options`): engine and timing caches in the
+    bundle's hidden ``.ort-trt`` directory (outside the manifest, so it stays verifiable), keyed by the decoder
+    graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap._home import edgecap_home
+    from edgecap.runtimes.ort_gpu import tensorrt_cache_dir, tensorrt_ep_options
 
-    home = edgecap_home()
     decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
-    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"][:16]
-    cache = home / "trt-engines" / f"{bundle.name}-{precision}-{digest}"
+    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"]
+    cache = tensorrt_cache_dir(bundle.path, precision, digest, edgecap_home())
     cache.mkdir(parents=True, exist_ok=True)
-    return {
-        "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": str(cache),
-        "trt_fp16_enable": precision == "fp16",
-        "trt_int8_enable": precision == "int8",
-    }
+    return tensorrt_ep_options(cache, precision, _ort().__version__)

@@ -103,6 +103,8 @@ class LoadRequest:
         providers: execution providers in priority order (runtimes that have them), None = the best present.
         device: a device string for runtimes that take one (``"cuda:0"``), None = the best present.
         verify: hash the files the runtime reads (:meth:`edgecap.bundle.Bundle.verify`) before using them.
+        step_mode: how the torch runtime runs a decoder step (``"eager"``, ``"static"``, ``"cuda-graph"``,
+            ``"compile"``, ``"auto"``; :mod:`edgecap.runtimes.static_cache`); other runtimes take only ``"eager"``.
     """
 
     precision: str = "auto"
@@ -110,6 +112,7 @@ class LoadRequest:
     providers: Sequence[str] | str | None = None
     device: str | None = None
     verify: bool = True
+    step_mode: str = "eager"
 
 
 @dataclass

@@ -45,6 +45,10 @@ class TorchStepModel:
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``, …
         dtype: cast weights and floating inputs to this dtype (e.g. ``torch.float16`` on CUDA).
         autocast: run under ``torch.autocast`` with this dtype instead (mixed precision, fp32 weights).
+        step_mode: ``"eager"`` (the model's own step, growing caches), ``"static"`` (static-shape caches written in
+            place), ``"cuda-graph"`` (the static step captured once per batch shape and replayed), ``"compile"``
+            (the static step through ``torch.compile``) or ``"auto"`` (``cuda-graph`` on CUDA where the model has a
+            static step, else ``eager``); see :mod:`edgecap.runtimes.static_cache`.
     """
 
     def __init__(
@@ -54,13 +58,20 @@ class TorchStepModel:
         *,
         dtype: torch.dtype | None = None,
         autocast: torch.dtype | None = None,
+        step_mode: str = "eager",
     ) -> None:
+        from edgecap.runtimes.static_cache import StaticStepModel, resolve_step_mode
+
         if dtype is not None and autocast is not None:
             raise ValueError("pass either dtype (cast the model) or autocast (mixed precision), not both")
         self.device = resolve_device(device)
         self.dtype, self.autocast_dtype = dtype, autocast
+        self.step_mode = resolve_step_mode(step_mode, self.device, model)
         self.model = model.to(self.device) if dtype is None else model.to(self.device, dtype)
         self.model.eval()
+        self._static = None
+        if self.step_mode != "eager":
+            self._static = StaticStepModel(self.model, self.device, self.step_mode, self._capture_context)
 
     @contextlib.contextmanager
     def _context(self) -> Iterator[None]:
@@ -69,6 +80,17 @@ class TorchStepModel:
                 yield
             else:
                 with torch.autocast(self.device.type, dtype=self.autocast_dtype):
+                    yield
+
+    @contextlib.contextmanager
+    def _capture_context(self) -> Iterator[None]:
+        """:meth:`_context` without autocast's weight-cast cache, which a CUDA graph capture must not use (the
+        cached casts would be freed after capture while the graph still reads them)."""
+        with torch.inference_mode():
+            if self.autocast_dtype is None:
+                yield
+            else:
+                with torch.autocast(self.device.type, dtype=self.autocast_dtype, cache_enabled=False):
                     yield
 
     def _prepare(self, value: Any) -> Tensor:
@@ -103,6 +125,9 @@ class TorchStepModel:
             state = self.model.encode(features, boxes, mask, **extra)
         if not isinstance(state, Mapping):
             raise DecodeInputError(f"{type(self.model).__name__}.encode must return a dict of tensors")
+        if self._static is not None:
+            with torch.inference_mode():
+                return self._static.encode_state(dict(state))
         return dict(state)
 
     def _index(self, index: Any) -> Tensor:
@@ -111,11 +136,17 @@ class TorchStepModel:
 
     def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
         """tokens: (B,) int64 numpy (torch accepted). Returns (B, V) float32 numpy log-probs and the torch state."""
+        if self._static is not None:
+            with torch.inference_mode():
+                return self._static.step(np.asarray(as_torch(tokens).cpu()), state)
         with self._context():
             logprobs, new_state = self.model.step(self._index(tokens), state)
         return host_float32(logprobs), dict(new_state)
 
     def select(self, state: State, index: np.ndarray) -> State:
+        if self._static is not None:
+            with torch.inference_mode():
+                return self._static.select(state, np.asarray(as_torch(index).cpu()))
         with torch.inference_mode():
             rows = self._index(index)
             return {name: value.index_select(0, rows) for name, value in state.items()}
@@ -227,9 +258,9 @@ def _to_device(value: Array, device: torch.device) -> Tensor:
 def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False) -> Any:
     """A bundle's ``weights.safetensors`` in torch eager, for ``Captioner.load(runtime="torch")``.
 
-    Precision ``"auto"``: FP16 on CUDA (autoregressive models), else FP32. The backbone runs in torch too (the
-    captioner weights alone take features). ``request.threads`` is not applied: torch's thread count is
-    process-wide, and loading a captioner never changes process-wide settings.
+    Precision ``"auto"``: FP16 on CUDA (autoregressive models; autocast over FP32 weights), else FP32. The backbone
+    runs in torch too (the captioner weights alone take features). ``request.threads`` is not applied: torch's thread
+    count is process-wide, and loading a captioner never changes process-wide settings.
 
     Args:
         bundle: an opened :class:`~edgecap.bundle.Bundle`.
@@ -242,9 +273,15 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
 
     if request.providers is not None:
         raise CaptionerError("providers= selects ONNX Runtime execution providers; the torch runtime has none")
+    step_mode = getattr(request, "step_mode", "eager")
     dev = resolve_device(request.device or "auto")
     refine = bundle.decoding == "mask_predict"
     precision = request.precision
+    if step_mode != "eager" and (refine or rerun_prefix):
+        raise CaptionerError(
+            f"step_mode={step_mode!r} applies to cached autoregressive decoding; "
+            f"{'mask-predict bundles' if refine else 'the torch-rerun baseline'} run step_mode='eager'"
+        )
     if refine and (precision == "fp16" or rerun_prefix):
         raise CaptionerError(
             "the torch mask-predict adapter runs FP32 weights and has no prefix to re-run; FP16 LaBERT needs "
@@ -252,7 +289,9 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
         )
     if precision == "auto":
         precision, reason = (
-            ("fp16", "torch on cuda") if dev.type == "cuda" and not refine else ("fp32", f"torch on {dev.type}")
+            ("fp16", "torch on cuda (FP16 autocast)")
+            if dev.type == "cuda" and not refine
+            else ("fp32", f"torch on {dev.type}")
         )
     elif precision == "int8":
         raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='ort'")
@@ -263,17 +302,25 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
     if request.verify:
         bundle.verify(bundle.used_files(weights=True))
     model = bundle.load_torch_model(device=str(dev))
-    dtype = torch.float16 if precision == "fp16" else None
+    # FP16 as autocast (FP32 weights, FP16 matmuls), not weights cast with .half(): on the GPU check (H200, the
+    # quickstart acort-xsmall, beam 3) autocast kept 96 % of the FP32 captions, .half() 91 % (docs/gpu.md).
+    autocast = torch.float16 if precision == "fp16" else None
     if refine:
         step_model: Any = TorchRefineModel(model, dev)
     elif rerun_prefix:
         from edgecap.runtimes.prefix import PrefixRerunStepModel
 
-        step_model = PrefixRerunStepModel(model, dev, dtype=dtype)
+        step_model = PrefixRerunStepModel(model, dev, autocast=autocast)
     else:
-        step_model = TorchStepModel(model, dev, dtype=dtype)
+        from edgecap.runtimes.static_cache import StepModeError
+
+        try:
+            step_model = TorchStepModel(model, dev, autocast=autocast, step_mode=step_mode)
+        except StepModeError as exc:
+            raise CaptionerError(str(exc)) from None
     inputs, backbone, no_images = image_inputs(bundle, dev, in_graph=False)  # the adapter casts to fp16
     info = {"providers": None, "device": str(dev), "precision": precision, "precision_reason": reason}
+    info["step_mode"] = getattr(step_model, "step_mode", "eager")
     info["backbone"] = backbone
     return LoadedRuntime(step_model, inputs, info, [], no_images)
 

@@ -88,7 +88,7 @@ def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, im
     opened = load_bundle(out)
     int8 = opened.variant("int8")
     roles = {"encoder", "refine"}
-    assert set(int8["files"]) == roles and set(int8["artefacts"]["tensorrt_caches"]) == roles
+    assert set(int8["files"]) == roles and set(int8["artefacts"]) == {"ranges"}
     assert set(json.loads((out / int8["artefacts"]["ranges"]).read_text())["ranges"]) == roles
     assert int8["quality"]["decoding"] == "mask_predict" and int8["quality"]["images"] > 0
     with Captioner.load(out, runtime="ort", precision="int8") as cap:

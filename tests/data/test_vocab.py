@@ -121,7 +121,7 @@ def test_encode_caption_keeps_eos_when_truncating():
 
 
 def test_radix_layout_matches_acort_reference():
-    """771 classes, PAD 0, BOS 769, EOS 770, 2 digits, MSD first, digit k -> token k + 1 (the ACORT reference code)."""
+    """771 classes, PAD 0, BOS 769, EOS 770, 2 digits, MSD first, digit k -> token k + 1 (released ACORT code)."""
     vocab = RadixVocab(_words(9997))  # + <unk> = 9998 words, as in the released ACORT tokenizer
     assert (vocab.num_words, vocab.digits, vocab.size) == (9998, 2, 771)
     assert (vocab.pad_id, vocab.bos_id, vocab.eos_id, vocab.unk_id) == (0, 769, 770, None)

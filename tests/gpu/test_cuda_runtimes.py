@@ -62,6 +62,7 @@ def test_torch_runtime_on_cuda_gives_the_cpu_captions(bundle, images, cpu_captio
 def test_torch_runtime_on_cuda_picks_fp16_and_decodes(bundle, images):
     with Captioner.load(bundle, runtime="torch", device="cuda") as cap:
         assert cap.runtime_info["precision"] == "fp16"
+        assert cap.step_model.autocast_dtype == torch.float16  # autocast over FP32 weights (docs/gpu.md)
         captions = cap.batch(images)
     assert len(captions) == len(images) and all(captions)
 

@@ -45,7 +45,7 @@ TABLE_1 = {
     "acort-xsmall": 2.57,
 }
 # Exact totals of the reference: model_params.json of the published ACORT-base/small checkpoints; a recount of the
-# reference code's layers otherwise.
+# released code's layers otherwise.
 EXACT = {"acort-base": 14_979_347, "acort-small": 4_213_779, "acort-xsmall": 2_567_435, "ort-base": 55_443_777}
 
 
@@ -85,10 +85,12 @@ def test_all_paper_and_test_configs_are_registered():
         "acort-test",
         "acort-test-len",
         "acort-test-qk",
+        "acort-test-ref",
         "expansionnet-test",
         "expansionnet-test-len",
         "labert-test",
         "ort-test",
+        "ort-test-ref",
     ]
     assert list_models("nothing-*") == []
     assert {model_family(n) for n in names} == {"ort", "labert", "expansionnet"}
@@ -260,7 +262,7 @@ def test_settings_helpers():
 
 def test_describe_models_rows():
     rows = describe_models("acort-base*")
-    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len"]
+    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len", "acort-base-ref"]
     assert rows[2]["params_paper"] == EXACT["acort-base"] + 5 * 512  # the level embedding: 4 levels + unused row 0
     base = rows[0]
     assert base["params_paper"] == EXACT["acort-base"]

@@ -1,5 +1,6 @@
 """The INT8 variant: calibrate on the calibration images, quantise for the target preset, write the QDQ graphs and
-the calibration artefacts, and return the manifest's record of it."""
+the calibration ranges (TensorRT builds from the QDQ graphs: no calibration table), and return the manifest's record
+of it."""
 
 from __future__ import annotations
 
@@ -70,7 +71,6 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
     Raises:
         BundleExportError: none of the calibration images could be turned into encoder inputs.
     """
-    from edgecap.calibration import write_trt_calibration_cache
     from edgecap.calibration.presets import get_preset
 
     images = sample(list(job.images), job.calib_size)
@@ -93,10 +93,6 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         graphs[graph] = name
     ranges_file = "calibration/int8_ranges.json"
     bundle.write_json(ranges_file, {"target": job.target, **quantized.artifact()})
-    caches = {}
-    for role, graph in spec.runtime_graphs.items():
-        caches[graph] = f"calibration/{graph}.trt_calibration.cache"
-        write_trt_calibration_cache(quantized.ranges[role], bundle.path(caches[graph]))
     calibration = {
         "set": job.description,
         "images": len(inputs),
@@ -111,6 +107,6 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         "preset": quantized.preset,
         "deployment": get_preset(quantized.preset).deployment(),
         "calibration": calibration,
-        "artefacts": {"ranges": ranges_file, "tensorrt_caches": caches},
+        "artefacts": {"ranges": ranges_file},
     }
     return Int8Variant(record, dict(quantized.models))

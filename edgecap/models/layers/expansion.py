@@ -39,7 +39,7 @@ from torch import nn
 
 __all__ = ["DEFAULT_EPS", "DynamicExpansion", "ExpansionCache", "StaticExpansion", "psi"]
 
-#: The reference code's ε (a constructor default of its expansion layers).
+#: The released ExpansionNet code's ε (a constructor default of its expansion layers).
 DEFAULT_EPS = 1e-9
 
 #: Per-layer cache of a Dynamic Expansion: ``c, k, v1, v2`` (B, T, d) and the forward coefficients ``r1, r2``
