@@ -43,7 +43,7 @@ SECTIONS: tuple[tuple[str, int], ...] = (
     ("parity", 45),
     ("sweep", 70),
     ("transfer", 15),
-    ("ort", 15),
+    ("onnxruntime", 15),
     ("labert", 35),
     ("compile", 30),
 )
@@ -194,7 +194,7 @@ def _rows_of(feats: Mapping[str, Any], start: int, count: int) -> dict[str, Any]
 
 PRECISIONS: dict[str, dict[str, Any]] = {
     "fp32": {},
-    "fp16": {"dtype": "float16"},  # what --fp16 / precision="fp16" does: the weights cast to half
+    "fp16": {"dtype": "float16"},  # the weights cast to half (the runtime's precision="fp16" is "fp16-autocast")
     "bf16": {"dtype": "bfloat16"},
     "fp16-autocast": {"autocast": "float16"},
 }
@@ -417,7 +417,7 @@ def section_transfer(args: argparse.Namespace, rec: Recorder) -> None:
             rec.add(row)
 
 
-def section_ort(args: argparse.Namespace, rec: Recorder) -> None:
+def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
     """(d) ONNX Runtime CUDA/TensorRT execution providers and the ``tensorrt`` runtime, where installed."""
     _torch_and_cuda(args)
     from edgecap.runtimes.registry import get_runtime, list_runtimes
@@ -430,7 +430,7 @@ def section_ort(args: argparse.Namespace, rec: Recorder) -> None:
     except ImportError as exc:
         providers = []
         rec.set(onnxruntime=None, providers=[], reason=str(exc))
-    wanted = [("ort", p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
+    wanted = [("onnxruntime", p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
     runnable = [(r, p) for r, p in wanted if p in providers]
     for r, p in wanted:
         if (r, p) not in runnable:
@@ -595,7 +595,7 @@ SECTION_FNS: dict[str, Callable[[argparse.Namespace, Recorder], None]] = {
     "parity": section_parity,
     "sweep": section_sweep,
     "transfer": section_transfer,
-    "ort": section_ort,
+    "onnxruntime": section_onnxruntime,
     "labert": section_labert,
     "compile": section_compile,
 }

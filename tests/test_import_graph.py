@@ -20,7 +20,7 @@ ENTRY_POINTS = (
     "edgecap.captioner",
     "edgecap.captioning",
     "edgecap.runtimes",
-    "edgecap.runtimes.ort",
+    "edgecap.runtimes.onnxruntime_session",
     "edgecap.runtimes.bridge",
     "edgecap.runtimes.decoders",
     "edgecap.runtimes.images",

@@ -622,7 +622,7 @@ def quantize_int8(
             exclusion patterns matching nothing, or quantisation failing.
     """
     from edgecap.runtimes.bridge import RuntimeStepModel
-    from edgecap.runtimes.ort import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OrtRuntime
 
     roles = list(fp32_models)
     missing = [r for r in ("encoder", "step") if r not in fp32_models]

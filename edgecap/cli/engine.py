@@ -8,13 +8,14 @@ import click
 
 from edgecap.cli.options import fail
 from edgecap.decoding.config import MAX_BEAM
+from edgecap.precisions import PRECISIONS
 
 
 @click.command("engine")
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option(
     "--precision",
-    type=click.Choice(["fp16", "int8", "fp32"]),
+    type=click.Choice(PRECISIONS),
     default="fp16",
     show_default=True,
     help="Which graphs to build from: FP16, or INT8 Q/DQ (a bundle exported with --int8 --target tensorrt).",

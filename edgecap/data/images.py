@@ -34,6 +34,7 @@ __all__ = [
     "ImageError",
     "ImageLike",
     "ImageNotFoundError",
+    "image_files",
     "load_image",
 ]
 
@@ -224,3 +225,8 @@ def _scale_float(values: np.ndarray, name: str, *, allow_255: bool) -> np.ndarra
 
 def _gray_array_to_rgb(gray: np.ndarray) -> Image.Image:
     return Image.fromarray(np.ascontiguousarray(gray)).convert("RGB")
+
+
+def image_files(directory: str | os.PathLike) -> list[Path]:
+    """Every file under ``directory`` (recursively) with an :data:`IMAGE_SUFFIXES` suffix (any case), sorted."""
+    return sorted(p for p in Path(directory).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())

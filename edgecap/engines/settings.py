@@ -23,6 +23,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from edgecap.precisions import PRECISIONS
+
 __all__ = [
     "ENGINE_PRECISIONS",
     "MIN_TRT",
@@ -32,8 +34,8 @@ __all__ = [
     "trt_version",
 ]
 
-#: Precisions an engine can be built at (each from the bundle's graphs of that precision).
-ENGINE_PRECISIONS = ("fp32", "fp16", "int8")
+#: Precisions an engine can be built at (each from the bundle's graphs of that precision): every bundle precision.
+ENGINE_PRECISIONS = PRECISIONS
 #: The oldest TensorRT edgecap builds with (JetPack 6).
 MIN_TRT = (10, 3)
 #: First 10.x release where weak typing is deprecated (strong typing is then the default choice for every precision).

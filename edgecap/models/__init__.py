@@ -10,9 +10,11 @@ from __future__ import annotations
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
 from edgecap.models import expansionnet, labert, ort, reference  # noqa: F401  (register families, variants, *-ref)
-from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
+from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
+from edgecap.models._ort_cfg import ModelCfg, ObjectRelationCfg
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
+    FamilyHooks,
     UnknownModelError,
     cfg_from_dict,
     count_model_parameters,
@@ -21,6 +23,7 @@ from edgecap.models._registry import (
     create_model_from_cfg,
     describe_models,
     edge_settings,
+    family_hooks,
     get_model_cfg,
     list_families,
     list_models,
@@ -46,6 +49,7 @@ __all__ = [
     "CaptionModel",
     "ExpansionNetCaptioner",
     "ExpansionNetCfg",
+    "FamilyHooks",
     "LaBertCaptioner",
     "LaBertCfg",
     "LayerMapError",
@@ -53,6 +57,7 @@ __all__ = [
     "ModelCfg",
     "ModelCfgError",
     "ModelInputError",
+    "ObjectRelationCfg",
     "ORTCaptioner",
     "State",
     "UnknownModelError",
@@ -63,6 +68,7 @@ __all__ = [
     "create_model_from_cfg",
     "describe_models",
     "edge_settings",
+    "family_hooks",
     "format_layer_map",
     "get_model_cfg",
     "list_families",

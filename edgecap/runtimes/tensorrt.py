@@ -31,13 +31,14 @@ import numpy as np
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.engines.buffers import INDEX_NAME, BufferPlan, plan_buffers
 from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.precisions import PRECISIONS
 
 log = logging.getLogger(__name__)
 
 __all__ = ["DeviceTensor", "TrtEngineError", "TrtRefineModel", "TrtStepModel", "load_bundle_runtime"]
 
-#: Engine precisions ``precision="auto"`` tries, best first.
-_AUTO_ORDER = ("int8", "fp16", "fp32")
+#: Engine precisions ``precision="auto"`` tries, best first: INT8, FP16, FP32 (the reverse of the listing order).
+_AUTO_ORDER = tuple(reversed(PRECISIONS))
 
 
 class TrtEngineError(RuntimeError):

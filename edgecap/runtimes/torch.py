@@ -285,7 +285,7 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
     if refine and (precision == "fp16" or rerun_prefix):
         raise CaptionerError(
             "the torch mask-predict adapter runs FP32 weights and has no prefix to re-run; FP16 LaBERT needs "
-            "runtime='ort'"
+            "runtime='onnxruntime'"
         )
     if precision == "auto":
         precision, reason = (
@@ -294,7 +294,7 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
             else ("fp32", f"torch on {dev.type}")
         )
     elif precision == "int8":
-        raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='ort'")
+        raise CaptionerError("the torch runtime runs FP32/FP16 weights; INT8 graphs need runtime='onnxruntime'")
     elif precision == "fp16" and dev.type != "cuda":
         raise CaptionerError("FP16 with the torch runtime needs a CUDA device; use fp32 on CPU")
     else:

@@ -22,18 +22,20 @@ def _load_script():  # type: ignore[no-untyped-def]
 
 def test_sections_write_json_and_a_summary_as_they_go(tmp_path: Path, monkeypatch) -> None:
     script = _load_script()
-    monkeypatch.setattr(script, "SECTIONS", (("transfer", 120), ("ort", 120)))  # a shared CI CPU starts torch slowly
+    sections = (("transfer", 120), ("onnxruntime", 120))  # a shared CI CPU starts torch slowly
+    monkeypatch.setattr(script, "SECTIONS", sections)
     out = tmp_path / "out"
-    assert script.main(["--device", "cpu", "--out", str(out), "--only", "transfer", "ort", "--budget", "300"]) == 0
+    args = ["--device", "cpu", "--out", str(out), "--only", "transfer", "onnxruntime", "--budget", "300"]
+    assert script.main(args) == 0
     env = json.loads((out / "env.json").read_text())
     assert {"torch", "onnxruntime", "runtimes", "cuda_available"} <= set(env)
-    ort = json.loads((out / "ort.json").read_text())
-    status = {row["provider"]: row["status"] for row in ort["rows"] if row["runtime"] == "ort"}
+    ort = json.loads((out / "onnxruntime.json").read_text())
+    status = {row["provider"]: row["status"] for row in ort["rows"] if row["runtime"] == "onnxruntime"}
     if "CUDAExecutionProvider" not in (env.get("ort_providers") or []):
         assert status["CUDAExecutionProvider"].startswith("not available")
     assert "finished" in ort
     summary = (out / "summary.md").read_text()
-    assert "## transfer — ok" in summary and "## ort — ok" in summary and "random-weights" in summary
+    assert "## transfer — ok" in summary and "## onnxruntime — ok" in summary and "random-weights" in summary
 
 
 def test_without_cuda_the_gpu_run_refuses_and_says_how_to_smoke_test(tmp_path: Path, capsys) -> None:

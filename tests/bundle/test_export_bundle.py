@@ -63,7 +63,7 @@ def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny
     from edgecap.data.sources import open_feature_source
     from edgecap.decoding import decode
     from edgecap.evaluation import cider_d
-    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
     from edgecap.training.batches import FeatureBank
 
     loaded = load_bundle(bundle)

@@ -27,7 +27,7 @@ def test_a_bundle_with_old_calibration_tables_still_loads(tiny_data, tmp_path_fa
     rehash(bundle)
     opened = load_bundle(bundle)  # every listed file verified, the old tables included
     assert opened.variant("fp32")["artefacts"]["tensorrt_caches"] == tables
-    with Captioner.load(bundle, runtime="ort", precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
         assert isinstance(cap(sorted((tiny_data[0] / "images").iterdir())[0]), str)
 
 

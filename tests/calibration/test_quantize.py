@@ -26,7 +26,7 @@ from edgecap.calibration import (  # noqa: E402
     record_decoder_feeds,
 )
 from edgecap.calibration.presets import ENCODER_ROLE  # noqa: E402
-from edgecap.runtimes.ort import OrtRuntime, create_ort_step_model  # noqa: E402
+from edgecap.runtimes.onnxruntime_session import OrtRuntime, create_ort_step_model  # noqa: E402
 
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
 

@@ -120,7 +120,7 @@ def simulated(monkeypatch):
 @pytest.mark.parametrize("beam", [1, 3])
 def test_captions_equal_onnx_runtime(bundle: Path, images, simulated, beam: int) -> None:
     build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
-    with Captioner.load(bundle, runtime="ort", precision="fp32", beam=beam) as ort_cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=beam) as ort_cap:
         expected = ort_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt", beam=beam) as cap:
         info = cap.runtime_info
@@ -148,7 +148,7 @@ def test_more_images_than_the_engines_serve_are_refused(bundle: Path, images, si
 def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tmp_path, images, simulated) -> None:
     bundle = copy_bundle(labert_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "labert")
     build.build_engines(bundle, precision="fp32", max_batch=4)
-    with Captioner.load(bundle, runtime="ort", precision="fp32") as ort_cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as ort_cap:
         expected = ort_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt") as cap:
         assert cap.batch(images) == expected

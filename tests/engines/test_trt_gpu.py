@@ -48,7 +48,7 @@ def test_fp32_engines_caption_like_onnx_runtime(bundle: Path, images) -> None:
 
     result = build_engines(bundle, precision="fp32", max_batch=4, beam=3)
     assert result.built and build_engines(bundle, precision="fp32", max_batch=4, beam=3).built is False
-    with Captioner.load(bundle, runtime="ort", providers=["cpu"], precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", providers=["cpu"], precision="fp32") as cap:
         expected = cap.batch(images, batch_size=4)
     with Captioner.load(bundle, runtime="tensorrt", precision="fp32") as cap:
         assert cap.runtime_info["engines"] == str(result.folder)

@@ -86,8 +86,8 @@ def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
 def test_ort_outputs_without_dlpack_stay_on_the_device() -> None:
     """The CUDA Array Interface fallback of ``_to_torch`` (onnxruntime builds whose OrtValue lacks DLPack): a device
     buffer is wrapped, not copied through the host."""
-    from edgecap.runtimes.ort import _to_torch
-    from tests.runtimes.test_ort_gpu import _FakeOrtValue
+    from edgecap.runtimes.onnxruntime_session import _to_torch
+    from tests.runtimes.test_onnxruntime_gpu import _FakeOrtValue
 
     source = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
     out = _to_torch(_FakeOrtValue(source), source.device)

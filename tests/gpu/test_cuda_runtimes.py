@@ -33,7 +33,7 @@ def images(tiny_data) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def cpu_captions(bundle, images) -> list[str]:
-    with Captioner.load(bundle, runtime="ort", providers=["cpu"], precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", providers=["cpu"], precision="fp32") as cap:
         return cap.batch(images)
 
 
@@ -75,7 +75,7 @@ def test_torch_runtime_on_cuda_is_thread_safe(bundle, images):
 
 @pytest.mark.skipif(not _ort_cuda(), reason="needs onnxruntime-gpu with the CUDA execution provider")
 def test_ort_cuda_io_binding_gives_the_cpu_captions_from_several_threads(bundle, images, cpu_captions):
-    with Captioner.load(bundle, runtime="ort", providers=["cuda"], precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", providers=["cuda"], precision="fp32") as cap:
         assert cap.runtime_info["providers"][0] == "CUDAExecutionProvider"
         assert cap.batch(images) == cpu_captions
         expected, got = _threaded(cap, images)

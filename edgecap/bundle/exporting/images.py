@@ -14,7 +14,7 @@ import torch
 from edgecap.bundle.exporting import BundleExportError
 from edgecap.bundle.exporting.console import progress_bar
 from edgecap.bundle.exporting.source import ExportSource
-from edgecap.data.images import IMAGE_SUFFIXES
+from edgecap.data.images import IMAGE_SUFFIXES, image_files
 
 __all__ = [
     "CalibImage",
@@ -59,7 +59,7 @@ def calibration_images(calib: str | Path) -> tuple[list[CalibImage], str]:
         images = [CalibImage(r.path, r.image_id) for r in dataset.split("train") if r.path is not None]
         description = f"train split of dataset {calib}"
     else:
-        paths = sorted(p for p in calib.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        paths = image_files(calib)
         images = [CalibImage(p, p.stem) for p in paths]
         description = f"images in {calib}"
     if not images:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.runtimes.ort_gpu import (
+from edgecap.runtimes.onnxruntime_gpu import (
     CACHE_DIRNAME,
     ort_version_tuple,
     tensorrt_cache_dir,
@@ -79,7 +79,7 @@ def test_cache_lives_in_the_bundle_unless_it_is_read_only(tmp_path: Path, monkey
     inside = tensorrt_cache_dir(bundle, "fp16", "ab" * 32, home)
     assert inside == bundle / CACHE_DIRNAME / f"fp16-{'ab' * 8}"
     assert CACHE_DIRNAME.startswith(".")  # hidden: outside the manifest, the bundle stays verifiable
-    monkeypatch.setattr("edgecap.runtimes.ort_gpu.os.access", lambda path, mode: False)
+    monkeypatch.setattr("edgecap.runtimes.onnxruntime_gpu.os.access", lambda path, mode: False)
     assert tensorrt_cache_dir(bundle, "int8", "cd" * 32, home) == home / "trt-engines" / f"my-bundle-int8-{'cd' * 8}"
 
 
@@ -88,7 +88,7 @@ def test_ort_runtime_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> No
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
 
-    from edgecap.runtimes.ort import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OrtRuntime
 
     x = helper.make_tensor_value_info("self_k", TensorProto.FLOAT, ["batch", 2, "past"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "past"])
@@ -129,7 +129,7 @@ class _FakeOrtValue:
 def test_cuda_array_interface_describes_a_device_buffer() -> None:
     import numpy as np
 
-    from edgecap.runtimes.ort import cuda_array_interface
+    from edgecap.runtimes.onnxruntime_session import cuda_array_interface
 
     assert cuda_array_interface(4096, (2, 3), np.float16) == {
         "shape": (2, 3),
@@ -144,7 +144,7 @@ def test_outputs_without_dlpack_on_the_cpu_come_through_numpy() -> None:
     import numpy as np
     import torch
 
-    from edgecap.runtimes.ort import _to_torch
+    from edgecap.runtimes.onnxruntime_session import _to_torch
 
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = _to_torch(_FakeOrtValue(array), torch.device("cpu"))

@@ -28,7 +28,8 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,24 +40,39 @@ from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "PROVIDERS",
     "PROVIDER_ALIASES",
     "OrtProviderError",
     "OrtRuntime",
+    "ProviderInfo",
     "create_ort_step_model",
     "resolve_providers",
 ]
 
-#: Short names accepted in ``providers=``.
-PROVIDER_ALIASES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "trt": "TensorrtExecutionProvider",
-}
-#: Providers preferred when present, best first; CPU is always appended.
-_AUTO_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
-#: Providers whose tensors live on a CUDA device.
-_CUDA_PROVIDERS = frozenset(_AUTO_PROVIDERS)
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What edgecap knows about one execution provider; provider and precision choice read this table, so supporting
+    another provider is one entry in :data:`PROVIDERS`.
+
+    Attributes:
+        name: onnxruntime's name (``"CUDAExecutionProvider"``).
+        label: how reasons and reports name it.
+        aliases: short names accepted in ``providers=``.
+        device: where its tensors live (``"cuda"`` or ``"cpu"``).
+        auto: tried automatically when this onnxruntime build has it (CPU is always appended as the fallback).
+        precisions: what ``precision="auto"`` takes on it, best first, among the variants the bundle holds.
+        int8_suits: ``(INT8 variant entry) -> (runs correctly here, why)``; None = INT8 is never chosen on it.
+    """
+
+    name: str
+    label: str
+    aliases: tuple[str, ...]
+    device: str
+    auto: bool
+    precisions: tuple[str, ...]
+    int8_suits: Callable[[Mapping[str, Any]], tuple[bool, str]] | None = None
+
 
 # ONNX tensor type strings (``NodeArg.type``) -> numpy dtype names.
 _ORT_TYPES = {
@@ -112,7 +128,7 @@ def _ort() -> Any:
         import onnxruntime
     except ImportError as exc:
         raise ImportError(
-            "the 'ort' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
+            "the 'onnxruntime' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
             "on a Jetson install JetPack's onnxruntime-gpu wheel"
         ) from exc
     return onnxruntime
@@ -138,7 +154,7 @@ class OrtRuntime(Runtime):
         device_id: the CUDA device of CUDA/TensorRT providers.
         trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
             ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
-            (:func:`edgecap.runtimes.ort_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
+            (:func:`edgecap.runtimes.onnxruntime_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
         name: for messages; default the file name.
     """
 
@@ -242,7 +258,7 @@ class OrtRuntime(Runtime):
     def _trt_profiles(self, ort: Any, options: Mapping[str, Any]) -> dict[str, str]:
         """Profile options for this graph's inputs (none when given explicitly, or when a dimension is unbounded:
         the EP then builds engines per shape, slower to warm up but correct)."""
-        from edgecap.runtimes.ort_gpu import TRT_OPTION_SINCE, ort_version_tuple, trt_profile_shapes
+        from edgecap.runtimes.onnxruntime_gpu import TRT_OPTION_SINCE, ort_version_tuple, trt_profile_shapes
 
         if any(k.startswith("trt_profile_") for k in options):
             return {}
@@ -503,7 +519,7 @@ def _state_names_of(step: ModelSource) -> tuple[tuple[str, ...], tuple[str, ...]
 
 # -- bundles on ONNX Runtime (the registry's loader) ------------------------------------------------------------------
 def load_bundle_runtime(bundle: Any, request: Any) -> Any:
-    """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="ort")``.
+    """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="onnxruntime")``.
 
     Providers: TensorRT, then CUDA when this onnxruntime build has them, then CPU (or ``request.providers``).
     Precision ``"auto"``: INT8 with TensorRT when the bundle has a TensorRT-calibrated variant, FP16 on
@@ -602,30 +618,60 @@ def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     return False, f"the INT8 variant was quantised for {preset}, this CPU needs {here}"
 
 
+def _tensorrt_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
+    """TensorRT runs an INT8 variant whose preset records TensorRT as its provider (symmetric S8S8 QDQ)."""
+    if _deployment(variant).get("provider") == "tensorrt":
+        return True, "TensorRT with an INT8 variant calibrated for TensorRT"
+    return False, f"the INT8 variant was quantised for {variant.get('preset') or variant.get('target')}, not TensorRT"
+
+
+#: The execution providers edgecap chooses among, best first. FP16 is left out on CPU: ONNX Runtime's CPU provider
+#: runs FP16 graphs through inserted casts, slower than FP32.
+PROVIDERS: tuple[ProviderInfo, ...] = (
+    ProviderInfo(
+        "TensorrtExecutionProvider", "TensorRT", ("tensorrt", "trt"), "cuda", True, ("int8", "fp16"), _tensorrt_int8
+    ),
+    ProviderInfo("CUDAExecutionProvider", "CUDA", ("cuda",), "cuda", True, ("fp16",)),
+    ProviderInfo("CPUExecutionProvider", "CPU", ("cpu",), "cpu", False, ("int8",), _cpu_can_run_int8),
+)
+_BY_NAME = {p.name: p for p in PROVIDERS}
+#: Short names accepted in ``providers=``.
+PROVIDER_ALIASES = {alias: p.name for p in PROVIDERS for alias in p.aliases}
+#: Providers preferred when present, best first; CPU is always appended.
+_AUTO_PROVIDERS = tuple(p.name for p in PROVIDERS if p.auto)
+#: Providers whose tensors live on a CUDA device.
+_CUDA_PROVIDERS = frozenset(p.name for p in PROVIDERS if p.device == "cuda")
+
+
 def _auto_precision(available: Sequence[str], provider: str, int8: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The best precision of a bundle for ONNX Runtime's first provider, with the reason."""
-    if provider == "TensorrtExecutionProvider":
-        if int8 is not None and _deployment(int8).get("provider") == "tensorrt":
-            return "int8", "TensorRT with an INT8 variant calibrated for TensorRT"
-        if "fp16" in available:
-            return "fp16", "TensorRT: FP16 graphs"
-    elif provider == "CUDAExecutionProvider":
-        if "fp16" in available:
-            return "fp16", "CUDA: FP16 graphs"
-    elif int8 is not None:
-        ok, why = _cpu_can_run_int8(int8)
-        return ("int8", why) if ok else ("fp32", why)
-    else:
-        return "fp32", "CPU: FP32 (the bundle has no INT8 variant; FP16 is slower than FP32 on ONNX Runtime's CPU)"
-    return "fp32", f"{provider}: FP32 (no better variant in the bundle)"
+    """The best precision of a bundle for ONNX Runtime's first provider, with the reason: the first of the provider's
+    :attr:`ProviderInfo.precisions` the bundle holds (INT8 only when the variant suits the provider), else FP32."""
+    info = _BY_NAME.get(provider)
+    if info is None:
+        return "fp32", f"{provider}: FP32 (edgecap has no precision preference for this provider)"
+    passed = []
+    for precision in info.precisions:
+        if precision == "int8":
+            if int8 is None or info.int8_suits is None:
+                passed.append("the bundle has no INT8 variant")
+                continue
+            ok, why = info.int8_suits(int8)
+            if ok:
+                return "int8", why
+            passed.append(why)
+        elif precision in available:
+            return precision, f"{info.label}: {precision.upper()} graphs"
+        else:
+            passed.append(f"the bundle has no {precision.upper()} variant")
+    return "fp32", f"{info.label}: FP32 ({'; '.join(passed) or 'its preferred precision'})"
 
 
 def _tensorrt_options(bundle: Any, precision: str) -> dict[str, Any]:
-    """TensorRT EP options (:func:`edgecap.runtimes.ort_gpu.tensorrt_ep_options`): engine and timing caches in the
-    bundle's hidden ``.ort-trt`` directory (outside the manifest, so it stays verifiable), keyed by the decoder
+    """TensorRT EP options (:func:`edgecap.runtimes.onnxruntime_gpu.tensorrt_ep_options`): engine and timing caches in
+    the bundle's hidden ``.ort-trt`` directory (outside the manifest, so it stays verifiable), keyed by the decoder
     graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap._home import edgecap_home
-    from edgecap.runtimes.ort_gpu import tensorrt_cache_dir, tensorrt_ep_options
+    from edgecap.runtimes.onnxruntime_gpu import tensorrt_cache_dir, tensorrt_ep_options
 
     decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
     digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"]

@@ -22,6 +22,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap.precisions import PRECISIONS
+
 __all__ = [
     "TRT_OPTION_SINCE",
     "ort_version_tuple",
@@ -126,8 +128,8 @@ def tensorrt_ep_options(
     Raises:
         ValueError: an unknown precision or a non-positive workspace.
     """
-    if precision not in ("fp32", "fp16", "int8"):
-        raise ValueError(f"precision must be fp32, fp16 or int8, got {precision!r}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     if workspace_mb is not None and workspace_mb <= 0:
         raise ValueError(f"workspace_mb must be positive, got {workspace_mb}")
     version = ort_version_tuple(ort_version)
