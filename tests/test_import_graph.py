@@ -56,7 +56,6 @@ TRAIN_ONLY = (
     "matplotlib",
     "pycocoevalcap",
     "safetensors",
-    "tqdm",
     "rich",
 )
 

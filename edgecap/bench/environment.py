@@ -2,9 +2,10 @@
 
 CPU model, physical and logical cores, the CPUs this process may use, thread settings, memory, software versions
 (edgecap, Python, torch + CUDA, onnxruntime + its execution providers, onnx, numpy), GPUs and driver, Jetson
-model / L4T release / ``nvpmodel`` power mode, CPU frequency governor and the load average. Everything is read from
-procfs/sysfs, package metadata and, when present, ``nvidia-smi``/``nvpmodel``; a field that cannot be read is None.
-Parsers take text so tests feed them sample strings.
+model / L4T release / ``nvpmodel`` power mode, CPU frequency governor and the load average. Cores and memory come
+from ``psutil``, the GPU driver from NVML (``pynvml``) when installed, the CPU's name from ``/proc/cpuinfo`` (which
+no library reports portably), the rest from sysfs, package metadata and ``nvpmodel``; a field that cannot be read is
+None. Parsers take text so tests feed them sample strings.
 """
 
 from __future__ import annotations
@@ -89,15 +90,11 @@ def cpu_model(cpuinfo_text: str | None = None) -> str:
     return platform.processor() or platform.machine()
 
 
-def physical_cores(cpuinfo_text: str | None = None) -> int | None:
-    """Distinct ``(physical id, core id)`` pairs; None when cpuinfo does not say (most ARM kernels)."""
-    text = _read("/proc/cpuinfo") if cpuinfo_text is None else cpuinfo_text
-    if not text:
-        return None
-    pairs = {
-        (b.get("physical id", "0"), b["core id"]) for b in parse_cpuinfo(text) if "core id" in b and "processor" in b
-    }
-    return len(pairs) or None
+def physical_cores() -> int | None:
+    """Physical CPU cores (``psutil``); None when the platform does not say."""
+    import psutil
+
+    return psutil.cpu_count(logical=False)
 
 
 def jetson_model() -> str | None:
@@ -176,28 +173,37 @@ def _ort_providers() -> list[str] | None:
     return list(onnxruntime.get_available_providers())
 
 
-def _nvidia_smi() -> dict[str, Any] | None:
-    text = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,power.limit", "--format=csv,noheader"])
-    if not text:
+def _nvml_gpus() -> dict[str, Any] | None:
+    """The driver version and each GPU's name, memory and power limit per NVML; None without NVML or a GPU."""
+    from edgecap.bench.memory import nvml_unavailable_reason
+
+    if nvml_unavailable_reason() is not None:
         return None
-    rows = [[p.strip() for p in line.split(",")] for line in text.splitlines() if line.strip()]
-    return {
-        "driver": rows[0][1] if rows and len(rows[0]) > 1 else None,
-        "gpus": [
-            {"name": r[0], "memory": r[2] if len(r) > 2 else None, "power_limit": r[3] if len(r) > 3 else None}
-            for r in rows
-        ],
-    }
+    import pynvml
 
-
-def _memory_total_bytes() -> int | None:
-    text = _read("/proc/meminfo")
-    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text or "", re.MULTILINE)
-    return int(match.group(1)) * 1024 if match else None
+    gpus = []
+    for index in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+        try:
+            limit: str | None = f"{pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000:.2f} W"
+        except pynvml.NVMLError:  # not supported on some boards
+            limit = None
+        name = pynvml.nvmlDeviceGetName(handle)
+        gpus.append(
+            {
+                "name": name.decode() if isinstance(name, bytes) else name,
+                "memory": f"{pynvml.nvmlDeviceGetMemoryInfo(handle).total >> 20} MiB",
+                "power_limit": limit,
+            }
+        )
+    driver = pynvml.nvmlSystemGetDriverVersion()
+    return {"driver": driver.decode() if isinstance(driver, bytes) else driver, "gpus": gpus}
 
 
 def capture_environment() -> dict[str, Any]:
     """The environment block (see ``docs/bench-report-schema.md``, ``environment``)."""
+    import psutil
+
     affinity = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     jetson = jetson_model()
     nvpmodel = _run(["nvpmodel", "-q"]) if jetson else None
@@ -210,7 +216,7 @@ def capture_environment() -> dict[str, Any]:
         "physical_cores": physical_cores(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(affinity) if affinity is not None else os.cpu_count(),
-        "memory_bytes": _memory_total_bytes(),
+        "memory_bytes": int(psutil.virtual_memory().total),
         "versions": _versions(),
         "ort_providers": _ort_providers(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
@@ -218,7 +224,7 @@ def capture_environment() -> dict[str, Any]:
         "jetson": jetson,
         "l4t_release": l4t.splitlines()[0].lstrip("# ").strip() if l4t else None,
         "power_mode": parse_nvpmodel(nvpmodel) if nvpmodel else None,
-        "nvidia_smi": _nvidia_smi(),
+        "nvidia_smi": _nvml_gpus(),  # the key predates NVML; the fields are what nvidia-smi printed
         "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
     }
     env.update(_torch_info())

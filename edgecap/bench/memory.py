@@ -7,11 +7,12 @@ What is measured, and how (``docs/bench-report-schema.md``, ``memory``/``power``
   (Linux ≥ 4.0), so a combination's peak is its own and not the largest one before it; where the reset is refused
   the peak is the process's since it started and the report says so (``rss_peak_scope: "process"``). The driver
   also runs each runtime/precision in a fresh process, so earlier models never inflate a later baseline.
-- **GPU memory** through torch's allocator (``max_memory_allocated``/``max_memory_reserved``; torch tensors only) and,
-  when ``nvidia-smi`` exists, this process's device memory as the driver sees it (ONNX Runtime's CUDA arena and the
-  CUDA context included), sampled in the background — no ``pynvml`` needed.
+- **GPU memory** through torch's allocator (``max_memory_allocated``/``max_memory_reserved``; torch tensors only) and
+  this process's device memory as the driver sees it (ONNX Runtime's CUDA arena and the CUDA context included),
+  read in process through NVML (``pynvml``, package ``nvidia-ml-py``, in the ``[gpu]`` extra) and sampled in the
+  background; without it the report says why it was not measured.
 - **Unified memory** (Jetson: the GPU allocates from system RAM, so RSS misses it): system used memory
-  ``MemTotal − MemAvailable`` from ``/proc/meminfo``, sampled, and tegrastats' ``RAM used/total``.
+  ``total − available`` (``psutil.virtual_memory``), sampled, and tegrastats' ``RAM used/total``.
 - **Power** from tegrastats rails (``VDD_IN 4546mW/4546mW``; older boards print ``POM_5V_IN 2116/2116``).
 """
 
@@ -40,16 +41,13 @@ __all__ = [
     "TegrastatsMonitor",
     "TegrastatsSample",
     "current_rss_bytes",
-    "nvidia_smi_process_memory",
-    "parse_meminfo",
-    "parse_nvidia_smi_apps",
+    "gpu_process_memory",
+    "nvml_unavailable_reason",
     "parse_tegrastats_line",
     "peak_rss_bytes",
     "reset_peak_rss",
     "system_used_bytes",
 ]
-
-_MIB = 1 << 20
 
 
 # -- host RSS --------------------------------------------------------------------------------------------------------
@@ -78,10 +76,11 @@ def peak_rss_bytes(status_text: str | None = None) -> int | None:
     return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # macOS reports bytes, Linux KiB
 
 
-def current_rss_bytes(status_text: str | None = None) -> int | None:
-    """This process's resident set size now, in bytes (``VmRSS``), or None without procfs."""
-    kib = _status_kib("VmRSS", status_text)
-    return None if kib is None else kib * 1024
+def current_rss_bytes() -> int | None:
+    """This process's resident set size now, in bytes (``psutil``)."""
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
 
 
 def reset_peak_rss() -> bool:
@@ -94,62 +93,55 @@ def reset_peak_rss() -> bool:
     return True
 
 
-# -- /proc/meminfo (unified memory) ----------------------------------------------------------------------------------
-def parse_meminfo(text: str) -> dict[str, int]:
-    """``/proc/meminfo`` as ``{field: bytes}`` (``MemTotal``, ``MemAvailable``, …; unit-less fields as they are)."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        match = re.match(r"^(\w+(?:\(\w+\))?):\s+(\d+)(?:\s+(kB))?", line)
-        if match:
-            value = int(match.group(2))
-            out[match.group(1)] = value * 1024 if match.group(3) else value
-    return out
+# -- system memory (unified memory) ---------------------------------------------------------------------------------
+def system_used_bytes() -> int | None:
+    """System memory in use, ``total − available`` (what a unified-memory board has left to give)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return int(memory.total - memory.available)
 
 
-def system_used_bytes(meminfo_text: str | None = None) -> int | None:
-    """System memory in use, ``MemTotal − MemAvailable`` (what a unified-memory board has left to give)."""
-    if meminfo_text is None:
-        try:
-            meminfo_text = Path("/proc/meminfo").read_text()
-        except OSError:
-            return None
-    info = parse_meminfo(meminfo_text)
-    if "MemTotal" not in info or "MemAvailable" not in info:
-        return None
-    return info["MemTotal"] - info["MemAvailable"]
+# -- NVML (device memory of this process) ----------------------------------------------------------------------------
+_nvml_state: dict[str, Any] = {}
 
 
-# -- nvidia-smi ------------------------------------------------------------------------------------------------------
-def parse_nvidia_smi_apps(text: str) -> dict[int, int]:
-    """``nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`` as ``{pid: bytes}``
-    (memory summed over GPUs; rows that are not ``pid, MiB`` — e.g. ``[N/A]`` — are skipped)."""
-    out: dict[int, int] = {}
-    for line in text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) < 2 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        pid = int(parts[0])
-        out[pid] = out.get(pid, 0) + int(parts[1]) * _MIB
-    return out
+def _nvml() -> Any:
+    """``pynvml``, initialised once per process; raises ImportError/``NVMLError`` when NVML cannot be used."""
+    if "module" not in _nvml_state:
+        import pynvml
+
+        pynvml.nvmlInit()
+        _nvml_state["module"] = pynvml
+    return _nvml_state["module"]
 
 
-def nvidia_smi_process_memory(pid: int | None = None, timeout_s: float = 5.0) -> int | None:
-    """Device memory of process ``pid`` (default: this one) per ``nvidia-smi``; None when it is not installed, fails,
-    or does not list the process (e.g. a container whose PIDs the driver does not see)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+def nvml_unavailable_reason() -> str | None:
+    """None when NVML answers here, else why this process's device memory cannot be measured."""
     try:
-        text = subprocess.run(
-            [exe, "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.SubprocessError):
+        _nvml()
+    except ImportError:
+        return "pynvml is not installed (pip install nvidia-ml-py, or edgecap[gpu])"
+    except Exception as exc:  # pynvml.NVMLError and its many subclasses: no driver, no device, no permission
+        return f"NVML is not usable here: {exc}"
+    return None
+
+
+def gpu_process_memory(pid: int | None = None) -> int | None:
+    """Device memory of process ``pid`` (default: this one) summed over the GPUs, per NVML; None when NVML is not
+    usable or does not list the process (e.g. a container whose PIDs the driver does not see)."""
+    try:
+        nvml = _nvml()
+    except Exception:
         return None
-    return parse_nvidia_smi_apps(text).get(os.getpid() if pid is None else pid)
+    pid = os.getpid() if pid is None else pid
+    used = None
+    for index in range(nvml.nvmlDeviceGetCount()):
+        handle = nvml.nvmlDeviceGetHandleByIndex(index)
+        for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if process.pid == pid and isinstance(process.usedGpuMemory, int):  # None/N/A under some drivers
+                used = (used or 0) + int(process.usedGpuMemory)
+    return used
 
 
 # -- tegrastats ------------------------------------------------------------------------------------------------------
@@ -358,8 +350,9 @@ class MemoryStats:
         rss_peak_scope: ``"combination"`` (the mark was reset before it) or ``"process"`` (cumulative since start).
         rss_delta_bytes: ``rss_peak − rss_baseline``: what the combination added (batches, activations, caches).
         gpu_allocated_peak_bytes, gpu_reserved_peak_bytes: torch allocator peaks (CUDA only).
-        gpu_process_peak_bytes: this process's device memory per nvidia-smi, sampled (ORT/TensorRT included).
-        unified_used_baseline_bytes, unified_used_peak_bytes: system used memory (``/proc/meminfo``) before and at
+        gpu_process_peak_bytes: this process's device memory per NVML, sampled (ORT/TensorRT included).
+        gpu_process_unmeasured: why ``gpu_process_peak_bytes`` is None on a CUDA device (NVML missing or unusable).
+        unified_used_baseline_bytes, unified_used_peak_bytes: system used memory (``psutil``) before and at
             peak, on unified-memory boards (Jetson).
         tegrastats_ram_peak_mb: tegrastats' ``RAM used`` peak.
     """
@@ -371,6 +364,7 @@ class MemoryStats:
     gpu_allocated_peak_bytes: int | None = None
     gpu_reserved_peak_bytes: int | None = None
     gpu_process_peak_bytes: int | None = None
+    gpu_process_unmeasured: str | None = None
     unified_used_baseline_bytes: int | None = None
     unified_used_peak_bytes: int | None = None
     tegrastats_ram_peak_mb: int | None = None
@@ -431,12 +425,11 @@ class ResourceMonitor:
                 memory, power = monitor.end(window)
 
     Args:
-        cuda_device: the CUDA device in use (nvidia-smi sampling, and torch's allocator peaks when torch is in use),
-            or None on CPU.
-        unified: sample ``/proc/meminfo`` (unified-memory boards).
+        cuda_device: the CUDA device in use (NVML sampling, and torch's allocator peaks when torch is in use), or None
+            on CPU.
+        unified: sample the system's used memory (unified-memory boards).
         tegrastats: run tegrastats when it is installed.
-        interval_s: sampling period of ``/proc/meminfo``; ``nvidia-smi`` (tens of milliseconds per call) is sampled
-            every ``max(interval_s, 0.2)`` seconds on its own thread.
+        interval_s: sampling period of every probe (each reading is an in-process call of microseconds).
     """
 
     def __init__(
@@ -453,9 +446,9 @@ class ResourceMonitor:
         self.samplers: list[BackgroundSampler] = []
         if unified:
             self.samplers.append(BackgroundSampler({"unified_used": system_used_bytes}, interval_s, clock))
-        if cuda_device is not None and shutil.which("nvidia-smi"):
-            probe = {"gpu_process": nvidia_smi_process_memory}
-            self.samplers.append(BackgroundSampler(probe, max(interval_s, 0.2), clock))
+        self.gpu_unmeasured = nvml_unavailable_reason() if cuda_device is not None else None
+        if cuda_device is not None and self.gpu_unmeasured is None:
+            self.samplers.append(BackgroundSampler({"gpu_process": gpu_process_memory}, interval_s, clock))
         self.tegrastats = TegrastatsMonitor(clock=clock) if tegrastats and TegrastatsMonitor.available() else None
         self._can_reset_rss = False
 
@@ -526,6 +519,7 @@ class ResourceMonitor:
             gpu_allocated_peak_bytes=gpu_alloc,
             gpu_reserved_peak_bytes=gpu_reserved,
             gpu_process_peak_bytes=None if gpu_process is None else int(gpu_process),
+            gpu_process_unmeasured=self.gpu_unmeasured,
             unified_used_baseline_bytes=window["unified"],
             unified_used_peak_bytes=None if unified_peak is None else int(unified_peak),
             tegrastats_ram_peak_mb=max(ram_peaks) if ram_peaks else None,

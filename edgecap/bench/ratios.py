@@ -1,5 +1,8 @@
 """The report's headline ratios: what each deployment choice buys or costs, computed from measured results.
 
+Which span a target is judged on, and what the target is, belong to the caller (``benchmarks/ratio_series.py``);
+this module only computes and tabulates.
+
 Three comparisons between results of the same bundle, beam and batch (so the same images and caption lengths):
 
 - **cached vs re-run prefix** (``torch`` / ``torch-rerun``, FP32): what the decoder cache buys, the way the reference
@@ -35,6 +38,7 @@ from edgecap.bench.report import Breakdown, BundleInfo, ComboResult
 __all__ = [
     "BACKBONE_COMPARISON",
     "HeadlineRatio",
+    "SPANS",
     "RatioSeries",
     "backbone_pairs",
     "decode_ms",
@@ -232,8 +236,7 @@ def ratio_lines(results: Iterable[ComboResult], bundles: Iterable[BundleInfo] = 
         lines.append(
             f"'{BACKBONE_COMPARISON}' pairs two bundles of the same run on the same inputs: the encoder graph holding "
             "the backbone against the backbone in torch eager before the same precision's graphs; its encoder and "
-            "decode spans include the torch backbone on the baseline side. The issue's target: INT8, batch 1, beam 3, "
-            "end to end ≥ 2×."
+            "decode spans include the torch backbone on the baseline side."
         )
     lines += ["", *_table([c[0] for c in _COLUMNS], ([f(h) for _, f in _COLUMNS] for h in ratios))]
     return [*lines, ""]
@@ -254,8 +257,8 @@ class RatioSeries(_Comparison):
     """One comparison's speed-ups over several reports of the same bundles: the spread a single report hides.
 
     On a shared or thermally throttled machine one report's ratio moves from run to run (a neighbour's load slows one
-    runtime more than the other), so a target is judged on the series: the median, the worst run, and how many runs
-    fall below it.
+    runtime more than the other), so a caller judges a target on the series: the median, the worst run, and how many
+    runs fall below it on the span it chooses.
 
     Attributes:
         loop, step, decode, end_to_end: the per-report speed-ups on each span, in report order.
@@ -267,18 +270,22 @@ class RatioSeries(_Comparison):
     end_to_end: tuple[float, ...] = ()
 
     @property
-    def judged(self) -> tuple[float, ...]:
-        """The span a target is judged on: end to end for the pixels-in vs torch-backbone comparison (the
-        backbone is what differs), the decoder loop for every other comparison."""
-        return self.end_to_end if self.comparison == BACKBONE_COMPARISON else self.loop
-
-    @property
     def runs(self) -> int:
         return max(len(self.loop), len(self.end_to_end))
 
-    def below(self, target: float) -> int:
-        """Reports whose judged speed-up (:attr:`judged`) is under ``target``."""
-        return sum(value < target for value in self.judged)
+    def values(self, span: str) -> tuple[float, ...]:
+        """The per-report speed-ups on ``span``: one of :data:`SPANS`."""
+        if span not in SPANS:
+            raise ValueError(f"unknown span {span!r}; choose one of {SPANS}")
+        return getattr(self, span)
+
+    def below(self, target: float, span: str = "loop") -> int:
+        """Reports whose speed-up on ``span`` is under ``target``."""
+        return sum(value < target for value in self.values(span))
+
+
+#: The spans a :class:`RatioSeries` holds.
+SPANS = ("loop", "step", "decode", "end_to_end")
 
 
 def ratio_series(
@@ -319,9 +326,13 @@ def _spread(values: tuple[float, ...]) -> str:
     return f"{statistics.median(values):.2f}× ({min(values):.2f}–{max(values):.2f})"
 
 
-def series_lines(series: Iterable[RatioSeries], target: float | None = None) -> list[str]:
-    """A markdown table: median (min–max) per span, and with ``target`` the runs whose judged span falls below it
-    (the decoder loop; end to end for the pixels-in vs torch-backbone comparison)."""
+def series_lines(
+    series: Iterable[RatioSeries],
+    target: float | None = None,
+    span: str | Callable[[RatioSeries], str] = "loop",
+) -> list[str]:
+    """A markdown table: median (min–max) per span, and with ``target`` the runs whose ``span`` falls below it
+    (``span``: one of :data:`SPANS`, or a function choosing it per series)."""
     header = ["comparison", "model", "beam", "batch", "subject / baseline", "runs", "decoder loop", "per step"]
     header += ["decode", "end to end"] + ([] if target is None else [f"judged < {target:g}×"])
     rows = []
@@ -329,6 +340,7 @@ def series_lines(series: Iterable[RatioSeries], target: float | None = None) -> 
         cells = [s.comparison, s.model, str(s.beam), str(s.batch), f"{s.subject} / {s.baseline}", str(s.runs)]
         cells += [_spread(s.loop), _spread(s.step), _spread(s.decode), _spread(s.end_to_end)]
         if target is not None:
-            cells.append(f"{s.below(target)} of {s.runs}")
+            judged = span(s) if callable(span) else span
+            cells.append(f"{s.below(target, judged)} of {s.runs} ({judged.replace('_', ' ')})")
         rows.append(cells)
     return _table(header, rows)

@@ -379,6 +379,7 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
             quality_items = (
                 subject.feature_items(qs.features, qs.image_ids) if qs.features else subject.image_items(qs.paths)[0]
             )
+        inputs = _TimedInputs(pool, preprocess_s)
         cuda = subject.device if subject.on_cuda else None
         with ResourceMonitor(cuda_device=cuda, unified=jetson_model() is not None, tegrastats=cfg.tegrastats) as mon:
             for beam, level in itertools.product(task.beams, task.levels):
@@ -398,7 +399,7 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
                     emit("start", f"{name} batch {batch}")
                     try:
                         outcome.results.append(
-                            _measure_combo(task, subject, mon, pool, preprocess_s, decode_cfg, beam, batch, quality)
+                            _measure_combo(task, subject, mon, inputs, decode_cfg, beam, batch, quality)
                         )
                     except Exception as exc:  # e.g. out of memory at a large batch: record, go on
                         reason = f"{type(exc).__name__}: {exc}" + (f" (length level {level})" if level else "")
@@ -417,19 +418,26 @@ def _error(task: GroupTask, reason: str, beam: int | None = None, batch: int | N
     return Skip(task.bundle, task.runtime, task.precision, reason, beam, batch)
 
 
+@dataclass(frozen=True)
+class _TimedInputs:
+    """The inputs a group times on, and the seconds preprocessing them took (None for synthetic inputs)."""
+
+    pool: list[dict[str, Any]]
+    preprocess_s: float | None
+
+
 def _measure_combo(
     task: GroupTask,
     subject: Any,
     monitor: Any,
-    pool: list[dict[str, Any]],
-    preprocess_s: float | None,
+    inputs: _TimedInputs,
     decode_cfg: Any,
     beam: int,
     batch: int,
     quality: Quality | None,
 ) -> ComboResult:
     cfg = task.cfg
-    batches = _make_batches(pool, batch)
+    batches = _make_batches(inputs.pool, batch)
     timed = timed_decoder(subject.step_model, sync=subject.sync)
     query = _timed_query(subject, timed, batches, decode_cfg)
     window = monitor.begin()
@@ -466,7 +474,7 @@ def _measure_combo(
             captions_per_s=sum(q.captions for q in queries) / timed_s if timed_s > 0 else 0.0,
             tokens_per_s=sum(q.tokens for q in queries) / timed_s if timed_s > 0 else 0.0,
         ),
-        breakdown=_breakdown(timings.times_s, queries, preprocess_s),
+        breakdown=_breakdown(timings.times_s, queries, inputs.preprocess_s),
         memory=memory,
         power=power,
         size=SizeInfo(subject.size_bytes, list(subject.files), subject.parameters, subject.backbone_parameters),

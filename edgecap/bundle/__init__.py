@@ -34,6 +34,8 @@ from edgecap.bundle.reader import Bundle, is_bundle, load_bundle
 
 _LAZY: dict[str, str] = {
     "export_bundle": "edgecap.bundle.export",
+    "export_request": "edgecap.bundle.export",
+    "ExportRequest": "edgecap.bundle.export",
     "BundleExportError": "edgecap.bundle.export",
     "default_bundle_out": "edgecap.bundle.export",
     "int8_targets": "edgecap.bundle.export",

@@ -117,6 +117,11 @@ class QuantPreset:
         roles: graph role -> :class:`RolePolicy`; roles not listed use ``default_role``.
         default_role: the policy of any other role.
         extra_options: further ``quantize_static`` ``extra_options`` (e.g. ``DedicatedQDQPair``).
+        provider: the ONNX Runtime provider family the graphs are for: ``"cpu"``, or ``"tensorrt"`` (a TensorRT
+            provider picks such an INT8 variant automatically; the CPU provider never does).
+        runs_on_any_cpu: the graphs compute correctly on every CPU (no instruction that saturates anywhere), so a
+            CPU whose own preset differs may still run them (``cpu-avx2``: 7-bit weights).
+        standard_ops_only: refuse QDQ graphs with ONNX Runtime's contrib ops (the target's parser rejects them).
     """
 
     name: str
@@ -130,6 +135,9 @@ class QuantPreset:
     roles: Mapping[str, RolePolicy] = field(default_factory=lambda: {"encoder": ENCODER_ROLE, "step": TRANSFORMER_ROLE})
     default_role: RolePolicy = TRANSFORMER_ROLE
     extra_options: Mapping[str, Any] = field(default_factory=dict)
+    provider: str = "cpu"
+    runs_on_any_cpu: bool = False
+    standard_ops_only: bool = False
 
     def __post_init__(self) -> None:
         for label in ("activation_type", "weight_type"):
@@ -180,7 +188,13 @@ class QuantPreset:
             "reduce_range": self.reduce_range,
             "roles": {role: dataclasses.asdict(policy) for role, policy in self.roles.items()},
             "extra_options": dict(self.extra_options),
+            **self.deployment(),
+            "standard_ops_only": self.standard_ops_only,
         }
+
+    def deployment(self) -> dict[str, Any]:
+        """Where the graphs may run, as a bundle's INT8 variant records it (runtimes read this, not the name)."""
+        return {"provider": self.provider, "runs_on_any_cpu": self.runs_on_any_cpu}
 
 
 # -- registry --------------------------------------------------------------------------------------------------------
@@ -232,6 +246,8 @@ register_preset(
         activation_symmetric=True,
         roles={"encoder": dataclasses.replace(ENCODER_ROLE, method="entropy"), "step": TRANSFORMER_ROLE},
         extra_options={"DedicatedQDQPair": True},
+        provider="tensorrt",
+        standard_ops_only=True,
     )
 )
 register_preset(
@@ -240,6 +256,7 @@ register_preset(
         description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel",
         activation_type="uint8",
         reduce_range=True,
+        runs_on_any_cpu=True,
     )
 )
 register_preset(

@@ -431,7 +431,7 @@ def quantize_graph(
     if not summary["quantized_ops"]:
         raise CalibrationError(f"{role}: nothing was quantised (no {list(op_types)} node with quantisable inputs)")
     portable = not non_portable_nodes(qdq)
-    if preset.name == "tensorrt" and not portable:
+    if preset.standard_ops_only and not portable:
         raise CalibrationError(f"{role}: the QDQ graph has non-standard ops {non_portable_nodes(qdq)[:5]}")
     act = preset.activation_type + ("-symmetric" if preset.activation_symmetric else "")
     wt = preset.weight_type + ("-per-channel" if preset.per_channel else "") + ("-7bit" if preset.reduce_range else "")
@@ -532,9 +532,9 @@ def _calibrate_and_quantize(
 def _progress_bar(enabled: bool, total: int | None, desc: str) -> Any:
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from edgecap._progress import ProgressBar
 
-    return tqdm(total=total, desc=desc, unit="feed", leave=False)
+    return ProgressBar(total, desc)
 
 
 # -- the runtime graphs of a captioner -------------------------------------------------------------------------------

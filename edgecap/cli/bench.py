@@ -1,7 +1,8 @@
 """``edgecap bench``: latency, throughput, memory, size and quality of bundles across runtimes and precisions.
 
-Thin: parse flags into a :class:`~edgecap.bench.run.BenchCfg`, call :func:`~edgecap.bench.run.run_benchmark` and
-:func:`~edgecap.bench.report.write_report`; ``--compare A.json B.json`` calls :mod:`edgecap.bench.compare`.
+Thin: the flags, in groups (what to measure, on which inputs, how long, where), become one
+:class:`~edgecap.bench.run.BenchCfg`; :func:`~edgecap.bench.run.run_benchmark` measures and
+:func:`~edgecap.bench.report.write_report` writes. ``--compare A.json B.json`` calls :mod:`edgecap.bench.compare`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
-from edgecap.cli.options import fail
+from edgecap.cli.options import fail, option_group
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.runtimes.registry import list_runtimes
 
@@ -67,123 +69,164 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
         click.echo(f"wrote {out / 'compare.md'} and {out / 'compare.json'}", err=True)
 
 
+_WHAT = option_group(
+    click.option(
+        "--bundle", "bundles", multiple=True, type=click.Path(path_type=Path), help="Bundle directory (repeatable)."
+    ),
+    click.option(
+        "--runtime",
+        "runtimes",
+        multiple=True,
+        help="Runtimes, comma-separated or repeated: any registered one ("
+        + ", ".join(list_runtimes())
+        + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
+        "torch-rerun, onnxruntime; one not installed here is skipped with what to install.",
+    ),
+    click.option(
+        "--precision",
+        "precisions",
+        multiple=True,
+        help="fp32, fp16, int8 (comma-separated). Default: all the bundle holds.",
+    ),
+    click.option(
+        "--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8."
+    ),
+    click.option(
+        "--beam",
+        "beams",
+        multiple=True,
+        help=f"Beam sizes, e.g. 1,3,5 (1 = greedy; at most {MAX_BEAM}). Default: the bundle's.",
+    ),
+    click.option(
+        "--length-level",
+        "length_levels",
+        multiple=True,
+        help="Length levels of length-controllable bundles (LaBERT, *-len), e.g. 1,4 or 'all'. Default: the bundle's.",
+    ),
+)
+_INPUTS = option_group(
+    click.option(
+        "--images",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Time on these images (bundles with a backbone).",
+    ),
+    click.option("--synthetic", type=click.IntRange(1), default=None, help="Time on N synthetic inputs (default 32)."),
+    click.option("--max-images", type=click.IntRange(1), default=None, help="Use at most N files of --images (64)."),
+    click.option(
+        "--quality-data",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Dataset directory for CIDEr-D (default: the bundle's training dataset when present).",
+    ),
+    click.option(
+        "--quality-features",
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Region-feature directory for --quality-data (bundles that caption region features).",
+    ),
+    click.option(
+        "--quality-images", type=click.IntRange(1), default=100, show_default=True, help="Quality subset size."
+    ),
+    click.option("--no-quality", is_flag=True, help="Skip the CIDEr-D runs."),
+    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
+)
+_TIMING = option_group(
+    click.option("--warmup", type=click.IntRange(0), default=3, show_default=True, help="Untimed queries first."),
+    click.option(
+        "--min-repeats", type=click.IntRange(1), default=10, show_default=True, help="Timed queries at least."
+    ),
+    click.option(
+        "--min-seconds", type=click.FloatRange(0), default=2.0, show_default=True, help="Timed seconds at least."
+    ),
+    click.option(
+        "--max-repeats", type=click.IntRange(1), default=10_000, show_default=True, help="Timed queries at most."
+    ),
+)
+_WHERE = option_group(
+    click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads (torch and ONNX Runtime)."),
+    click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available)."),
+    click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available)."),
+    click.option(
+        "--step-mode",
+        type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
+        default="eager",
+        show_default=True,
+        help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",
+    ),
+    click.option(
+        "--tegrastats/--no-tegrastats",
+        default=True,
+        show_default=True,
+        help="Sample tegrastats (Jetson power rails, unified memory) during timed runs where it is installed.",
+    ),
+    click.option(
+        "--no-isolate",
+        is_flag=True,
+        help="Run everything in this process (faster; memory baselines then include earlier models).",
+    ),
+)
+_OUTPUT = option_group(
+    click.option("--no-plots", is_flag=True, help="Write report.json and report.md only."),
+    click.option("--quiet", is_flag=True, help="No progress bar."),
+    click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory."),
+    click.option(
+        "--compare",
+        nargs=2,
+        type=click.Path(path_type=Path),
+        default=None,
+        help="Compare two report.json files (A B) instead of measuring; with --out also writes compare.md/json.",
+    ),
+)
+
+
+def bench_cfg(flags: dict[str, Any]) -> Any:
+    """The :class:`~edgecap.bench.run.BenchCfg` the measuring flags describe (unset ones keep its defaults).
+
+    Raises:
+        click.BadParameter: a malformed list (``--batch 1,x``).
+        ValueError: a combination ``BenchCfg`` refuses.
+    """
+    from edgecap.bench.run import BenchCfg
+
+    optional = {
+        "runtimes": tuple(_split(flags["runtimes"])),
+        "precisions": tuple(_split(flags["precisions"])),
+        "batches": tuple(_ints(flags["batches"], "--batch")),
+        "beams": tuple(_ints(flags["beams"], "--beam")),
+        "length_levels": _levels(flags["length_levels"]),
+        "images": str(flags["images"]) if flags["images"] else None,
+        "synthetic": flags["synthetic"],
+        "max_images": flags["max_images"],
+        "quality_data": str(flags["quality_data"]) if flags["quality_data"] else None,
+        "quality_features": str(flags["quality_features"]) if flags["quality_features"] else None,
+        "threads": flags["threads"],
+        "device": flags["device"],
+        "providers": tuple(_split([flags["providers"]])) if flags["providers"] else None,
+    }
+    return BenchCfg(
+        bundles=tuple(str(b) for b in flags["bundles"]),
+        quality=not flags["no_quality"],
+        quality_images=flags["quality_images"],
+        warmup=flags["warmup"],
+        min_repeats=flags["min_repeats"],
+        min_seconds=flags["min_seconds"],
+        max_repeats=flags["max_repeats"],
+        isolate=not flags["no_isolate"],
+        tegrastats=flags["tegrastats"],
+        step_mode=flags["step_mode"],
+        seed=flags["seed"],
+        **{k: v for k, v in optional.items() if v not in (None, ())},
+    )
+
+
 @click.command("bench")
-@click.option(
-    "--bundle", "bundles", multiple=True, type=click.Path(path_type=Path), help="Bundle directory (repeatable)."
-)
-@click.option(
-    "--runtime",
-    "runtimes",
-    multiple=True,
-    help="Runtimes, comma-separated or repeated: any registered one ("
-    + ", ".join(list_runtimes())
-    + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
-    "torch-rerun, onnxruntime; one not installed here is skipped with what to install.",
-)
-@click.option(
-    "--precision",
-    "precisions",
-    multiple=True,
-    help="fp32, fp16, int8 (comma-separated). Default: all the bundle holds.",
-)
-@click.option("--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8.")
-@click.option(
-    "--beam",
-    "beams",
-    multiple=True,
-    help=f"Beam sizes, e.g. 1,3,5 (1 = greedy; at most {MAX_BEAM}). Default: the bundle's.",
-)
-@click.option(
-    "--length-level",
-    "length_levels",
-    multiple=True,
-    help="Length levels of length-controllable bundles (LaBERT, *-len), e.g. 1,4 or 'all'. Default: the bundle's.",
-)
-@click.option(
-    "--images", type=click.Path(path_type=Path), default=None, help="Time on these images (bundles with a backbone)."
-)
-@click.option("--synthetic", type=click.IntRange(1), default=None, help="Time on N synthetic inputs (default 32).")
-@click.option("--max-images", type=click.IntRange(1), default=None, help="Use at most N files of --images (64).")
-@click.option(
-    "--quality-data",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Dataset directory for CIDEr-D (default: the bundle's training dataset when present).",
-)
-@click.option(
-    "--quality-features",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Region-feature directory for --quality-data (bundles that caption region features).",
-)
-@click.option("--quality-images", type=click.IntRange(1), default=100, show_default=True, help="Quality subset size.")
-@click.option("--no-quality", is_flag=True, help="Skip the CIDEr-D runs.")
-@click.option("--warmup", type=click.IntRange(0), default=3, show_default=True, help="Untimed queries first.")
-@click.option("--min-repeats", type=click.IntRange(1), default=10, show_default=True, help="Timed queries at least.")
-@click.option("--min-seconds", type=click.FloatRange(0), default=2.0, show_default=True, help="Timed seconds at least.")
-@click.option("--max-repeats", type=click.IntRange(1), default=10_000, show_default=True, help="Timed queries at most.")
-@click.option("--threads", type=click.IntRange(1), default=None, help="CPU threads (torch and ONNX Runtime).")
-@click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available).")
-@click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available).")
-@click.option(
-    "--step-mode",
-    type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
-    default="eager",
-    show_default=True,
-    help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",
-)
-@click.option(
-    "--tegrastats/--no-tegrastats",
-    default=True,
-    show_default=True,
-    help="Sample tegrastats (Jetson power rails, unified memory) during timed runs where it is installed.",
-)
-@click.option(
-    "--no-isolate",
-    is_flag=True,
-    help="Run everything in this process (faster; memory baselines then include earlier models).",
-)
-@click.option("--no-plots", is_flag=True, help="Write report.json and report.md only.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs.")
-@click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("--out", type=click.Path(path_type=Path), default=None, help="Report directory.")
-@click.option(
-    "--compare",
-    nargs=2,
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Compare two report.json files (A B) instead of measuring; with --out also writes compare.md/json.",
-)
-def bench(
-    bundles: tuple[Path, ...],
-    runtimes: tuple[str, ...],
-    precisions: tuple[str, ...],
-    batches: tuple[str, ...],
-    beams: tuple[str, ...],
-    length_levels: tuple[str, ...],
-    images: Path | None,
-    synthetic: int | None,
-    max_images: int | None,
-    quality_data: Path | None,
-    quality_features: Path | None,
-    quality_images: int,
-    no_quality: bool,
-    warmup: int,
-    min_repeats: int,
-    min_seconds: float,
-    max_repeats: int,
-    threads: int | None,
-    device: str | None,
-    providers: str | None,
-    step_mode: str,
-    tegrastats: bool,
-    no_isolate: bool,
-    no_plots: bool,
-    seed: int,
-    quiet: bool,
-    out: Path | None,
-    compare: tuple[Path, Path] | None,
-) -> None:
+@_WHAT
+@_INPUTS
+@_TIMING
+@_WHERE
+@_OUTPUT
+def bench(out: Path | None, compare: tuple[Path, Path] | None, quiet: bool, no_plots: bool, **flags: Any) -> None:
     """Benchmark bundles: single-stream latency, offline throughput, time split, memory, size and CIDEr-D.
 
     Two bundles of one run, one pixels-in and one with its backbone in torch, add the 'pixels-in vs torch backbone'
@@ -196,54 +239,30 @@ def bench(
     edgecap bench --compare laptop/report.json jetson/report.json
     """
     if compare:
-        if bundles:
+        if flags["bundles"]:
             fail("--compare reads two existing reports; do not pass --bundle with it")
         _compare(compare, out)
         return
-    if not bundles:
+    if not flags["bundles"]:
         fail("give at least one --bundle DIR (or --compare A.json B.json)")
     if out is None:
         fail("--out DIR is required: where report.json, report.md and the plots go")
-    if images is not None and synthetic is not None:
+    if flags["images"] is not None and flags["synthetic"] is not None:
         fail("--images and --synthetic are exclusive: time on real images or on N synthetic inputs")
     from edgecap.bench.report import write_report
-    from edgecap.bench.run import BenchCfg, run_benchmark
+    from edgecap.bench.run import run_benchmark
 
     try:
-        flags = {
-            "runtimes": tuple(_split(runtimes)),
-            "precisions": tuple(_split(precisions)),
-            "batches": tuple(_ints(batches, "--batch")),
-            "beams": tuple(_ints(beams, "--beam")),
-            "length_levels": _levels(length_levels),
-            "images": str(images) if images else None,
-            "synthetic": synthetic,
-            "max_images": max_images,
-            "quality_data": str(quality_data) if quality_data else None,
-            "quality_features": str(quality_features) if quality_features else None,
-            "threads": threads,
-            "device": device,
-            "providers": tuple(_split([providers])) if providers else None,
-        }
-        cfg = BenchCfg(
-            bundles=tuple(str(b) for b in bundles),
-            quality=not no_quality,
-            quality_images=quality_images,
-            warmup=warmup,
-            min_repeats=min_repeats,
-            min_seconds=min_seconds,
-            max_repeats=max_repeats,
-            isolate=not no_isolate,
-            tegrastats=tegrastats,
-            step_mode=step_mode,
-            seed=seed,
-            **{k: v for k, v in flags.items() if v not in (None, ())},  # unset flags keep BenchCfg's defaults
-        )
-        report = run_benchmark(cfg, progress=not quiet, command=_command_line())
+        report = run_benchmark(bench_cfg(flags), progress=not quiet, command=_command_line())
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     written = write_report(report, out, plots=not no_plots, log=lambda m: click.echo(m, err=True))
     click.echo(f"wrote {', '.join(str(p) for p in written.values())}")
+    _summary(report)
+
+
+def _summary(report: Any) -> None:
+    """What was measured, skipped and failed; fails the command when nothing was measured."""
     click.echo(
         f"{len(report.results)} combination(s) measured, {len(report.skipped)} skipped, {len(report.errors)} failed"
     )

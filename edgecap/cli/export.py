@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
-from edgecap.cli.options import apply_threads, fail, threads_option
+from edgecap.cli.options import apply_threads, fail, option_group, threads_option
 
 
 class _PresetChoice(click.Choice):
@@ -28,6 +29,53 @@ class _PresetChoice(click.Choice):
         pass
 
 
+_VARIANTS = option_group(
+    click.option("--fp16", is_flag=True, help="Also export float16 graphs (GPU/NPU targets)."),
+    click.option("--int8", is_flag=True, help="Also export INT8 (QDQ) graphs calibrated on --calib."),
+    click.option(
+        "--calib",
+        type=click.Path(exists=True, path_type=Path),
+        default=None,
+        help="Calibration images: a folder of images or a dataset directory (its train split).",
+    ),
+    click.option(
+        "--target",
+        type=_PresetChoice(),
+        default="cpu-auto",
+        show_default=True,
+        help="INT8 preset: any registered edgecap.calibration preset (register_preset() adds one); cpu-auto picks "
+        "the preset of this machine's CPU.",
+    ),
+    click.option(
+        "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
+    ),
+)
+_GRAPHS = option_group(
+    click.option(
+        "--with-backbone/--features-in",
+        "with_backbone",
+        default=None,
+        help="Pixels in: the image backbone in the encoder graph (input pixel_values), or features in: the encoder "
+        "takes backbone features and the backbone runs in torch. [default: pixels in when the run was trained on a "
+        "backbone's features with packaged or file weights; features in for region-feature runs]",
+    ),
+    click.option(
+        "--backbone-weights",
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        help="Local backbone weights, when the run's features were made with a weights file (the bundle carries it).",
+    ),
+    click.option(
+        "--quality-images",
+        type=click.IntRange(0),
+        default=100,
+        show_default=True,
+        help="Held-out images for the task-level check of each variant (0 skips it).",
+    ),
+    click.option("--overwrite", is_flag=True, help="Replace an existing --out (atomically)."),
+)
+
+
 @click.command("export")
 @click.option(
     "--model",
@@ -42,92 +90,26 @@ class _PresetChoice(click.Choice):
     help="Bundle directory [default: $EDGECAP_HOME/bundles/MODEL, where an existing bundle is replaced atomically "
     "once the new one is verified].",
 )
-@click.option("--fp16", is_flag=True, help="Also export float16 graphs (GPU/NPU targets).")
-@click.option("--int8", is_flag=True, help="Also export INT8 (QDQ) graphs calibrated on --calib.")
-@click.option(
-    "--calib",
-    type=click.Path(exists=True, path_type=Path),
-    default=None,
-    help="Calibration images: a folder of images or a dataset directory (its train split).",
-)
-@click.option(
-    "--target",
-    type=_PresetChoice(),
-    default="cpu-auto",
-    show_default=True,
-    help="INT8 preset (edgecap.calibration presets): this CPU (cpu-auto), x86 without/with VNNI (cpu-avx2, cpu-vnni), "
-    "64-bit ARM (arm64), TensorRT, or one added with register_preset().",
-)
-@click.option(
-    "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
-)
-@click.option(
-    "--with-backbone/--features-in",
-    "with_backbone",
-    default=None,
-    help="Pixels in: the image backbone in the encoder graph (input pixel_values), or features in: the encoder takes "
-    "backbone features and the backbone runs in torch. [default: pixels in when the run was trained on a "
-    "backbone's features with packaged or file weights; features in for region-feature runs]",
-)
-@click.option(
-    "--backbone-weights",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    help="Local backbone weights, when the run's features were made with a weights file (the bundle carries it).",
-)
-@click.option(
-    "--quality-images",
-    type=click.IntRange(0),
-    default=100,
-    show_default=True,
-    help="Held-out images for the task-level check of each variant (0 skips it).",
-)
-@click.option("--overwrite", is_flag=True, help="Replace an existing --out (atomically).")
+@_VARIANTS
+@_GRAPHS
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @threads_option
-def export(
-    model: str,
-    out: Path | None,
-    fp16: bool,
-    int8: bool,
-    calib: Path | None,
-    target: str,
-    calib_size: int,
-    with_backbone: bool | None,
-    backbone_weights: Path | None,
-    quality_images: int,
-    overwrite: bool,
-    quiet: bool,
-    threads: int,
-) -> None:
+def export(model: str, out: Path | None, quiet: bool, threads: int, **options: Any) -> None:
     """Export a trained MODEL to a bundle: ONNX graphs checked for parity, manifest with checksums and quality.
 
     Pixels in by default (the backbone inside the encoder graph), written to $EDGECAP_HOME/bundles/MODEL unless --out.
     """
-    if int8 and calib is None:
+    if options["int8"] and options["calib"] is None:
         raise click.UsageError("--int8 needs calibration images: --calib DIR")
-    if calib is not None and not int8:
+    if options["calib"] is not None and not options["int8"]:
         raise click.UsageError("--calib is only used with --int8")
     apply_threads(threads)
-    from edgecap.bundle.export import default_bundle_out, export_bundle
+    from edgecap.bundle.export import ExportRequest, default_bundle_out, export_request
     from edgecap.bundle.reader import is_bundle, load_bundle
 
     try:
         replacing = out is None and is_bundle(default_bundle_out(model))
-        path = export_bundle(
-            model,
-            out,
-            fp16=fp16,
-            int8=int8,
-            calib=calib,
-            target=target,
-            calib_size=calib_size,
-            with_backbone=with_backbone,
-            overwrite=overwrite,
-            progress=not quiet,
-            backbone_weights=backbone_weights,
-            quality_images=quality_images,
-        )
+        path = export_request(model, out, ExportRequest(progress=not quiet, **options))
         bundle = load_bundle(path, verify=False, graphs="none")
     except (ValueError, FileNotFoundError, FileExistsError, ImportError) as exc:
         fail(str(exc))

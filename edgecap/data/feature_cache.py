@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from edgecap._io import atomic_path, atomic_write_json
+from edgecap._progress import ProgressBar
 from edgecap.data.datasets import CaptionDataset, load_dataset
 from edgecap.data.images import ImageError
 
@@ -550,7 +551,7 @@ def extract_features(
         cache_dir: output directory (created; must be new, empty, or a cache with the same settings).
         backbone_name, image_size, weights: passed to :func:`~edgecap.models.backbone.create_backbone`.
         batch_size: images per forward pass.
-        progress: show a tqdm bar.
+        progress: show a progress bar.
         backbone: an already built backbone; overrides ``backbone_name``/``image_size``/``weights``.
         dtype: ``"float16"`` (default, half the size) or ``"float32"`` storage.
         shard_size: images per shard file, the unit of resumption.
@@ -571,7 +572,6 @@ def extract_features(
         ImageError: an image is unreadable and ``skip_bad`` is False.
     """
     import torch
-    from tqdm.auto import tqdm
 
     from edgecap.models.backbone import create_backbone, grid_boxes
 
@@ -629,12 +629,11 @@ def extract_features(
                 stray.unlink()
 
         start, extracted = time.perf_counter(), 0
-        bar = tqdm(
-            total=len(items),
+        bar = ProgressBar(
+            len(items),
+            f"features {spec['name']}@{spec['image_size']}",
+            enabled=progress,
             initial=sum(len(chunks[k]) for k in done),
-            unit="img",
-            desc=f"features {spec['name']}@{spec['image_size']}",
-            disable=not progress,
         )
         try:
             for k, chunk in enumerate(chunks):

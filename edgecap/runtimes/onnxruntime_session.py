@@ -12,9 +12,9 @@ I/O: two paths behind one interface.
 - ``io_binding=False`` (the default on CPU): numpy in, numpy out through ``session.run``. On CPU this is the
   faster path: ORT wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
   binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
-  plain vs 17.4 ms/image bound). With ``direct_run`` (the default on CPU) a checked feed goes straight to the
-  session's C++ ``run``, skipping ``InferenceSession.run``'s Python-side re-validation of the feed names (already
-  done by :meth:`OrtRuntime.check_feed`) — about 10 µs of a ~0.3 ms decoder step.
+  plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
+  ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
+  run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
 - ``io_binding=True`` (the default with the CUDA/TensorRT providers): torch tensors in and out, bound by device
   pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
   cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same
@@ -152,12 +152,6 @@ class OrtRuntime(Runtime):
         io_binding: bind torch tensors by pointer (see the module docstring); default True exactly when a CUDA-class
             provider is first. Decides :attr:`array_type` (``"torch"`` with binding, else ``"numpy"``).
         device_id: the CUDA device of CUDA/TensorRT providers.
-        direct_run: on the plain (numpy) path, call the session's C++ ``run`` directly instead of the Python
-            ``InferenceSession.run`` wrapper, whose per-call work — re-checking the feed names against the graph
-            inputs, a WebGPU graph-capture check, and the CUDA/TensorRT -> CPU fallback on an execution-provider
-            failure — is either done already by :meth:`check_feed` or does not apply on CPU. Default: True exactly
-            when the providers are CPU only (a CUDA-class session keeps the wrapper and its fallback). Ignored with
-            ``io_binding`` and when this onnxruntime build does not expose the C++ session (the wrapper is used).
         trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
             ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
             (:func:`edgecap.runtimes.onnxruntime_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
@@ -177,7 +171,6 @@ class OrtRuntime(Runtime):
         session_config: Mapping[str, str] | None = None,
         io_binding: bool | None = None,
         device_id: int = 0,
-        direct_run: bool | None = None,
         trt_profile_dims: Mapping[str, Mapping[str, int]] | None = None,
         name: str | None = None,
     ) -> None:
@@ -224,11 +217,8 @@ class OrtRuntime(Runtime):
             io_binding = self.device_type == "cuda" and importlib.util.find_spec("torch") is not None
         self.io_binding = bool(io_binding)
         self.array_type = "torch" if self.io_binding else "numpy"  # type: ignore[misc]  # per instance
-        cpu_only = all(p == "CPUExecutionProvider" for p in self.providers)
-        self.direct_run = cpu_only if direct_run is None else bool(direct_run)
         self._session: Any = None
         self._binding: Any = None
-        self._direct = False  # direct_run in effect for this activation
         self._output_names: tuple[str, ...] = ()
         self._output_list: list[str] = []
         self._inputs: dict[str, TensorMeta] = {}
@@ -307,11 +297,9 @@ class OrtRuntime(Runtime):
         # One IOBinding per thread: a binding holds the bound buffers of one run, and a Captioner may be called
         # from several threads at once (ORT sessions themselves are thread-safe).
         self._binding = threading.local() if self.io_binding else None
-        self._direct = self.direct_run and not self.io_binding and _has_direct_run(self._session)
 
     def _close(self) -> None:
         self._binding = None
-        self._direct = False
         self._fast_checks = None
         self._session = None
 
@@ -364,10 +352,7 @@ class OrtRuntime(Runtime):
             if type(value) is not np.ndarray:  # e.g. torch tensors (an unchecked feed): convert every input
                 feed = {name: _as_numpy(v) for name, v in feed.items()}
                 break
-        if self._direct:  # the C++ session's run(output names, feed, run options), looked up per call: ORT
-            outputs = self._session._sess.run(self._output_list, feed, None)  # replaces it on set_providers()
-        else:
-            outputs = self._session.run(self._output_list, feed)
+        outputs = self._session.run(self._output_list, feed)
         return dict(zip(self._output_names, outputs, strict=True))
 
     def _infer_bound(self, feed: Mapping[str, Array]) -> dict[str, Array]:
@@ -454,12 +439,6 @@ def _fixed_sizes(shape: tuple[Any, ...]) -> tuple[Any, Any]:
         return None, None
     getter = operator.itemgetter(*axes)
     return getter, getter(shape)
-
-
-def _has_direct_run(session: Any) -> bool:
-    """Whether ``session`` has the C++ session (``InferenceSession._sess``) whose ``run(output_names, feed,
-    run_options)`` the Python ``InferenceSession.run`` wraps."""
-    return callable(getattr(getattr(session, "_sess", None), "run", None))
 
 
 def _dim(value: Any) -> int | str | None:
@@ -615,22 +594,33 @@ def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) ->
         bundle.check_interface(role, list(runtime.input_metadata()), runtime.output_names, graphs[role])
 
 
+def _deployment(variant: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Where the INT8 variant's graphs may run, as its preset recorded it at export (``provider``,
+    ``runs_on_any_cpu``); bundles exported before that record get the built-in presets' values by name."""
+    recorded = variant.get("deployment")
+    if isinstance(recorded, Mapping):
+        return recorded
+    preset = str(variant.get("preset") or variant.get("target") or "")
+    return {"provider": "tensorrt" if preset == "tensorrt" else "cpu", "runs_on_any_cpu": preset == "cpu-avx2"}
+
+
 def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether this CPU runs the INT8 variant's preset correctly: a preset built for VNNI (no ``reduce_range``) or for
-    ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise.
-    ``cpu-avx2`` graphs are safe everywhere."""
+    ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise; a
+    preset that records ``runs_on_any_cpu`` (``cpu-avx2``) is safe everywhere."""
     from edgecap.runtimes.cpu import detect_cpu_preset
 
     preset = str(variant.get("preset") or variant.get("target") or "")
     here = detect_cpu_preset()
-    if preset == here or preset == "cpu-avx2":
+    deployment = _deployment(variant)
+    if preset == here or (deployment.get("provider") == "cpu" and deployment.get("runs_on_any_cpu")):
         return True, f"INT8 preset {preset} suits this CPU ({here})"
     return False, f"the INT8 variant was quantised for {preset}, this CPU needs {here}"
 
 
 def _tensorrt_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
-    """TensorRT runs an INT8 variant calibrated for it (symmetric S8S8 with its own calibration cache)."""
-    if variant.get("preset") == "tensorrt":
+    """TensorRT runs an INT8 variant whose preset records TensorRT as its provider (symmetric S8S8 QDQ)."""
+    if _deployment(variant).get("provider") == "tensorrt":
         return True, "TensorRT with an INT8 variant calibrated for TensorRT"
     return False, f"the INT8 variant was quantised for {variant.get('preset') or variant.get('target')}, not TensorRT"
 

@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import save_file
-from tqdm.auto import tqdm
 
 from edgecap._io import atomic_path, atomic_write_json
+from edgecap._progress import track
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
@@ -143,7 +143,7 @@ def finetune_end_to_end(cfg: TrainCfg, run_dir: str | Path, progress: bool = Tru
     backbone.eval()  # BatchNorm statistics frozen; gradients still reach every backbone weight
     for epoch in range(cfg.finetune_epochs):
         order = torch.randperm(len(train_records), generator=torch.Generator().manual_seed(cfg.seed * 31 + epoch))
-        for b in tqdm(range(batches), desc=f"end-to-end {epoch + 1}/{cfg.finetune_epochs}", disable=not progress):
+        for b in track(range(batches), f"end-to-end {epoch + 1}/{cfg.finetune_epochs}", enabled=progress):
             rows = order[b * batch_size : (b + 1) * batch_size].tolist()
             gen = torch.Generator().manual_seed(cfg.seed * 7_919 + epoch * 1_000_003 + b)
             captions = pick_captions([captions_all[r] for r in rows], cfg.captions_per_image, gen)

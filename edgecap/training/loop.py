@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from tqdm.auto import tqdm
 
 from edgecap._io import atomic_write_json
+from edgecap._progress import ProgressBar
 from edgecap._version import __version__
 from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
@@ -180,12 +180,11 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         model.train()
         # The epoch's order depends only on (seed, epoch), so a resumed run sees the same batches.
         order = torch.tensor(epoch_order(len(train_records), cfg.seed, prog.epoch, ctx), dtype=torch.long)
-        bar = tqdm(
-            total=batches_per_epoch,
+        bar = ProgressBar(
+            batches_per_epoch,
+            f"epoch {prog.epoch + 1}/{cfg.epochs}",
+            enabled=progress and ctx.is_main,
             initial=prog.batch_in_epoch,
-            desc=f"epoch {prog.epoch + 1}/{cfg.epochs}",
-            disable=not (progress and ctx.is_main),
-            leave=False,
         )
         for b in range(prog.batch_in_epoch, batches_per_epoch):
             rows = order[b * cfg.batch_size : (b + 1) * cfg.batch_size]
@@ -199,7 +198,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             prog.step += 1
             prog.batch_in_epoch = b + 1
             bar.update(1)
-            bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
+            bar.postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
             if ctx.is_main and (prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1):
                 ckpt.append_metrics(
                     run_dir,
@@ -240,7 +239,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
                 }
                 ckpt.append_metrics(run_dir, record)
                 if progress:
-                    tqdm.write(f"epoch {finished_epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
+                    print(f"epoch {finished_epoch + 1}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
                 if score > prog.best_score:
                     prog.best_score = score
                     prog.best_epoch = finished_epoch

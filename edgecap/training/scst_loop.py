@@ -46,9 +46,9 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from edgecap._io import atomic_path, atomic_write_json
+from edgecap._progress import ProgressBar
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import VisualBatch
 from edgecap.training.config import TrainCfg
@@ -392,7 +392,7 @@ def train_scst(
             ckpt.append_metrics(run_dir, {**record, "elapsed_s": round(time.monotonic() - started, 2)})
             if progress:
                 when = "start" if epoch < 0 else f"epoch {epoch + 1}" + (" (stopped mid-epoch)" if partial else "")
-                tqdm.write(f"SCST {when}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
+                print(f"SCST {when}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
             if prog.start_score is None:
                 prog.start_score = score
             if score > prog.best_score:
@@ -412,12 +412,11 @@ def train_scst(
     stopped = False
     while prog.epoch < cfg.scst_epochs and not stopped:
         order = epoch_order(len(train_records), cfg.seed, prog.epoch, ctx)
-        bar = tqdm(
-            total=batches_per_epoch,
+        bar = ProgressBar(
+            batches_per_epoch,
+            f"SCST {prog.epoch + 1}/{cfg.scst_epochs}",
+            enabled=progress and ctx.is_main,
             initial=prog.batch_in_epoch,
-            desc=f"SCST {prog.epoch + 1}/{cfg.scst_epochs}",
-            disable=not (progress and ctx.is_main),
-            leave=False,
         )
         running: list[float] = []
         for b in range(prog.batch_in_epoch, batches_per_epoch):
@@ -439,7 +438,7 @@ def train_scst(
             mean_reward = ctx.mean(float(roll.rewards.mean()))
             running.append(mean_reward)
             bar.update(1)
-            bar.set_postfix(reward=f"{np.mean(running[-50:]):.3f}", lr=f"{scheduler.get_last_lr()[0]:.1e}")
+            bar.postfix(reward=f"{np.mean(running[-50:]):.3f}", lr=f"{scheduler.get_last_lr()[0]:.1e}")
             if ctx.is_main and (prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1):
                 ckpt.append_metrics(
                     run_dir,

@@ -1,6 +1,8 @@
-"""Memory and power probes: tegrastats lines of several Jetson generations, /proc parsing, nvidia-smi, RSS reset."""
+"""Memory and power probes: tegrastats lines of several Jetson generations, psutil, NVML, RSS reset."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -10,8 +12,8 @@ from edgecap.bench.memory import (
     ResourceMonitor,
     TegrastatsMonitor,
     current_rss_bytes,
-    parse_meminfo,
-    parse_nvidia_smi_apps,
+    gpu_process_memory,
+    nvml_unavailable_reason,
     parse_tegrastats_line,
     peak_rss_bytes,
     reset_peak_rss,
@@ -131,28 +133,20 @@ def test_tegrastats_monitor_windows_by_arrival_time() -> None:
     assert [s.total_power_mw for s in window] == [3953.0, 4546.0]
 
 
-# -- procfs, nvidia-smi ----------------------------------------------------------------------------------------------
-MEMINFO = """MemTotal:        7999788 kB
-MemFree:          512000 kB
-MemAvailable:    5999788 kB
-HugePages_Total:       0
-Hugepagesize:       2048 kB
-"""
+# -- procfs, psutil, NVML --------------------------------------------------------------------------------------------
+def test_system_used_memory_is_total_minus_available() -> None:
+    import psutil
 
-
-def test_meminfo_and_unified_used() -> None:
-    info = parse_meminfo(MEMINFO)
-    assert info["MemTotal"] == 7999788 * 1024 and info["HugePages_Total"] == 0
-    assert system_used_bytes(MEMINFO) == 2000000 * 1024
-    assert system_used_bytes("MemTotal: 1 kB\n") is None
+    used = system_used_bytes()
+    total = psutil.virtual_memory().total
+    assert used is not None and 0 < used < total
 
 
 STATUS = "Name:\tpython\nVmPeak:\t  900 kB\nVmHWM:\t  600000 kB\nVmRSS:\t  500000 kB\n"
 
 
-def test_rss_from_status_text() -> None:
+def test_peak_rss_from_status_text() -> None:
     assert peak_rss_bytes(STATUS) == 600000 * 1024
-    assert current_rss_bytes(STATUS) == 500000 * 1024
     assert peak_rss_bytes("Name:\tpython\n") is None
 
 
@@ -169,9 +163,49 @@ def test_peak_rss_reset_lowers_the_mark() -> None:
     assert high is not None and after is not None and after < high
 
 
-def test_nvidia_smi_apps_parsing() -> None:
-    text = "1234, 512\n1234, 256\n999, 100\n[N/A], [N/A]\n\n"
-    assert parse_nvidia_smi_apps(text) == {1234: 768 << 20, 999: 100 << 20}
+def test_without_nvml_gpu_memory_is_not_measured_and_says_why(monkeypatch) -> None:
+    import builtins
+
+    from edgecap.bench import memory
+
+    real_import = builtins.__import__
+
+    def no_pynvml(name, *args, **kwargs):
+        if name == "pynvml":
+            raise ImportError("No module named 'pynvml'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(memory, "_nvml_state", {})
+    monkeypatch.setattr(builtins, "__import__", no_pynvml)
+    assert "nvidia-ml-py" in nvml_unavailable_reason()
+    assert gpu_process_memory() is None
+    monitor = ResourceMonitor(cuda_device="cuda:0", tegrastats=False)
+    assert monitor.samplers == []
+    window = monitor.begin()
+    stats, _ = monitor.end(window)
+    assert stats.gpu_process_peak_bytes is None and "nvidia-ml-py" in stats.gpu_process_unmeasured
+
+
+def test_nvml_reports_this_process_summed_over_devices(monkeypatch) -> None:
+    from types import SimpleNamespace
+
+    from edgecap.bench import memory
+
+    me = os.getpid()
+    devices = [
+        [SimpleNamespace(pid=me, usedGpuMemory=300 << 20), SimpleNamespace(pid=1, usedGpuMemory=9 << 30)],
+        [SimpleNamespace(pid=me, usedGpuMemory=None)],  # N/A under some drivers
+        [SimpleNamespace(pid=me, usedGpuMemory=100 << 20)],
+    ]
+    fake = SimpleNamespace(
+        nvmlDeviceGetCount=lambda: len(devices),
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetComputeRunningProcesses=lambda handle: devices[handle],
+    )
+    monkeypatch.setattr(memory, "_nvml_state", {"module": fake})
+    assert nvml_unavailable_reason() is None
+    assert gpu_process_memory() == 400 << 20
+    assert gpu_process_memory(pid=2) is None
 
 
 def test_background_sampler_peak_and_broken_probe() -> None:

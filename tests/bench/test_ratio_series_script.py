@@ -42,7 +42,7 @@ def test_summarises_existing_reports(tmp_path: Path, monkeypatch: pytest.MonkeyP
     printed = capsys.readouterr().out
     row = "| onnxruntime vs torch | acort-xsmall | 3 | 1 | onnxruntime fp32 / torch fp32 | 3 | 4.00× (3.00–5.00) |"
     assert row in printed
-    assert printed.rstrip().endswith("| 1 of 3 |")
+    assert printed.rstrip().endswith("| 1 of 3 (loop) |")
     saved = json.loads((out / "series.json").read_text())
     assert saved["target"] == 4 and saved["series"][0]["loop"] == pytest.approx([3.0, 4.0, 5.0])
     assert (out / "series.md").read_text().strip() == printed.strip()
@@ -53,3 +53,12 @@ def test_refuses_an_out_option_meant_for_each_run(tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="give --out to this script"):
         script.run_series(2, tmp_path, ["--bundle", "b", "--out", "x"])
     assert not list(tmp_path.iterdir())  # nothing ran
+
+
+def test_the_script_judges_the_backbone_comparison_end_to_end_and_the_rest_on_the_decoder_loop() -> None:
+    from edgecap.bench.ratios import BACKBONE_COMPARISON, RatioSeries
+
+    script = _load_script()
+    series = RatioSeries("ort vs torch", "m", 3, 1, "ort fp32", "torch fp32", loop=(2.0,), step=(), decode=())
+    assert script.judged_span(series) == "loop"
+    assert script.judged_span(dataclasses.replace(series, comparison=BACKBONE_COMPARISON)) == "end_to_end"

@@ -16,7 +16,7 @@ import onnx
 import pytest
 import torch
 
-import edgecap.bundle.export as bundle_export
+import edgecap.bundle.exporting.quality as export_quality
 import edgecap.export
 from edgecap.bundle import BundleExportError, export_bundle, load_bundle
 from edgecap.bundle.export import calibration_images
@@ -110,7 +110,7 @@ def test_an_interrupted_export_leaves_no_half_written_bundle(run: Path, bundle: 
         raise KeyboardInterrupt  # Ctrl-C after the graphs, config, vocab and weights were written
 
     monkeypatch.setattr(edgecap.export, "export_onnx", export_onnx)
-    monkeypatch.setattr(bundle_export, "_task_check", interrupted)
+    monkeypatch.setattr(export_quality, "task_check", interrupted)
     with pytest.raises(KeyboardInterrupt):
         export_bundle(run, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists() and _leftovers(tmp_path) == []
@@ -201,7 +201,7 @@ def test_calibration_images_from_a_folder_or_a_dataset(tiny_data, tmp_path: Path
 
 
 def test_unreadable_calibration_images_are_skipped_and_counted(tiny_data, tmp_path: Path):
-    from edgecap.bundle.export import _InputMaker
+    from edgecap.bundle.exporting.images import InputMaker
     from edgecap.models.backbone import create_backbone
 
     images, _ = calibration_images(tiny_data[0])
@@ -209,7 +209,7 @@ def test_unreadable_calibration_images_are_skipped_and_counted(tiny_data, tmp_pa
     bad.write_bytes(b"\xff\xd8\xff\xe0 truncated")
     torch.manual_seed(0)
     backbone = create_backbone("test_efficientnet", pretrained=False, image_size=64)
-    maker = _InputMaker(source=None, backbone=backbone, with_backbone=True)
+    maker = InputMaker(source=None, backbone=backbone, with_backbone=True)
     inputs = maker.images([images[0].path, bad, images[1].path])
     assert len(inputs) == 2 and list(inputs.skipped) == [str(bad)] and "broken.jpg" in inputs.skipped[str(bad)]
     assert inputs.batches[0]["pixel_values"].shape == (2, 3, 64, 64)
@@ -349,3 +349,4 @@ def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_dat
     )  # fmt: skip
     int8 = load_bundle(out).variant("int8")
     assert int8["target"] == "edge-npu" and int8["preset"] == "edge-npu"
+    assert int8["deployment"] == {"provider": "cpu", "runs_on_any_cpu": True}  # cpu-avx2's, as registered

@@ -120,7 +120,8 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     torch model's hypotheses (tokens and scores)."""
     import edgecap.export
     from edgecap.bundle import load_bundle
-    from edgecap.bundle.export import _PixelReference, load_source
+    from edgecap.bundle.export import load_source
+    from edgecap.bundle.exporting.quality import PixelReference
     from edgecap.captioning import decode_cfg_for, decoder_for
     from edgecap.decoding import decode
     from edgecap.runtimes.decoders import create_ort_decoder
@@ -157,7 +158,7 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     images = sorted((tiny_data[0] / "images").iterdir())[:4]
     backbone = source.backbone()
     pixels = {"pixel_values": backbone.preprocess(images)}
-    reference = decode(_PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
+    reference = decode(PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
     graphs = {role: load_bundle(bundle).graph_path("fp32", role) for role in ("encoder", "step")}
     with create_ort_decoder(graphs, opened.state_names, updated_state_names=opened.updated_state_names) as ort:
         candidate = decode(ort, pixels, cfg)
@@ -189,3 +190,31 @@ def test_export_refuses_a_folder_of_non_images_before_the_fp32_export(
     assert result.exit_code != 0 and "calibration set is empty" in result.output, result.output
     assert result.output.count(str(calib / "a.jpg")) == 1  # named once, not "PATH: PATH: ..."
     assert not (tmp_path / "b").exists()
+
+
+def test_a_preset_registered_in_a_test_is_an_export_target(
+    exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch
+):
+    """``register_preset()`` is the only edit needed: ``--target toy`` is accepted, listed in ``--help`` and used."""
+    import edgecap.export
+    from edgecap.bundle import load_bundle
+    from edgecap.calibration import presets
+    from tests.bundle.helpers import export_result_from
+
+    bundle, _ = exported
+    monkeypatch.setattr(presets, "_PRESETS", dict(presets._PRESETS))  # the registration ends with the test
+    presets.register_preset(
+        presets.QuantPreset(name="toy", description="a toy target: U8S8, 7-bit weights", activation_type="uint8")
+    )
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))  # noqa: E731
+    monkeypatch.setattr(edgecap.export, "export_onnx", stand_in)
+    assert "toy" in CliRunner().invoke(main, ["export", "--help"]).output
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(tiny_data[0])]
+    args += ["--calib-size", "4", "--quality-images", "0", "--quiet"]
+    result = CliRunner().invoke(main, [*args, "--target", "toy", "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    int8 = load_bundle(tmp_path / "b").variant("int8")
+    assert int8["target"] == "toy" and int8["preset"] == "toy" and int8["deployment"]["provider"] == "cpu"
+    unknown = CliRunner().invoke(main, [*args, "--target", "nope", "--out", str(tmp_path / "c")])
+    assert unknown.exit_code != 0 and "toy" in unknown.output  # the refusal lists the registered target

@@ -94,31 +94,28 @@ def test_bad_inputs_get_named_errors(tmp_path) -> None:
             runtime.infer({**feed, "self_k": feed["self_k"][0]})
 
 
-def test_direct_run_is_the_cpu_default_and_matches_the_session_wrapper(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_plain_path_runs_through_the_public_session_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every numpy-path inference is one public ``InferenceSession.run`` call, after the feed checks; unchecked torch
+    inputs are converted first."""
     model = exported(TEST_CONFIGS[0]).model("step")
     feed = _step_feed(TEST_CONFIGS[0])
-    assert OrtRuntime(model).direct_run and not OrtRuntime(model, direct_run=False).direct_run
-    with OrtRuntime(model) as direct, OrtRuntime(model, direct_run=False) as wrapped:
-        wrapper_calls: list[str] = []
-        for label, runtime in (("direct", direct), ("wrapped", wrapped)):
-            real = runtime.session.run
+    with OrtRuntime(model) as runtime:
+        calls: list[list[str]] = []
+        real = runtime.session.run
 
-            def counting(*args, _real=real, _label=label, **kwargs):  # type: ignore[no-untyped-def]
-                wrapper_calls.append(_label)
-                return _real(*args, **kwargs)
+        def counting(output_names, input_feed, *args, **kwargs):  # type: ignore[no-untyped-def]
+            calls.append(sorted(input_feed))
+            return real(output_names, input_feed, *args, **kwargs)
 
-            monkeypatch.setattr(runtime.session, "run", counting)
-        want, got = wrapped.infer(feed), direct.infer(feed)
-        assert wrapper_calls == ["wrapped"]  # the direct path skips InferenceSession.run
-        unchecked = direct.infer({k: torch.from_numpy(v) for k, v in feed.items()}, check_inputs=False)
-        with pytest.raises(RuntimeInputError, match="'tokens' has dtype int32"):  # the checks still run first
-            direct.infer({**feed, "tokens": feed["tokens"].astype(np.int32)})
-    assert list(got) == list(want) == list(unchecked)
-    for name, value in want.items():
-        np.testing.assert_array_equal(got[name], value)
+        monkeypatch.setattr(runtime.session, "run", counting)
+        got = runtime.infer(feed)
+        unchecked = runtime.infer({k: torch.from_numpy(v) for k, v in feed.items()}, check_inputs=False)
+        with pytest.raises(RuntimeInputError, match="'tokens' has dtype int32"):  # the checks run first
+            runtime.infer({**feed, "tokens": feed["tokens"].astype(np.int32)})
+        assert calls == [sorted(feed)] * 2
+    assert list(got) == list(unchecked)
+    for name, value in got.items():
         np.testing.assert_array_equal(unchecked[name], value)
-    with OrtRuntime(model, io_binding=True) as bound:  # binding has its own run: direct_run does not apply
-        assert bound.direct_run and not bound._direct
 
 
 def test_fast_feed_check_defers_every_mismatch_to_the_full_check() -> None:
@@ -157,7 +154,7 @@ def test_step_model_checks_the_feed_of_every_step() -> None:
 
 def _plain_step_logprobs(result, state, tokens):  # type: ignore[no-untyped-def]
     """The step graph run through the public InferenceSession.run wrapper."""
-    with OrtRuntime(result.runtime_models("fp32")["step"], direct_run=False) as runtime:
+    with OrtRuntime(result.runtime_models("fp32")["step"]) as runtime:
         return runtime.infer({"tokens": tokens, **state})["logprobs"]
 
 
@@ -251,3 +248,21 @@ def test_provider_aliases_come_from_the_table() -> None:
 
     assert PROVIDER_ALIASES["trt"] == "TensorrtExecutionProvider" and PROVIDER_ALIASES["cpu"] == "CPUExecutionProvider"
     assert {p.name for p in PROVIDERS} == set(PROVIDER_ALIASES.values())
+
+
+def test_int8_auto_choice_reads_the_recorded_deployment_not_the_preset_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registered preset's ``provider``/``runs_on_any_cpu`` decide, through the variant's ``deployment`` record;
+    bundles exported before the record keep the built-in presets' behaviour."""
+    import edgecap.runtimes.cpu
+    from edgecap.runtimes.onnxruntime_session import _auto_precision
+
+    monkeypatch.setattr(edgecap.runtimes.cpu, "detect_cpu_preset", lambda: "cpu-vnni")
+    cpu, trt = "CPUExecutionProvider", "TensorrtExecutionProvider"
+    portable = {"preset": "toy", "deployment": {"provider": "cpu", "runs_on_any_cpu": True}}
+    assert _auto_precision(["fp32", "int8"], cpu, portable)[0] == "int8"
+    assert _auto_precision(["fp32", "int8"], cpu, {**portable, "deployment": {"provider": "cpu"}})[0] == "fp32"
+    engine = {"preset": "toy-trt", "deployment": {"provider": "tensorrt", "runs_on_any_cpu": False}}
+    assert _auto_precision(["fp32", "int8"], trt, engine)[0] == "int8"
+    assert _auto_precision(["fp32", "int8"], cpu, engine)[0] == "fp32"
+    assert _auto_precision(["fp32", "int8"], cpu, {"preset": "cpu-avx2"})[0] == "int8"  # no record: by name
+    assert _auto_precision(["fp32", "int8"], trt, {"preset": "tensorrt"})[0] == "int8"

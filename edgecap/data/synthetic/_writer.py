@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from edgecap._io import atomic_directory, atomic_write_text
+from edgecap._progress import track
 from edgecap.data.synthetic._attributes import COLOURS, SHAPES
 from edgecap.data.synthetic._grammar import describe_scene
 from edgecap.data.synthetic._render import render_scene
@@ -107,7 +107,7 @@ def generate_dataset(
         compositional: hold out ``num_heldout_pairs`` colour/shape pairs: no training image contains them, every
             val/test image contains at least one. The pairs are listed in ``dataset.json["heldout_pairs"]``.
         overwrite: replace ``out_dir`` if it is a non-empty synthetic dataset directory.
-        progress: show a tqdm progress bar.
+        progress: show a progress bar.
         captions_per_image: reference captions per image (1..20).
         image_format: ``"png"`` (lossless, ~80 KB per 256 px image) or ``"jpg"`` (quality 95, ~26 KB).
         num_heldout_pairs: pairs held out in compositional mode (1..8).
@@ -143,7 +143,7 @@ def generate_dataset(
     sentid = 0
     with atomic_directory(out_dir, overwrite=True) as tmp:
         (tmp / _IMAGE_DIR).mkdir()
-        for index in tqdm(range(num_images), desc="synthesising", unit="img", disable=not progress):
+        for index in track(range(num_images), "synthesising", enabled=progress):
             split = SPLIT_NAMES[int(labels[index])]
             rng = np.random.default_rng([seed, 1, index])
             scene = sample_scene(

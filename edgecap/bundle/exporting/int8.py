@@ -1,0 +1,112 @@
+"""The INT8 variant: calibrate on the calibration images, quantise for the target preset, write the QDQ graphs and
+the calibration ranges (TensorRT builds from the QDQ graphs: no calibration table), and return the manifest's record
+of it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from edgecap.bundle.exporting import BundleExportError
+from edgecap.bundle.exporting.console import Stages
+from edgecap.bundle.exporting.images import CalibImage, InputMaker, calibration_inputs, describe_skipped, sample
+from edgecap.bundle.exporting.source import ExportSource
+from edgecap.bundle.writer import BundleBuilder
+
+__all__ = ["Int8Job", "Int8Variant", "build_int8_variant"]
+
+
+@dataclass(frozen=True)
+class Int8Job:
+    """What INT8 calibration of one export needs.
+
+    Attributes:
+        source, maker: the exported model and the maker of its encoder inputs.
+        spec: the export spec (graph roles, decoding).
+        fp32_models: role -> FP32 ONNX model, the graphs that are quantised.
+        cfg: the decode config (mask-predict graphs are calibrated by decoding).
+        images, description: the calibration images (held-out ones already removed) and how the manifest names them.
+        calib_size: calibrate on at most this many (a seeded sample spread over ``images``).
+        target: the INT8 preset name.
+        progress: show progress bars.
+    """
+
+    source: ExportSource
+    maker: InputMaker
+    spec: Any
+    fp32_models: Mapping[str, Any]
+    cfg: Any
+    images: Sequence[CalibImage]
+    description: str
+    calib_size: int
+    target: str
+    progress: bool
+
+
+@dataclass(frozen=True)
+class Int8Variant:
+    """The written INT8 variant: its manifest record and its quantised models by runtime role."""
+
+    record: dict[str, Any]
+    models: dict[str, Any]
+
+
+def _quantize(job: Int8Job, batches: list[Any]) -> Any:
+    """INT8 graphs of every runtime role: mask-predict graphs are calibrated by decoding every length level."""
+    if job.spec.decoding == "mask_predict":
+        from edgecap.calibration.refine import quantize_labert_int8
+
+        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.target, progress=job.progress).result(
+            job.target
+        )
+    from edgecap.calibration import quantize_int8
+
+    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.target, progress=job.progress)
+
+
+def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> Int8Variant:
+    """Calibrate, quantise and write the INT8 graphs and calibration artefacts into ``bundle``.
+
+    Raises:
+        BundleExportError: none of the calibration images could be turned into encoder inputs.
+    """
+    from edgecap.calibration.presets import get_preset
+
+    images = sample(list(job.images), job.calib_size)
+    inputs = calibration_inputs(job.source, job.maker, images, job.progress)
+    if not inputs.ids:
+        raise BundleExportError(
+            f"the calibration set is empty: none of the {len(images)} images of {job.description} could be used "
+            f"({describe_skipped(inputs.skipped)})"
+        )
+    if inputs.skipped:
+        first = next(iter(inputs.skipped))
+        stages.warn(f"skipped {len(inputs.skipped)} unreadable calibration image(s), e.g. {first}")
+    stages.note(f"calibrating on {len(inputs)} images")
+    quantized = _quantize(job, inputs.batches)
+    spec = job.spec
+    graphs = {}
+    for role, graph in spec.runtime_graphs.items():
+        name = f"onnx/int8/{graph}.onnx"
+        bundle.write_model(name, quantized.models[role])
+        graphs[graph] = name
+    ranges_file = "calibration/int8_ranges.json"
+    bundle.write_json(ranges_file, {"target": job.target, **quantized.artifact()})
+    calibration = {
+        "set": job.description,
+        "images": len(inputs),
+        "skipped": len(inputs.skipped),
+        "skipped_examples": dict(list(inputs.skipped.items())[:5]),
+        "report": dict(quantized.calibration),
+    }
+    record = {
+        "files": {role: graphs[g] for role, g in spec.runtime_graphs.items()},
+        "graphs": graphs,
+        "target": job.target,
+        "preset": quantized.preset,
+        "deployment": get_preset(quantized.preset).deployment(),
+        "calibration": calibration,
+        "artefacts": {"ranges": ranges_file},
+    }
+    return Int8Variant(record, dict(quantized.models))
