@@ -26,7 +26,7 @@ Usage::
     python benchmarks/decode_overhead.py --backend trivial --profile cprofile
     # host search ms/step before/after the vectorised beam search, at a large batch, EOS from step 10-20 on:
     PYTHONPATH=. python benchmarks/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
-        --repeats 5 --impl tests.decoding._reference_beam:beam_search --impl edgecap.decoding
+        --repeats 5 --impl decode_overhead:per_image_beam_search --impl edgecap.decoding
 """
 
 from __future__ import annotations
@@ -117,6 +117,18 @@ class PrecomputedStepModel:
 
     def select(self, state: State, index: np.ndarray) -> State:
         return {k: np.take(v, index, axis=0) for k, v in state.items()}
+
+
+def per_image_beam_search(step_model: Any, inputs: Any, cfg: Any, processors: Any = None) -> Any:
+    """``decode`` with the beam search held on its per-image path at every batch size (``beam.SMALL_BATCH``): the
+    search as it was before the vectorised path, for ``--impl decode_overhead:per_image_beam_search``."""
+    from edgecap.decoding import beam, decode
+
+    previous, beam.SMALL_BATCH = beam.SMALL_BATCH, 10**9
+    try:
+        return decode(step_model, inputs, cfg, processors)
+    finally:
+        beam.SMALL_BATCH = previous
 
 
 def load_impl(name: str) -> Callable[..., Any]:
@@ -354,7 +366,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--impl",
         action="append",
         help="module exposing decode(), or module:function with decode's signature (repeatable; default "
-        "edgecap.decoding), e.g. tests.decoding._reference_beam:beam_search for the search before vectorising",
+        "edgecap.decoding), e.g. decode_overhead:per_image_beam_search for the search before vectorising",
     )
     p.add_argument(
         "--eos",
