@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
