@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
-from edgecap.models import expansionnet, labert, ort  # noqa: F401  (register the families and their variants)
+from edgecap.models import expansionnet, image_transformer, labert, ort  # noqa: F401  (register the families and their variants)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
@@ -32,6 +32,7 @@ from edgecap.models._registry import (
 )
 from edgecap.models.base import CaptionModel, ModelInputError, State
 from edgecap.models.expansionnet import ExpansionNetCaptioner, ExpansionNetCfg
+from edgecap.models.image_transformer import ImageTransformerCaptioner, ImageTransformerCfg
 from edgecap.models.labert import LaBertCaptioner, LaBertCfg
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.ort import ORTCaptioner
@@ -46,6 +47,8 @@ __all__ = [
     "CaptionModel",
     "ExpansionNetCaptioner",
     "ExpansionNetCfg",
+    "ImageTransformerCaptioner",
+    "ImageTransformerCfg",
     "LaBertCaptioner",
     "LaBertCfg",
     "LayerMapError",
