@@ -38,14 +38,12 @@ def spatial_relations(boxes: torch.Tensor, eps: float = OVERLAP_EPS) -> torch.Te
     for Eq. 5; zero-area boxes contain nothing and are contained by nothing (all neighbours).
     """
     x1, y1, x2, y2 = boxes.unbind(-1)
-    width = (torch.minimum(x2[:, :, None], x2[:, None, :]) - torch.maximum(x1[:, :, None], x1[:, None, :])).clamp(
-        min=0.0
-    )
-    height = (torch.minimum(y2[:, :, None], y2[:, None, :]) - torch.maximum(y1[:, :, None], y1[:, None, :])).clamp(
-        min=0.0
-    )
+    # ReLU is the clamp at zero (a constant-free op: a 0.0 constant shared with the float16 part of an exported graph
+    # would get one type for two uses)
+    width = torch.relu(torch.minimum(x2[:, :, None], x2[:, None, :]) - torch.maximum(x1[:, :, None], x1[:, None, :]))
+    height = torch.relu(torch.minimum(y2[:, :, None], y2[:, None, :]) - torch.maximum(y1[:, :, None], y1[:, None, :]))
     inter = width * height  # (B, N, N)
-    area = ((x2 - x1).clamp(min=0.0) * (y2 - y1).clamp(min=0.0)).clamp(min=_MIN_AREA)
+    area = (torch.relu(x2 - x1) * torch.relu(y2 - y1)).clamp(min=_MIN_AREA)
     inside_key = inter / area[:, :, None]  # share of the query l inside the key m
     inside_query = inter / area[:, None, :]  # share of the key m inside the query l
     parent = (inside_key >= eps) & (inside_key > inside_query)
@@ -57,7 +55,8 @@ def spatial_relations(boxes: torch.Tensor, eps: float = OVERLAP_EPS) -> torch.Te
 def _tile_membership(boxes: torch.Tensor, valid: torch.Tensor, scale: int) -> torch.Tensor:
     """(B, scale², N) bool: cell ``n`` (valid, centre in tile ``t`` of a ``scale × scale`` tiling) belongs to ``t``."""
     centre = (boxes[..., :2] + boxes[..., 2:]) * 0.5  # (B, N, 2)
-    index = torch.floor(centre * scale).clamp(0, scale - 1).to(torch.long)
+    # clamp after the cast: an integer Clip keeps float constants out of the float16 export
+    index = torch.floor(centre * scale).to(torch.long).clamp(0, scale - 1)
     tile = index[..., 1] * scale + index[..., 0]  # row-major (y, x)
     tiles = torch.arange(scale * scale, device=boxes.device)
     return (tile[:, None, :] == tiles[None, :, None]) & valid[:, None, :]
@@ -80,13 +79,13 @@ def multiscale_cells(
         member = _tile_membership(boxes, valid, scale)  # (B, T, N)
         weight = member.to(features.dtype)
         count = weight.sum(-1, keepdim=True)  # (B, T, 1)
-        out_features.append(torch.matmul(weight, features) / count.clamp(min=1.0))
+        out_features.append(torch.matmul(weight, features) / torch.maximum(count, torch.ones_like(count)))
         # union box: min of the members' (x1, y1), max of their (x2, y2); 2 and -1 are outside every normalised box
         big = torch.full_like(boxes[..., 0], 2.0)[:, None, :]
         lows = [torch.where(member, boxes[..., i][:, None, :], big).amin(-1) for i in (0, 1)]
         highs = [torch.where(member, boxes[..., i][:, None, :], -big).amax(-1) for i in (2, 3)]
         union = torch.stack((*lows, *highs), dim=-1)
-        has = count[..., 0] > 0
-        out_boxes.append(torch.where(has[..., None], union, torch.zeros_like(union)))
+        has = member.sum(-1) > 0  # an integer count: no float constant shared with the float16 part of an export
+        out_boxes.append(union * has[..., None].to(union.dtype))  # empty tiles: a zero box (finite ±2 times 0)
         out_mask.append(has)
     return torch.cat(out_features, 1), torch.cat(out_boxes, 1), torch.cat(out_mask, 1)
