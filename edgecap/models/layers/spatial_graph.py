@@ -82,9 +82,11 @@ def multiscale_cells(
         out_features.append(torch.matmul(weight, features) / torch.maximum(count, torch.ones_like(count)))
         # union box: min of the members' (x1, y1), max of their (x2, y2); 2 and -1 are outside every normalised box
         big = torch.full_like(boxes[..., 0], 2.0)[:, None, :]
-        lows = [torch.where(member, boxes[..., i][:, None, :], big).amin(-1) for i in (0, 1)]
-        highs = [torch.where(member, boxes[..., i][:, None, :], -big).amax(-1) for i in (2, 3)]
-        union = torch.stack((*lows, *highs), dim=-1)
+        # top-1 rather than amin/amax: ONNX Runtime's symbolic shape inference (INT8 calibration) cannot type the
+        # ReduceMin/ReduceMax the exporter writes
+        lows = [torch.where(member, boxes[..., i][:, None, :], big).topk(1, -1, largest=False)[0] for i in (0, 1)]
+        highs = [torch.where(member, boxes[..., i][:, None, :], -big).topk(1, -1)[0] for i in (2, 3)]
+        union = torch.cat((*lows, *highs), dim=-1)
         has = member.sum(-1) > 0  # an integer count: no float constant shared with the float16 part of an export
         out_boxes.append(union * has[..., None].to(union.dtype))  # empty tiles: a zero box (finite ±2 times 0)
         out_mask.append(has)
