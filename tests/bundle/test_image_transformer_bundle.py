@@ -48,8 +48,11 @@ def test_bundle_has_every_precision_checked(it_bundle: Path) -> None:
     manifest = json.loads((it_bundle / "manifest.json").read_text())
     assert set(manifest["variants"]) == {"fp32", "fp16", "int8"}
     assert manifest["model"]["family"] == "image_transformer"
-    for precision in ("fp32", "fp16", "int8"):
-        assert (it_bundle / precision / "step.onnx").is_file()
+    for precision, variant in manifest["variants"].items():
+        assert variant["files"] == {"encoder": f"onnx/{precision}/init.onnx", "step": f"onnx/{precision}/step.onnx"}
+        assert variant["quality"]["images"] > 0  # the task check against torch FP32 on held-out images
+    for precision in ("fp32", "fp16"):
+        assert all(graph["passed"] for graph in manifest["variants"][precision]["parity"].values())
 
 
 def test_torch_and_onnxruntime_captions_are_identical_at_fp32(it_bundle: Path) -> None:
