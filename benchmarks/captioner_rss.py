@@ -3,7 +3,7 @@
 Each (runtime, precision) runs in a fresh interpreter so the peaks do not mix; VmHWM is read from
 ``/proc/self/status`` after captioning. Usage::
 
-    python benchmarks/captioner_rss.py BUNDLE IMAGES_DIR [--images 100] [--precision fp32,int8] [--runtime ort]
+    python benchmarks/captioner_rss.py BUNDLE IMAGES_DIR [--images 100] [--precision fp32,int8] [--runtime onnxruntime]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("images")
     parser.add_argument("--images", dest="count", type=int, default=100)
     parser.add_argument("--precision", default="fp32,fp16,int8")
-    parser.add_argument("--runtime", default="ort")
+    parser.add_argument("--runtime", default="onnxruntime")
     args = parser.parse_args()
     rows = []
     for runtime in args.runtime.split(","):

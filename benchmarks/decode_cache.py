@@ -14,8 +14,8 @@ cached features when available.
 Each repeat times one ``decode()`` call per mode, features → tokens (encoder included, no backbone); the modes are
 interleaved and alternate their order so a drifting machine load hits both. Warm-up calls are not timed.
 
-``--runtime ort`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``) instead of
-torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
+``--runtime onnxruntime`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``)
+instead of torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
 :class:`~edgecap.runtimes.prefix.PrefixRerunModel`, which re-run the prefix every step as the official ExpansionNet
 ONNX export does. In torch eager at batch 1 both modes are bound by per-op dispatch, which hides what the cache
 saves; ONNX Runtime shows it.
@@ -24,7 +24,8 @@ Usage::
 
     python benchmarks/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
     python benchmarks/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
-    python benchmarks/decode_cache.py --model expansionnet-v2 --runtime torch --runtime ort --steps 20 --threads 1
+    python benchmarks/decode_cache.py --model expansionnet-v2 --runtime torch --runtime onnxruntime \\
+        --steps 20 --threads 1
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
 from edgecap.runtimes.torch import TorchStepModel
 
 MODES = ("cached", "prefix")
-RUNTIMES = ("torch", "ort")
+RUNTIMES = ("torch", "onnxruntime")
+#: Earlier spellings still accepted on the command line (recorded commands use them).
+OLD_NAMES = {"ort": "onnxruntime"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
 
@@ -71,7 +74,7 @@ class BenchCase:
         natural: decode the run with its production DecodeCfg (EOS ends captions) instead of forcing ``steps``.
         features: a feature cache directory for the run's inputs (default: the one recorded in the run's config).
         seed: seed of the random weights and features.
-        runtime: ``"torch"`` (eager) or ``"ort"`` (exported FP32 graphs on ONNX Runtime, CPU).
+        runtime: ``"torch"`` (eager) or ``"onnxruntime"`` (exported FP32 graphs on ONNX Runtime, CPU).
     """
 
     model: str = "acort-xsmall"
@@ -230,7 +233,7 @@ def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) ->
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
     from edgecap.export import export_onnx
-    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
     threads = torch.get_num_threads()
     out = {}
@@ -356,8 +359,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--runtime",
         action="append",
-        choices=RUNTIMES,
-        help="torch (eager, default) or ort (exported FP32 graphs on ONNX Runtime); repeatable",
+        choices=(*RUNTIMES, *OLD_NAMES),
+        help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
+        "repeatable",
     )
     p.add_argument("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
     p.add_argument("--seed", type=int, default=0)
@@ -373,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     common = {"beam": args.beam, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
     cases = []
-    for runtime in args.runtime or ["torch"]:
+    for runtime in [OLD_NAMES.get(r, r) for r in args.runtime or ["torch"]]:
         for batch in args.batch or [1]:
             case_args = {**common, "batch": batch, "runtime": runtime}
             if args.run:

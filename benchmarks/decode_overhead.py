@@ -8,7 +8,7 @@ part is a visible share of the total, and it is the same for every backend. This
   the time is the search's;
 - ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
-- ``ort``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
+- ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
 - ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
@@ -22,8 +22,11 @@ search, to compare implementations in one process; their results must agree toke
 
 Usage::
 
-    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend ort
+    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
     python benchmarks/decode_overhead.py --backend trivial --profile cprofile
+    # host search ms/step before/after the vectorised beam search, at a large batch, EOS from step 10-20 on:
+    PYTHONPATH=. python benchmarks/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
+        --repeats 5 --impl tests.decoding._reference_beam:beam_search --impl edgecap.decoding
 """
 
 from __future__ import annotations
@@ -50,23 +53,54 @@ from edgecap.bench.harness import TimedStepModel
 from edgecap.decoding import DecodeCfg, RadixSpec, State
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 
-BACKENDS = ("trivial", "torch", "ort", "prefix")
+BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
+#: Earlier spellings still accepted on the command line (recorded commands use them).
+OLD_NAMES = {"ort": "onnxruntime"}
+#: --eos mode -> the trivial backend's EOS schedule (PrecomputedStepModel ``eos``).
+TABLE_EOS = {"forced": "table", "late": "late", "never": "never"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
 
 
 class PrecomputedStepModel:
     """A step model whose ``step`` costs next to nothing: it returns a slice of numpy log-probs drawn once up front.
 
-    Step ``t`` returns ``table[t][:rows]`` (rows = the tokens fed), so the search sees fresh distributions at every
-    step and the beams evolve as with a real model; ``select`` gathers a one-column numpy state (as ONNX Runtime's
-    adapter does).
+    Step ``t`` returns the first ``rows`` rows (rows = the tokens fed) of table ``t mod tables`` (softmaxed random
+    logits), so the search sees fresh distributions from step to step and the beams evolve as with a real model;
+    ``select`` gathers a one-column numpy state (as ONNX Runtime's adapter does). Wide batches × vocabularies cycle
+    through fewer tables (``max_bytes``) so the tables fit in memory.
+
+    ``eos`` sets EOS's log-prob per row and step (written into the table's EOS column before it is returned):
+    ``"table"`` leaves the drawn value; ``"late"`` makes EOS likely from a per-row step drawn in [10, 20) on
+    (log-sigmoid ramp), so hypotheses finish at many different steps as with a trained captioner; ``"never"`` keeps
+    it at -30, so EOS never ranks among the candidates and every step takes the search's common path.
     """
 
-    def __init__(self, rows: int, vocab_size: int, steps: int, seed: int = 0) -> None:
+    def __init__(
+        self,
+        rows: int,
+        vocab_size: int,
+        steps: int,
+        seed: int = 0,
+        eos: str = "table",
+        eos_id: int | None = None,
+        max_bytes: int = 1 << 30,
+    ) -> None:
         g = torch.Generator().manual_seed(seed)
+        tables = max(1, min(steps, max_bytes // max(1, rows * vocab_size * 4)))
         self.table = [
-            torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1).numpy() for _ in range(steps)
+            torch.log_softmax(torch.randn(rows, vocab_size, generator=g) * 3, dim=-1).numpy() for _ in range(tables)
         ]
+        self.eos_id = eos_id
+        self.eos_lp: list[np.ndarray] | None = None
+        if eos == "late":
+            start = torch.randint(10, 20, (rows,), generator=g).numpy()
+            self.eos_lp = [-np.logaddexp(0.0, -1.5 * (t - start)).astype(np.float32) for t in range(steps)]
+        elif eos == "never":
+            self.eos_lp = [np.full(rows, -30.0, dtype=np.float32)] * steps
+        elif eos != "table":
+            raise ValueError(f"unknown eos mode {eos!r}")
+        if self.eos_lp is not None and eos_id is None:
+            raise ValueError("eos_id is required to set EOS's log-probs")
         self._t = 0
 
     def encode(self, inputs: Mapping[str, Any]) -> State:
@@ -74,12 +108,21 @@ class PrecomputedStepModel:
         return {"h": np.zeros((inputs["features"].shape[0], 1), dtype=np.float32)}
 
     def step(self, tokens: np.ndarray, state: State) -> tuple[np.ndarray, State]:
-        lp = self.table[self._t][: tokens.shape[0]]
+        rows = tokens.shape[0]
+        lp = self.table[self._t % len(self.table)][:rows]
+        if self.eos_lp is not None:
+            lp[:, self.eos_id] = self.eos_lp[self._t][:rows]
         self._t += 1
         return lp, state
 
     def select(self, state: State, index: np.ndarray) -> State:
         return {k: np.take(v, index, axis=0) for k, v in state.items()}
+
+
+def load_impl(name: str) -> Callable[..., Any]:
+    """``module`` (its ``decode``) or ``module:function``."""
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function or "decode")
 
 
 def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, DecodeCfg, dict[str, Tensor]]:
@@ -109,14 +152,25 @@ def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, Decod
 class Backends:
     """Builds each backend's step model once per batch size (the ORT export once per process)."""
 
-    def __init__(self, model_name: str, seed: int, ort_threads: int, device: str = "cpu", fp16: bool = False) -> None:
+    def __init__(
+        self,
+        model_name: str,
+        seed: int,
+        ort_threads: int,
+        device: str = "cpu",
+        fp16: bool = False,
+        eos: str = "table",
+        vocab: int | None = None,
+    ) -> None:
         self.model_name, self.seed, self.ort_threads = model_name, seed, ort_threads
+        self.eos, self.vocab = eos, vocab
         self.device, self.dtype = device, (torch.float16 if fp16 else None)
         self._ort: Any = None
 
     def build(self, backend: str, model: torch.nn.Module, cfg: DecodeCfg, batch: int) -> Any:
         if backend == "trivial":
-            return PrecomputedStepModel(batch * cfg.beam_size, model.vocab_size, cfg.max_len, self.seed)
+            vocab = self.vocab or model.vocab_size
+            return PrecomputedStepModel(batch * cfg.beam_size, vocab, cfg.max_len, self.seed, self.eos, cfg.eos_id)
         if backend == "torch":
             from edgecap.runtimes.torch import TorchStepModel
 
@@ -125,10 +179,10 @@ class Backends:
             from edgecap.runtimes.prefix import PrefixRerunStepModel
 
             return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
-        if backend == "ort":
+        if backend == "onnxruntime":
             if self._ort is None:
                 from edgecap.export import export_onnx
-                from edgecap.runtimes.ort import create_ort_step_model
+                from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_ort_step_model(
@@ -217,6 +271,8 @@ def measure(
                 "select_ms": 1e3 * med("select"),
                 "search_ms": 1e3 * med("search"),
                 "search_us_per_step": 1e6 * med("search") / steps,
+                "search_us_per_step_min": 1e6 * min(x["search"] for x in s) / steps,
+                "search_us_per_step_max": 1e6 * max(x["search"] for x in s) / steps,
                 "same_as_first_impl": same and same_scores,
             }
         )
@@ -251,27 +307,35 @@ def torch_profile(backend: str, impl: Callable[..., Any], sm: Any, inputs: dict[
 def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
     lines = [
         "| backend | impl | batch | steps | ms/image | encode ms | step ms | select ms | search ms | search µs/step "
-        "| same result |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| (min–max) | same result |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['backend']} | {r['impl']} | {r['batch']} | {r['steps']} | {r['ms_per_image']:.2f} "
             f"| {r['encode_ms']:.2f} | {r['step_ms']:.2f} | {r['select_ms']:.2f} | {r['search_ms']:.2f} "
-            f"| {r['search_us_per_step']:.0f} | {r['same_as_first_impl']} |"
+            f"| {r['search_us_per_step']:.0f} | {r['search_us_per_step_min']:.0f}–{r['search_us_per_step_max']:.0f} "
+            f"| {r['same_as_first_impl']} |"
         )
     return "\n".join(lines)
 
 
 def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """torch-eager / ORT and re-run prefix / cached, per (impl, batch), from the median ms/image."""
+    """Search µs/step of the first impl over each other impl; torch-eager / ORT and re-run prefix / cached, per
+    (impl, batch), from the median ms/image."""
     by = {(r["backend"], r["impl"], r["batch"]): r["ms_per_image"] for r in rows}
-    out = []
+    search = {(r["backend"], r["impl"], r["batch"]): r["search_us_per_step"] for r in rows}
+    first_impl = rows[0]["impl"] if rows else None
+    out = [
+        f"{backend} batch {batch}: search/step {first_impl} / {impl} = {search[(backend, first_impl, batch)] / us:.2f}x"
+        for (backend, impl, batch), us in search.items()
+        if impl != first_impl and (backend, first_impl, batch) in search
+    ]
     for (backend, impl, batch), ms in by.items():
         if backend != "torch":
             continue
-        if ("ort", impl, batch) in by:
-            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('ort', impl, batch)]:.2f}x")
+        if ("onnxruntime", impl, batch) in by:
+            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('onnxruntime', impl, batch)]:.2f}x")
         if ("prefix", impl, batch) in by:
             out.append(f"{impl} batch {batch}: re-run prefix / cached = {by[('prefix', impl, batch)] / ms:.2f}x")
     return out
@@ -283,8 +347,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--batch", type=int, action="append", help="images per decode call (repeatable; default 1 and 8)")
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1")
-    p.add_argument("--backend", action="append", choices=BACKENDS, help="repeatable; default all")
-    p.add_argument("--impl", action="append", help="module exposing decode() (repeatable; default edgecap.decoding)")
+    p.add_argument(
+        "--backend", action="append", choices=(*BACKENDS, *OLD_NAMES), help="repeatable; default all; ort = onnxruntime"
+    )
+    p.add_argument(
+        "--impl",
+        action="append",
+        help="module exposing decode(), or module:function with decode's signature (repeatable; default "
+        "edgecap.decoding), e.g. tests.decoding._reference_beam:beam_search for the search before vectorising",
+    )
+    p.add_argument(
+        "--eos",
+        choices=tuple(TABLE_EOS),
+        default="forced",
+        help="forced: min_len = steps - 1, EOS only at the last step; late (trivial backend): EOS likely from a "
+        "per-row step in [10, 20) on; never (trivial backend): EOS never ranks, every step takes the common path",
+    )
+    p.add_argument(
+        "--vocab",
+        type=int,
+        help="trivial backend: vocabulary size (default the model's; other sizes "
+        "decode a word vocabulary without the radix constraint)",
+    )
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads and ORT intra_op_threads")
@@ -298,16 +382,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.error("--steps must be >= 2")
 
     torch.set_num_threads(args.threads)
-    impls = {name: importlib.import_module(name).decode for name in (args.impl or ["edgecap.decoding"])}
-    backends = args.backend or list(BACKENDS)
-    builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16)
+    impls = {name: load_impl(name) for name in (args.impl or ["edgecap.decoding"])}
+    backends = [OLD_NAMES.get(b, b) for b in args.backend] if args.backend else list(BACKENDS)
+    if args.vocab is not None and backends != ["trivial"]:
+        p.error("--vocab applies to the trivial backend only")
+    builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16, TABLE_EOS[args.eos], args.vocab)
     print(f"load: {os.getloadavg()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     try:
         for batch in args.batch or [1, 8]:
             model, base_cfg, inputs = edge_setup(args.model, batch, args.seed)
             strategy = "beam" if args.beam > 1 else "greedy"
-            cfg = base_cfg.replace(strategy=strategy, beam_size=args.beam, max_len=args.steps, min_len=args.steps - 1)
+            if args.vocab is not None and args.vocab != model.vocab_size:  # a word vocabulary of that size
+                base_cfg = DecodeCfg(pad_id=0, bos_id=1, eos_id=2)
+            min_len = args.steps - 1 if args.eos == "forced" else 0
+            cfg = base_cfg.replace(strategy=strategy, beam_size=args.beam, max_len=args.steps, min_len=min_len)
             if args.profile:
                 first = next(iter(impls.values()))
                 for backend in backends:

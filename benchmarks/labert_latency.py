@@ -74,7 +74,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
     from edgecap.runtimes.refine import create_ort_refine_model
 
     images = _images(args.data, args.features, args.split, args.images)

@@ -8,7 +8,7 @@ exactly what a user gets); the reports are kept under ``--out`` and the summary 
 Usage::
 
     python benchmarks/ratio_series.py --runs 10 --target 3 --out /tmp/series -- \\
-        --bundle ~/.edgecap/bundles/acort-xsmall --runtime torch,ort --precision fp32 --batch 1 --beam 3 \\
+        --bundle ~/.edgecap/bundles/acort-xsmall --runtime torch,onnxruntime --precision fp32 --batch 1 --beam 3 \\
         --threads 1 --no-quality
     python benchmarks/ratio_series.py --target 3 --reports /tmp/series/run-*   # summarise existing reports
 """

@@ -97,17 +97,13 @@ class Captioner:
         cls, run: str | Path, device: str = "cpu", beam: int = 3, backbone_weights: str | Path | None = None
     ) -> Captioner:
         """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier)."""
-        from edgecap.captioning import DEFAULT_LENGTH_LEVEL, decode_cfg_for, decoder_for
+        from edgecap.captioning import decode_cfg_for, decoder_for, model_decoding_overrides
         from edgecap.runs import load_run
 
         _check_beam(beam)
         trained = load_run(run, device=device)
         backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
-        overrides: dict[str, Any] = {}
-        if hasattr(trained.model, "refine"):  # LaBERT: mask-predict (LaBERT §3.2)
-            overrides = {"strategy": "mask_predict", "length_level": DEFAULT_LENGTH_LEVEL}
-        elif getattr(trained.model, "length_levels", None):
-            overrides = {"length_level": DEFAULT_LENGTH_LEVEL}
+        overrides = model_decoding_overrides(trained.model)  # the family's decoding (LaBERT: mask-predict, §3.2)
         cfg = decode_cfg_for(trained.vocab, beam_size=beam, max_words=trained.max_words, **overrides)
         info = {"runtime": "torch", "device": str(device), "precision": "fp32", "run": str(trained.path)}
         return cls(
@@ -135,7 +131,7 @@ class Captioner:
             bundle: a bundle directory (``edgecap export``), or the name of a model exported without ``--out``
                 (``$EDGECAP_HOME/bundles/NAME``, where the quickstart writes).
             runtime: ``"auto"`` (the first installed of the registered runtimes: ONNX Runtime, then torch) or a
-                registered name (:func:`edgecap.runtimes.list_runtimes`: ``"ort"``, ``"torch"``, …).
+                registered name (:func:`edgecap.runtimes.list_runtimes`: ``"onnxruntime"``, ``"torch"``, …).
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
             beam: beam size (1 = greedy); default the bundle's (3).

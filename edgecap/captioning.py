@@ -59,14 +59,19 @@ def caption_visual(step_model: Any, visual: VisualBatch, vocab: Any, cfg: Decode
 
 
 def decoder_for(model: torch.nn.Module, device: torch.device | str = "cpu") -> Any:
-    """The torch adapter decoding drives: a ``TorchRefineModel`` for LaBERT, a ``TorchStepModel`` otherwise."""
-    if hasattr(model, "refine"):
-        from edgecap.runtimes.refine import TorchRefineModel
+    """The torch adapter decoding drives, named by the model's family (``FamilyHooks.torch_decoder``: a
+    ``TorchRefineModel`` for LaBERT, a ``TorchStepModel`` for the autoregressive families)."""
+    from edgecap.models import family_hooks
 
-        return TorchRefineModel(model, device=device)
-    from edgecap.runtimes.torch import TorchStepModel
+    return family_hooks(model).resolve("torch_decoder")(model, device=device)
 
-    return TorchStepModel(model, device=device)
+
+def model_decoding_overrides(model: Any) -> dict[str, Any]:
+    """``decode_cfg_for`` overrides for a torch model: its family's decoding (``FamilyHooks.decoding``) at the
+    default length level of its length levels, if it has any."""
+    from edgecap.models import family_hooks
+
+    return decoding_overrides(family_hooks(model).decoding, getattr(model, "length_levels", None) or ())
 
 
 def caption_bank(
@@ -79,13 +84,10 @@ def caption_bank(
     batch_size: int = 100,
     **decode_overrides: Any,
 ) -> list[str]:
-    """Captions for every image of ``bank``, in order, decoded with the torch adapter (mask-predict for a model
-    with ``refine``, i.e. LaBERT, at ``length_level`` — default :data:`DEFAULT_LENGTH_LEVEL`)."""
+    """Captions for every image of ``bank``, in order, decoded with the torch adapter and the family's decoding
+    (mask-predict for LaBERT) at ``length_level`` — default :data:`DEFAULT_LENGTH_LEVEL`."""
     step_model = decoder_for(model, device)
-    if hasattr(model, "refine"):
-        decode_overrides = {"strategy": "mask_predict", "length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
-    elif getattr(model, "length_levels", None):
-        decode_overrides = {"length_level": DEFAULT_LENGTH_LEVEL, **decode_overrides}
+    decode_overrides = {**model_decoding_overrides(model), **decode_overrides}
     cfg = decode_cfg_for(vocab, beam_size=beam_size, max_words=max_words, **decode_overrides)
     was_training = model.training
     model.eval()

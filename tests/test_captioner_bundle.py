@@ -36,7 +36,7 @@ def test_pixels_to_captions_match_the_torch_run_at_fp32_beam_3(pixels, images):
     bundle, run, weights = pixels
     expected = Captioner.from_run(run, beam=3, backbone_weights=weights).batch(images)
     assert all(expected)  # non-empty captions: the comparison means something
-    with Captioner.load(bundle, runtime="ort", precision="fp32", beam=3) as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=3) as cap:
         assert cap.runtime_info["backbone"].startswith("in the encoder graph") and cap.backbone is None
         assert cap.batch(images) == expected
         assert cap(images[0]) == expected[0]
@@ -56,11 +56,11 @@ def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
     with caplog.at_level(logging.INFO, logger="edgecap.captioner"):
         cap = Captioner.load(bundle)
     info = cap.runtime_info
-    assert info["runtime"] == "ort" and info["runtime_reason"].startswith("ort: the first installed")
+    assert info["runtime"] == "onnxruntime" and info["runtime_reason"].startswith("onnxruntime: the first installed")
     assert info["providers"][-1] == "CPUExecutionProvider" and info["precision"] == "fp32"
     assert info["model"] == "ort-test" and info["beam"] == 3 and info["bundle"] == str(bundle)
     assert info["summary"] in caplog.text and "CPUExecutionProvider" in caplog.text
-    assert repr(cap).startswith("Captioner(ort-test on ort")
+    assert repr(cap).startswith("Captioner(ort-test on onnxruntime [")
 
 
 def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_factory):
@@ -91,7 +91,7 @@ def test_auto_precision_on_cpu_takes_int8_when_its_preset_suits_this_cpu(tiny_da
 
     bundle = region_bundle(tiny_data, tmp_path_factory)
     preset = load_bundle(bundle, graphs="none").variant("int8")["preset"]
-    with Captioner.load(bundle, runtime="ort") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime") as cap:
         suits = preset in (detect_cpu_preset(), "cpu-avx2")
         assert cap.runtime_info["precision"] == ("int8" if suits else "fp32")
         assert preset in cap.runtime_info["precision_reason"]
@@ -101,9 +101,9 @@ def test_requests_the_bundle_or_machine_cannot_serve(pixels, tiny_data, tmp_path
     bundle, _, _ = pixels
     with pytest.raises(BundleError, match=r"no 'int8' variant \(it holds \['fp32'\]\)"):
         Captioner.load(bundle, precision="int8")
-    with pytest.raises(CaptionerError, match="INT8 graphs need runtime='ort'"):
+    with pytest.raises(CaptionerError, match="INT8 graphs need runtime='onnxruntime'"):
         Captioner.load(region_bundle(tiny_data, tmp_path_factory), runtime="torch", precision="int8")
-    with pytest.raises(CaptionerError, match=r"unknown runtime 'tensorflow'; registered: \['ort', 'torch'"):
+    with pytest.raises(CaptionerError, match=r"unknown runtime 'tensorflow'; registered: \['onnxruntime', 'torch'"):
         Captioner.load(bundle, runtime="tensorflow")
     for beam in (0, MAX_BEAM + 1, 2000):
         with pytest.raises(CaptionerError, match=rf"beam must be an integer in 1\.\.{MAX_BEAM} \(MAX_BEAM\)"):
@@ -120,8 +120,8 @@ def test_a_corrupt_bundle_is_refused_by_load(pixels, tmp_path: Path):
     weights.write_bytes(bytes(data))
     with pytest.raises(BundleIntegrityError, match=r"weights\.safetensors: SHA-256"):
         Captioner.load(copy, runtime="torch")
-    with Captioner.load(copy, runtime="ort") as cap:  # the ONNX runtime never reads the torch weights
-        assert cap.runtime_info["runtime"] == "ort"
+    with Captioner.load(copy, runtime="onnxruntime") as cap:  # the ONNX runtime never reads the torch weights
+        assert cap.runtime_info["runtime"] == "onnxruntime"
 
 
 def test_a_three_line_script_needs_no_training_code(pixels, images):
@@ -146,7 +146,7 @@ def test_concurrent_calls_give_the_serial_captions(pixels, images):
     """Four threads on one Captioner, each captioning every image several times, agree with serial calls."""
     from concurrent.futures import ThreadPoolExecutor
 
-    with Captioner.load(pixels[0], runtime="ort", precision="fp32", threads=1) as cap:
+    with Captioner.load(pixels[0], runtime="onnxruntime", precision="fp32", threads=1) as cap:
         serial = cap.batch(images)
         jobs = [images[i % len(images) :] + images[: i % len(images)] for i in range(8)]
         with ThreadPoolExecutor(max_workers=4) as pool:
@@ -159,7 +159,7 @@ def test_one_array_is_one_image_not_its_rows(pixels, images):
     import numpy as np
     from PIL import Image
 
-    with Captioner.load(pixels[0], runtime="ort", precision="fp32") as cap:
+    with Captioner.load(pixels[0], runtime="onnxruntime", precision="fp32") as cap:
         array = np.asarray(Image.open(images[0]).convert("RGB"))
         assert array.ndim == 3
         assert cap.batch(array) == [cap(images[0])]
@@ -176,13 +176,13 @@ def test_load_hashes_only_the_files_it_reads(tiny_data, tmp_path_factory, tmp_pa
     data = bytearray(graph.read_bytes())
     data[len(data) // 2] ^= 0x01
     graph.write_bytes(bytes(data))
-    with Captioner.load(copy, runtime="ort", precision="fp32") as cap:
+    with Captioner.load(copy, runtime="onnxruntime", precision="fp32") as cap:
         assert cap.runtime_info["precision"] == "fp32"
     with pytest.raises(BundleIntegrityError, match=r"SHA-256"):
-        Captioner.load(copy, runtime="ort", precision="int8")
+        Captioner.load(copy, runtime="onnxruntime", precision="int8")
     graph.write_bytes(graph.read_bytes()[:-10])  # sizes of every file are still checked
     with pytest.raises(BundleIntegrityError, match=r"truncated or modified"):
-        Captioner.load(copy, runtime="ort", precision="fp32")
+        Captioner.load(copy, runtime="onnxruntime", precision="fp32")
 
 
 def test_loading_changes_no_process_wide_settings(pixels):
@@ -191,7 +191,7 @@ def test_loading_changes_no_process_wide_settings(pixels):
     target = 1 if before != 1 else 2
     with Captioner.load(pixels[0], runtime="torch", threads=target) as cap:
         assert cap.runtime_info["runtime"] == "torch"
-    with Captioner.load(pixels[0], runtime="ort", threads=target):
+    with Captioner.load(pixels[0], runtime="onnxruntime", threads=target):
         pass
     assert torch.get_num_threads() == before
 
@@ -203,7 +203,7 @@ def test_a_bare_model_name_finds_its_bundle_under_edgecap_home(pixels, images, t
 
     monkeypatch.setenv("EDGECAP_HOME", str(tmp_path))
     copy_bundle(pixels[0], tmp_path / "bundles" / "ort-test")
-    with Captioner.load("ort-test", runtime="ort", precision="fp32") as cap:
+    with Captioner.load("ort-test", runtime="onnxruntime", precision="fp32") as cap:
         assert Path(cap.runtime_info["bundle"]) == tmp_path / "bundles" / "ort-test"
         expected = cap.batch(images[:2])
     result = CliRunner().invoke(main, ["caption", *map(str, images[:2]), "--model", "ort-test", "--json"])
@@ -224,7 +224,7 @@ def test_batch_can_skip_images_that_do_not_load(pixels, images, tmp_path: Path):
     truncated = tmp_path / "truncated.jpg"
     truncated.write_bytes(images[1].read_bytes()[:200])
     mixed = [images[0], missing, images[1], truncated, images[2]]
-    with Captioner.load(pixels[0], runtime="ort", precision="fp32") as cap:
+    with Captioner.load(pixels[0], runtime="onnxruntime", precision="fp32") as cap:
         expected = cap.batch([images[0], images[1], images[2]])
         with pytest.raises(ImageNotFoundError):
             cap.batch(mixed)  # the default is today's: raise
@@ -237,7 +237,7 @@ def test_batch_can_skip_images_that_do_not_load(pixels, images, tmp_path: Path):
         with pytest.raises(CaptionerError, match="errors must be 'raise' or 'skip'"):
             cap.batch(images, errors="ignore")
 
-    args = ["caption", *map(str, mixed), "--model", str(pixels[0]), "--runtime", "ort", "--precision", "fp32"]
+    args = ["caption", *map(str, mixed), "--model", str(pixels[0]), "--runtime", "onnxruntime", "--precision", "fp32"]
     result = CliRunner().invoke(main, [*args, "--skip-bad-images"])
     assert result.exit_code == 1
     assert f"{images[0]}: {expected[0]}" in result.stdout and f"{images[2]}: {expected[2]}" in result.stdout

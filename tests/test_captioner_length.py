@@ -71,7 +71,7 @@ def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
     image = sorted((tiny_data[0] / "images").iterdir())[0]
     reference = Captioner.from_run(run, backbone_weights=weights)  # torch
     expected = reference(image)  # default level
-    with Captioner.load(bundle, runtime="ort", precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
         assert cap(image) == cap(image, length_level=2) == expected
         for level in (1, 4):
             assert cap(image, length_level=level) == reference(image, length_level=level)
@@ -79,5 +79,5 @@ def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
             cap(image, length_level=5)
     calibration = load_bundle(bundle).variant("int8")["calibration"]
     assert calibration["images"] == 8 and calibration["report"]["decoder_feeds"] > 0
-    with Captioner.load(bundle, runtime="ort", precision="int8") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="int8") as cap:
         assert all(isinstance(cap(image, length_level=level), str) for level in (1, 2, 3, 4))

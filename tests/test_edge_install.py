@@ -77,7 +77,8 @@ def test_runtime_install_imports_edgecap_without_torch(runtime_venv: Any) -> Non
     found = json.loads(done.stdout.strip().splitlines()[-1])
     assert Path(found["edgecap"]).is_relative_to(runtime_venv.path)  # the installed copy, not the checkout
     assert not found["torch_found"] and found["imported"] == []
-    assert "torch" not in runtime_venv.packages and "ort" in found["available"] and "torch" not in found["available"]
+    assert "torch" not in runtime_venv.packages
+    assert "onnxruntime" in found["available"] and "torch" not in found["available"]
     if runtime_venv.pins:  # the oldest supported ONNX Runtime, on the numpy 1.x it was built for
         assert found["onnxruntime"].startswith("1.18.") and found["numpy"].startswith("1.")
     size = EDGE.venv_size(runtime_venv)
@@ -138,13 +139,14 @@ def test_captions_match_the_full_install(
 def test_edgecap_bench_runs_in_the_runtime_install(
     runtime_venv: Any, tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
 ) -> None:
-    """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ORT measured from pixels, the
-    torch runtimes skipped with the install hint, the plots left out with a note."""
+    """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ONNX Runtime measured from
+    pixels, the torch runtimes skipped with the install hint, the plots left out with a note."""
     from tests.bundle.helpers import pixel_bundle
 
     bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
     images = tiny_data[0] / "images"
-    args = ["bench", "--bundle", str(bundle), "--runtime", "ort,torch", "--images", str(images), "--max-images", "4"]
+    args = ["bench", "--bundle", str(bundle), "--runtime", "onnxruntime,torch", "--images", str(images)]
+    args += ["--max-images", "4"]
     args += ["--batch", "1", "--beam", "3", "--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--quiet"]
     done = EDGE.subprocess.run(
         [str(runtime_venv.edgecap), *args, "--no-quality", "--out", str(tmp_path / "report")],
@@ -156,7 +158,7 @@ def test_edgecap_bench_runs_in_the_runtime_install(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "report" / "report.json").read_text())
-    assert [(r["runtime"], r["backbone"]) for r in report["results"]] == [("ort", "graph")]
+    assert [(r["runtime"], r["backbone"]) for r in report["results"]] == [("onnxruntime", "graph")]
     assert "pip install 'edgecap[train]'" in report["skipped"][0]["reason"]
     assert any("need matplotlib" in note for note in report["notes"])
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from edgecap.bench.ratios import ratio_lines
 from edgecap.bench.report import BenchReport, ComboResult
+from edgecap.precisions import PRECISIONS
 
 __all__ = ["fmt_count", "fmt_mib", "fmt_ms", "fmt_num", "format_markdown"]
 
@@ -180,9 +181,17 @@ def table(columns: Sequence[Column], results: Iterable[ComboResult]) -> list[str
 
 
 # -- sections --------------------------------------------------------------------------------------------------------
+def _runtime_order() -> dict[str, int]:
+    """Report order of the runtimes: baselines first, then the registry's ``auto`` order reversed (the runtime a
+    deployment would pick comes last, next to the baseline it is compared with)."""
+    from edgecap.runtimes.registry import list_runtimes
+
+    return {name: i for i, name in enumerate(reversed(list_runtimes()))}
+
+
 def _sorted(results: Iterable[ComboResult]) -> list[ComboResult]:
-    runtime = {"torch-rerun": 0, "torch": 1, "ort": 2}
-    precision = {"fp32": 0, "fp16": 1, "int8": 2}
+    runtime = _runtime_order()
+    precision = {name: i for i, name in enumerate(PRECISIONS)}
     return sorted(
         results,
         key=lambda r: (

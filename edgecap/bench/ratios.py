@@ -4,8 +4,8 @@ Three comparisons between results of the same bundle, beam and batch (so the sam
 
 - **cached vs re-run prefix** (``torch`` / ``torch-rerun``, FP32): what the decoder cache buys, the way the reference
   implementations decode.
-- **ONNX Runtime vs torch eager** (``ort`` FP32 / ``torch`` FP32): what the export buys.
-- **INT8 vs FP32** (both ``ort``): encoder speed-up, size on disk, CIDEr-D delta.
+- **ONNX Runtime vs torch eager** (``onnxruntime`` FP32 / ``torch`` FP32): what the export buys.
+- **INT8 vs FP32** (both ``onnxruntime``): encoder speed-up, size on disk, CIDEr-D delta.
 
 and one between two bundles of the same run (:attr:`~edgecap.bench.report.BundleInfo.run`) benchmarked in one report:
 
@@ -61,7 +61,7 @@ class _Comparison:
     """Which comparison, where.
 
     Attributes:
-        comparison: ``"cached vs re-run prefix"``, ``"ort vs torch"`` or ``"int8 vs fp32"``.
+        comparison: ``"cached vs re-run prefix"``, ``"onnxruntime vs torch"`` or ``"int8 vs fp32"``.
         model, beam, batch: where (``model`` carries `` L<level>`` for a per-level result).
         subject, baseline: ``"runtime precision"`` labels.
     """
@@ -100,8 +100,8 @@ BACKBONE_COMPARISON = "pixels-in vs torch backbone"
 
 _COMPARISONS: tuple[tuple[str, tuple[str, str], tuple[str, str]], ...] = (
     ("cached vs re-run prefix", ("torch", "fp32"), ("torch-rerun", "fp32")),
-    ("ort vs torch", ("ort", "fp32"), ("torch", "fp32")),
-    ("int8 vs fp32", ("ort", "int8"), ("ort", "fp32")),
+    ("onnxruntime vs torch", ("onnxruntime", "fp32"), ("torch", "fp32")),
+    ("int8 vs fp32", ("onnxruntime", "int8"), ("onnxruntime", "fp32")),
 )
 
 

@@ -126,7 +126,7 @@ class Quality:
         beam: beam size used.
         delta_to_fp32: ``score − score(FP32)``, same bundle and beam (same runtime when it was measured).
         ratio_to_fp32: ``score / score(FP32)`` (MLPerf states quality targets as 99 % of FP32).
-        reference: which FP32 result the delta refers to (``"ort fp32"``).
+        reference: which FP32 result the delta refers to (``"onnxruntime fp32"``).
     """
 
     metric: str
@@ -299,10 +299,27 @@ class BenchReport:
                 f"{where}: report schema_version {version} is newer than this edgecap reads ({SCHEMA_VERSION}); "
                 "upgrade edgecap"
             )
-        return _build(cls, data, where)
+        return _build(cls, _current_runtime_names(data), where)
 
 
 # -- JSON (de)serialisation ------------------------------------------------------------------------------------------
+def _current_runtime_names(value: Any) -> Any:
+    """``value`` with every ``runtime``/``runtimes`` entry under its current registry name, so a report written
+    before a runtime was renamed (``ort`` -> ``onnxruntime``) compares with a new one."""
+    from edgecap.runtimes.registry import canonical_runtime
+
+    if isinstance(value, list):
+        return [_current_runtime_names(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _current_runtime_names(v) for k, v in value.items()}
+    if isinstance(out.get("runtime"), str):
+        out["runtime"] = canonical_runtime(out["runtime"])
+    if isinstance(out.get("runtimes"), list):
+        out["runtimes"] = [canonical_runtime(r) if isinstance(r, str) else r for r in out["runtimes"]]
+    return out
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): _jsonable(v) for k, v in value.items()}

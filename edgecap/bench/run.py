@@ -66,7 +66,8 @@ class BenchCfg:
     Attributes:
         bundles: bundle directories.
         runtimes: runtime registry names (``edgecap.runtimes.list_runtimes()``); ``torch-rerun`` is the re-run-prefix
-            baseline. A registered runtime whose backend is not installed here is skipped with the reason.
+            baseline; empty = every registered runtime. A registered runtime whose backend is not installed here is
+            skipped with the reason.
         precisions: precisions to measure; None = every precision each bundle holds.
         batches: images per query; batch 1 is the single-stream scenario, larger ones the offline scenario.
         beams: beam sizes (1 = greedy, at most ``MAX_BEAM``); None = each bundle's default. Mask-predict bundles
@@ -95,7 +96,7 @@ class BenchCfg:
     """
 
     bundles: tuple[str, ...]
-    runtimes: tuple[str, ...] = ("torch", RERUN, "ort")
+    runtimes: tuple[str, ...] = ()
     precisions: tuple[str, ...] | None = None
     batches: tuple[int, ...] = (1, 8)
     beams: tuple[int, ...] | None = None
@@ -122,7 +123,7 @@ class BenchCfg:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from edgecap.runtimes.registry import list_runtimes
+        from edgecap.runtimes.registry import canonical_runtime, list_runtimes
 
         for name in ("bundles", "runtimes", "precisions", "batches", "beams", "providers"):
             value = getattr(self, name)
@@ -136,8 +137,9 @@ class BenchCfg:
                 object.__setattr__(self, name, str(getattr(self, name)))
         if not self.bundles:
             raise BenchCfgError("bundles: give at least one bundle directory")
-        if not self.runtimes:
-            raise BenchCfgError("runtimes: give at least one runtime")
+        # empty = every registered runtime; an older name (an alias) is read as the runtime's current name
+        runtimes = self.runtimes or tuple(list_runtimes())
+        object.__setattr__(self, "runtimes", tuple(dict.fromkeys(canonical_runtime(r, warn=True) for r in runtimes)))
         unknown = [r for r in self.runtimes if r not in list_runtimes()]
         if unknown:
             raise BenchCfgError(f"runtimes: unknown {unknown}; registered: {list_runtimes()}")
@@ -558,9 +560,12 @@ def link_results(results: Sequence[ComboResult]) -> list[ComboResult]:
     - speed-up: ``p50(torch-rerun) / p50(this)`` for the same bundle, beam and batch, against the re-run result of
       the same precision, else of FP32 (INT8 has no torch re-run); the baseline's own rows get 1.0.
     - quality: delta and ratio to the FP32 result of the same bundle and beam, on the same runtime when it was
-      measured, else on the first other runtime measured at FP32 (torch before ort).
+      measured, else on the first other runtime measured at FP32 (torch before onnxruntime).
     """
+    from edgecap.runtimes.registry import get_runtime, list_runtimes
+
     rerun = {(r.bundle, r.precision, r.beam, r.batch, r.length_level): r for r in results if r.runtime == RERUN}
+    torch_runtimes = [name for name in list_runtimes() if get_runtime(name).torch]
     fp32_quality: dict[tuple[str, int, int | None], dict[str, Quality]] = {}
     for r in results:
         if r.precision == "fp32" and r.quality is not None:
@@ -575,7 +580,7 @@ def link_results(results: Sequence[ComboResult]) -> list[ComboResult]:
             changes["speedup_reference"] = f"{RERUN} {base.precision}"
         if r.quality is not None:
             refs = fp32_quality.get((r.bundle, r.beam, r.length_level), {})
-            order = [r.runtime, "torch", RERUN, *sorted(refs)]
+            order = [r.runtime, *torch_runtimes, *sorted(refs)]
             runtime = next((name for name in order if name in refs), None)
             if runtime is not None:
                 ref = refs[runtime]
@@ -657,7 +662,7 @@ def _notes(cfg: BenchCfg, results: Sequence[ComboResult], bundles: Sequence[Bund
             "'pixels-in vs torch backbone' ratio is missing; export the same run with its backbone in torch and pass "
             "both bundles (docs/benchmarks.md, 'Pixels-in vs the torch backbone')."
         )
-    if any(r.runtime == "ort" and r.precision == "fp16" and r.device == "cpu" for r in results):
+    if any(r.runtime == "onnxruntime" and r.precision == "fp16" and r.device == "cpu" for r in results):
         notes.append(
             "FP16 graphs on ONNX Runtime's CPU provider run with inserted casts and are expected to be slower than "
             "FP32; FP16 is meant for GPUs/NPUs."

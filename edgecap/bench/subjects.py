@@ -11,10 +11,10 @@ name, and one whose backend is not installed here is skipped with the registry's
 - ``torch``: the bundle's ``weights.safetensors`` in torch eager (cached decoding);
 - ``torch-rerun`` (a registry ``baseline``): the same weights re-running the decoder over the whole prefix every step
   as the reference implementations do — the baseline every report's "speed-up vs re-run prefix" column divides by;
-- ``ort``: the bundle's ONNX graphs of the precision in ONNX Runtime.
+- ``onnxruntime``: the bundle's ONNX graphs of the precision in ONNX Runtime.
 
-A mask-predict bundle (LaBERT) runs on ``torch`` (FP32) and ``ort``; a re-run-prefix baseline has no meaning for it
-(there is no prefix to re-run) and is skipped with that reason.
+A mask-predict bundle (LaBERT) runs on ``torch`` (FP32) and ``onnxruntime``; a re-run-prefix baseline has no meaning
+for it (there is no prefix to re-run) and is skipped with that reason.
 
 Nothing here imports torch unless the subject needs it (a torch runtime, a backbone rebuilt in torch): inputs are
 numpy arrays, so a runtime-only install (numpy, Pillow, ONNX Runtime) benchmarks a pixels-in bundle end to end.
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.data.images import IMAGE_SUFFIXES, image_files
 from edgecap.runtimes.registry import UnknownRuntimeError, get_runtime, list_runtimes
 
 __all__ = [
@@ -52,7 +53,6 @@ __all__ = [
     "skip_reason",
 ]
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
 Item = dict[str, np.ndarray]
 
@@ -91,12 +91,12 @@ def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -
             f"the bundle runs its backbone ({bundle.backbone_spec.get('name')}) in torch, which is not installed here: "
             f"{get_runtime('torch').install or 'install torch and timm'}; a pixels-in export needs neither"
         )
-    torch_runtime = "torch" in spec.requires
+    torch_runtime = spec.torch
     if bundle.decoding == "mask_predict":
         if spec.baseline:
             return f"{runtime} re-runs the prefix, an autoregressive baseline; a mask-predict bundle has no prefix"
         if torch_runtime and precision != "fp32":
-            return "the torch mask-predict adapter runs FP32 weights; FP16 LaBERT graphs need --runtime ort"
+            return "the torch mask-predict adapter runs FP32 weights; FP16 LaBERT graphs need --runtime onnxruntime"
     if torch_runtime:
         import torch
 
@@ -146,7 +146,7 @@ def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"--images: {directory} is not a directory")
-    paths = sorted(p for p in directory.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    paths = image_files(directory)
     if not paths:
         raise ValueError(f"--images: no image files in {directory} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
     return paths[:limit] if limit else paths
@@ -423,7 +423,7 @@ def open_subject(
             ``Captioner.load`` errors (``CaptionerError``, ``BundleError``) pass through with their messages.
     """
     spec = get_runtime(runtime)
-    graphs = spec.graph_runtime is not None and "torch" not in spec.requires
+    graphs = spec.graph_runtime is not None and not spec.torch
     start = time.perf_counter()
     from edgecap.captioner import Captioner
 

@@ -10,7 +10,9 @@ A bundle is one directory::
     BUNDLE/weights.safetensors      the torch weights (``Captioner.load(..., runtime="torch")``)
     BUNDLE/backbone/<file>          the backbone's local weights, when the run's features came from a file
     BUNDLE/onnx/<precision>/*.onnx  encoder, start, init (= encoder + start, what runtimes load) and step graphs
-    BUNDLE/calibration/             INT8 ranges (JSON) and a TensorRT-style calibration cache
+    BUNDLE/calibration/             INT8 ranges (JSON)
+    BUNDLE/engines/<key>/           TensorRT engines built here by ``edgecap engine`` (derived, outside the manifest's
+                                    checksums; each engine's own SHA-256 is in its ``engine.json``)
 
 ``export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies one;
 ``edgecap.Captioner.load(BUNDLE)`` runs one. Only the manifest and reader are imported eagerly (no torch/onnx).

@@ -13,8 +13,8 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
 2. write config, vocab, weights (and the backbone's local weights file when the run used one);
 3. INT8 (``int8=True``): turn the calibration images into encoder feeds (backbone features computed by the run's
    backbone, or preprocessed pixels when the backbone is in the graph), quantise with
-   :func:`edgecap.calibration.quantize_int8` for ``target``, write the QDQ graphs, the ranges and a TensorRT-style
-   calibration cache;
+   :func:`edgecap.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges (TensorRT builds
+   from the QDQ graphs: no calibration table);
 4. task-level check of every variant against the torch FP32 model on a held-out set: CIDEr-D of both, the
    difference, and caption agreement (``edgecap.calibration.compare_decoders``). The held-out set is the run's
    val split when its dataset is reachable, else calibration images kept out of calibration (scored against the
@@ -38,6 +38,7 @@ import torch
 from edgecap.bundle.manifest import PRECISION_ORDER, parity_summary, sha256_file
 from edgecap.bundle.reader import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME, is_bundle, load_bundle
 from edgecap.bundle.writer import BundleBuilder, create_bundle
+from edgecap.data.images import IMAGE_SUFFIXES, image_files
 
 __all__ = [
     "DEFAULT_CALIB_SIZE",
@@ -55,7 +56,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 DEFAULT_CALIB_SIZE = 256
 DEFAULT_QUALITY_IMAGES = 100
 _BATCH = 16
@@ -234,7 +234,7 @@ def calibration_images(calib: str | Path) -> tuple[list[CalibImage], str]:
         images = [CalibImage(r.path, r.image_id) for r in dataset.split("train") if r.path is not None]
         description = f"train split of dataset {calib}"
     else:
-        paths = sorted(p for p in calib.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+        paths = image_files(calib)
         images = [CalibImage(p, p.stem) for p in paths]
         description = f"images in {calib}"
     if not images:
@@ -820,8 +820,6 @@ def _int8_variant(
 ) -> _HeldOut | None:
     """Calibrate, quantise and write the INT8 variant; returns the held-out set (carved out of the calibration images
     when the run has none)."""
-    from edgecap.calibration import write_trt_calibration_cache
-
     images = list(calib_images)
     holdout: list[CalibImage] = []
     if held_out is None and quality_images and len(images) >= 2:
@@ -848,10 +846,6 @@ def _int8_variant(
         graphs[graph] = name
     ranges_file = "calibration/int8_ranges.json"
     bundle.write_json(ranges_file, {"target": target, **quantized.artifact()})
-    caches = {}
-    for role, graph in spec.runtime_graphs.items():
-        caches[graph] = f"calibration/{graph}.trt_calibration.cache"
-        write_trt_calibration_cache(quantized.ranges[role], bundle.path(caches[graph]))
     calibration = {
         "set": calib_description,
         "images": len(calib_inputs),
@@ -865,7 +859,7 @@ def _int8_variant(
         "target": target,
         "preset": quantized.preset,
         "calibration": calibration,
-        "artefacts": {"ranges": ranges_file, "tensorrt_caches": caches},
+        "artefacts": {"ranges": ranges_file},
     }
     models["int8"] = dict(quantized.models)
     if held_out is None and holdout:

@@ -28,6 +28,7 @@ from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
+    "DERIVED_DIRS",
     "FORMAT",
     "FORMAT_VERSION",
     "MANIFEST_NAME",
@@ -53,6 +54,10 @@ FORMAT = "edgecap-bundle"
 #: Version of the bundle layout and manifest schema this edgecap writes and the newest it reads.
 FORMAT_VERSION = 1
 MANIFEST_NAME = "manifest.json"
+#: Top-level folders of artefacts built *from* a bundle on the machine that runs it (TensorRT engines, which depend
+#: on the GPU and TensorRT version): outside the manifest's file list and checksums, so building one never breaks
+#: verification; each records its own checksum and the graph checksum it was built from (``edgecap.engines``).
+DERIVED_DIRS = ("engines",)
 #: Precisions a bundle can hold, best-known first in reports.
 PRECISION_ORDER = PRECISIONS  # the bundle-format name of edgecap.precisions.PRECISIONS
 
@@ -90,11 +95,12 @@ def sha256_file(path: str | Path) -> str:
 
 
 def _bundle_files(root: Path) -> list[str]:
-    """Relative POSIX paths of every regular file under ``root``, except the manifest and hidden entries."""
+    """Relative POSIX paths of every regular file under ``root``, except the manifest, hidden entries and the
+    derived-artefact folders (:data:`DERIVED_DIRS`)."""
     out = []
     for path in sorted(root.rglob("*")):
         rel = path.relative_to(root)
-        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+        if any(part.startswith(".") for part in rel.parts) or rel.parts[0] in DERIVED_DIRS or not path.is_file():
             continue
         name = rel.as_posix()
         if name != MANIFEST_NAME:

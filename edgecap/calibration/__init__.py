@@ -1,13 +1,13 @@
 """INT8 calibration and static quantisation (QDQ) of exported captioners.
 
-- :class:`CalibrationSource` (``source``): feeds + a cache path, with ONNX Runtime and TensorRT calibrator adapters.
+- :class:`CalibrationSource` (``source``): feeds + a cache path, with the ONNX Runtime calibration-reader adapter.
 - ``record``: the decoder-step feeds of a real FP32 decoding run (realistic caches and tokens).
 - ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``).
 - ``quantize``: :func:`quantize_int8` (both runtime graphs) and :func:`quantize_graph` (one graph), with
-  ONNX Runtime's ``quantize_static``; TensorRT calibration tables from the calibrated ranges.
+  ONNX Runtime's ``quantize_static`` (the ``tensorrt`` preset's QDQ graphs are what ``edgecap engine`` builds from).
 - ``quality``: :func:`compare_decoders`, the task-level check of an INT8 decoder against its FP32 reference.
 
-``onnx``/``onnxruntime``/``tensorrt`` are imported only when a quantisation or calibrator actually runs.
+``onnx``/``onnxruntime`` are imported only when a quantisation actually runs.
 
     from edgecap.calibration import quantize_int8
     result = quantize_int8(export.runtime_models("fp32"), export.spec, feeds, decode_cfg, preset="cpu-auto")
@@ -29,7 +29,6 @@ from edgecap.calibration.source import (
     CalibrationError,
     CalibrationSource,
     OrtCalibrationReader,
-    TrtCalibrator,
 )
 
 _LAZY: dict[str, str] = {
@@ -40,8 +39,6 @@ _LAZY: dict[str, str] = {
     "Int8Result": "edgecap.calibration.quantize",
     "quantize_graph": "edgecap.calibration.quantize",
     "quantize_int8": "edgecap.calibration.quantize",
-    "read_trt_calibration_cache": "edgecap.calibration.quantize",
-    "write_trt_calibration_cache": "edgecap.calibration.quantize",
     "compare_decoders": "edgecap.calibration.quality",
 }
 
@@ -51,7 +48,6 @@ __all__ = [
     "OrtCalibrationReader",
     "QuantPreset",
     "RolePolicy",
-    "TrtCalibrator",
     "detect_cpu_preset",
     "get_preset",
     "list_presets",

@@ -9,8 +9,9 @@ encoder feeds (real images: backbone pixels or region features) and the deployed
 2. per graph (:func:`quantize_graph`): ``quant_pre_process`` (symbolic shape inference, basic ORT optimisation,
    ONNX shape inference), then ``quantize_static(QuantFormat.QDQ)`` with the target preset's types, op types and
    calibration method (``edgecap.calibration.presets``), excluding the nodes/op types the caller names;
-3. returns the QDQ graphs, the calibration tensor ranges (JSON-ready; :func:`write_trt_calibration_cache` turns them
-   into a TensorRT calibration table) and a calibration report for the bundle manifest.
+3. returns the QDQ graphs, the calibration tensor ranges (JSON-ready) and a calibration report for the bundle
+   manifest. TensorRT builds from the QDQ graphs themselves (explicit INT8; ``edgecap engine``), so no TensorRT
+   calibration table is written.
 
 A length-controllable model (``*-len``, LaBERT §3.1: its encoder graph takes ``length_level``) is calibrated at every
 level: feeds without levels get one per image, cycling over the plan, and each image is decoded at its own level.
@@ -29,7 +30,6 @@ import io
 import json
 import logging
 import re
-import struct
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from edgecap._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from edgecap._io import atomic_write_bytes, atomic_write_json
 from edgecap.calibration.presets import AUTO, HISTOGRAM_METHODS, QuantPreset, get_preset
 from edgecap.calibration.record import FeedRecorder, record_decoder_feeds
 from edgecap.calibration.source import (
@@ -54,9 +54,6 @@ __all__ = [
     "graph_inputs",
     "quantize_graph",
     "quantize_int8",
-    "read_trt_calibration_cache",
-    "trt_version_code",
-    "write_trt_calibration_cache",
 ]
 
 #: Ranges of one graph: tensor name -> (lowest, highest) calibrated value.
@@ -67,9 +64,6 @@ _QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 #: feeds of 12 rows would need ~300 MB; 8 rows and 256 MiB keep calibration on a laptop.
 DECODER_ROWS_PER_FEED = 8
 DECODER_FEED_BYTES = 256 << 20
-#: TensorRT line used when no tensorrt package tells us the version: 10.3, JetPack 6's (the last TensorRT line on
-#: Jetson Orin that reads implicit-INT8 calibration tables; JetPack 6 Orin stays on TensorRT 10).
-DEFAULT_TRT_VERSION = "10.3.0"
 
 
 # -- onnxruntime plumbing --------------------------------------------------------------------------------------------
@@ -553,8 +547,7 @@ class Int8Result:
         preset: the preset used (``cpu-auto`` resolved, e.g. ``"cpu-vnni"``).
         calibration: JSON-ready report: feed counts, methods, per-role quantised op counts, excluded nodes, the
             decoder-feed recording statistics and the preset's settings.
-        ranges: role -> tensor -> (lowest, highest) calibrated values (the calibration artefact; see
-            :func:`write_trt_calibration_cache`).
+        ranges: role -> tensor -> (lowest, highest) calibrated values (the calibration artefact).
     """
 
     models: dict[str, Any]
@@ -629,7 +622,7 @@ def quantize_int8(
             exclusion patterns matching nothing, or quantisation failing.
     """
     from edgecap.runtimes.bridge import RuntimeStepModel
-    from edgecap.runtimes.ort import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OrtRuntime
 
     roles = list(fp32_models)
     missing = [r for r in ("encoder", "step") if r not in fp32_models]
@@ -739,86 +732,3 @@ def quantize_int8(
         calibration=calibration,
         ranges={role: r.ranges for role, r in results.items()},
     )
-
-
-# -- TensorRT calibration tables -------------------------------------------------------------------------------------
-def trt_version_code(version: str | int) -> int:
-    """TensorRT's ``NV_TENSORRT_VERSION`` for a version string: ``"8.6.1"`` -> 8601, ``"10.3.0"`` -> 100300.
-
-    TensorRT < 10 encodes ``major*1000 + minor*100 + patch``; 10 and later ``major*10000 + minor*100 + patch``.
-    """
-    if isinstance(version, int):
-        return version
-    parts = [int(p) for p in str(version).split(".")[:3] if p.isdigit()]
-    if not parts:
-        raise CalibrationError(f"not a TensorRT version: {version!r}")
-    major, minor, patch = (parts + [0, 0])[:3]
-    return major * (10000 if major >= 10 else 1000) + minor * 100 + patch
-
-
-def _installed_trt_version() -> str:
-    try:
-        import tensorrt
-
-        return str(tensorrt.__version__)
-    except ImportError:
-        return DEFAULT_TRT_VERSION
-
-
-def write_trt_calibration_cache(
-    ranges: Mapping[str, tuple[float, float]],
-    path: str | Path,
-    *,
-    trt_version: str | int | None = None,
-    algorithm: str = "EntropyCalibration2",
-) -> None:
-    """Write one graph's ranges as a TensorRT calibration table (implicit INT8, TensorRT <= 10; ORT's TensorRT EP
-    with ``trt_int8_use_native_calibration_table``).
-
-    Format: a header ``TRT-<NV_TENSORRT_VERSION>-<algorithm>``, then ``<tensor>: <scale>`` per tensor, where the scale
-    is ``max(|lowest|, |highest|) / 127`` (symmetric INT8) written as the hexadecimal bit pattern of the float32.
-    TensorRT rejects a table whose header version differs from its own, so pass the target's ``trt_version``
-    (default: the installed tensorrt's, else 10.3.0).
-
-    Args:
-        ranges: tensor -> (lowest, highest), e.g. ``Int8Result.ranges["encoder"]``.
-        path: the table file (written atomically).
-    """
-    code = trt_version_code(trt_version if trt_version is not None else _installed_trt_version())
-    lines = [f"TRT-{code}-{algorithm}"]
-    for name, (lowest, highest) in ranges.items():
-        if ":" in name or "\n" in name:
-            raise CalibrationError(f"tensor name {name!r} cannot be written to a TensorRT calibration table")
-        amax = max(abs(float(lowest)), abs(float(highest)))
-        if not np.isfinite(amax):
-            raise CalibrationError(f"tensor {name!r} has a non-finite calibrated range ({lowest}, {highest})")
-        bits = struct.unpack(">I", struct.pack(">f", amax / 127.0))[0]
-        lines.append(f"{name}: {bits:x}")
-    atomic_write_text(path, "\n".join(lines) + "\n")
-
-
-def read_trt_calibration_cache(path: str | Path) -> tuple[str, dict[str, float]]:
-    """Parse a TensorRT calibration table: ``(header, {tensor: scale})``.
-
-    Raises:
-        CalibrationError: the file is not a TensorRT calibration table.
-    """
-    path = Path(path)
-    try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CalibrationError(f"cannot read TensorRT calibration table {path}: {exc}") from exc
-    if not lines or not lines[0].startswith("TRT-"):
-        raise CalibrationError(f"{path} is not a TensorRT calibration table (no 'TRT-<version>-<algorithm>' header)")
-    scales: dict[str, float] = {}
-    for number, line in enumerate(lines[1:], start=2):
-        if not line.strip():
-            continue
-        name, sep, value = line.rpartition(":")
-        try:
-            if not sep:
-                raise ValueError("no ':'")
-            scales[name] = struct.unpack(">f", struct.pack(">I", int(value.strip(), 16)))[0]
-        except (ValueError, struct.error) as exc:
-            raise CalibrationError(f"{path} line {number}: malformed entry {line!r} ({exc})") from exc
-    return lines[0], scales

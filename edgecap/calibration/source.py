@@ -1,4 +1,4 @@
-"""``CalibrationSource``: an iterable of feed dicts plus a cache path, and its adapters for ONNX Runtime and TensorRT.
+"""``CalibrationSource``: an iterable of feed dicts plus a cache path, and its ONNX Runtime adapter.
 
 Modelled on Polygraphy's ``Calibrator(data_loader, cache)``: the source
 says *what* to calibrate on and *where* the result is remembered; each backend reads it through a thin adapter.
@@ -6,11 +6,9 @@ says *what* to calibrate on and *where* the result is remembered; each backend r
 - :class:`OrtCalibrationReader`: ONNX Runtime's ``CalibrationDataReader`` protocol (``get_next`` returning a feed
   or ``None``; ``__len__``/``set_range`` for strided calibration), checking every feed against the graph's inputs.
   The cache is ONNX Runtime's JSON tensor-range cache (``quantize_static(calibration_cache_path=...)``).
-- :class:`TrtCalibrator`: TensorRT's ``IInt8EntropyCalibrator2`` protocol (``get_batch_size``, ``get_batch`` with
-  device pointers, ``read/write_calibration_cache``). It is plain Python; :meth:`TrtCalibrator.as_tensorrt` wraps it
-  in a real ``tensorrt.IInt8EntropyCalibrator2`` subclass, importing ``tensorrt`` only then. Implicit-INT8
-  calibrators were deprecated in TensorRT 10.1 and removed in 11 (TensorRT release notes): for TensorRT 11
-  build from the explicit QDQ graph of the ``tensorrt`` preset instead. The cache is TensorRT's calibration table.
+
+TensorRT needs no calibrator: it builds INT8 engines from the explicit QDQ graphs these ranges produce
+(``edgecap engine``); TensorRT's implicit-INT8 calibrators were deprecated in 10.1 and removed in 11.
 
 A source is re-iterable when built from a sequence, a re-iterable collection or a zero-argument callable returning
 a fresh iterable; a generator (or any one-shot iterator) is accepted too, and a second pass over it raises instead
@@ -32,7 +30,6 @@ __all__ = [
     "CalibrationSource",
     "Feed",
     "OrtCalibrationReader",
-    "TrtCalibrator",
     "as_feed",
     "check_feed_names",
 ]
@@ -98,9 +95,9 @@ class CalibrationSource:
         data: the feeds: a sequence or other re-iterable collection of mappings, a zero-argument callable returning
             a fresh iterable on each call, or a one-shot iterator/generator (one pass only). Each feed maps graph
             input names to arrays (numpy, torch or array-like).
-        cache: a calibration cache file. The consumer decides its format (ONNX Runtime's JSON tensor ranges for
-            :func:`~edgecap.calibration.quantize.quantize_graph`, a TensorRT calibration table for
-            :class:`TrtCalibrator`); when the file exists the consumer reuses it instead of calibrating again.
+        cache: a calibration cache file (ONNX Runtime's JSON tensor ranges for
+            :func:`~edgecap.calibration.quantize.quantize_graph`); when the file exists the consumer reuses it
+            instead of calibrating again.
         limit: use at most this many feeds (``None``: all).
         name: for messages.
 
@@ -312,138 +309,3 @@ class OrtCalibrationReader:
     def rewind(self) -> None:
         """Start again from the first feed (the source must be re-iterable)."""
         self._iterator, self._position, self._stop = None, 0, None
-
-
-# -- TensorRT adapter ------------------------------------------------------------------------------------------------
-#: TensorRT calibrator classes by algorithm name (attribute names of the ``tensorrt`` module).
-TRT_CALIBRATORS = {
-    "entropy2": "IInt8EntropyCalibrator2",
-    "minmax": "IInt8MinMaxCalibrator",
-}
-
-
-class TrtCalibrator:
-    """The logic of a TensorRT INT8 calibrator (``IInt8EntropyCalibrator2`` protocol) over a :class:`CalibrationSource`.
-
-    TensorRT calls :meth:`get_batch` with the network's input names and expects one device pointer per name, or
-    ``None`` when calibration data is exhausted; :meth:`read_calibration_cache` returning bytes makes TensorRT skip
-    calibration; :meth:`write_calibration_cache` receives the table it computed. Buffers are torch tensors on
-    ``device`` (CUDA by default, no pycuda needed), kept alive until the next batch.
-
-    Use :meth:`as_tensorrt` to get the object to put in ``IBuilderConfig.int8_calibrator`` (TensorRT <= 10 only).
-
-    Args:
-        source: the calibration feeds and the calibration-table path (``source.cache``).
-        input_names: the network inputs; every feed must have exactly these names (checked when given).
-        dtypes: input name -> dtype the engine binds (e.g. ``{"tokens": "int32"}``); default each feed's own.
-        algorithm: ``"entropy2"`` (``IInt8EntropyCalibrator2``, TensorRT's recommendation for CNNs) or ``"minmax"``
-            (``IInt8MinMaxCalibrator``, recommended for transformers/NLP).
-        device: where batches are copied (``"cuda"``, ``"cuda:1"``; ``"cpu"`` only for tests).
-        batch_size: what :meth:`get_batch_size` reports; TensorRT uses it only for implicit-batch networks (the
-            feeds' own axis-0 sizes are what explicit-batch networks calibrate with).
-    """
-
-    def __init__(
-        self,
-        source: CalibrationSource | Iterable[FeedLike],
-        input_names: Sequence[str] | None = None,
-        dtypes: Mapping[str, Any] | None = None,
-        *,
-        algorithm: str = "entropy2",
-        device: str = "cuda",
-        batch_size: int = 1,
-    ) -> None:
-        if algorithm not in TRT_CALIBRATORS:
-            raise CalibrationError(
-                f"unknown TensorRT calibrator {algorithm!r}; choose one of {sorted(TRT_CALIBRATORS)}"
-            )
-        self.source = as_source(source)
-        self.algorithm = algorithm
-        self.device = device
-        self._reader = OrtCalibrationReader(self.source, input_names, dtypes)
-        self._buffers: dict[str, Any] = {}
-        self.batch_size = batch_size
-        self.batches_served = 0
-
-    def get_batch_size(self) -> int:
-        """The calibration batch size (TensorRT ignores it for explicit-batch networks)."""
-        return self.batch_size
-
-    def get_batch(self, names: Sequence[str]) -> list[int] | None:
-        """Device pointers of the next feed's inputs in ``names`` order, or None when the source is exhausted."""
-        import torch
-
-        feed = self._reader.get_next()
-        if feed is None:
-            self._buffers = {}
-            return None
-        missing = [n for n in names if n not in feed]
-        if missing:
-            raise CalibrationError(
-                f"{self.source.name} feed #{self._reader.served - 1}: TensorRT asks for input(s) {missing}, "
-                f"the feed has {sorted(feed)}"
-            )
-        self._buffers = {n: torch.from_numpy(np.ascontiguousarray(feed[n])).to(self.device) for n in names}
-        if self.device.startswith("cuda"):
-            torch.cuda.synchronize(self.device)
-        self.batches_served += 1
-        return [int(self._buffers[n].data_ptr()) for n in names]
-
-    def read_calibration_cache(self) -> bytes | None:
-        """The calibration table from ``source.cache`` (TensorRT then skips calibration), or None."""
-        data = self.source.read_cache()
-        if data is not None and not data.startswith(b"TRT-"):
-            raise CalibrationError(
-                f"{self.source.cache} is not a TensorRT calibration table (it must start with 'TRT-'); "
-                "an ONNX Runtime range cache (JSON) cannot be used here"
-            )
-        return data
-
-    def write_calibration_cache(self, cache: Any) -> None:
-        """Store the table TensorRT computed (atomically) in ``source.cache``."""
-        self.source.write_cache(bytes(cache))
-
-    def as_tensorrt(self) -> Any:
-        """A ``tensorrt.IInt8EntropyCalibrator2`` (or ``IInt8MinMaxCalibrator``) instance delegating to this object.
-
-        Raises:
-            ImportError: tensorrt is not installed.
-            CalibrationError: this TensorRT has no implicit-INT8 calibrators (TensorRT >= 11): use the QDQ graph.
-        """
-        try:
-            import tensorrt as trt
-        except ImportError as exc:
-            raise ImportError(
-                "TensorRT calibration needs the tensorrt package: pip install 'edgecap[tensorrt]'"
-            ) from exc
-        base = getattr(trt, TRT_CALIBRATORS[self.algorithm], None)
-        if base is None:
-            raise CalibrationError(
-                f"TensorRT {getattr(trt, '__version__', '?')} has no {TRT_CALIBRATORS[self.algorithm]} (implicit INT8 "
-                "was removed in TensorRT 11); build the engine from the QDQ graph of the 'tensorrt' preset instead"
-            )
-        return _trt_calibrator_class(base)(self)
-
-
-_TRT_CLASSES: dict[Any, type] = {}
-
-
-def _trt_calibrator_class(base: type) -> type:
-    """A subclass of TensorRT's calibrator ``base`` forwarding every callback to a :class:`TrtCalibrator`."""
-    cls = _TRT_CLASSES.get(base)
-    if cls is None:
-
-        def __init__(self: Any, adapter: TrtCalibrator) -> None:
-            base.__init__(self)  # pybind11 trampolines need the base initialiser
-            self.adapter = adapter
-
-        namespace = {
-            "__init__": __init__,
-            "get_batch_size": lambda self: self.adapter.get_batch_size(),
-            "get_batch": lambda self, names: self.adapter.get_batch(names),
-            "read_calibration_cache": lambda self: self.adapter.read_calibration_cache(),
-            "write_calibration_cache": lambda self, cache: self.adapter.write_calibration_cache(cache),
-        }
-        cls = type(f"Edgecap{base.__name__.removeprefix('I')}", (base,), namespace)
-        _TRT_CLASSES[base] = cls
-    return cls

@@ -21,8 +21,10 @@ COMMANDS: dict[str, str] = {
     "eval": "edgecap.cli.evaluate:evaluate",
     "caption": "edgecap.cli.caption:caption",
     "export": "edgecap.cli.export:export",
+    "engine": "edgecap.cli.engine:engine",
     "bench": "edgecap.cli.bench:bench",
     "quickstart": "edgecap.cli.quickstart:quickstart",
+    "import": "edgecap.cli.importing:importing",
 }
 
 #: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
@@ -39,8 +41,10 @@ _HELP: dict[str, str] = {
     "eval": "Score a trained run with the COCO caption metrics.",
     "caption": "Describe images with a bundle or a trained run.",
     "export": "Export a trained run to a verified bundle (ONNX FP32/FP16/INT8 + manifest).",
+    "engine": "Build a bundle's TensorRT engines on this GPU (for --runtime tensorrt).",
     "bench": "Benchmark bundles: latency, throughput, memory, size, quality; --compare two reports.",
     "quickstart": "Synthesise data, train, evaluate, export and benchmark the default model.",
+    "import": "Import an official ACORT, ORT or ExpansionNet v2 checkpoint as a run.",
 }
 
 

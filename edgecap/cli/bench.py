@@ -19,7 +19,8 @@ from edgecap.runtimes.registry import list_runtimes
 
 
 def _split(values: Sequence[str]) -> list[str]:
-    """``("torch,ort", "torch-rerun")`` -> ``["torch", "ort", "torch-rerun"]`` (repeatable and comma-separated)."""
+    """``("torch,onnxruntime", "torch-rerun")`` -> ``["torch", "onnxruntime", "torch-rerun"]`` (repeatable and
+    comma-separated)."""
     return [item.strip() for value in values for item in value.split(",") if item.strip()]
 
 
@@ -77,7 +78,7 @@ def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
     help="Runtimes, comma-separated or repeated: any registered one ("
     + ", ".join(list_runtimes())
     + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
-    "torch-rerun, ort; one not installed here is skipped with what to install.",
+    "torch-rerun, onnxruntime; one not installed here is skipped with what to install.",
 )
 @click.option(
     "--precision",
@@ -190,8 +191,8 @@ def bench(
 
     \b
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
-    edgecap bench --bundle labert-bundle --runtime ort --length-level all --out bench/
-    edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime ort --precision int8 --out bench/
+    edgecap bench --bundle labert-bundle --runtime onnxruntime --length-level all --out bench/
+    edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime onnxruntime --precision int8 --out b/
     edgecap bench --compare laptop/report.json jetson/report.json
     """
     if compare:

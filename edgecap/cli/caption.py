@@ -6,9 +6,9 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import beam_option, device_option, fail
+from edgecap.cli.options import RuntimeName, beam_option, device_option, fail
 from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import list_runtimes
+from edgecap.runtimes.registry import get_runtime, list_runtimes
 
 
 @click.command("caption")
@@ -24,10 +24,12 @@ from edgecap.runtimes.registry import list_runtimes
 @beam_option
 @click.option(
     "--runtime",
-    type=click.Choice(["auto", *list_runtimes()]),
+    type=RuntimeName(),
     default="auto",
     show_default=True,
-    help="Bundles: a registered runtime (auto = the first installed: ONNX Runtime, then torch). Runs use torch.",
+    help="Bundles: auto (the first installed: ONNX Runtime, then torch) or a registered runtime ("
+    + ", ".join(list_runtimes())
+    + "). Runs use torch.",
 )
 @click.option(
     "--precision",
@@ -105,7 +107,7 @@ def caption(
                     f"no bundle found for {model!r} (a bundle directory, or $EDGECAP_HOME/bundles/{model}); "
                     "captioning with a training run needs torch: pip install 'edgecap[train]'"
                 )
-            if runtime not in ("auto", "torch") or precision not in ("auto", "fp32"):
+            if (runtime != "auto" and not get_runtime(runtime).torch) or precision not in ("auto", "fp32"):
                 fail(
                     f"{model} is a trained run, which runs on torch at FP32; --runtime {runtime} and --precision "
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "

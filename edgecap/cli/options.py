@@ -43,6 +43,23 @@ def beam_option(fn: Callable) -> Callable:
     )(fn)
 
 
+class RuntimeName(click.ParamType):
+    """``auto`` or a registered runtime, checked against the registry when the command runs (so a runtime registered
+    after import counts, and an older name is read as the current one, with a warning)."""
+
+    name = "runtime"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from edgecap.runtimes.registry import canonical_runtime, list_runtimes
+
+        if value == "auto":
+            return value
+        name = canonical_runtime(str(value), warn=True)
+        if name not in list_runtimes():
+            self.fail(f"{value!r} is not a registered runtime; choose auto or one of {list_runtimes()}", param, ctx)
+        return name
+
+
 def fail(message: str) -> None:
     """Stop a command with a clear one-line error instead of a traceback."""
     raise click.ClickException(message)

@@ -1,4 +1,7 @@
-"""``edgecap train``: cross-entropy training on cached features."""
+"""``edgecap train``: cross-entropy training on cached features, then optionally self-critical training (SCST).
+
+Data-parallel under torchrun: ``torchrun --nproc-per-node N -m edgecap train ...`` (docs/training.md).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +10,21 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import apply_threads, device_option, fail, parse_overrides, threads_option
-from edgecap.training.config import TrainCfg
+from edgecap.training.config import SCST_RECIPES, TrainCfg
 
 _DEFAULTS = TrainCfg()
+_SCST_OPTIONS = (
+    "scst_lr",
+    "scst_anneal",
+    "scst_optimizer",
+    "scst_batch_size",
+    "scst_samples",
+    "scst_baseline",
+    "scst_max_words",
+    "scst_bleu_weight",
+    "scst_loss_norm",
+    "scst_eos_word",
+)
 
 
 def default_features_dir(data: Path) -> Path:
@@ -23,8 +38,16 @@ def default_features_dir(data: Path) -> Path:
 @click.option(
     "--data",
     type=click.Path(exists=True, path_type=Path),
-    required=True,
-    help="Dataset directory (Karpathy dataset.json + images) or a dataset JSON file.",
+    default=None,
+    help="Dataset directory (Karpathy dataset.json + images) or a dataset JSON file [required unless --init].",
+)
+@click.option(
+    "--init",
+    "init_run",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Start from this trained run (its model, vocabulary, best weights, data and features) and run only SCST "
+    "(--scst-epochs), into --out (a copy) or into the run itself when --out is not given.",
 )
 @click.option(
     "--features",
@@ -70,27 +93,62 @@ def default_features_dir(data: Path) -> Path:
     default=None,
     help="The feature cache's backbone weights file, when it came from a local file (needed for --finetune-epochs).",
 )
+@click.option(
+    "--scst-epochs",
+    type=click.IntRange(0),
+    default=0,
+    help="Self-critical sequence training epochs after the cross-entropy ones (CIDEr-D reward). 0 = off.",
+)
+@click.option(
+    "--scst-recipe",
+    type=click.Choice(sorted(SCST_RECIPES)),
+    default="v2",
+    show_default=True,
+    help="Paper recipe for the SCST options below: v2 = ExpansionNet v2 (5 samples, RAdam 1e-4 x0.8/epoch), "
+    "acort = ACORT (15 samples, Adam 5e-5, CIDEr-D + BLEU-4).",
+)
+@click.option("--scst-lr", type=float, default=None, help="SCST learning rate [recipe].")
+@click.option("--scst-anneal", type=click.FloatRange(0, 1, min_open=True), default=None, help="lr factor per epoch.")
+@click.option("--scst-optimizer", type=click.Choice(["radam", "adam"]), default=None)
+@click.option("--scst-batch-size", type=click.IntRange(1), default=None, help="Images per SCST batch [--batch-size].")
+@click.option("--scst-samples", type=click.IntRange(1), default=None, help="Captions sampled per image (K) [recipe].")
+@click.option("--scst-baseline", type=click.Choice(["loo", "greedy"]), default=None, help="Leave-one-out or greedy.")
+@click.option("--scst-max-words", type=click.IntRange(1), default=None, help="Longest sampled caption [recipe].")
+@click.option("--scst-bleu-weight", type=click.FloatRange(0), default=None, help="BLEU-4 weight in the reward.")
+@click.option("--scst-loss-norm", type=click.Choice(["sequence", "token"]), default=None)
+@click.option("--scst-eos-word/--no-scst-eos-word", default=None, help="Score EOS as a word in the reward.")
+@click.option("--scst-max-steps", type=click.IntRange(0), default=0, help="Stop SCST after this many steps.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
 @threads_option
 def train(
     model_name: str,
-    data: Path,
+    data: Path | None,
+    init_run: Path | None,
     features: Path | None,
     out: Path | None,
     no_resume: bool,
     overrides: tuple,
     threads: int,
+    scst_recipe: str,
     **options,
 ) -> None:
-    """Train MODEL on a captioning dataset with cross-entropy; resumable, best checkpoint kept by val CIDEr-D."""
+    """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
+    by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
     from edgecap.models import list_models
     from edgecap.runs import default_run_dir
     from edgecap.training.config import TrainCfg
     from edgecap.training.loop import train as run_training
 
+    scst = {name: options.pop(name) for name in _SCST_OPTIONS}
+    scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}
+    if init_run is not None:
+        _train_from_run(init_run, out, features, no_resume, options, scst)
+        return
+    if data is None:
+        fail("pass --data (the dataset to train on), or --init RUN to run SCST from a trained run")
     if model_name not in list_models():
         fail(f"unknown model {model_name!r}; `edgecap zoo` lists the registered ones")
     features = features or default_features_dir(data)
@@ -105,9 +163,42 @@ def train(
         out=str(out),
         model_overrides=parse_overrides(overrides),
         **options,
+        **scst,
     )
     try:
         run_dir = run_training(cfg, resume=not no_resume)
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        fail(str(exc))
+    click.echo(f"run written to {run_dir}")
+
+
+def _train_from_run(
+    init_run: Path, out: Path | None, features: Path | None, no_resume: bool, options: dict, scst: dict
+) -> None:
+    """``--init RUN``: SCST on a copy of a trained run (or the run itself), with its model, data and features.
+
+    The stored cross-entropy recipe is kept; the SCST options, the batch size, seed, device and step limits come
+    from this command line.
+    """
+    from edgecap.training import checkpoint as ckpt
+    from edgecap.training.scst_loop import init_from_run, train_scst
+
+    if not options.get("scst_epochs"):
+        fail("--init RUN runs self-critical training only: pass --scst-epochs N")
+    try:
+        stored = TrainCfg.from_dict(ckpt.read_config(init_run)["train"])
+    except (ValueError, KeyError) as exc:
+        fail(f"cannot start from {init_run}: {exc}")
+    run_dir = init_from_run(init_run, out or init_run)
+    keep = ("scst_epochs", "scst_max_steps", "batch_size", "seed", "device", "val_beam")
+    cfg = stored.replace(
+        out=str(run_dir),
+        features=str(features) if features else stored.features,
+        **{k: options[k] for k in keep if k in options},
+        **scst,
+    )
+    try:
+        train_scst(cfg, run_dir, resume=not no_resume)
     except (ValueError, FileNotFoundError, KeyError) as exc:
         fail(str(exc))
     click.echo(f"run written to {run_dir}")

@@ -30,15 +30,20 @@ from PIL import Image, ImageOps
 
 __all__ = [
     "DEFAULT_BACKGROUND",
+    "IMAGE_SUFFIXES",
     "ImageError",
     "ImageLike",
     "ImageNotFoundError",
+    "image_files",
     "load_image",
 ]
 
 ImageLike = str | os.PathLike | Image.Image | np.ndarray
 
 DEFAULT_BACKGROUND: tuple[int, int, int] = (255, 255, 255)
+
+#: File suffixes taken for images when a folder is searched (calibration sets, ``edgecap bench --images``).
+IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"})
 
 # Opening an image reads only its header; the lock serialises the few process-global settings touched there
 # (warning filters, PIL's pixel limit) so concurrent loader threads cannot undo each other's settings.
@@ -220,3 +225,8 @@ def _scale_float(values: np.ndarray, name: str, *, allow_255: bool) -> np.ndarra
 
 def _gray_array_to_rgb(gray: np.ndarray) -> Image.Image:
     return Image.fromarray(np.ascontiguousarray(gray)).convert("RGB")
+
+
+def image_files(directory: str | os.PathLike) -> list[Path]:
+    """Every file under ``directory`` (recursively) with an :data:`IMAGE_SUFFIXES` suffix (any case), sorted."""
+    return sorted(p for p in Path(directory).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())

@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from edgecap.decoding.update_rules import UPDATE_RULES
+
 STRATEGIES = ("greedy", "beam", "sample", "mask_predict")
-UPDATE_RULES = ("global", "original")
 LENGTH_PENALTIES = ("none", "wu", "avg")
 #: The largest beam size anything accepts (``DecodeCfg``, ``Captioner.load``/``from_run``, ``edgecap caption
 #: --beam``, ``edgecap bench --beam``): beyond it a search costs seconds and gigabytes per image for no caption gain.

@@ -31,10 +31,9 @@ import numpy as np
 from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.protocol import DecodeInputError, Hypothesis, State, batch_size_of
+from edgecap.decoding.update_rules import CONFIDENCE_UPDATES, UPDATE_RULES
 
 __all__ = ["UPDATE_RULES", "RefineModel", "eos_decay_bias", "mask_counts", "mask_predict"]
-
-UPDATE_RULES = ("global", "original")
 
 
 @runtime_checkable
@@ -112,6 +111,7 @@ def mask_predict(
         raise DecodeCfgError("mask-predict does not take autoregressive logits processors")
     if cfg.update_rule not in UPDATE_RULES:
         raise DecodeCfgError(f"update_rule must be one of {UPDATE_RULES}, got {cfg.update_rule!r}")
+    update = CONFIDENCE_UPDATES[cfg.update_rule]
     level, low, high, steps, gamma = _resolve(model, cfg)
     state = model.encode(inputs)
     batch = batch_size_of(state)
@@ -144,10 +144,7 @@ def mask_predict(
         new_token, new_conf, new_lp = predict(np.where(masked, mask_id, tokens))
         tokens = np.where(masked, new_token, tokens)
         token_lp = np.where(masked, new_lp, token_lp)
-        if cfg.update_rule == "global":
-            confidence = np.where(masked, new_conf, (confidence + new_conf) / np.float32(2))
-        else:
-            confidence = np.where(masked, new_conf, confidence)
+        confidence = update(confidence, new_conf, masked)
     return [[_hypothesis(tokens[b].tolist(), token_lp[b].tolist(), cfg.eos_id)] for b in range(batch)]
 
 

@@ -17,7 +17,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -162,6 +162,26 @@ def build_processors(cfg: DecodeCfg) -> list[LogitsProcessor]:
     return processors
 
 
+class MaskColumns(NamedTuple):
+    """The tokens a static mask allows and bans: ascending read-only int64 ids, and the same as contiguous
+    ``(start, stop)`` runs (a radix word boundary allows one run of digits and EOS), which slices read faster than
+    fancy indices."""
+
+    allowed: np.ndarray
+    banned: np.ndarray
+    allowed_runs: tuple[tuple[int, int], ...]
+    banned_runs: tuple[tuple[int, int], ...]
+
+
+def _runs(ids: np.ndarray) -> tuple[tuple[int, int], ...]:
+    """Ascending ids as maximal ``(start, stop)`` runs of consecutive values."""
+    if ids.shape[0] == 0:
+        return ()
+    breaks = np.flatnonzero(np.diff(ids) != 1) + 1
+    starts, stops = ids[np.r_[0, breaks]], ids[np.r_[breaks - 1, ids.shape[0] - 1]] + 1
+    return tuple(zip(starts.tolist(), stops.tolist(), strict=True))
+
+
 #: One resolved step: a (V,) bool mask, or a processor to call.
 Segment = np.ndarray | LogitsProcessor
 
@@ -204,7 +224,9 @@ class ProcessorPlan:
 
         self._steps: list[tuple[Segment, ...]] = []
         self._biases: list[np.ndarray | None] = []  # steps that are one static mask: the mask as a -inf / -0.0 bias
+        self._columns: list[MaskColumns | None] = []  # those steps' allowed and banned tokens
         biases: dict[int, np.ndarray] = {}
+        columns: dict[int, MaskColumns] = {}
         for t in range(max_len):
             segments: list[Segment] = []
             pending: list[np.ndarray] = []
@@ -224,7 +246,12 @@ class ProcessorPlan:
             only = segments[0] if len(segments) == 1 else None
             if isinstance(only, np.ndarray) and id(only) not in biases:
                 biases[id(only)] = np.where(only, NEG_INF32, np.float32(-0.0))
+                allowed, banned = np.flatnonzero(~only), np.flatnonzero(only)
+                for array in (biases[id(only)], allowed, banned):
+                    array.setflags(write=False)
+                columns[id(only)] = MaskColumns(allowed, banned, _runs(allowed), _runs(banned))
             self._biases.append(biases[id(only)] if isinstance(only, np.ndarray) else None)
+            self._columns.append(columns[id(only)] if isinstance(only, np.ndarray) else None)
         self.needs_history = any(not isinstance(s, np.ndarray) for step in self._steps for s in step)
 
     def __call__(self, logprobs: np.ndarray, step: int, tokens: np.ndarray | None = None) -> np.ndarray:
@@ -257,6 +284,15 @@ class ProcessorPlan:
                 ctx = StepContext(step, self.max_len, tokens)
             logprobs = segment(logprobs, ctx)
         return logprobs
+
+    def bias(self, step: int) -> np.ndarray | None:
+        """The (V,) float32 ``-inf`` (banned) / ``-0.0`` (allowed) bias of a step that is one static mask, else None:
+        what :meth:`biased` adds, for callers that fuse the add into their own buffers (read-only: shared)."""
+        return self._biases[step]
+
+    def mask_columns(self, step: int) -> MaskColumns | None:
+        """For a step that is one static mask (:meth:`bias` is not None): its allowed and banned tokens; else None."""
+        return self._columns[step]
 
     def biased(self, logprobs: np.ndarray, step: int, tokens: np.ndarray | None = None) -> tuple[np.ndarray, bool]:
         """:meth:`__call__` by one vectorised add where the step is a single static mask; returns the log-probs and

@@ -85,13 +85,15 @@ def _top_candidates_row(total: np.ndarray, count: int, start: int, work: np.ndar
     their fancy-indexed (G, ·) forms."""
     row = work[0]
     picks = []
+    last = NEG_INF32
     for _ in range(count - start):
         best = int(row.argmax())
         picks.append(best)
+        last = row[best]  # the scratch's value: -inf once the argmax lands on an earlier (lowered) pick
         row[best] = NEG_INF32
     idx = np.array([picks], dtype=np.int64)
     vals = total[0, picks][None]
-    if vals[0, -1] == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
+    if last == NEG_INF32:  # -inf reached: rank exactly (see top_candidates)
         idx = ranked(total)[:, start:count]
         vals = total[0, idx[0]][None]
     return vals, idx, work

@@ -52,7 +52,7 @@ def check_model(model: ModelProto, what: str) -> ModelProto:
 
 def non_portable_nodes(model: ModelProto) -> list[str]:
     """Nodes a TensorRT-bound graph must not contain: control flow (``If``/``Loop``/``Scan``) and ops outside the
-    standard ONNX domain (``com.microsoft`` fusions from ORT's optimiser, custom ops). Empty when portable."""
+    standard ONNX domain (``com.microsoft`` fusions from ONNX Runtime's optimiser, custom ops). Empty when portable."""
     bad = []
     for node in _all_nodes(model.graph):
         if node.op_type in CONTROL_FLOW_OPS or node.domain not in STANDARD_DOMAINS:

@@ -197,12 +197,12 @@ def check_graph(
             traces with seed 0, so the default never reuses the export inputs.
         sizes: size combinations; default ``spec.parity_sizes``.
         providers: ONNX Runtime providers (CPU by default: parity must not depend on which GPU is around).
-        runtime_options: more :class:`~edgecap.runtimes.ort.OrtRuntime` options.
+        runtime_options: more :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` options.
 
     Returns:
         The :func:`check_runtime` report plus ``graph``, ``precision``, ``seed`` and ``sizes``.
     """
-    from edgecap.runtimes.ort import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OrtRuntime
 
     graph = spec.graph(graph_name)
     module = graph.module.eval()

@@ -5,14 +5,13 @@ graphs; per graph the input/output names, the dynamic axes, a dummy-input functi
 plus the dimension ranges, the opset and the graphs a runtime loads. ``edgecap.export.onnx`` and
 ``edgecap.export.parity`` read only the spec.
 
-A family registers a builder with :func:`register_export_spec`; :func:`get_export_spec` looks it up by the model's
-``cfg.family`` (a dictionary lookup, not an ``if`` chain), so a new family is one module plus one registration.
+A family names its builder in its ``FamilyHooks.export_spec``; :func:`get_export_spec` finds it from the model's
+``cfg.family`` (a registry lookup, not an ``if`` chain), so a new family is one module plus its registration.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from edgecap.precisions import FLOAT_PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
@@ -41,8 +41,9 @@ __all__ = [
 
 #: The dynamo exporter's native opset (torch 2.13+); LayerNormalization needs >= 17.
 DEFAULT_OPSET = 20
-#: Precisions an ONNX graph can be written in; the converters live in ``edgecap.export.onnx``.
-PRECISIONS = ("fp32", "fp16")
+#: Precisions an ONNX graph can be written in (the converters live in ``edgecap.export.onnx``); INT8 is made from
+#: the FP32 graph by ``edgecap.calibration``.
+PRECISIONS = FLOAT_PRECISIONS
 
 #: ``make_inputs(sizes, generator) -> {input name: tensor}`` for one graph; ``sizes`` maps dim names to sizes.
 InputMaker = Callable[[Mapping[str, int], torch.Generator], dict[str, torch.Tensor]]
@@ -322,35 +323,36 @@ class ExportSpec:
 
 # -- registry --------------------------------------------------------------------------------------------------------
 
-#: family -> builder(model, *, backbone, name) -> ExportSpec
+#: builder(model, *, backbone, name) -> ExportSpec
 SpecBuilder = Callable[..., ExportSpec]
-_BUILDERS: dict[str, SpecBuilder] = {}
-#: modules that register the built-in families' specs, imported on first lookup (keeps import edgecap.export cheap).
-_SPEC_MODULES: tuple[str, ...] = ("edgecap.export.specs",)
-_loaded = False
+#: family -> builder registered at run time, in place of the family's own ``FamilyHooks.export_spec``.
+_OVERRIDES: dict[str, SpecBuilder] = {}
 
 
 def register_export_spec(family: str, builder: SpecBuilder) -> SpecBuilder:
-    """Register ``builder(model, *, backbone=None, name=None) -> ExportSpec`` for models whose ``cfg.family`` is
-    ``family``; re-registering replaces. Returns ``builder`` (usable as a decorator factory's inner call)."""
+    """Use ``builder(model, *, backbone=None, name=None) -> ExportSpec`` for models whose ``cfg.family`` is ``family``,
+    in place of the family's ``FamilyHooks.export_spec`` (an experiment, a test). A family's own spec belongs in its
+    hooks. Returns ``builder``."""
     if not isinstance(family, str) or not family:
         raise ExportSpecError(f"family must be a non-empty string, got {family!r}")
-    _BUILDERS[family] = builder
+    _OVERRIDES[family] = builder
     return builder
 
 
-def _load_builtin_specs() -> None:
-    global _loaded
-    if not _loaded:
-        for module in _SPEC_MODULES:
-            importlib.import_module(module)
-        _loaded = True
+def _builder(family: str) -> SpecBuilder | None:
+    from edgecap.models import family_hooks
+
+    if family in _OVERRIDES:
+        return _OVERRIDES[family]
+    hooks = family_hooks(family)
+    return hooks.resolve("export_spec") if hooks.export_spec is not None else None
 
 
 def list_export_families() -> list[str]:
-    """Families that have an export spec."""
-    _load_builtin_specs()
-    return sorted(_BUILDERS)
+    """Families that have an export spec (their hooks name one, or one was registered)."""
+    from edgecap.models import family_hooks, list_families
+
+    return sorted({f for f in list_families() if family_hooks(f).export_spec is not None} | set(_OVERRIDES))
 
 
 def get_export_spec(
@@ -367,11 +369,18 @@ def get_export_spec(
     Raises:
         ExportSpecError: the model has no ``cfg.family`` or no spec is registered for it.
     """
-    _load_builtin_specs()
+    from edgecap.models import UnknownModelError
+
     family = getattr(getattr(model, "cfg", None), "family", None)
     if family is None:
         raise ExportSpecError(f"{type(model).__name__} has no cfg.family; cannot find its export spec")
-    builder = _BUILDERS.get(family)
+    try:
+        builder = _builder(family)
+    except UnknownModelError as exc:
+        raise ExportSpecError(str(exc)) from None
     if builder is None:
-        raise ExportSpecError(f"no export spec registered for model family {family!r}; registered: {sorted(_BUILDERS)}")
+        raise ExportSpecError(
+            f"model family {family!r} names no export spec (FamilyHooks.export_spec); "
+            f"families with one: {list_export_families()}"
+        )
     return builder(model, backbone=backbone, name=name, **options)

@@ -9,10 +9,18 @@ from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
-from edgecap.models import expansionnet, image_transformer, labert, ort  # noqa: F401  (register the families and their variants)
-from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfg, ModelCfgError
+from edgecap.models import (  # noqa: F401  (register families, variants, *-ref)
+    expansionnet,
+    image_transformer,
+    labert,
+    ort,
+    reference,
+)
+from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
+from edgecap.models._ort_cfg import ModelCfg, ObjectRelationCfg
 from edgecap.models._registry import (
     EDGE_WORD_VOCAB_SIZE,
+    FamilyHooks,
     UnknownModelError,
     cfg_from_dict,
     count_model_parameters,
@@ -21,6 +29,7 @@ from edgecap.models._registry import (
     create_model_from_cfg,
     describe_models,
     edge_settings,
+    family_hooks,
     get_model_cfg,
     list_families,
     list_models,
@@ -49,6 +58,7 @@ __all__ = [
     "ExpansionNetCfg",
     "ImageTransformerCaptioner",
     "ImageTransformerCfg",
+    "FamilyHooks",
     "LaBertCaptioner",
     "LaBertCfg",
     "LayerMapError",
@@ -56,6 +66,7 @@ __all__ = [
     "ModelCfg",
     "ModelCfgError",
     "ModelInputError",
+    "ObjectRelationCfg",
     "ORTCaptioner",
     "State",
     "UnknownModelError",
@@ -66,6 +77,7 @@ __all__ = [
     "create_model_from_cfg",
     "describe_models",
     "edge_settings",
+    "family_hooks",
     "format_layer_map",
     "get_model_cfg",
     "list_families",

@@ -48,7 +48,7 @@ class ExpansionNetCfg:
         max_len: decoder positions (a learned table; the v2 code uses 74).
         length_levels: None (no length control) or a length-level plan (``"4level"``, ``"5level"`` or
             ``[[low, high], ...]``): a learned level embedding is added to every token embedding (LaBERT §3.1, Eq. 2)
-            and ``encode``/``decode_full`` take ``length_level``; as ``ModelCfg.length_levels``.
+            and ``encode``/``decode_full`` take ``length_level``; as ``ObjectRelationCfg.length_levels``.
     """
 
     family: str = "expansionnet"

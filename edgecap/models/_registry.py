@@ -5,6 +5,10 @@ names the builder that turns ``(cfg, vocab_size)`` into a :class:`~edgecap.model
 variant is one decorated function; adding a family is one module that calls :func:`register_family` and is imported
 by ``edgecap/models/__init__.py``. Nothing here branches on a model name.
 
+What differs between families beyond building the network lives in the family's :class:`FamilyHooks`: how it is
+trained (its objective), how it decodes (beam search or mask-predict, and its torch adapter) and how it is exported
+(its export spec). Code elsewhere asks :func:`family_hooks` and never checks a family's name or a model's methods.
+
 A family cfg provides (see :class:`FamilyCfg`): ``family``, ``feature_dim``, ``vocab_kind``, ``radix_base``,
 ``output_classes(vocab_size)``, ``to_dict()``, ``from_dict(data, source)`` and ``summary()``.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import fnmatch
+import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
@@ -23,10 +28,12 @@ from torch import nn
 
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
 from edgecap.models.base import CaptionModel
+from edgecap.runtimes.roles import DECODING_ROLES
 
 __all__ = [
     "EDGE_WORD_VOCAB_SIZE",
     "FamilyCfg",
+    "FamilyHooks",
     "UnknownModelError",
     "cfg_from_dict",
     "count_model_parameters",
@@ -35,6 +42,7 @@ __all__ = [
     "create_model_from_cfg",
     "describe_models",
     "edge_settings",
+    "family_hooks",
     "get_model_cfg",
     "list_families",
     "list_models",
@@ -76,9 +84,45 @@ class _Variant:
 
 
 @dataclass(frozen=True)
+class FamilyHooks:
+    """A family's behaviour, named as ``"package.module:attr"`` strings so registering a family imports neither the
+    training code nor the exporter.
+
+    Attributes:
+        decoding: a kind of :data:`~edgecap.runtimes.roles.DECODING_ROLES`, as its export spec declares it:
+            ``"autoregressive"`` (beam or greedy search over a step model) or ``"mask_predict"`` (LaBERT §3.2).
+        objective: the training objective, ``(model, visual, tokens, pad_id, cfg, tokens_per_word) -> (loss, nll)``.
+        torch_decoder: the torch adapter decoding drives, constructed as ``cls(model, device=device)``.
+        export_spec: ``builder(model, *, backbone=None, name=None, **options) -> ExportSpec``; None = not exportable.
+    """
+
+    decoding: str = "autoregressive"
+    objective: str = "edgecap.training.objectives:cross_entropy"
+    torch_decoder: str = "edgecap.runtimes.torch:TorchStepModel"
+    export_spec: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.decoding not in DECODING_ROLES:
+            raise ValueError(f"FamilyHooks.decoding must be one of {list(DECODING_ROLES)}, got {self.decoding!r}")
+        for label in ("objective", "torch_decoder", "export_spec"):
+            target = getattr(self, label)
+            if target is not None and (not isinstance(target, str) or target.count(":") != 1 or target[0] == ":"):
+                raise ValueError(f"FamilyHooks.{label} must look like 'package.module:attr', got {target!r}")
+
+    def resolve(self, hook: str) -> Any:
+        """Import and return the object the ``hook`` field names (``"objective"``, ``"torch_decoder"``, …)."""
+        target = getattr(self, hook)
+        if target is None:
+            raise UnknownModelError(f"this model family has no {hook} hook")
+        module, attr = target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+@dataclass(frozen=True)
 class _Family:
     cfg_cls: type
     builder: Callable[[Any, int], CaptionModel]
+    hooks: FamilyHooks
 
 
 _VARIANTS: dict[str, _Variant] = {}
@@ -108,9 +152,28 @@ def register_model(
     return wrap(fn) if fn is not None else wrap
 
 
-def register_family(family: str, cfg_cls: type, builder: Callable[[Any, int], CaptionModel]) -> None:
-    """Register how cfgs of ``family`` are loaded (``cfg_cls.from_dict``) and built (``builder(cfg, vocab_size)``)."""
-    _FAMILIES[family] = _Family(cfg_cls, builder)
+def register_family(
+    family: str,
+    cfg_cls: type,
+    builder: Callable[[Any, int], CaptionModel],
+    hooks: FamilyHooks | None = None,
+) -> None:
+    """Register how cfgs of ``family`` are loaded (``cfg_cls.from_dict``) and built (``builder(cfg, vocab_size)``),
+    and how its models train, decode and export (``hooks``; default: cross-entropy, autoregressive search, no export
+    spec)."""
+    if hooks is not None and not isinstance(hooks, FamilyHooks):
+        raise TypeError(f"register_family: hooks must be a FamilyHooks, got {type(hooks).__name__}")
+    _FAMILIES[family] = _Family(cfg_cls, builder, hooks or FamilyHooks())
+
+
+def family_hooks(family_or_model: Any) -> FamilyHooks:
+    """The :class:`FamilyHooks` of a family name, or of a model (its ``cfg.family``)."""
+    family = family_or_model
+    if not isinstance(family_or_model, str):
+        family = getattr(getattr(family_or_model, "cfg", None), "family", None)
+        if family is None:
+            raise UnknownModelError(f"{type(family_or_model).__name__} has no cfg.family; cannot find its family")
+    return _family(family).hooks
 
 
 def list_models(pattern: str = "*") -> list[str]:
@@ -119,6 +182,7 @@ def list_models(pattern: str = "*") -> list[str]:
 
 
 def list_families() -> list[str]:
+    """Registered family names, sorted."""
     return sorted(_FAMILIES)
 
 

@@ -336,6 +336,7 @@ def create_backbone(
     pretrained: bool = True,
     weights: str | os.PathLike | None = None,
     image_size: int = 224,
+    preprocess: PreprocessCfg | None = None,
 ) -> Backbone:
     """Build a backbone in eval mode; never downloads anything.
 
@@ -346,6 +347,8 @@ def create_backbone(
         weights: a local ``.safetensors``/``.pth`` state dict (timm or lukemelas key names); overrides
             ``pretrained``. Loaded strictly: any missing, unexpected or mis-shaped key is a :class:`WeightsError`.
         image_size: square input size ``S``; preprocessing and the grid follow it.
+        preprocess: preprocessing to use instead of the timm weights' own (an imported checkpoint's official
+            resize, recorded in its run); its ``image_size`` must equal ``image_size``.
     """
     if name not in timm.list_models():
         raise ValueError(f"unknown timm model {name!r}; see timm.list_models()")
@@ -358,9 +361,15 @@ def create_backbone(
         kwargs["img_size"] = image_size  # ViT-style models bake the patch grid into their position embeddings
     model = timm.create_model(name, pretrained=False, **kwargs)
 
+    if preprocess is not None and preprocess.image_size != image_size:
+        raise ValueError(f"preprocess.image_size {preprocess.image_size} != image_size {image_size}")
     if weights is not None:
         path = Path(weights)
-        _load_strict(model, load_state_dict_file(path), str(path))
+        state = load_state_dict_file(path)
+        if _is_lukemelas(state):
+            state = lukemelas_to_timm(state, model)
+        _drop_absent_head(model, state, cfg_dict.get("classifier"))
+        _load_strict(model, state, str(path))
         identity = {"source": "file", "file": path.name, "sha256": file_sha256(path)}
     elif pretrained:
         if name not in _PACKAGED_WEIGHTS:
@@ -374,5 +383,15 @@ def create_backbone(
     else:
         identity = {"source": "random", "file": "", "sha256": _state_dict_sha256(model.state_dict())}
 
-    backbone = Backbone(model, name, PreprocessCfg.from_timm(cfg_dict, image_size), identity)
+    backbone = Backbone(model, name, preprocess or PreprocessCfg.from_timm(cfg_dict, image_size), identity)
     return backbone.eval()
+
+
+def _drop_absent_head(model: nn.Module, state: Mapping[str, torch.Tensor], classifier: str | None) -> None:
+    """Weights saved without the classifier (feature extractors, e.g. the Swin inside an ExpansionNet v2
+    checkpoint) load into the headless model (``num_classes=0``) instead of failing on the missing head."""
+    if not classifier or not hasattr(model, "reset_classifier"):
+        return
+    head = [k for k in model.state_dict() if k.startswith(classifier + ".")]
+    if head and not any(k in state for k in head):
+        model.reset_classifier(0)

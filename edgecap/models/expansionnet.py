@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from edgecap.models._expansionnet_cfg import V2_GROUPS, ExpansionNetCfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 from edgecap.models.layers.expansion import DynamicExpansion, ExpansionCache, StaticExpansion
@@ -244,7 +244,12 @@ class ExpansionNetCaptioner(CaptionModel):
         return torch.log_softmax(self.output_proj(self.decoder_reduce(outputs)), dim=-1)
 
 
-register_family("expansionnet", ExpansionNetCfg, ExpansionNetCaptioner)
+register_family(
+    "expansionnet",
+    ExpansionNetCfg,
+    ExpansionNetCaptioner,
+    FamilyHooks(export_spec="edgecap.export.specs.expansionnet:expansionnet_export_spec"),
+)
 
 
 def _v2(**kw: object) -> ExpansionNetCfg:

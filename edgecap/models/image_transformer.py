@@ -29,7 +29,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgecap.models._image_transformer_cfg import ImageTransformerCfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import attention_weights, mask_to_bias
 from edgecap.models.layers.spatial_graph import RELATIONS, multiscale_cells, spatial_relations
@@ -221,7 +221,12 @@ class ImageTransformerCaptioner(CaptionModel):
         return torch.stack(outputs, dim=1)
 
 
-register_family("image_transformer", ImageTransformerCfg, ImageTransformerCaptioner)
+register_family(
+    "image_transformer",
+    ImageTransformerCfg,
+    ImageTransformerCaptioner,
+    FamilyHooks(export_spec="edgecap.export.specs.image_transformer:image_transformer_export_spec"),
+)
 
 
 # -- named variants ----------------------------------------------------------------------------------------------------

@@ -31,131 +31,20 @@ Departures from the paper, on purpose:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import nn
 
-from edgecap.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, check_level, parse_levels
-from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, check_positive_ints, replace_cfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.length import check_level
+from edgecap.models._labert_cfg import LaBertCfg
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.layers.attention import MultiHeadAttention, mask_to_bias
 
 __all__ = ["LaBertCaptioner", "LaBertCfg"]
 
 State = dict[str, torch.Tensor]
-
-
-def _plan_defaults(levels: tuple[tuple[int, int], ...]) -> tuple[tuple[int, ...], tuple[float, ...]]:
-    for plan in ("4level", "5level"):
-        if levels == parse_levels(plan):
-            return PAPER_REFINE_STEPS[plan], PAPER_EOS_DECAY[plan]
-    return tuple(min(high, 25) for _, high in levels), tuple(1.0 for _ in levels)
-
-
-@dataclass(frozen=True)
-class LaBertCfg:
-    """Architecture of a LaBERT captioner.
-
-    Attributes:
-        family: ``"labert"``.
-        d_model, layers, heads, d_ff: BERT width, depth, heads and FFN width (paper: 768, 12, 12, 3072; §4.2).
-        feature_dim: channels of the visual features (grid or regions).
-        levels: length levels, a plan name (``"4level"``, ``"5level"``) or ``[[low, high], ...]`` (§3.1).
-        refine_steps: default T per level for mask-predict (None: §4.4's 10/15/20/25 for 4 levels).
-        eos_decay: default γ per level (None: §4.2's 1.0/0.88/0.95/1.0 for 4 levels).
-        dropout: BERT's hidden and attention dropout (0.1).
-        vocab_kind: always ``"word"`` (each position is one word; the length levels count words).
-        radix_base: unused (kept for the registry's family-cfg interface).
-    """
-
-    family: str = "labert"
-    d_model: int = 768
-    layers: int = 12
-    heads: int = 12
-    d_ff: int = 3072
-    feature_dim: int = 1280
-    levels: Any = "4level"
-    refine_steps: tuple[int, ...] | None = None
-    eos_decay: tuple[float, ...] | None = None
-    dropout: float = 0.1
-    vocab_kind: str = "word"
-    radix_base: int = 768
-
-    def __post_init__(self) -> None:
-        try:
-            levels = parse_levels(self.levels)
-        except LengthLevelError as exc:
-            raise ModelCfgError(f"LaBertCfg.levels: {exc}") from exc
-        object.__setattr__(self, "levels", levels)
-        steps, decay = _plan_defaults(levels)
-        if self.refine_steps is None:
-            object.__setattr__(self, "refine_steps", steps)
-        if self.eos_decay is None:
-            object.__setattr__(self, "eos_decay", decay)
-        object.__setattr__(self, "refine_steps", tuple(int(t) for t in self.refine_steps))
-        object.__setattr__(self, "eos_decay", tuple(float(g) for g in self.eos_decay))
-        check_positive_ints(self, ("d_model", "layers", "heads", "d_ff", "feature_dim"))
-        if self.d_model % self.heads:
-            raise ModelCfgError(f"LaBertCfg.d_model ({self.d_model}) must be divisible by heads ({self.heads})")
-        if len(self.refine_steps) != len(levels) or any(t < 1 for t in self.refine_steps):
-            raise ModelCfgError(f"LaBertCfg.refine_steps needs one T >= 1 per level, got {self.refine_steps}")
-        if len(self.eos_decay) != len(levels) or any(not 0.0 < g <= 1.0 for g in self.eos_decay):
-            raise ModelCfgError(f"LaBertCfg.eos_decay needs one γ in (0, 1] per level, got {self.eos_decay}")
-        if self.vocab_kind != "word":
-            raise ModelCfgError("LaBERT predicts one word per position; vocab_kind must be 'word'")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ModelCfgError(f"LaBertCfg.dropout must be in [0, 1), got {self.dropout!r}")
-
-    @property
-    def max_len(self) -> int:
-        """Caption positions: the last level's ``L_high``."""
-        return self.levels[-1][1]
-
-    def output_classes(self, vocab_size: int) -> int:
-        if not isinstance(vocab_size, int) or isinstance(vocab_size, bool) or vocab_size < 4:
-            raise ModelCfgError(f"vocab_size must be an integer >= 4, got {vocab_size!r}")
-        return vocab_size
-
-    def replace(self, **changes: Any) -> LaBertCfg:
-        if "levels" in changes and "refine_steps" not in changes:
-            changes["refine_steps"] = None  # defaults follow the new plan
-        if "levels" in changes and "eos_decay" not in changes:
-            changes["eos_decay"] = None
-        return replace_cfg(self, changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["levels"] = [list(p) for p in self.levels]
-        out["refine_steps"] = list(self.refine_steps)
-        out["eos_decay"] = list(self.eos_decay)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> LaBertCfg:
-        return cfg_from_mapping(cls, data, source)
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "family": self.family,
-            "d_model": self.d_model,
-            "d_ff": self.d_ff,
-            "heads": self.heads,
-            "enc_layers": self.layers,
-            "enc_unique": self.layers,
-            "enc_layer_map": "joint visual+text",
-            "dec_layers": 0,
-            "dec_unique": 0,
-            "dec_layer_map": "mask-predict",
-            "share_att": None,
-            "vocab_kind": self.vocab_kind,
-            "radix_base": None,
-            "geometry": False,
-            "length_levels": len(self.levels),
-        }
 
 
 class BertLayer(nn.Module):
@@ -280,7 +169,17 @@ def _build(cfg: LaBertCfg, vocab_size: int) -> LaBertCaptioner:
     return LaBertCaptioner(cfg, vocab_size)
 
 
-register_family("labert", LaBertCfg, _build)
+register_family(
+    "labert",
+    LaBertCfg,
+    _build,
+    FamilyHooks(
+        decoding="mask_predict",  # §3.2: non-autoregressive refinement at a chosen length level
+        objective="edgecap.training.objectives:masked_lm",  # §3.2, Eq. 4
+        torch_decoder="edgecap.runtimes.refine:TorchRefineModel",
+        export_spec="edgecap.export.specs.labert:labert_export_spec",
+    ),
+)
 
 
 def _labert(**kw: Any) -> LaBertCfg:

@@ -1,6 +1,9 @@
 """Object Relation Transformer (ORT; Herdade et al. 2019) and ACORT (Tan et al., "ACORT: A Compact Object Relation
 Transformer for Parameter Efficient Image Captioning").
 
+Naming: this module, the family ``"ort"`` and the ``ort-*``/``acort-*`` model names are the paper's. ONNX Runtime is
+never called "ort" in edgecap's names: its runtime is ``"onnxruntime"`` (``edgecap.runtimes.onnxruntime_session``).
+
 ORT (ACORT §3): visual features -> ``Linear(C, d) + ReLU + Dropout`` -> pre-LN Transformer encoder whose
 self-attention is box-relational -> Transformer decoder (masked self-attention, cross-attention, FFN) over
 ``Embedding · √d + sinusoidal positions`` -> untied ``Linear(d, V)`` -> log-softmax.
@@ -20,8 +23,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from edgecap.models._cfg import ModelCfg
-from edgecap.models._registry import register_family, register_model
+from edgecap.models._ort_cfg import ObjectRelationCfg
+from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import mask_to_bias
 from edgecap.models.layers.geometry import box_relational_embedding
@@ -32,7 +35,7 @@ __all__ = ["ORTCaptioner"]
 
 
 class ORTCaptioner(CaptionModel):
-    """ORT / ACORT captioner; the variant is entirely in ``cfg`` (:class:`~edgecap.models.ModelCfg`).
+    """ORT / ACORT captioner; the variant is entirely in ``cfg`` (:class:`~edgecap.models.ObjectRelationCfg`).
 
     State (batch-first; ``L`` decoder positions, ``U`` unique decoder layers, ``T`` tokens decoded so far):
 
@@ -43,7 +46,7 @@ class ORTCaptioner(CaptionModel):
       layer position; T = 0 after :meth:`start`, and the next token's position is T.
     """
 
-    def __init__(self, cfg: ModelCfg, vocab_size: int) -> None:
+    def __init__(self, cfg: ObjectRelationCfg, vocab_size: int) -> None:
         super().__init__(cfg, vocab_size, cfg.feature_dim)
         d = cfg.d_model
         self.feature_embed = nn.Sequential(nn.Linear(cfg.feature_dim, d), nn.ReLU(), nn.Dropout(cfg.feature_dropout))
@@ -134,7 +137,9 @@ class ORTCaptioner(CaptionModel):
         return torch.log_softmax(self.output_proj(h), dim=-1)
 
 
-register_family("ort", ModelCfg, ORTCaptioner)
+register_family(
+    "ort", ObjectRelationCfg, ORTCaptioner, FamilyHooks(export_spec="edgecap.export.specs.ort:ort_export_spec")
+)
 
 # Decoder positions: BOS + up to 30 words (+1 digit per extra radix token): word 31, radix (2 digits/word) 61.
 _WORD_MAX_LEN = 31
@@ -142,67 +147,69 @@ _RADIX_MAX_LEN = 61
 _SIX = (0, 1, 2, 3, 4, 5)
 
 
-def _ort(**kw: object) -> ModelCfg:
-    return ModelCfg(**{"family": "ort", "vocab_kind": "word", "share_att": None, "max_len": _WORD_MAX_LEN, **kw})
+def _ort(**kw: object) -> ObjectRelationCfg:
+    return ObjectRelationCfg(
+        **{"family": "ort", "vocab_kind": "word", "share_att": None, "max_len": _WORD_MAX_LEN, **kw}
+    )
 
 
-def _acort(**kw: object) -> ModelCfg:
+def _acort(**kw: object) -> ObjectRelationCfg:
     base = {"family": "ort", "vocab_kind": "radix", "radix_base": 768, "share_att": "kv", "max_len": _RADIX_MAX_LEN}
-    return ModelCfg(**{**base, **kw})
+    return ObjectRelationCfg(**{**base, **kw})
 
 
 # -- ORT baselines (ACORT Table 1, top) ------------------------------------------------------------------------------
 @register_model(paper_params=55.4e6)
-def ort_base() -> ModelCfg:
+def ort_base() -> ObjectRelationCfg:
     """6+6 independent layers, d=512, MLP 2048, no sharing, word vocabulary."""
     return _ort(d_model=512, d_ff=2048, enc_layer_map=_SIX, dec_layer_map=_SIX)
 
 
 @register_model(paper_params=40.7e6)
-def ort_base_4() -> ModelCfg:
+def ort_base_4() -> ObjectRelationCfg:
     """ORT-base with 4 layers per side."""
     return _ort(d_model=512, d_ff=2048, enc_layer_map=(0, 1, 2, 3), dec_layer_map=(0, 1, 2, 3))
 
 
 @register_model(paper_params=26.0e6)
-def ort_base_2() -> ModelCfg:
+def ort_base_2() -> ObjectRelationCfg:
     """ORT-base with 2 layers per side."""
     return _ort(d_model=512, d_ff=2048, enc_layer_map=(0, 1), dec_layer_map=(0, 1))
 
 
 @register_model(paper_params=16.7e6)
-def ort_small() -> ModelCfg:
+def ort_small() -> ObjectRelationCfg:
     """6+6 layers at d=256, MLP 1024."""
     return _ort(d_model=256, d_ff=1024, enc_layer_map=_SIX, dec_layer_map=_SIX)
 
 
 @register_model(paper_params=4.1e6)
-def ort_xsmall() -> ModelCfg:
+def ort_xsmall() -> ObjectRelationCfg:
     """6+6 layers at d=104 (8 heads of 13), MLP 416; the paper reports unstable training."""
     return _ort(d_model=104, d_ff=416, enc_layer_map=_SIX, dec_layer_map=_SIX)
 
 
 # -- ACORT (ACORT Table 1, bottom; §4.4) -----------------------------------------------------------------------------
 @register_model(paper_params=15.0e6)
-def acort_base() -> ModelCfg:
+def acort_base() -> ObjectRelationCfg:
     """d=512, (0x3,1x3) sharing in encoder and decoder, Share-KV, radix base 768 (14,979,347 parameters)."""
     return _acort(d_model=512, d_ff=2048, enc_layer_map="(0x3,1x3)", dec_layer_map="(0x3,1x3)")
 
 
 @register_model(paper_params=8.4e6)
-def acort_base_al() -> ModelCfg:
+def acort_base_al() -> ObjectRelationCfg:
     """ACORT-base with ALBERT-style (0x6) sharing: one layer per side, run six times."""
     return _acort(d_model=512, d_ff=2048, enc_layer_map="(0x6)", dec_layer_map="(0x6)")
 
 
 @register_model(paper_params=4.2e6)
-def acort_small() -> ModelCfg:
+def acort_small() -> ObjectRelationCfg:
     """d=256, MLP 1024, (0x3,1x3) sharing, Share-KV, radix 768 (4,213,779 parameters)."""
     return _acort(d_model=256, d_ff=1024, enc_layer_map="(0x3,1x3)", dec_layer_map="(0x3,1x3)")
 
 
 @register_model(paper_params=2.57e6)
-def acort_xsmall() -> ModelCfg:
+def acort_xsmall() -> ObjectRelationCfg:
     """d=256, MLP 1024, 2 layers per side sharing one, (0x2); Share-KV, radix 768 (2.57 M in the paper's text)."""
     return _acort(d_model=256, d_ff=1024, enc_layer_map="(0x2)", dec_layer_map="(0x2)")
 
@@ -210,49 +217,49 @@ def acort_xsmall() -> ModelCfg:
 # -- length-controllable variants (LaBERT §3.1 / Table 1: a length-level embedding added to the token embeddings) ---
 # Any ORT/ACORT model becomes one with ``--set length_levels=4level`` (or ``5level``); these are the named ones.
 @register_model
-def ort_base_len() -> ModelCfg:
+def ort_base_len() -> ObjectRelationCfg:
     """ORT-base with the 4-level length embedding; decoding takes ``length_level``."""
     return ort_base().replace(length_levels="4level")
 
 
 @register_model
-def acort_base_len() -> ModelCfg:
+def acort_base_len() -> ObjectRelationCfg:
     """ACORT-base with the 4-level length embedding."""
     return acort_base().replace(length_levels="4level")
 
 
 @register_model
-def acort_small_len() -> ModelCfg:
+def acort_small_len() -> ObjectRelationCfg:
     """ACORT-small with the 4-level length embedding."""
     return acort_small().replace(length_levels="4level")
 
 
 @register_model
-def acort_xsmall_len() -> ModelCfg:
+def acort_xsmall_len() -> ObjectRelationCfg:
     """ACORT-xsmall with the 4-level length embedding (1,280 extra parameters at d=256)."""
     return acort_xsmall().replace(length_levels="4level")
 
 
 # -- tiny configs for tests (timm's *_test habit) --------------------------------------------------------------------
 @register_model
-def ort_test() -> ModelCfg:
+def ort_test() -> ObjectRelationCfg:
     """d=32, 2 heads, 2 independent layers per side, word vocabulary."""
     return _ort(d_model=32, d_ff=64, heads=2, enc_layer_map=(0, 1), dec_layer_map=(0, 1))
 
 
 @register_model
-def acort_test() -> ModelCfg:
+def acort_test() -> ObjectRelationCfg:
     """d=32, 2 heads, (0x2) sharing on both sides, Share-KV, radix 768: every ACORT mechanism at toy size."""
     return _acort(d_model=32, d_ff=64, heads=2, enc_layer_map="(0x2)", dec_layer_map="(0x2)")
 
 
 @register_model
-def acort_test_qk() -> ModelCfg:
+def acort_test_qk() -> ObjectRelationCfg:
     """acort-test with Share-QK (ACORT Table 10) and (0,0,1) maps: sharing next to an independent layer."""
     return _acort(d_model=32, d_ff=64, heads=2, enc_layer_map=(0, 0, 1), dec_layer_map=(0, 0, 1), share_att="qk")
 
 
 @register_model
-def acort_test_len() -> ModelCfg:
+def acort_test_len() -> ObjectRelationCfg:
     """acort-test with the 4-level length embedding (length control at toy size)."""
     return acort_test().replace(length_levels="4level")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgecap._lazy import lazy_getattr
-from edgecap.precisions import PRECISIONS
+from edgecap.precisions import FLOAT_PRECISIONS, PRECISIONS
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtimes.registry import (
     LoadedRuntime,
@@ -17,6 +17,7 @@ from edgecap.runtimes.registry import (
     RuntimeSpec,
     UnknownRuntimeError,
     auto_runtime,
+    canonical_runtime,
     get_runtime,
     list_runtimes,
     register_runtime,
@@ -37,18 +38,23 @@ _ORT_INSTALL = (
     "pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); on a Jetson install JetPack's onnxruntime-gpu wheel"
 )
 _TORCH_INSTALL = "pip install 'edgecap[train]'"
+_TRT_INSTALL = (
+    "TensorRT >= 10.3 and cuda-python (pip install 'edgecap[tensorrt]' with NVIDIA's package index; JetPack ships "
+    "both on a Jetson), then build engines with `edgecap engine BUNDLE`"
+)
 
 # The built-in runtimes: a new backend is one module plus one entry like these.
 register_runtime(
     RuntimeSpec(
-        name="ort",
+        name="onnxruntime",
         description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
-        loader="edgecap.runtimes.ort:load_bundle_runtime",
-        graph_runtime="edgecap.runtimes.ort:OrtRuntime",
+        loader="edgecap.runtimes.onnxruntime_session:load_bundle_runtime",
+        graph_runtime="edgecap.runtimes.onnxruntime_session:OrtRuntime",
         requires=("onnxruntime",),
         install=_ORT_INSTALL,
         precisions=PRECISIONS,
         auto_rank=0,
+        aliases=("ort",),  # its earlier name; "ort" is also the Object Relation Transformer model family
     )
 )
 register_runtime(
@@ -59,8 +65,20 @@ register_runtime(
         graph_runtime="edgecap.runtimes.torch:TorchRuntime",
         requires=("torch",),
         install=_TORCH_INSTALL,
-        precisions=("fp32", "fp16"),
+        precisions=FLOAT_PRECISIONS,
         auto_rank=1,
+        torch=True,
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="tensorrt",
+        description="TensorRT engines built in the bundle by `edgecap engine` (CUDA GPU, cuda-python, no torch)",
+        loader="edgecap.runtimes.tensorrt:load_bundle_runtime",
+        requires=("tensorrt", "cuda"),
+        install=_TRT_INSTALL,
+        precisions=PRECISIONS,
+        auto_rank=None,  # only by name: engines are built per machine first (edgecap engine)
     )
 )
 register_runtime(
@@ -70,8 +88,9 @@ register_runtime(
         loader="edgecap.runtimes.torch:load_bundle_rerun_runtime",
         requires=("torch",),
         install=_TORCH_INSTALL,
-        precisions=("fp32", "fp16"),
+        precisions=FLOAT_PRECISIONS,
         baseline=True,
+        torch=True,
     )
 )
 
@@ -108,6 +127,7 @@ __all__ = [
     "TorchStepModel",
     "UnknownRuntimeError",
     "auto_runtime",
+    "canonical_runtime",
     "create_ort_refine_model",
     "dtype_name",
     "get_runtime",

@@ -1,6 +1,6 @@
 """``RuntimeStepModel``: the decoding :class:`~edgecap.decoding.StepModel` on top of two graph-level runtimes.
 
-Like optimum's ORT seq2seq models reusing one ``generate()``, any backend that can run an *encoder* graph and a
+Like optimum's ONNX Runtime seq2seq models reusing one ``generate()``, any backend that can run an *encoder* graph and a
 *decoder-step* graph gets greedy, beam search and sampling for free: the state is the step graph's flattened state
 tensors in a fixed order, kept in the runtime's own array type (no host round trip for torch/CUDA arrays), and
 beam reordering is a gather along axis 0.

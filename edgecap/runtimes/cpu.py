@@ -1,7 +1,7 @@
 """Which INT8 preset this CPU runs correctly (torch-free: the ONNX Runtime loader picks INT8 variants with it).
 
-ORT's x86 int8 kernels saturate without VNNI unless weights use 7 bits (``reduce_range``), and 64-bit ARM has its
-own scheme; the presets themselves live in :mod:`edgecap.calibration.presets`.
+ONNX Runtime's x86 int8 kernels saturate without VNNI unless weights use 7 bits (``reduce_range``), and 64-bit ARM
+has its own scheme; the presets themselves live in :mod:`edgecap.calibration.presets`.
 """
 
 from __future__ import annotations

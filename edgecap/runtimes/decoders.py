@@ -25,7 +25,7 @@ def create_ort_decoder(
         graphs: ``{"encoder", "step"}`` or ``{"encoder", "refine"}``.
         state_names, updated_state_names: the step graph's state order (ignored for ``refine``, whose metadata
             carries it); None = read from the graph's metadata.
-        **runtime_options: :class:`~edgecap.runtimes.ort.OrtRuntime` options for every session.
+        **runtime_options: :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` options for every session.
 
     Raises:
         ValueError: the roles are neither pair.
@@ -36,7 +36,7 @@ def create_ort_decoder(
 
         return create_ort_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
     if roles == {"encoder", "step"}:
-        from edgecap.runtimes.ort import create_ort_step_model
+        from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
         return create_ort_step_model(
             graphs["encoder"], graphs["step"], state_names, updated_state_names=updated_state_names, **runtime_options

@@ -80,10 +80,27 @@ def backbone_from_spec(spec: Mapping[str, Any], weights: Any = None) -> Any:
             "the run's features came from a randomly initialised backbone, which cannot be rebuilt; "
             "extract features with pretrained or file weights to caption images"
         )
+    from edgecap.data.preprocess import PreprocessCfg
     from edgecap.models.backbone import create_backbone
 
+    # The recorded preprocessing, not the timm weights' default: an imported run records the official one.
+    fields = ("mean", "std", "interpolation", "crop_pct", "crop_mode")
+    preprocess = None
+    if all(key in spec for key in fields):
+        preprocess = PreprocessCfg(
+            image_size=int(spec["image_size"]),
+            mean=tuple(float(v) for v in spec["mean"]),
+            std=tuple(float(v) for v in spec["std"]),
+            interpolation=str(spec["interpolation"]),
+            crop_pct=float(spec["crop_pct"]),
+            crop_mode=str(spec["crop_mode"]),
+        )
     backbone = create_backbone(
-        spec["name"], pretrained=source == "packaged", weights=weights, image_size=int(spec["image_size"])
+        spec["name"],
+        pretrained=source == "packaged",
+        weights=weights,
+        image_size=int(spec["image_size"]),
+        preprocess=preprocess,
     )
     got = backbone.spec["weights"].get("sha256")
     if got != identity.get("sha256"):

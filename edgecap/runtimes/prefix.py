@@ -52,8 +52,8 @@ class PrefixRerunModel(nn.Module):
     """A captioner seen as a "cached-step" model whose only cache is the token prefix: the reference decoding in the
     ``CaptionModel`` step interface, so that the regular export (``get_export_spec`` of the wrapped model's family)
     turns it into encoder/start/step ONNX graphs that re-run the prefix every step, like the official ExpansionNet
-    export. ``benchmarks/decode_cache.py --runtime ort`` times those graphs against the cached step graphs on ONNX
-    Runtime with the same beam search, so both sides of the comparison run in the same low-overhead runtime.
+    export. ``benchmarks/decode_cache.py --runtime onnxruntime`` times those graphs against the cached step graphs on
+    ONNX Runtime with the same beam search, so both sides of the comparison run in the same low-overhead runtime.
 
     State: ``rerun_memory`` (B, N, d), ``rerun_mask`` (B, N) bool, ``prefix`` (B, t) long (names differ from the
     start graph's ``memory``/``feature_mask`` inputs, as graph inputs and outputs cannot share names), and for a

@@ -144,9 +144,10 @@ def create_ort_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -
     """A :class:`RuntimeRefineModel` over exported LaBERT ``encoder`` and ``refine`` graphs (paths, bytes or
     ``onnx.ModelProto``); levels, T, γ and the mask id are read from the refine graph's metadata.
 
-    ``runtime_options`` go to both :class:`~edgecap.runtimes.ort.OrtRuntime` sessions (``intra_op_threads`` …).
+    ``runtime_options`` go to both :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` sessions
+    (``intra_op_threads`` …).
     """
-    from edgecap.runtimes.ort import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OrtRuntime
 
     meta = _metadata(refine)
     needed = ("length_levels", "refine_steps", "eos_decay", "mask_id", "state_names")

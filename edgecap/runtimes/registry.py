@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,7 @@ __all__ = [
     "RuntimeSpec",
     "UnknownRuntimeError",
     "auto_runtime",
+    "canonical_runtime",
     "get_runtime",
     "list_runtimes",
     "register_runtime",
@@ -48,7 +50,7 @@ class RuntimeSpec:
     """A registered runtime.
 
     Attributes:
-        name: the key users type (``runtime="ort"``, ``--runtime ort``).
+        name: the key users type (``runtime="onnxruntime"``, ``--runtime onnxruntime``).
         description: one line for help texts and reports.
         loader: ``"package.module:function"``, called as ``loader(bundle, request)`` -> :class:`LoadedRuntime`.
         graph_runtime: ``"package.module:Class"`` of its one-graph :class:`~edgecap.runtimes.base.Runtime`, if any.
@@ -57,6 +59,10 @@ class RuntimeSpec:
         precisions: bundle precisions it can run at all.
         auto_rank: ``runtime="auto"`` takes the available runtime with the lowest rank; None: only by name.
         baseline: a comparison baseline for benchmarks (e.g. re-running the prefix), not a deployment runtime.
+        torch: it runs the bundle's torch weights (``weights.safetensors``) in torch: ``edgecap bench`` then applies
+            torch's device rules (FP16 only on CUDA) and runs a mask-predict bundle at FP32 only.
+        aliases: older names still accepted (with a ``FutureWarning``) where users type a runtime, and read from
+            reports written before a rename.
     """
 
     name: str
@@ -68,6 +74,8 @@ class RuntimeSpec:
     precisions: tuple[str, ...] = ("fp32",)
     auto_rank: int | None = None
     baseline: bool = False
+    torch: bool = False
+    aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         for label, target in (("loader", self.loader), ("graph_runtime", self.graph_runtime)):
@@ -135,19 +143,39 @@ class LoadedRuntime:
 
 
 _REGISTRY: dict[str, RuntimeSpec] = {}
+_ALIASES: dict[str, str] = {}
 
 
 def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
     """Register (or replace) a runtime; returns ``spec``."""
     if not isinstance(spec, RuntimeSpec):
         raise TypeError(f"register_runtime takes a RuntimeSpec, got {type(spec).__name__}")
+    taken = [a for a in (spec.name, *spec.aliases) if _ALIASES.get(a, spec.name) != spec.name]
+    taken += [a for a in spec.aliases if a in _REGISTRY]
+    if taken:
+        raise ValueError(f"runtime {spec.name!r}: name(s) {taken} already belong to another runtime")
     _REGISTRY[spec.name] = spec
+    _ALIASES.update(dict.fromkeys(spec.aliases, spec.name))
     return spec
 
 
+def canonical_runtime(name: str, *, warn: bool = False) -> str:
+    """The registered name of ``name`` (itself, or the runtime it is an older alias of); unknown names unchanged.
+
+    Args:
+        warn: emit a ``FutureWarning`` for an alias (where a user typed it, not when reading an old report).
+    """
+    if name in _REGISTRY or name not in _ALIASES:
+        return name
+    current = _ALIASES[name]
+    if warn:
+        warnings.warn(f"runtime {name!r} is now called {current!r}; the old name will be removed", FutureWarning, 3)
+    return current
+
+
 def get_runtime(name: str) -> RuntimeSpec:
-    """The spec registered as ``name``."""
-    spec = _REGISTRY.get(name)
+    """The spec registered as ``name`` (an older alias works, with a ``FutureWarning``)."""
+    spec = _REGISTRY.get(canonical_runtime(name, warn=True))
     if spec is None:
         raise UnknownRuntimeError(f"unknown runtime {name!r}; registered: {list_runtimes()}")
     return spec

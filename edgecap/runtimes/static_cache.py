@@ -253,10 +253,10 @@ class StaticStepModel:
                     _gather(ws)
             torch.cuda.current_stream(self.device).wait_stream(side)
             ws.step_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(ws.step_graph):
+            with torch.cuda.graph(ws.step_graph, capture_error_mode="thread_local"):
                 self._step_fn(ws)
             ws.gather_graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(ws.gather_graph):
+            with torch.cuda.graph(ws.gather_graph, capture_error_mode="thread_local"):
                 _gather(ws)
             torch.cuda.current_stream(self.device).synchronize()
         self.captures += 2

@@ -88,21 +88,22 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
 
 
-def save_training_state(run_dir: Path, model: torch.nn.Module, state: dict[str, Any]) -> None:
-    """Write weights + optimiser/scheduler/progress as one atomic directory swap."""
-    target = run_dir / LAST
+def save_training_state(run_dir: Path, model: torch.nn.Module, state: dict[str, Any], where: Path = LAST) -> None:
+    """Write weights + optimiser/scheduler/progress as one atomic directory swap (``where``: the stage's
+    checkpoint directory inside the run, ``checkpoints/last`` for cross-entropy)."""
+    target = run_dir / where
     with atomic_directory(target, overwrite=True) as tmp:
         save_model(model, str(tmp / WEIGHTS))
         torch.save(state, tmp / STATE)
 
 
-def load_training_state(run_dir: Path, model: torch.nn.Module) -> dict[str, Any] | None:
-    """Restore the last checkpoint into ``model``; ``None`` when the run has none yet."""
-    target = run_dir / LAST
+def load_training_state(run_dir: Path, model: torch.nn.Module, where: Path = LAST) -> dict[str, Any] | None:
+    """Restore the stage's last checkpoint (``where``) into ``model``; ``None`` when the run has none yet."""
+    target = run_dir / where
     if not (target / STATE).is_file():
         return None
-    weights = run_file(run_dir, (LAST / WEIGHTS).as_posix(), "the last checkpoint's weights")
-    state_file = run_file(run_dir, (LAST / STATE).as_posix(), "the last checkpoint's state")
+    weights = run_file(run_dir, (where / WEIGHTS).as_posix(), "the last checkpoint's weights")
+    state_file = run_file(run_dir, (where / STATE).as_posix(), "the last checkpoint's state")
     try:
         load_weights(model, weights)
     except RunError as exc:

@@ -17,6 +17,7 @@ from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
+from edgecap.training.distributed import epoch_order, init_distributed, shutdown, wrap_ddp
 from edgecap.training.objectives import objective_for
 from edgecap.training.schedules import noam, warmup_constant, warmup_cosine
 
@@ -64,7 +65,9 @@ class _Progress:
 def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     """Train ``cfg.model`` on ``cfg.data`` with features from ``cfg.features``; returns the run directory.
 
-    Re-running with the same ``cfg.out`` continues from the last checkpoint (``resume=True``).
+    Re-running with the same ``cfg.out`` continues from the last checkpoint (``resume=True``). Under torchrun every
+    process trains a shard of each epoch (:mod:`edgecap.training.distributed`) and rank 0 alone writes. With
+    ``cfg.scst_epochs`` the cross-entropy epochs are followed by SCST (:mod:`edgecap.training.scst_loop`).
     """
     from edgecap.captioning import caption_bank
     from edgecap.data.datasets import load_dataset
@@ -75,7 +78,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     run_dir = Path(cfg.out)
     run_dir.mkdir(parents=True, exist_ok=True)
-    device = resolve_device(cfg.device)
+    ctx, device = init_distributed(resolve_device(cfg.device))
+    if ctx.active and cfg.finetune_epochs:
+        raise ValueError("end-to-end fine-tuning (--finetune-epochs) runs in one process; launch it without torchrun")
     seed_everything(cfg.seed)
 
     dataset = load_dataset(cfg.data)
@@ -101,7 +106,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             min_count=cfg.vocab_min_count,
             radix_base=model_cfg.radix_base,
         )
-        vocab.save(run_dir / ckpt.VOCAB)
+        if ctx.is_main:  # every rank builds the same vocabulary from the same captions; rank 0 writes it
+            vocab.save(run_dir / ckpt.VOCAB)
 
     model = create_model(cfg.model, vocab_size=vocab.size, feature_dim=source.feature_dim, **cfg.model_overrides)
     model.to(device)
@@ -123,9 +129,16 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         "backbone": getattr(source, "spec", None),
         "vocab": {"kind": vocab.kind, "size": vocab.size},
     }
-    ckpt.write_config(run_dir, config)
+    if existing is not None and resume and "backbone_before_end_to_end" in existing:
+        # A resumed run that fine-tuned its backbone keeps naming the fine-tuned one (not the cache's).
+        config["backbone"] = existing["backbone"]
+        config["backbone_before_end_to_end"] = existing["backbone_before_end_to_end"]
+    if ctx.is_main:
+        ckpt.write_config(run_dir, config)
+    ctx.barrier()
 
-    batches_per_epoch = math.ceil(len(train_records) / cfg.batch_size)
+    local_images = len(epoch_order(len(train_records), cfg.seed, 0, ctx))
+    batches_per_epoch = math.ceil(local_images / cfg.batch_size)
     total_steps = min(cfg.max_steps or cfg.epochs * batches_per_epoch, cfg.epochs * batches_per_epoch)
     optimizer, scheduler = build_optimizer(model, cfg, model.cfg.d_model, total_steps)
     prog = _Progress()
@@ -134,6 +147,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         scheduler.load_state_dict(state["scheduler"])
         ckpt.set_rng_state(state["rng"])
         prog = _Progress(**state["progress"])
+        if ctx.rank:  # the checkpoint holds rank 0's RNG; the other ranks draw their own dropout masks
+            torch.manual_seed(cfg.seed * 1_000_003 + prog.step * 101 + ctx.rank)
+    call = wrap_ddp(model, ctx)
 
     train_bank = FeatureBank(source, [r.image_id for r in train_records])
     val_bank = FeatureBank(source, [r.image_id for r in val_records]) if val_records else None
@@ -142,6 +158,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     started = time.monotonic()
 
     def save_state() -> None:
+        if not ctx.is_main:
+            return
         ckpt.save_training_state(
             run_dir,
             model,
@@ -156,18 +174,17 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     def out_of_budget() -> bool:
         over_steps = cfg.max_steps and prog.step >= cfg.max_steps
         over_time = cfg.max_minutes and (time.monotonic() - started) / 60 >= cfg.max_minutes
-        return bool(over_steps or over_time)
+        return bool(over_steps) or (bool(cfg.max_minutes) and ctx.agree(bool(over_time)))
 
     while prog.epoch < cfg.epochs and not out_of_budget():
         model.train()
         # The epoch's order depends only on (seed, epoch), so a resumed run sees the same batches.
-        gen = torch.Generator().manual_seed(cfg.seed * 100_003 + prog.epoch)
-        order = torch.randperm(len(train_records), generator=gen)
+        order = torch.tensor(epoch_order(len(train_records), cfg.seed, prog.epoch, ctx), dtype=torch.long)
         bar = tqdm(
             total=batches_per_epoch,
             initial=prog.batch_in_epoch,
             desc=f"epoch {prog.epoch + 1}/{cfg.epochs}",
-            disable=not progress,
+            disable=not (progress and ctx.is_main),
             leave=False,
         )
         for b in range(prog.batch_in_epoch, batches_per_epoch):
@@ -177,13 +194,13 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             tokens = encode_captions(vocab, captions, cfg.max_words).to(device)
             visual = train_bank.batch(rows).to(device)
             loss, nll = _train_step(
-                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word
+                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word, call
             )
             prog.step += 1
             prog.batch_in_epoch = b + 1
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", lr=f"{scheduler.get_last_lr()[0]:.2e}")
-            if prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1:
+            if ctx.is_main and (prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1):
                 ckpt.append_metrics(
                     run_dir,
                     {
@@ -206,7 +223,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             finished_epoch = prog.epoch
             prog.epoch += 1
             prog.batch_in_epoch = 0
-            if val_bank is not None and (prog.epoch % cfg.val_every == 0 or prog.epoch == cfg.epochs):
+            validating = prog.epoch % cfg.val_every == 0 or prog.epoch == cfg.epochs
+            if ctx.is_main and val_bank is not None and validating:
                 model.eval()
                 preds = caption_bank(
                     model, val_bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words, device=device
@@ -228,8 +246,9 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
                     prog.best_epoch = finished_epoch
                     ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
         save_state()
+        ctx.barrier()
 
-    if not (run_dir / ckpt.WEIGHTS).is_file():
+    if ctx.is_main and not (run_dir / ckpt.WEIGHTS).is_file():
         # No validation split (or stopped before the first epoch ended): keep the latest weights.
         ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
     summary: dict[str, Any] = {
@@ -239,18 +258,28 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         "best_epoch": prog.best_epoch,
         "train_seconds_this_session": round(time.monotonic() - started, 1),
     }
-    atomic_write_json(run_dir / "summary.json", summary)
+    if ctx.is_main:
+        atomic_write_json(run_dir / "summary.json", summary)
+    ctx.barrier()
     if cfg.finetune_epochs and prog.epoch >= cfg.epochs:  # frozen stage complete: end to end from images
         from edgecap.training.end_to_end import finetune_end_to_end
 
         finetune_end_to_end(cfg, run_dir, progress=progress)
+    if cfg.scst_epochs and prog.epoch >= cfg.epochs:  # cross-entropy complete: self-critical training
+        from edgecap.training.scst_loop import train_scst
+
+        train_scst(cfg, run_dir, resume=resume, progress=progress, ctx=ctx, device=device)
+    shutdown(ctx)
     return run_dir
 
 
 def _train_step(
-    model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler, tokens_per_word: int = 1
+    model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler, tokens_per_word: int = 1, call=None
 ) -> tuple[float, float]:
-    loss, nll = objective_for(model)(model, visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
+    """One optimiser step; ``call`` runs the objective through DDP in a multi-process job."""
+    if call is None:
+        call = lambda objective, *args, **kwargs: objective(model, *args, **kwargs)  # noqa: E731
+    loss, nll = call(objective_for(model), visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip > 0:

@@ -1,5 +1,5 @@
-"""Training objectives, chosen from the model family: teacher-forced cross-entropy (autoregressive models) and
-LaBERT's masked-token objective (§3.2, Eq. 4).
+"""Training objectives, named by each model family's hooks (``FamilyHooks.objective``): teacher-forced
+cross-entropy (autoregressive models) and LaBERT's masked-token objective (§3.2, Eq. 4).
 
 An objective maps ``(model, visual batch, caption tokens)`` to ``(loss, nll)``; the loop owns everything else
 (optimiser, clipping, checkpoints, validation). ``tokens`` are the loop's caption matrix (B·K, T):
@@ -17,7 +17,7 @@ import torch
 from edgecap.length import level_of
 from edgecap.training.losses import label_smoothed_nll
 
-__all__ = ["OBJECTIVES", "caption_levels", "cross_entropy", "level_inputs", "masked_lm", "objective_for"]
+__all__ = ["caption_levels", "cross_entropy", "level_inputs", "masked_lm", "objective_for"]
 
 Objective = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -108,10 +108,8 @@ def _eos_of(tokens: torch.Tensor, pad_id: int) -> int:
     return int(tokens[0, last])
 
 
-#: family -> objective; families not listed train with cross-entropy.
-OBJECTIVES: dict[str, Objective] = {"labert": masked_lm}
-
-
 def objective_for(model: Any) -> Objective:
-    """The objective of ``model``'s family (``model.cfg.family``)."""
-    return OBJECTIVES.get(getattr(model.cfg, "family", ""), cross_entropy)
+    """The objective of ``model``'s family: its :class:`~edgecap.models.FamilyHooks` ``objective``."""
+    from edgecap.models import family_hooks
+
+    return family_hooks(model).resolve("objective")

@@ -53,7 +53,7 @@ def make_result(
         batch=batch,
         scenario="single-stream" if batch == 1 else "offline",
         device="cpu",
-        providers=["CPUExecutionProvider"] if runtime == "ort" else None,
+        providers=["CPUExecutionProvider"] if runtime == "onnxruntime" else None,
         input="features",
         backbone=None,
         latency=latency,

@@ -27,7 +27,7 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
         "--runtime",
         "torch,torch-rerun",
         "--runtime",
-        "ort",
+        "onnxruntime",
         "--precision",
         "fp32,fp16",
         "--batch",
@@ -50,12 +50,12 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
     assert {(s.runtime, s.precision) for s in report.skipped} == {
         ("torch", "fp16"),
         ("torch-rerun", "fp16"),
-        ("ort", "fp16"),
+        ("onnxruntime", "fp16"),
     }
     assert all("no fp16 variant" in s.reason for s in report.skipped)
     combos = {(r.runtime, r.beam, r.batch) for r in report.results}
     assert combos == {
-        (rt, beam, batch) for rt in ("torch", "torch-rerun", "ort") for beam in (1, 2) for batch in (1, 2)
+        (rt, beam, batch) for rt in ("torch", "torch-rerun", "onnxruntime") for beam in (1, 2) for batch in (1, 2)
     }
     for r in report.results:
         assert r.latency.count >= 2 and r.loop.warmup == 1 and len(r.loop.warmup_ms) == 1
@@ -69,7 +69,7 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
         assert r.load_s > 0 and len(r.timings_ms) == r.latency.count
     by = {(r.runtime, r.beam, r.batch): r for r in report.results}
     assert by["torch-rerun", 2, 1].speedup_vs_rerun == pytest.approx(1.0)
-    assert by["ort", 1, 1].size.files == ["onnx/fp32/init.onnx", "onnx/fp32/step.onnx"]
+    assert by["onnxruntime", 1, 1].size.files == ["onnx/fp32/init.onnx", "onnx/fp32/step.onnx"]
     assert by["torch", 1, 1].size.files == ["weights.safetensors"]
     # cached and re-run decoding compute the same function: the same captions, so the same CIDEr-D
     assert by["torch", 2, 1].quality.score == pytest.approx(by["torch-rerun", 2, 1].quality.score, abs=1e-9)
@@ -106,10 +106,10 @@ def test_isolated_worker_returns_its_results(tiny_bundle: Path) -> None:
 
 def test_a_failing_group_is_an_error_entry(tiny_bundle: Path) -> None:
     # The CPU onnxruntime build has no CUDA provider: the ort group fails to load, the torch group still runs.
-    cfg = _cfg(tiny_bundle, runtimes=("ort", "torch"), providers=("cuda",), isolate=False)
+    cfg = _cfg(tiny_bundle, runtimes=("onnxruntime", "torch"), providers=("cuda",), isolate=False)
     report = run_benchmark(cfg, progress=False)
     assert [r.runtime for r in report.results] == ["torch"]
-    assert len(report.errors) == 1 and report.errors[0].runtime == "ort" and report.errors[0].batch is None
+    assert len(report.errors) == 1 and report.errors[0].runtime == "onnxruntime" and report.errors[0].batch is None
     assert "CUDAExecutionProvider" in report.errors[0].reason
 
 

@@ -63,7 +63,7 @@ def twins(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
 
 def test_pixels_in_and_torch_backbone_bundles_in_one_report(twins: tuple[Path, Path, Path], tmp_path: Path) -> None:
     pixels, eager, images = twins
-    cfg = BenchCfg(bundles=(pixels, eager), runtimes=("ort",), batches=(1,), beams=(3,), images=images, **FAST)
+    cfg = BenchCfg(bundles=(pixels, eager), runtimes=("onnxruntime",), batches=(1,), beams=(3,), images=images, **FAST)
     report = run_benchmark(cfg, progress=False)
     assert not report.errors, report.errors
     where = {Path(r.bundle).name: r.backbone for r in report.results}
@@ -73,12 +73,12 @@ def test_pixels_in_and_torch_backbone_bundles_in_one_report(twins: tuple[Path, P
     assert eager_result.breakdown.backbone_ms is not None and eager_result.size.backbone_parameters
     text = write_report(report, tmp_path / "r", plots=False)["markdown"].read_text()
     assert "| pixels-in vs torch backbone |" in text
-    assert "ort fp32 pixels-in / ort fp32 + torch backbone" in text
+    assert "onnxruntime fp32 pixels-in / onnxruntime fp32 + torch backbone" in text
 
 
 def test_a_pixels_in_bundle_alone_says_how_to_get_the_comparison(twins: tuple[Path, Path, Path]) -> None:
     pixels, _, images = twins
-    cfg = BenchCfg(bundles=(pixels,), runtimes=("ort",), batches=(1,), beams=(1,), images=images, **FAST)
+    cfg = BenchCfg(bundles=(pixels,), runtimes=("onnxruntime",), batches=(1,), beams=(1,), images=images, **FAST)
     report = run_benchmark(cfg, progress=False)
     assert any("torch-backbone bundle of the same run" in note for note in report.notes)
 
@@ -100,7 +100,7 @@ def test_bench_runs_from_pixels_without_the_training_stack(
         from edgecap.bench.run import BenchCfg, run_benchmark
 
         cfg = BenchCfg(
-            bundles=({str(pixels)!r},), runtimes=("ort", "torch", "torch-rerun"), batches=(1,), beams=(3,),
+            bundles=({str(pixels)!r},), runtimes=("onnxruntime", "torch", "torch-rerun"), batches=(1,), beams=(3,),
             images={str(images)!r}, quality_data={str(tiny_data[0])!r}, quality_images=4,
             warmup=1, min_repeats=2, min_seconds=0.0, threads=1,
         )
@@ -116,7 +116,7 @@ def test_bench_runs_from_pixels_without_the_training_stack(
     report = load_report(tmp_path / "out")
     assert not report.errors, report.errors
     [result] = report.results
-    assert (result.runtime, result.backbone, result.input) == ("ort", "graph", "pixels")
+    assert (result.runtime, result.backbone, result.input) == ("onnxruntime", "graph", "pixels")
     assert result.quality is not None and result.quality.metric == "CIDEr-D"
     skipped = {s.runtime: s.reason for s in report.skipped}
     assert set(skipped) == {"torch", "torch-rerun"}
@@ -138,14 +138,14 @@ def test_a_runtime_not_installed_is_skipped_with_the_registrys_hint(
     for runtime in ("torch", "torch-rerun"):
         reason = skip_reason(runtime, "fp32", bundle, None)
         assert reason is not None and "torch" in reason and "pip install 'edgecap[train]'" in reason
-    assert skip_reason("ort", "fp32", bundle, None) is None
+    assert skip_reason("onnxruntime", "fp32", bundle, None) is None
     assert "unknown runtime 'trt'" in (skip_reason("trt", "fp32", bundle, None) or "")
     from edgecap.bench import environment
 
     monkeypatch.setattr(environment, "module_installed", lambda module: module not in ("torch", "timm"))
-    assert skip_reason("ort", "fp32", bundle, None) is None  # pixels-in: ONNX Runtime alone
+    assert skip_reason("onnxruntime", "fp32", bundle, None) is None  # pixels-in: ONNX Runtime alone
     eager = load_bundle(twins[1], verify=False, graphs="none")
-    reason = skip_reason("ort", "fp32", eager, None) or ""
+    reason = skip_reason("onnxruntime", "fp32", eager, None) or ""
     assert "runs its backbone" in reason and "pip install 'edgecap[train]'" in reason
 
 

@@ -19,7 +19,7 @@ def test_labert_bundle_is_benchmarked_per_length_level(tiny_data, tmp_path_facto
     steps = load_bundle(bundle, graphs="none").interface["length"]["refine_steps"]
     cfg = BenchCfg(
         bundles=(str(bundle),),
-        runtimes=("torch", "torch-rerun", "ort"),
+        runtimes=("torch", "torch-rerun", "onnxruntime"),
         precisions=("fp32",),
         batches=(1,),
         beams=(3,),
@@ -35,7 +35,7 @@ def test_labert_bundle_is_benchmarked_per_length_level(tiny_data, tmp_path_facto
     report = run_benchmark(cfg, progress=False)
     assert not report.errors
     measured = sorted((r.runtime, r.length_level, r.beam) for r in report.results)
-    assert measured == [("ort", 1, 1), ("ort", 3, 1), ("torch", 1, 1), ("torch", 3, 1)]
+    assert measured == [("onnxruntime", 1, 1), ("onnxruntime", 3, 1), ("torch", 1, 1), ("torch", 3, 1)]
     for r in report.results:
         assert r.breakdown.steps == steps[r.length_level - 1]  # one decoder call per refinement pass
         assert r.breakdown.encoder_ms > 0 and r.breakdown.decoder_ms > 0 and r.breakdown.select_ms == 0
@@ -63,7 +63,7 @@ def test_cli_length_level_all_measures_every_level(tiny_data, tmp_path_factory, 
     from edgecap.cli import main
 
     bundle, _ = labert_bundle(tiny_data, tmp_path_factory)
-    common = ["bench", "--bundle", str(bundle), "--runtime", "ort", "--batch", "1", "--out", str(tmp_path)]
+    common = ["bench", "--bundle", str(bundle), "--runtime", "onnxruntime", "--batch", "1", "--out", str(tmp_path)]
     bad = CliRunner().invoke(main, [*common, "--length-level", "short"])
     assert bad.exit_code == 2 and "--length-level" in bad.output
     quick = ["--synthetic", "1", "--warmup", "0", "--min-repeats", "1", "--min-seconds", "0", "--no-quality"]

@@ -16,15 +16,15 @@ def _pair():
     a = make_report(
         [
             make_result("torch", times_ms=(10.0, 10.0, 10.0, 10.0), quality=1.00, rss=400 << 20),
-            make_result("ort", times_ms=(8.0, 8.0, 8.0, 8.0)),
+            make_result("onnxruntime", times_ms=(8.0, 8.0, 8.0, 8.0)),
             make_result("torch-rerun", times_ms=(50.0, 50.0, 50.0, 50.0)),
         ]
     )
     b = make_report(
         [
             make_result("torch", times_ms=(20.0, 20.0, 20.0, 20.0), quality=1.10, rss=200 << 20),
-            make_result("ort", times_ms=(4.0, 4.0, 4.0, 4.0)),
-            make_result("ort", "int8", times_ms=(2.0, 2.0, 2.0, 2.0)),
+            make_result("onnxruntime", times_ms=(4.0, 4.0, 4.0, 4.0)),
+            make_result("onnxruntime", "int8", times_ms=(2.0, 2.0, 2.0, 2.0)),
         ],
         cpu="Jetson CPU",
         versions={"edgecap": "0.2.0", "torch": "2.0"},
@@ -47,9 +47,9 @@ def test_matched_rows_and_ratios() -> None:
     assert torch_row.values["peak_rss_bytes"] == pytest.approx((400 << 20, 200 << 20, 0.5))
     assert torch_row.values["cider_d"] == pytest.approx((100.0, 110.0, 1.1))
     assert torch_row.values["gpu_peak_bytes"] == (None, None, None)
-    assert rows["acort-xsmall", "ort", "fp32", 3, 1].values["p50_ms"] == pytest.approx((8.0, 4.0, 0.5))
+    assert rows["acort-xsmall", "onnxruntime", "fp32", 3, 1].values["p50_ms"] == pytest.approx((8.0, 4.0, 0.5))
     assert comparison.only_a == [("acort-xsmall", "torch-rerun", "fp32", 3, 1, "acort")]
-    assert comparison.only_b == [("acort-xsmall", "ort", "int8", 3, 1, "acort")]
+    assert comparison.only_b == [("acort-xsmall", "onnxruntime", "int8", 3, 1, "acort")]
     assert comparison.environment["cpu"] == ("Test CPU", "Jetson CPU")
     assert comparison.environment["versions.edgecap"] == ("0.1.0", "0.2.0")
     assert "versions.torch" not in comparison.environment
@@ -82,7 +82,7 @@ def test_markdown_and_json() -> None:
     text = format_comparison(comparison)
     assert "A = A.json, B = B.json" in text
     assert "| acort-xsmall | torch | fp32 | 3 | 1 | 10.0 | 20.0 | 2.00 |" in text
-    assert "| acort-xsmall | ort | fp32 | 3 | 1 | 8.00 | 4.00 | 0.50 |" in text
+    assert "| acort-xsmall | onnxruntime | fp32 | 3 | 1 | 8.00 | 4.00 | 0.50 |" in text
     assert "Only in A:\n\n- acort-xsmall torch-rerun fp32 3 1 acort" in text
     assert "p50 ms ↓ A" in text and "images/s ↑ A" in text
     assert "| cpu | Test CPU | Jetson CPU |" in text
@@ -93,17 +93,17 @@ def test_markdown_and_json() -> None:
 
 def test_nothing_in_common() -> None:
     a = make_report([make_result("torch")])
-    b = make_report([make_result("ort")])
+    b = make_report([make_result("onnxruntime")])
     text = format_comparison(compare_reports(a, b))
     assert "No combination appears in both reports." in text
 
 
 def test_per_level_results_are_matched_level_by_level() -> None:
     def report(*p50: float):
-        rows = [make_result("ort", times_ms=(t,) * 4, model="labert-xsmall") for t in p50]
+        rows = [make_result("onnxruntime", times_ms=(t,) * 4, model="labert-xsmall") for t in p50]
         return make_report([dataclasses.replace(r, length_level=i) for i, r in enumerate(rows, start=1)])
 
     comparison = compare_reports(report(10.0, 20.0), report(5.0, 40.0))
     rows = {row.key: row for row in comparison.rows}
-    assert rows["labert-xsmall L1", "ort", "fp32", 3, 1].values["p50_ms"] == pytest.approx((10.0, 5.0, 0.5))
-    assert rows["labert-xsmall L2", "ort", "fp32", 3, 1].values["p50_ms"] == pytest.approx((20.0, 40.0, 2.0))
+    assert rows["labert-xsmall L1", "onnxruntime", "fp32", 3, 1].values["p50_ms"] == pytest.approx((10.0, 5.0, 0.5))
+    assert rows["labert-xsmall L2", "onnxruntime", "fp32", 3, 1].values["p50_ms"] == pytest.approx((20.0, 40.0, 2.0))

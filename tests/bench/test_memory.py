@@ -40,6 +40,26 @@ ORIN_NANO_JP6 = (
     "VDD_IN 4546mW/4546mW VDD_CPU_GPU_CV 515mW/515mW VDD_SOC 1376mW/1376mW"
 )
 
+# JetPack 6 (L4T 36) on AGX Orin: timestamp, per-cluster GR3D frequencies, engines reported "off", rails in mW.
+AGX_ORIN_JP6 = (
+    "11-26-2026 04:00:01 RAM 6124/62841MB (lfb 13283x4MB) SWAP 0/31421MB (cached 0MB) "
+    "CPU [12%@2201,4%@2201,0%@2201,1%@2201,off,off,off,off,3%@2201,0%@2201,0%@2201,0%@2201] "
+    "EMC_FREQ 7%@3199 GR3D_FREQ 91%@[1300,1300] NVENC off NVDEC off NVJPG off NVJPG1 off VIC off OFA off "
+    "NVDLA0 off NVDLA1 off PVA0_FREQ off APE 174 cpu@48.5C soc2@44.25C soc0@45.5C gpu@51.75C tj@51.75C "
+    "soc1@44.1C VDD_GPU_SOC 11988mW/9430mW VDD_CPU_CV 1593mW/1401mW VIN_SYS_5V0 6172mW/5980mW"
+)
+
+
+def test_tegrastats_agx_orin_jp6_engines_off_and_unified_memory() -> None:
+    s = parse_tegrastats_line(AGX_ORIN_JP6)
+    assert s is not None
+    assert (s.ram_used_mb, s.ram_total_mb, s.swap_used_mb) == (6124, 62841, 0)  # CPU + GPU share this RAM
+    assert s.gpu_util_pct == 91.0 and s.emc_util_pct == 7.0
+    assert len(s.cpu_util_pct) == 12 and s.cpu_util_pct[4] is None
+    assert s.rails_mw == {"VDD_GPU_SOC": 11988.0, "VDD_CPU_CV": 1593.0, "VIN_SYS_5V0": 6172.0}
+    assert s.total_power_mw == 6172.0
+    assert s.temps_c["gpu"] == 51.75 and "APE" not in s.rails_mw
+
 
 def test_tegrastats_nano_l4t32() -> None:
     s = parse_tegrastats_line(NANO_L4T32)

@@ -25,7 +25,7 @@ def _load_script():  # type: ignore[no-untyped-def]
 def _report_dir(root: Path, name: str, torch_decoder_ms: float) -> Path:
     torch = make_result("torch")
     torch = dataclasses.replace(torch, breakdown=dataclasses.replace(torch.breakdown, decoder_ms=torch_decoder_ms))
-    ort = make_result("ort")
+    ort = make_result("onnxruntime")
     ort = dataclasses.replace(ort, breakdown=dataclasses.replace(ort.breakdown, decoder_ms=2.0))
     write_report(make_report([torch, ort]), root / name, plots=False)
     return root / name
@@ -40,7 +40,8 @@ def test_summarises_existing_reports(tmp_path: Path, monkeypatch: pytest.MonkeyP
     )
     script.main()
     printed = capsys.readouterr().out
-    assert "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 3 | 4.00× (3.00–5.00) |" in printed
+    row = "| onnxruntime vs torch | acort-xsmall | 3 | 1 | onnxruntime fp32 / torch fp32 | 3 | 4.00× (3.00–5.00) |"
+    assert row in printed
     assert printed.rstrip().endswith("| 1 of 3 |")
     saved = json.loads((out / "series.json").read_text())
     assert saved["target"] == 4 and saved["series"][0]["loop"] == pytest.approx([3.0, 4.0, 5.0])

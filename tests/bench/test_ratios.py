@@ -27,8 +27,10 @@ def _with(result, **breakdown):  # type: ignore[no-untyped-def]
 def _results():  # type: ignore[no-untyped-def]
     rerun = _with(make_result("torch-rerun", times_ms=(40.0,)), decoder_ms=30.0, decoder_step_ms=3.0)
     torch = _with(make_result("torch", times_ms=(20.0,)), decoder_ms=12.0, decoder_step_ms=1.2)
-    ort = _with(make_result("ort", times_ms=(10.0,), size=8 << 20), decoder_ms=4.0, decoder_step_ms=0.4, encoder_ms=0.8)
-    int8 = _with(make_result("ort", "int8", times_ms=(8.0,), size=2 << 20), decoder_ms=3.0, encoder_ms=0.5)
+    ort = _with(
+        make_result("onnxruntime", times_ms=(10.0,), size=8 << 20), decoder_ms=4.0, decoder_step_ms=0.4, encoder_ms=0.8
+    )
+    int8 = _with(make_result("onnxruntime", "int8", times_ms=(8.0,), size=2 << 20), decoder_ms=3.0, encoder_ms=0.5)
     q = Quality("CIDEr-D", 0.80, 20, "set", 3)
     ort = replace(ort, quality=q)
     int8 = replace(int8, quality=dataclasses.replace(q, score=0.795))
@@ -44,16 +46,16 @@ def test_spans_add_up() -> None:
 def test_headline_ratios_pair_the_promised_comparisons() -> None:
     rerun, torch, ort, int8 = _results()
     ratios = {h.comparison: h for h in headline_ratios([int8, ort, torch, rerun])}
-    assert list(ratios) == ["cached vs re-run prefix", "ort vs torch", "int8 vs fp32"]
+    assert list(ratios) == ["cached vs re-run prefix", "onnxruntime vs torch", "int8 vs fp32"]
     cached = ratios["cached vs re-run prefix"]
     assert cached.loop_speedup == pytest.approx(31.0 / 13.0) and cached.step_speedup == pytest.approx(2.5)
     assert cached.end_to_end_speedup == pytest.approx(2.0)
-    ort_vs_torch = ratios["ort vs torch"]
+    ort_vs_torch = ratios["onnxruntime vs torch"]
     assert ort_vs_torch.decode_speedup == pytest.approx(14.0 / 5.8) and ort_vs_torch.step_speedup == pytest.approx(3.0)
     q8 = ratios["int8 vs fp32"]
     assert q8.encoder_speedup == pytest.approx(0.8 / 0.5) and q8.size_ratio == pytest.approx(0.25)
     assert q8.quality_delta == pytest.approx(-0.5)
-    assert ratios["ort vs torch"].quality_delta is None  # torch's quality was not measured
+    assert ratios["onnxruntime vs torch"].quality_delta is None  # torch's quality was not measured
 
 
 def test_ratios_only_compare_the_same_bundle_beam_and_batch() -> None:
@@ -68,7 +70,8 @@ def test_report_markdown_leads_with_the_ratios() -> None:
     text = format_markdown(make_report(list(_results())))
     section = text.index("## Headline ratios")
     assert section < text.index("## Single-stream latency")
-    assert "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 2.60× | 3.00× | 2.41× | 2.00× |" in text
+    row = "| onnxruntime vs torch | acort-xsmall | 3 | 1 | onnxruntime fp32 / torch fp32 |"
+    assert row + " 2.60× | 3.00× | 2.41× | 2.00× |" in text
 
 
 def test_ratio_series_collects_each_comparison_across_reports() -> None:
@@ -76,9 +79,10 @@ def test_ratio_series_collects_each_comparison_across_reports() -> None:
     slower_torch = _with(torch, decoder_ms=9.0, decoder_step_ms=0.9)  # loop 10 ms against ORT's 5 ms: 2.0x
     reports = [[torch, ort, rerun], [slower_torch, ort], [ort]]  # the third holds no complete comparison
     series = {s.comparison: s for s in ratio_series(reports)}
-    assert list(series) == ["cached vs re-run prefix", "ort vs torch"]
-    ort_vs_torch = series["ort vs torch"]
-    assert ort_vs_torch.runs == 2 and ort_vs_torch.subject == "ort fp32" and ort_vs_torch.baseline == "torch fp32"
+    assert list(series) == ["cached vs re-run prefix", "onnxruntime vs torch"]
+    ort_vs_torch = series["onnxruntime vs torch"]
+    assert ort_vs_torch.runs == 2 and ort_vs_torch.subject == "onnxruntime fp32"
+    assert ort_vs_torch.baseline == "torch fp32"
     assert ort_vs_torch.loop == pytest.approx((13.0 / 5.0, 10.0 / 5.0))
     assert ort_vs_torch.step == pytest.approx((3.0, 2.25))
     assert ort_vs_torch.below(2.5) == 1 and ort_vs_torch.below(2.0) == 0
@@ -90,7 +94,7 @@ def test_series_lines_show_median_range_and_runs_below_the_target() -> None:
     reports = [[_with(torch, decoder_ms=ms), ort] for ms in (9.0, 12.0, 14.0)]  # loops 10, 13, 15 ms over 5 ms
     lines = series_lines(ratio_series(reports), target=2.5)
     assert lines[0].endswith("| decode | end to end | judged < 2.5× |")
-    row = "| ort vs torch | acort-xsmall | 3 | 1 | ort fp32 / torch fp32 | 3 | 2.60× (2.00–3.00) |"
+    row = "| onnxruntime vs torch | acort-xsmall | 3 | 1 | onnxruntime fp32 / torch fp32 | 3 | 2.60× (2.00–3.00) |"
     assert lines[2].startswith(row)
     assert lines[2].endswith("| 1 of 3 |")
     assert "judged <" not in series_lines(ratio_series(reports))[0]
@@ -116,11 +120,13 @@ def _backbone_bundles(run_b: str = "run-a"):  # type: ignore[no-untyped-def]
 
 def _backbone_results():  # type: ignore[no-untyped-def]
     pixels = _with(
-        make_result("ort", "int8", times_ms=(10.0,), bundle="/b/pixels", size=3 << 20), encoder_ms=4.0, decoder_ms=4.0
+        make_result("onnxruntime", "int8", times_ms=(10.0,), bundle="/b/pixels", size=3 << 20),
+        encoder_ms=4.0,
+        decoder_ms=4.0,
     )
     pixels = replace(pixels, input="pixels", backbone="graph")
     eager = _with(
-        make_result("ort", "int8", times_ms=(25.0,), bundle="/b/torch", size=2 << 20),
+        make_result("onnxruntime", "int8", times_ms=(25.0,), bundle="/b/torch", size=2 << 20),
         backbone_ms=15.0,
         encoder_ms=1.0,
         decoder_ms=4.0,
@@ -133,12 +139,12 @@ def test_pixels_in_is_compared_with_the_same_runs_torch_backbone_bundle() -> Non
     ratios = headline_ratios([eager, pixels], _backbone_bundles())
     assert [h.comparison for h in ratios] == ["pixels-in vs torch backbone"]
     h = ratios[0]
-    assert (h.subject, h.baseline) == ("ort int8 pixels-in", "ort int8 + torch backbone")
+    assert (h.subject, h.baseline) == ("onnxruntime int8 pixels-in", "onnxruntime int8 + torch backbone")
     assert h.end_to_end_speedup == pytest.approx(2.5)
     assert h.encoder_speedup == pytest.approx((15.0 + 1.0) / 4.0)  # the baseline's torch backbone counts
     assert h.decode_speedup == pytest.approx((15.0 + 1.0 + 5.0) / (4.0 + 5.0))
     lines = "\n".join(ratio_lines([pixels, eager], _backbone_bundles()))
-    assert "ort int8 pixels-in / ort int8 + torch backbone" in lines and "≥ 2×" in lines
+    assert "onnxruntime int8 pixels-in / onnxruntime int8 + torch backbone" in lines and "≥ 2×" in lines
 
 
 def test_bundles_of_different_runs_or_precisions_are_not_paired() -> None:

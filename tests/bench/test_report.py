@@ -40,8 +40,8 @@ def _report() -> BenchReport:
     results = [
         make_result("torch-rerun", times_ms=(40.0, 44.0, 42.0, 46.0), quality=1.10),
         make_result("torch", times_ms=(10.0, 12.0, 11.0, 30.0), quality=1.10),
-        make_result("ort", times_ms=(5.0, 6.0, 7.0, 8.0), quality=1.00),
-        make_result("ort", "int8", times_ms=(2.0, 3.0, 4.0, 5.0), quality=0.99),
+        make_result("onnxruntime", times_ms=(5.0, 6.0, 7.0, 8.0), quality=1.00),
+        make_result("onnxruntime", "int8", times_ms=(2.0, 3.0, 4.0, 5.0), quality=0.99),
         make_result("torch", batch=8, times_ms=(40.0, 40.0, 44.0, 44.0)),
         make_result("torch-rerun", batch=8, times_ms=(400.0, 400.0, 440.0, 440.0)),
     ]
@@ -54,7 +54,7 @@ def test_round_trip_is_exact(tmp_path: Path) -> None:
     report = dataclasses.replace(
         report,
         skipped=[Skip("/b", "torch", "int8", "torch runs fp32/fp16")],
-        errors=[Skip("/b", "ort", "fp16", "RuntimeError: boom", beam=3, batch=32)],
+        errors=[Skip("/b", "onnxruntime", "fp16", "RuntimeError: boom", beam=3, batch=32)],
     )
     first = report.results[0]
     power = PowerStats(samples=3, total_mean_mw=4000.0, total_peak_mw=4500.0, rails_mean_mw={"VDD_IN": 4000.0})
@@ -170,27 +170,27 @@ def test_speedup_vs_rerun() -> None:
     rerun_p50 = LatencyStats.from_seconds([0.040, 0.044, 0.042, 0.046]).p50_ms  # 43
     assert by["torch", "fp32", 1].speedup_vs_rerun == pytest.approx(rerun_p50 / 11.5)
     assert by["torch-rerun", "fp32", 1].speedup_vs_rerun == pytest.approx(1.0)
-    assert by["ort", "fp32", 1].speedup_vs_rerun == pytest.approx(rerun_p50 / 6.5)
-    int8 = by["ort", "int8", 1]
+    assert by["onnxruntime", "fp32", 1].speedup_vs_rerun == pytest.approx(rerun_p50 / 6.5)
+    int8 = by["onnxruntime", "int8", 1]
     assert int8.speedup_vs_rerun == pytest.approx(rerun_p50 / 3.5)
     assert int8.speedup_reference == "torch-rerun fp32"  # INT8 has no re-run: compared with the FP32 baseline
     assert by["torch", "fp32", 8].speedup_vs_rerun == pytest.approx(10.0)  # batch matched with batch
 
 
 def test_no_speedup_without_baseline() -> None:
-    linked = link_results([make_result("ort")])
+    linked = link_results([make_result("onnxruntime")])
     assert linked[0].speedup_vs_rerun is None and linked[0].speedup_reference is None
 
 
 def test_quality_delta_to_fp32() -> None:
     by = {(r.runtime, r.precision, r.batch): r for r in _report().results}
-    int8 = by["ort", "int8", 1].quality
+    int8 = by["onnxruntime", "int8", 1].quality
     assert int8 is not None
     assert int8.delta_to_fp32 == pytest.approx(-0.01) and int8.ratio_to_fp32 == pytest.approx(0.99)
-    assert int8.reference == "ort fp32"  # same runtime's FP32 first
-    ort = by["ort", "fp32", 1].quality
+    assert int8.reference == "onnxruntime fp32"  # same runtime's FP32 first
+    ort = by["onnxruntime", "fp32", 1].quality
     assert ort is not None and ort.delta_to_fp32 == pytest.approx(0.0)
-    lone = link_results([make_result("ort", "int8", quality=0.5), make_result("torch", quality=1.0)])
+    lone = link_results([make_result("onnxruntime", "int8", quality=0.5), make_result("torch", quality=1.0)])
     assert lone[0].quality is not None and lone[0].quality.reference == "torch fp32"  # fallback: another runtime
     assert lone[0].quality.ratio_to_fp32 == pytest.approx(0.5)
 
@@ -204,7 +204,7 @@ def test_markdown_tables() -> None:
     assert "3.74×" in text  # 43 / 11.5
     assert "12.29× (vs fp32)" in text  # INT8 against the FP32 re-run
     assert "p99 is interpolated" in text  # 4 samples < 100
-    assert "| acort-xsmall | ort | int8 | 3 | 99.0 | -1.0 | 99.0 % | ort fp32 |" in text
+    assert "| acort-xsmall | onnxruntime | int8 | 3 | 99.0 | -1.0 | 99.0 % | onnxruntime fp32 |" in text
     assert "Command: `edgecap bench" in text and "## Environment" in text and "Test CPU" in text
     header = next(line for line in text.splitlines() if line.startswith("| model | runtime | precision | beam | p50"))
     rows = [line for line in text.splitlines() if line.startswith("| acort-xsmall | torch | fp32 | 3 | 11.5")]
@@ -215,11 +215,11 @@ def test_markdown_lists_skips_and_errors() -> None:
     report = dataclasses.replace(
         make_report([]),
         skipped=[Skip("/b/acort", "torch", "int8", "torch runs fp32/fp16 weights")],
-        errors=[Skip("/b/acort", "ort", "fp32", "MemoryError: out", beam=3, batch=32)],
+        errors=[Skip("/b/acort", "onnxruntime", "fp32", "MemoryError: out", beam=3, batch=32)],
     )
     text = format_markdown(report)
     assert "- torch int8 on acort: torch runs fp32/fp16 weights" in text
-    assert "- ort fp32 beam 3 batch 32 on acort: MemoryError: out" in text
+    assert "- onnxruntime fp32 beam 3 batch 32 on acort: MemoryError: out" in text
 
 
 def test_write_report_with_plots(tmp_path: Path) -> None:
@@ -246,3 +246,16 @@ def test_pareto_front() -> None:
 def test_report_field_types_resolve() -> None:
     for cls in (BenchReport, ComboResult, BundleInfo):
         typing.get_type_hints(cls)  # every annotation resolves (load_report relies on it)
+
+
+def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp_path: Path) -> None:
+    """Reports written when ONNX Runtime's runtime was called ``ort`` compare with new ones."""
+    data = make_report([make_result("onnxruntime"), make_result("torch")]).to_dict()
+    for result in data["results"]:
+        result["runtime"] = {"onnxruntime": "ort"}.get(result["runtime"], result["runtime"])
+    data["config"]["runtimes"] = ["torch", "ort"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    report = load_report(path)
+    assert [r.runtime for r in report.results] == ["onnxruntime", "torch"]
+    assert report.config["runtimes"] == ["torch", "onnxruntime"]

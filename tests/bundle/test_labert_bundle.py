@@ -54,7 +54,10 @@ def test_cli_export_records_mask_predict_and_the_length_plan(labert):
 def test_ort_bundle_captions_equal_torch_mask_predict_at_every_level(labert, images):
     bundle, _, run, weights = labert
     reference = Captioner.from_run(run, backbone_weights=weights)
-    with Captioner.load(bundle, runtime="ort", precision="fp32") as cap, Captioner.load(bundle, runtime="torch") as tc:
+    with (
+        Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap,
+        Captioner.load(bundle, runtime="torch") as tc,
+    ):
         assert cap.runtime_info["decoding"] == "mask_predict" and tc.runtime_info["precision"] == "fp32"
         for level in (1, 2, 4):
             expected = reference.batch(images, length_level=level)
@@ -67,7 +70,7 @@ def test_ort_bundle_captions_equal_torch_mask_predict_at_every_level(labert, ima
 
 def test_bad_levels_and_torch_fp16_are_refused_clearly(labert, images):
     bundle, _, _, _ = labert
-    with Captioner.load(bundle, runtime="ort", precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
         with pytest.raises(LengthLevelError, match=r"1\.\.4"):
             cap(images[0], length_level=5)
         with pytest.raises(LengthLevelError):
@@ -88,10 +91,10 @@ def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, im
     opened = load_bundle(out)
     int8 = opened.variant("int8")
     roles = {"encoder", "refine"}
-    assert set(int8["files"]) == roles and set(int8["artefacts"]["tensorrt_caches"]) == roles
+    assert set(int8["files"]) == roles and set(int8["artefacts"]) == {"ranges"}
     assert set(json.loads((out / int8["artefacts"]["ranges"]).read_text())["ranges"]) == roles
     assert int8["quality"]["decoding"] == "mask_predict" and int8["quality"]["images"] > 0
-    with Captioner.load(out, runtime="ort", precision="int8") as cap:
+    with Captioner.load(out, runtime="onnxruntime", precision="int8") as cap:
         assert cap.runtime_info["precision"] == "int8"
         assert all(len(c.split()) <= 9 for c in cap.batch(images[:2], length_level=1))
 

@@ -69,7 +69,7 @@ def test_a_variant_graph_outside_the_bundle_or_unlisted_is_refused(copy: Path, f
     with pytest.raises(BundleError, match=rf"{field}\['step'\]"):
         load_bundle(copy)
     with pytest.raises(BundleError):
-        Captioner.load(copy, runtime="ort")
+        Captioner.load(copy, runtime="onnxruntime")
 
 
 def test_caption_refuses_a_step_graph_from_outside_the_bundle(copy: Path, image: Path):
@@ -78,7 +78,7 @@ def test_caption_refuses_a_step_graph_from_outside_the_bundle(copy: Path, image:
 
     outside = _outside(copy, _step_name(copy))
     _edit_manifest(copy, "fp32", "files", "step", os.path.relpath(outside, copy))
-    result = CliRunner().invoke(main, ["caption", str(image), "--model", str(copy), "--runtime", "ort"])
+    result = CliRunner().invoke(main, ["caption", str(image), "--model", str(copy), "--runtime", "onnxruntime"])
     assert result.exit_code == 1 and "not a relative path inside the bundle" in result.output, result.output
 
 
@@ -101,9 +101,9 @@ def test_a_config_file_field_outside_the_bundle_or_unlisted_is_refused(copy: Pat
         with pytest.raises(BundleError, match=field.replace("__", ".")):
             load_bundle(copy, verify=verify)
     with pytest.raises(BundleError):
-        Captioner.load(copy, runtime="ort")
+        Captioner.load(copy, runtime="onnxruntime")
     with pytest.raises(BundleError):
-        Captioner.load(copy, runtime="ort", verify=False)
+        Captioner.load(copy, runtime="onnxruntime", verify=False)
 
 
 @pytest.mark.parametrize("field", ["config.json", "vocab.json", "weights", "backbone_weights", "step"])

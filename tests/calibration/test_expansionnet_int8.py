@@ -8,7 +8,7 @@ import torch
 from edgecap.calibration import compare_decoders, quantize_int8
 from edgecap.data.vocab import WordVocab
 from edgecap.decoding import DecodeCfg
-from edgecap.runtimes.ort import create_ort_step_model
+from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,7 @@
-"""CalibrationSource and its ONNX Runtime / TensorRT adapters: order, generators, the cache, TensorRT tables."""
+"""CalibrationSource and its ONNX Runtime adapter: order, generators, the cache; no TensorRT calibrator remains."""
 
 from __future__ import annotations
 
-import json
-import struct
 import subprocess
 import sys
 
@@ -11,8 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.calibration import CalibrationError, CalibrationSource, OrtCalibrationReader, TrtCalibrator
-from edgecap.calibration.quantize import read_trt_calibration_cache, trt_version_code, write_trt_calibration_cache
+from edgecap.calibration import CalibrationError, CalibrationSource, OrtCalibrationReader
 
 
 def feeds(count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -126,87 +123,17 @@ def test_ort_reader_windows_for_strided_calibration() -> None:
         reader.set_range(9, 10)
 
 
-# -- TensorRT --------------------------------------------------------------------------------------------------------
-def test_trt_calibrator_serves_pointers_in_name_order_and_uses_the_cache(tmp_path) -> None:
-    data = feeds(2)
-    calibrator = TrtCalibrator(CalibrationSource(data, cache=tmp_path / "t.cache"), device="cpu")
-    assert calibrator.read_calibration_cache() is None  # no table yet: TensorRT calibrates
-    pointers = calibrator.get_batch(["id", "x"])
-    buffers = calibrator._buffers
-    assert pointers == [buffers["id"].data_ptr(), buffers["x"].data_ptr()]
-    np.testing.assert_array_equal(buffers["x"].numpy(), data[0]["x"])
-    assert calibrator.get_batch_size() == 1
-    assert calibrator.get_batch(["id", "x"]) is not None and calibrator.get_batch(["id", "x"]) is None
-    with pytest.raises(CalibrationError, match=r"asks for input\(s\) \['y'\]"):
-        TrtCalibrator(feeds(1), device="cpu").get_batch(["y"])
+def test_no_implicit_int8_calibrator_remains() -> None:
+    import edgecap.calibration as calibration
+    import edgecap.calibration.quantize as quantize
 
-    calibrator.write_calibration_cache(memoryview(b"TRT-100300-EntropyCalibration2\nx: 3c000000\n"))
-    again = TrtCalibrator(CalibrationSource(data, cache=tmp_path / "t.cache"), device="cpu")
-    assert again.read_calibration_cache().startswith(b"TRT-100300")  # reused: TensorRT skips calibration
-
-
-def test_trt_calibrator_rejects_an_ort_range_cache(tmp_path) -> None:
-    (tmp_path / "ranges.json").write_text(json.dumps({"data": {}, "calibration_method": "MinMax"}))
-    calibrator = TrtCalibrator(CalibrationSource(feeds(1), cache=tmp_path / "ranges.json"), device="cpu")
-    with pytest.raises(CalibrationError, match="not a TensorRT calibration table"):
-        calibrator.read_calibration_cache()
-
-
-def test_trt_calibrator_without_tensorrt_says_what_to_install() -> None:
-    try:
-        import tensorrt  # noqa: F401
-    except ImportError:
-        with pytest.raises(ImportError, match="tensorrt"):
-            TrtCalibrator(feeds(1)).as_tensorrt()
-    else:
-        pytest.skip("tensorrt is installed; covered by test_trt_calibrator_is_a_real_tensorrt_calibrator")
-
-
-def test_trt_calibrator_is_a_real_tensorrt_calibrator() -> None:
-    trt = pytest.importorskip("tensorrt", reason="TensorRT is not installed (no wheel installs without NVIDIA's index)")
-    if not hasattr(trt, "IInt8EntropyCalibrator2"):
-        with pytest.raises(CalibrationError, match="removed in TensorRT 11"):
-            TrtCalibrator(feeds(1)).as_tensorrt()
-        return
-    wrapped = TrtCalibrator(feeds(1), device="cpu").as_tensorrt()
-    assert isinstance(wrapped, trt.IInt8EntropyCalibrator2) and wrapped.get_batch_size() == 1
-
-
-def test_trt_calibration_table_round_trip(tmp_path) -> None:
-    ranges = {"memory": (-2.54, 1.0), "logits": (0.0, 12.7), "tokens_emb": (-0.5, 0.25)}
-    write_trt_calibration_cache(ranges, tmp_path / "c.cache", trt_version="8.6.1")
-    text = (tmp_path / "c.cache").read_text().splitlines()
-    assert text[0] == "TRT-8601-EntropyCalibration2"
-    # the scale is amax / 127 as float32 bits in hex: 12.7 / 127 = 0.1 -> 0x3dcccccd
-    assert "logits: 3dcccccd" in text
-    header, scales = read_trt_calibration_cache(tmp_path / "c.cache")
-    assert header == text[0]
-    for name, (lo, hi) in ranges.items():
-        expected = struct.unpack("f", struct.pack("f", max(abs(lo), abs(hi)) / 127))[0]
-        assert scales[name] == pytest.approx(expected, rel=0, abs=0)
-
-
-@pytest.mark.parametrize(
-    ("version", "code"), [("7.1.3", 7103), ("8.6.1", 8601), ("10.3.0", 100300), ("10.14.1", 101401)]
-)
-def test_trt_version_codes(version: str, code: int) -> None:
-    assert trt_version_code(version) == code
-
-
-def test_malformed_trt_tables_are_rejected(tmp_path) -> None:
-    (tmp_path / "a.cache").write_text("{}")
-    with pytest.raises(CalibrationError, match="no 'TRT-<version>-<algorithm>' header"):
-        read_trt_calibration_cache(tmp_path / "a.cache")
-    (tmp_path / "b.cache").write_text("TRT-8601-EntropyCalibration2\nx: zz\n")
-    with pytest.raises(CalibrationError, match="line 2"):
-        read_trt_calibration_cache(tmp_path / "b.cache")
-    with pytest.raises(CalibrationError, match="non-finite"):
-        write_trt_calibration_cache({"x": (0.0, float("inf"))}, tmp_path / "c.cache")
+    for gone in ("TrtCalibrator", "write_trt_calibration_cache", "read_trt_calibration_cache"):
+        assert not hasattr(calibration, gone) and not hasattr(quantize, gone), gone
 
 
 def test_importing_calibration_loads_no_backend() -> None:
     code = (
-        "import sys, edgecap.calibration as c; c.quantize_int8, c.compare_decoders, c.TrtCalibrator; "
+        "import sys, edgecap.calibration as c; c.quantize_int8, c.compare_decoders; "
         "print(sorted(m for m in ('onnx', 'onnxruntime', 'tensorrt') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

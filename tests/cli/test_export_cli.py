@@ -58,7 +58,7 @@ def test_caption_on_a_bundle_refuses_a_missing_precision(exported, tiny_data):
 def test_caption_on_a_run_explains_that_ort_needs_a_bundle(tiny_data, tmp_path_factory):
     run, _ = pixel_run(tiny_data, tmp_path_factory)
     image = next((tiny_data[0] / "images").iterdir())
-    result = CliRunner().invoke(main, ["caption", str(image), "--model", str(run), "--runtime", "ort"])
+    result = CliRunner().invoke(main, ["caption", str(image), "--model", str(run), "--runtime", "onnxruntime"])
     assert result.exit_code != 0 and "edgecap export --model" in result.output
 
 

@@ -21,7 +21,7 @@ def test_quickstart_runs_every_stage(tmp_path, monkeypatch):
     assert bundle.backbone_in_graph and bundle.decode_inputs == ("pixel_values",)  # pixels in, every precision
     assert all(s["precision"] for s in summary["bundle"]["samples"])  # captioned through the bundle
     report = json.loads((tmp_path / "bundles" / "acort-xsmall-bench" / "report.json").read_text())
-    assert {r["runtime"] for r in report["results"]} >= {"torch", "ort"}
+    assert {r["runtime"] for r in report["results"]} >= {"torch", "onnxruntime"}
     # A second run reuses the dataset, features, run and bundle instead of redoing them.
     again = CliRunner().invoke(
         main, ["quickstart", "--images", "50", "--epochs", "1", "--threads", "1", "--device", "cpu"]

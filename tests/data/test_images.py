@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFile
 
-from edgecap.data.images import ImageError, ImageNotFoundError, load_image
+from edgecap.data.images import IMAGE_SUFFIXES, ImageError, ImageNotFoundError, image_files, load_image
 
 
 def _pixel(image: Image.Image, xy: tuple[int, int] = (0, 0)) -> tuple[int, int, int]:
@@ -300,3 +300,13 @@ def test_corrupt_tiff_directory_is_image_error(tmp_path: Path) -> None:
     (tmp_path / "flipped.tif").write_bytes(bytes(data))
     with pytest.raises(ImageError, match=r"flipped\.tif: cannot"):
         load_image(tmp_path / "flipped.tif")
+
+
+def test_image_files_finds_images_by_suffix_recursively(tmp_path: Path) -> None:
+    (tmp_path / "sub").mkdir()
+    for name in ("b.JPG", "sub/a.png", "notes.txt", "sub/c.webp"):
+        (tmp_path / name).write_bytes(b"x")
+    (tmp_path / "dir.jpg").mkdir()  # a folder named like an image is not one
+    found = [p.relative_to(tmp_path).as_posix() for p in image_files(tmp_path)]
+    assert found == ["b.JPG", "sub/a.png", "sub/c.webp"]
+    assert ".jpeg" in IMAGE_SUFFIXES

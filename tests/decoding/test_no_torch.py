@@ -65,7 +65,7 @@ MODULES = [
     "edgecap.decoding.search",
     "edgecap.runtimes",
     "edgecap.runtimes.bridge",
-    "edgecap.runtimes.ort",
+    "edgecap.runtimes.onnxruntime_session",
     "edgecap.runtimes.refine",
     "edgecap.runtimes.decoders",
 ]

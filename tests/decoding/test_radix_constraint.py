@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from edgecap.data.vocab import RadixVocab
 from edgecap.decoding import DecodeCfg, DecodeCfgError, RadixConstraint, RadixSpec, beam_search, greedy, sample
 from edgecap.decoding.processors import StepContext
 from tests.decoding.fakes import RandomStepModel, ScriptedStepModel, sequence_logprob
@@ -172,9 +173,8 @@ def test_vocab_size_mismatch_is_reported() -> None:
 
 
 def test_real_radix_vocab_agrees_with_the_constraint() -> None:
-    vocab_mod = pytest.importorskip("edgecap.data.vocab")
     words = [f"w{i}" for i in range(20)]
-    vocab = vocab_mod.RadixVocab(words, base=4)  # N = 21 -> 3 digits in base 4
+    vocab = RadixVocab(words, base=4)  # N = 21 -> 3 digits in base 4
     cfg = DecodeCfg.for_vocab(vocab, strategy="beam", beam_size=4, max_len=9)
     assert cfg.radix == RadixSpec(4, vocab.digits, 21)
     test_mask_matches_max_digit_at_every_position(vocab, allow_unk=True)  # type: ignore[arg-type]

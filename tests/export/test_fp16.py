@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgecap.export import Fp16Policy
 from edgecap.export.fp16 import convert_to_fp16, drop_cast_round_trips, fp32_ancestor_nodes, isolate_graph_outputs
 from edgecap.export.graph import check_model
-from edgecap.runtimes.ort import OrtRuntime
+from edgecap.runtimes.onnxruntime_session import OrtRuntime
 from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone, graph_cases
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16

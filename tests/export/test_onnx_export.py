@@ -23,7 +23,7 @@ from edgecap.export import (
 )
 from edgecap.export.graph import GraphError, compose_models, non_portable_nodes
 from edgecap.export.onnx import ExportError, export_onnx
-from edgecap.runtimes.ort import OrtRuntime
+from edgecap.runtimes.onnxruntime_session import OrtRuntime
 from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, exported, exported_with_backbone, tiny_model
 
 PRECISIONS = ("fp32", "fp16")
@@ -190,7 +190,7 @@ def test_spec_lookup_is_a_registry() -> None:
     class Unknown(torch.nn.Module):
         cfg = type("Cfg", (), {"family": "nope"})()
 
-    with pytest.raises(ExportSpecError, match="no export spec registered for model family 'nope'"):
+    with pytest.raises(ExportSpecError, match="unknown model family 'nope'"):
         get_export_spec(Unknown())
 
 

@@ -81,3 +81,41 @@ def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
     model, inputs, cfg = _setup(batch=2)
     eager = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
     assert _tokens(TorchStepModel(model, "cuda", step_mode="compile"), inputs, cfg) == eager
+
+
+def test_ort_outputs_without_dlpack_stay_on_the_device() -> None:
+    """The CUDA Array Interface fallback of ``_to_torch`` (onnxruntime builds whose OrtValue lacks DLPack): a device
+    buffer is wrapped, not copied through the host."""
+    from edgecap.runtimes.onnxruntime_session import _to_torch
+    from tests.runtimes.test_onnxruntime_gpu import _FakeOrtValue
+
+    source = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)
+    out = _to_torch(_FakeOrtValue(source), source.device)
+    assert out.device.type == "cuda" and out.data_ptr() == source.data_ptr()
+    assert torch.equal(out, source)
+    empty = _to_torch(_FakeOrtValue(torch.empty(0, 4, device="cuda")), source.device)
+    assert empty.shape == (0, 4) and empty.device.type == "cuda"
+
+
+def test_threads_capture_and_replay_their_own_graphs() -> None:
+    import threading
+
+    model, inputs, cfg = _setup(batch=4)
+    graph = TorchStepModel(model, "cuda", step_mode="cuda-graph")
+    expected = _tokens(TorchStepModel(model, "cuda"), inputs, cfg)
+    results: list[object] = []
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            for _ in range(3):
+                results.append(_tokens(graph, inputs, cfg))
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and results == [expected] * 9

@@ -33,7 +33,7 @@ def images(tiny_data) -> list[Path]:
 
 @pytest.fixture(scope="module")
 def cpu_captions(bundle, images) -> list[str]:
-    with Captioner.load(bundle, runtime="ort", providers=["cpu"], precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", providers=["cpu"], precision="fp32") as cap:
         return cap.batch(images)
 
 
@@ -62,6 +62,7 @@ def test_torch_runtime_on_cuda_gives_the_cpu_captions(bundle, images, cpu_captio
 def test_torch_runtime_on_cuda_picks_fp16_and_decodes(bundle, images):
     with Captioner.load(bundle, runtime="torch", device="cuda") as cap:
         assert cap.runtime_info["precision"] == "fp16"
+        assert cap.step_model.autocast_dtype == torch.float16  # autocast over FP32 weights (docs/gpu.md)
         captions = cap.batch(images)
     assert len(captions) == len(images) and all(captions)
 
@@ -74,7 +75,7 @@ def test_torch_runtime_on_cuda_is_thread_safe(bundle, images):
 
 @pytest.mark.skipif(not _ort_cuda(), reason="needs onnxruntime-gpu with the CUDA execution provider")
 def test_ort_cuda_io_binding_gives_the_cpu_captions_from_several_threads(bundle, images, cpu_captions):
-    with Captioner.load(bundle, runtime="ort", providers=["cuda"], precision="fp32") as cap:
+    with Captioner.load(bundle, runtime="onnxruntime", providers=["cuda"], precision="fp32") as cap:
         assert cap.runtime_info["providers"][0] == "CUDAExecutionProvider"
         assert cap.batch(images) == cpu_captions
         expected, got = _threaded(cap, images)

@@ -10,6 +10,7 @@ import pytest
 import timm
 import torch
 from PIL import Image
+from safetensors.torch import save_file
 from timm.data import create_transform
 
 from edgecap.models.backbone import (
@@ -280,3 +281,16 @@ def test_bad_arguments() -> None:
 def test_forward_rejects_bad_pixels(tiny: Backbone) -> None:
     with pytest.raises(ValueError, match=r"\(B, 3, H, W\)"):
         tiny(torch.zeros(1, 1, 64, 64))
+
+
+def test_weights_without_the_classifier_load_into_a_headless_model(tmp_path: Path) -> None:
+    """Feature-extractor weights (the Swin inside an ExpansionNet v2 checkpoint) have no head; the rest stays strict."""
+    full = create_backbone("test_efficientnet", pretrained=False, image_size=64)
+    state = {k: v for k, v in full.model.state_dict().items() if not k.startswith("classifier.")}
+    save_file(state, str(tmp_path / "headless.safetensors"))
+    headless = create_backbone("test_efficientnet", weights=tmp_path / "headless.safetensors", image_size=64)
+    assert headless.model.num_classes == 0 and headless.feature_dim == full.feature_dim
+    del state["conv_stem.weight"]
+    save_file(state, str(tmp_path / "damaged.safetensors"))
+    with pytest.raises(WeightsError, match=r"missing \(1\): conv_stem\.weight"):
+        create_backbone("test_efficientnet", weights=tmp_path / "damaged.safetensors", image_size=64)

@@ -207,7 +207,7 @@ def test_cfg_round_trip_with_length_levels() -> None:
     assert cfg_from_dict(data) == cfg == ExpansionNetCfg.from_dict(data)
     assert get_model_cfg("expansionnet-v2").to_dict()["length_levels"] is None
     assert cfg.summary()["length_levels"] == 4 and get_model_cfg("expansionnet-v2").summary()["length_levels"] is None
-    # CLI spellings (--set length_levels=...), as ModelCfg
+    # CLI spellings (--set length_levels=...), as ObjectRelationCfg
     assert ExpansionNetCfg(length_levels="5level").length_levels[-1] == (22, 25)
     assert ExpansionNetCfg(length_levels=[[1, 5], [6, 12]]).length_levels == ((1, 5), (6, 12))
     assert cfg.replace(length_levels="none").length_levels is None

@@ -1,4 +1,4 @@
-"""Registry, ModelCfg and parameter counts at the paper's setting (ACORT Table 1)."""
+"""Registry, ObjectRelationCfg and parameter counts at the paper's setting (ACORT Table 1)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from edgecap.models import (
     PAPER_FEATURE_DIM,
     PAPER_WORD_VOCAB_SIZE,
     CaptionModel,
-    ModelCfg,
     ModelCfgError,
+    ObjectRelationCfg,
     UnknownModelError,
     cfg_from_dict,
     count_model_parameters,
@@ -49,7 +49,7 @@ TABLE_1 = {
 EXACT = {"acort-base": 14_979_347, "acort-small": 4_213_779, "acort-xsmall": 2_567_435, "ort-base": 55_443_777}
 
 
-def closed_form_params(cfg: ModelCfg, vocab_size: int, feature_dim: int) -> int:
+def closed_form_params(cfg: ObjectRelationCfg, vocab_size: int, feature_dim: int) -> int:
     """Closed-form parameter count, generalised over the configs: what ORT/ACORT count, shared layers once."""
     d, f = cfg.d_model, cfg.d_ff
     linear = d * d + d
@@ -85,12 +85,14 @@ def test_all_paper_and_test_configs_are_registered():
         "acort-test",
         "acort-test-len",
         "acort-test-qk",
+        "acort-test-ref",
         "expansionnet-test",
         "expansionnet-test-len",
         "image-transformer-test",
         "image-transformer-test-len",
         "labert-test",
         "ort-test",
+        "ort-test-ref",
     ]
     assert list_models("nothing-*") == []
     assert {model_family(n) for n in names} == {"ort", "labert", "expansionnet", "image_transformer"}
@@ -113,7 +115,7 @@ def test_unknown_model_suggests_close_names():
 @pytest.mark.parametrize("name", list(TABLE_1))
 def test_registered_configs_follow_table_1(name):
     cfg = get_model_cfg(name)
-    assert isinstance(cfg, ModelCfg) and cfg.heads == 8 and cfg.geometry
+    assert isinstance(cfg, ObjectRelationCfg) and cfg.heads == 8 and cfg.geometry
     if name.startswith("acort"):
         assert cfg.vocab_kind == "radix" and cfg.radix_base == 768 and cfg.share_att == "kv"
         assert cfg.max_len >= 2 * 20 + 1  # radix: 2 tokens per word
@@ -126,7 +128,7 @@ def test_registered_configs_follow_table_1(name):
     assert get_model_cfg("acort-base-al").enc_layer_map == (0,) * 6
 
 
-# -- ModelCfg ----------------------------------------------------------------------------------------------------------
+# -- ObjectRelationCfg (ModelCfg) -------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", list_models())
@@ -142,28 +144,28 @@ def test_cfg_json_round_trip(name):
 
 def test_cfg_rejects_bad_values():
     with pytest.raises(ModelCfgError, match="divisible"):
-        ModelCfg(d_model=30, heads=8)
+        ObjectRelationCfg(d_model=30, heads=8)
     with pytest.raises(ModelCfgError, match="share_att"):
-        ModelCfg(share_att="vk")
+        ObjectRelationCfg(share_att="vk")
     with pytest.raises(ModelCfgError, match="enc_layer_map"):
-        ModelCfg(enc_layer_map="(0x3,2x3)")
+        ObjectRelationCfg(enc_layer_map="(0x3,2x3)")
     with pytest.raises(ModelCfgError, match="vocab_kind"):
-        ModelCfg(vocab_kind="bpe")
+        ObjectRelationCfg(vocab_kind="bpe")
     with pytest.raises(ModelCfgError, match="dropout"):
-        ModelCfg(dropout=1.5)
+        ObjectRelationCfg(dropout=1.5)
     with pytest.raises(ModelCfgError, match="layer_norm"):
-        ModelCfg(layer_norm="rms")
+        ObjectRelationCfg(layer_norm="rms")
     with pytest.raises(ModelCfgError, match="max_len"):
-        ModelCfg(max_len=0)
+        ObjectRelationCfg(max_len=0)
     with pytest.raises(ModelCfgError, match="unknown model config field"):
-        ModelCfg.from_dict({"family": "ort", "d_modle": 8}, source="run/config.json")
+        ObjectRelationCfg.from_dict({"family": "ort", "d_modle": 8}, source="run/config.json")
     with pytest.raises(ModelCfgError, match="run/config.json"):
-        ModelCfg.from_dict({"heads": 0}, source="run/config.json")
+        ObjectRelationCfg.from_dict({"heads": 0}, source="run/config.json")
     with pytest.raises(ModelCfgError, match="family"):
         cfg_from_dict({"d_model": 8})
     with pytest.raises(UnknownModelError, match="family"):
         cfg_from_dict({"family": "lstm"})
-    assert ModelCfg(share_att="none").share_att is None  # CLI spelling of "no sharing"
+    assert ObjectRelationCfg(share_att="none").share_att is None  # CLI spelling of "no sharing"
 
 
 # -- create_model ------------------------------------------------------------------------------------------------------
@@ -208,7 +210,7 @@ def test_register_model_extends_the_registry(monkeypatch):
     monkeypatch.setattr(registry, "_VARIANTS", dict(registry._VARIANTS))
 
     @register_model(paper_params=1.0e5)
-    def acort_tiny_custom() -> ModelCfg:
+    def acort_tiny_custom() -> ObjectRelationCfg:
         return dataclasses.replace(get_model_cfg("acort-test"), d_model=16)
 
     assert "acort-tiny-custom" in list_models()
@@ -262,7 +264,7 @@ def test_settings_helpers():
 
 def test_describe_models_rows():
     rows = describe_models("acort-base*")
-    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len"]
+    assert [r["name"] for r in rows] == ["acort-base", "acort-base-al", "acort-base-len", "acort-base-ref"]
     assert rows[2]["params_paper"] == EXACT["acort-base"] + 5 * 512  # the level embedding: 4 levels + unused row 0
     base = rows[0]
     assert base["params_paper"] == EXACT["acort-base"]
@@ -270,3 +272,40 @@ def test_describe_models_rows():
     assert base["params_edge"] == count_model_parameters("acort-base", 771, 1280)
     assert base["enc_layer_map"] == "(0x3,1x3)" and base["enc_unique"] == 2 and base["share_att"] == "kv"
     json.dumps(rows)
+
+
+def test_the_object_relation_cfg_keeps_its_old_name() -> None:
+    from edgecap.models import ModelCfg
+
+    assert ModelCfg is ObjectRelationCfg and get_model_cfg("acort-test").family == "ort"
+
+
+@pytest.mark.parametrize("family", ["ort", "expansionnet", "labert"])
+def test_family_hooks_agree_with_what_the_family_trains_decodes_and_exports(family: str) -> None:
+    """The hooks are where a family's behaviour lives: the objective, the torch adapter and the export spec they
+    name are the ones used, and the decoding they declare is the one the export spec writes graphs for."""
+    from edgecap.captioning import decoder_for
+    from edgecap.export import get_export_spec
+    from edgecap.models import family_hooks
+    from edgecap.training.objectives import objective_for
+
+    name = next(n for n in list_models("*-test") if model_family(n) == family)
+    model = create_model(name, **edge_settings(name, feature_dim=8)).eval()
+    hooks = family_hooks(model)
+    assert hooks is family_hooks(family)
+    assert objective_for(model) is hooks.resolve("objective")
+    assert type(decoder_for(model)) is hooks.resolve("torch_decoder")
+    assert get_export_spec(model).decoding == hooks.decoding
+
+
+def test_family_hooks_are_checked_when_registered() -> None:
+    from edgecap.models import FamilyHooks
+
+    with pytest.raises(ValueError, match="decoding must be one of"):
+        FamilyHooks(decoding="beam")
+    with pytest.raises(ValueError, match="package.module:attr"):
+        FamilyHooks(objective="no_colon")
+    with pytest.raises(TypeError, match="FamilyHooks"):
+        registry.register_family("x", object, lambda cfg, v: None, hooks={"decoding": "autoregressive"})  # type: ignore[arg-type]
+    with pytest.raises(UnknownModelError, match="no export_spec hook"):
+        FamilyHooks().resolve("export_spec")

@@ -201,10 +201,10 @@ def test_benchmark_report_schema_and_warmup_excluded(tmp_path: Path) -> None:
 def test_benchmark_on_onnx_runtime_times_exported_graphs_of_both_modes() -> None:
     bench = _load_benchmark()
     results = bench.run_case(
-        bench.BenchCase(model="expansionnet-test", batch=2, beam=2, steps=4, warmup=0, repeats=2, runtime="ort")
+        bench.BenchCase(model="expansionnet-test", batch=2, beam=2, steps=4, warmup=0, repeats=2, runtime="onnxruntime")
     )
-    assert results["runtime"] == "ort" and results["same_tokens"] is True and results["decode_steps"] == 4
-    assert "| ort |" in bench.markdown_table([results])
+    assert results["runtime"] == "onnxruntime" and results["same_tokens"] is True and results["decode_steps"] == 4
+    assert "| onnxruntime |" in bench.markdown_table([results])
 
 
 def test_benchmark_rejects_impossible_cases() -> None:
@@ -225,7 +225,7 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     ONNX Runtime, and the shared beam search over them finds the cached torch model's captions (at the cfg's length
     level for a length-aware model)."""
     from edgecap.export import export_onnx
-    from edgecap.runtimes.ort import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
     from edgecap.runtimes.prefix import PrefixRerunModel
 
     if name == "expansionnet-test":

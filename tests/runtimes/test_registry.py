@@ -9,6 +9,7 @@ from edgecap.runtimes import (
     RuntimeSpec,
     UnknownRuntimeError,
     auto_runtime,
+    canonical_runtime,
     get_runtime,
     get_runtime_class,
     list_runtimes,
@@ -38,14 +39,15 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, RuntimeSpec]:
     """A private copy of the registry, restored after the test."""
     copy = dict(registry_module._REGISTRY)
     monkeypatch.setattr(registry_module, "_REGISTRY", copy)
+    monkeypatch.setattr(registry_module, "_ALIASES", dict(registry_module._ALIASES))
     return copy
 
 
 def test_builtin_runtimes_are_registered_in_auto_order() -> None:
     names = list_runtimes()
-    assert names[:2] == ["ort", "torch"] and "torch-rerun" in names
+    assert names[:2] == ["onnxruntime", "torch"] and "torch-rerun" in names
     assert "torch-rerun" not in list_runtimes(baselines=False)
-    assert get_runtime("ort").precisions == ("fp32", "fp16", "int8")
+    assert get_runtime("onnxruntime").precisions == ("fp32", "fp16", "int8")
     assert get_runtime("torch-rerun").baseline and get_runtime("torch-rerun").auto_rank is None
 
 
@@ -63,7 +65,7 @@ def test_a_runtime_whose_backend_is_missing_says_what_to_install(registry: dict[
         RuntimeSpec(
             name="ghost",
             description="needs a package that is not installed",
-            loader="edgecap.runtimes.ort:load_bundle_runtime",
+            loader="edgecap.runtimes.onnxruntime_session:load_bundle_runtime",
             requires=("edgecap_no_such_backend",),
             install="pip install edgecap-ghost",
             auto_rank=-1,
@@ -112,3 +114,15 @@ def test_no_runtime_installed_is_a_clear_error(registry: dict[str, RuntimeSpec])
     )
     with pytest.raises(UnknownRuntimeError, match=r"edgecap\[cpu\]"):
         auto_runtime()
+
+
+def test_the_old_onnxruntime_name_still_works_with_a_warning(registry: dict[str, RuntimeSpec]) -> None:
+    """``ort`` was the ONNX Runtime runtime's name before the Object Relation Transformer family made it ambiguous."""
+    with pytest.warns(FutureWarning, match="'ort' is now called 'onnxruntime'"):
+        assert get_runtime("ort") is get_runtime("onnxruntime")
+    assert canonical_runtime("ort") == "onnxruntime" and canonical_runtime("tensorflow") == "tensorflow"
+    assert "ort" not in list_runtimes()
+    with pytest.raises(ValueError, match="already belong"):
+        register_runtime(RuntimeSpec(name="other", description="", loader="m:f", aliases=("torch",)))
+    with pytest.raises(ValueError, match="already belong"):
+        register_runtime(RuntimeSpec(name="ort", description="", loader="m:f"))

@@ -40,7 +40,7 @@ def test_static_step_mode_gives_the_eager_captions(bundle_and_batch):
 def test_step_modes_the_runtime_or_device_cannot_run_are_refused(bundle_and_batch):
     bundle, _ = bundle_and_batch
     with pytest.raises(CaptionerError, match="takes only 'eager'"):
-        Captioner.load(bundle, runtime="ort", step_mode="static")
+        Captioner.load(bundle, runtime="onnxruntime", step_mode="static")
     with pytest.raises(CaptionerError, match="needs a CUDA device"):
         Captioner.load(bundle, runtime="torch", device="cpu", step_mode="cuda-graph")
     with pytest.raises(CaptionerError, match="one of"):

@@ -115,3 +115,24 @@ def test_radam_uses_the_paper_betas():
     model = torch.nn.Linear(2, 2)
     optimizer, _ = build_optimizer(model, TrainCfg(optimizer="radam"), 2)
     assert isinstance(optimizer, torch.optim.RAdam) and optimizer.defaults["betas"] == (0.9, 0.98)
+
+
+def test_scst_of_a_run_that_fine_tuned_its_backbone_runs_end_to_end(pixel_data, tmp_path):
+    from edgecap.captioner import backbone_from_spec
+    from edgecap.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_BACKBONE
+
+    data, cache, weights = pixel_data
+    cfg = _cfg(data, cache, tmp_path / "run", epochs=1, backbone_weights=str(weights))
+    cfg = cfg.replace(scst_epochs=1, scst_max_steps=2, scst_lr=1e-3, scst_samples=2, scst_max_words=6)
+    run = train(cfg, progress=False)
+    assert json.loads((run / SCST_SUMMARY).read_text())["steps"] == 2
+    # the backbone SCST started from is kept; the one it trained (in the resumable state) differs from it
+    start = load_file(str(run / XE_BACKBONE))
+    trained = torch.load(run / SCST_STATE / ckpt.STATE, weights_only=True)["backbone"]
+    assert any(not torch.equal(start[k], trained[k]) for k in start if start[k].is_floating_point())
+    # whatever backbone the run names (the best by validation), it rebuilds and verifies from its file
+    config = ckpt.read_config(run)
+    backbone_from_spec(config["backbone"], weights=run / BACKBONE_WEIGHTS)
+    # resuming continues from the saved backbone state, to the end of the epoch
+    train(cfg.replace(scst_max_steps=0), progress=False)
+    assert json.loads((run / SCST_SUMMARY).read_text())["epochs_done"] == 1

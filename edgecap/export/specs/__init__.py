@@ -1,10 +1,7 @@
-"""Export specs of the built-in model families; importing this package registers them (``register_export_spec``).
-
-A new family adds one module here that calls :func:`~edgecap.export.spec.register_export_spec` and one import line.
+"""Export specs of the built-in model families, one module each; a family names its builder in its
+``FamilyHooks(export_spec="edgecap.export.specs.<module>:<builder>")``, so nothing here needs registering.
 """
 
-# register the built-in families
-from edgecap.export.specs import expansionnet, image_transformer, labert, ort  # noqa: F401
 from edgecap.export.specs.captioning import captioning_spec
 
 __all__ = ["captioning_spec"]

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance, register_export_spec
+from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance
 from edgecap.export.specs.captioning import EncoderGraph, InitGraph, captioning_spec
 
 __all__ = ["EXPANSIONNET_FP16", "EXPANSIONNET_TOLERANCES", "expansionnet_export_spec"]
@@ -75,6 +75,3 @@ def expansionnet_export_spec(
         **options,
     )
     return spec if backbone is not None else _tie_boxes(spec)
-
-
-register_export_spec("expansionnet", expansionnet_export_spec)

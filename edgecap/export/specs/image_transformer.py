@@ -22,7 +22,7 @@ from typing import Any
 
 from torch import nn
 
-from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance, register_export_spec
+from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance
 from edgecap.export.specs.captioning import captioning_spec
 
 __all__ = ["IMAGE_TRANSFORMER_FP16", "IMAGE_TRANSFORMER_TOLERANCES", "image_transformer_export_spec"]
@@ -55,6 +55,3 @@ def image_transformer_export_spec(
         name=name,
         **options,
     )
-
-
-register_export_spec("image_transformer", image_transformer_export_spec)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from edgecap.export.spec import DimSpec, ExportSpec, Fp16Policy, GraphSpec, Tolerance, register_export_spec
+from edgecap.export.spec import DimSpec, ExportSpec, Fp16Policy, GraphSpec, Tolerance
 from edgecap.export.specs.captioning import (
     PIXEL_INPUT,
     VISUAL_INPUTS,
@@ -200,6 +200,3 @@ def labert_export_spec(
         decode_defaults={"refine_steps": list(model.cfg.refine_steps), "eos_decay": list(model.cfg.eos_decay)},
         metadata=meta,
     )
-
-
-register_export_spec("labert", labert_export_spec)

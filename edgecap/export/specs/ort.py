@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance, register_export_spec
+from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance
 from edgecap.export.specs.captioning import captioning_spec
 
 __all__ = ["ENCODER_TOLERANCES", "ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"]
@@ -39,13 +39,13 @@ ORT_FP16: dict[str, Fp16Policy] = {
     "step": Fp16Policy(op_types=_KEEP_FP32),
 }
 
-#: Step and start graphs: ORT and torch agree to float32 rounding (measured <= 1e-6 fp32; <= 3e-3 fp16).
+#: Step and start graphs: ONNX Runtime and torch agree to float32 rounding (measured <= 1e-6 fp32; <= 3e-3 fp16).
 ORT_TOLERANCES: dict[str, Tolerance] = {
     "fp32": Tolerance(atol=1e-4, rtol=1e-4),
     "fp16": Tolerance(atol=1e-2, rtol=1e-2),
 }
 #: Graphs with the box-relational encoder. The embedding scales log-ratios by 100 before sin/cos and the bias is
-#: ``log(max(ω, 1e-6))``: a 1-ulp difference between ORT's and torch's float32 ``Log`` becomes ~1e-5 rad in an
+#: ``log(max(ω, 1e-6))``: a 1-ulp difference between ONNX Runtime's and torch's float32 ``Log`` becomes ~1e-5 rad in an
 #: angle and up to ~1.5e-4 in the memory (measured; float64 torch is no closer to either), so float32 needs 1e-3.
 #: Float16 measured up to 3.2e-2 absolute on unit-scale memory values.
 ENCODER_TOLERANCES: dict[str, Tolerance] = {
@@ -67,6 +67,3 @@ def ort_export_spec(
         name=name,
         **options,
     )
-
-
-register_export_spec("ort", ort_export_spec)

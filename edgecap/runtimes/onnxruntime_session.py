@@ -28,7 +28,8 @@ import logging
 import operator
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,24 +40,39 @@ from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "PROVIDERS",
     "PROVIDER_ALIASES",
     "OrtProviderError",
     "OrtRuntime",
+    "ProviderInfo",
     "create_ort_step_model",
     "resolve_providers",
 ]
 
-#: Short names accepted in ``providers=``.
-PROVIDER_ALIASES = {
-    "cpu": "CPUExecutionProvider",
-    "cuda": "CUDAExecutionProvider",
-    "tensorrt": "TensorrtExecutionProvider",
-    "trt": "TensorrtExecutionProvider",
-}
-#: Providers preferred when present, best first; CPU is always appended.
-_AUTO_PROVIDERS = ("TensorrtExecutionProvider", "CUDAExecutionProvider")
-#: Providers whose tensors live on a CUDA device.
-_CUDA_PROVIDERS = frozenset(_AUTO_PROVIDERS)
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What edgecap knows about one execution provider; provider and precision choice read this table, so supporting
+    another provider is one entry in :data:`PROVIDERS`.
+
+    Attributes:
+        name: onnxruntime's name (``"CUDAExecutionProvider"``).
+        label: how reasons and reports name it.
+        aliases: short names accepted in ``providers=``.
+        device: where its tensors live (``"cuda"`` or ``"cpu"``).
+        auto: tried automatically when this onnxruntime build has it (CPU is always appended as the fallback).
+        precisions: what ``precision="auto"`` takes on it, best first, among the variants the bundle holds.
+        int8_suits: ``(INT8 variant entry) -> (runs correctly here, why)``; None = INT8 is never chosen on it.
+    """
+
+    name: str
+    label: str
+    aliases: tuple[str, ...]
+    device: str
+    auto: bool
+    precisions: tuple[str, ...]
+    int8_suits: Callable[[Mapping[str, Any]], tuple[bool, str]] | None = None
+
 
 # ONNX tensor type strings (``NodeArg.type``) -> numpy dtype names.
 _ORT_TYPES = {
@@ -112,7 +128,7 @@ def _ort() -> Any:
         import onnxruntime
     except ImportError as exc:
         raise ImportError(
-            "the 'ort' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
+            "the 'onnxruntime' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
             "on a Jetson install JetPack's onnxruntime-gpu wheel"
         ) from exc
     return onnxruntime
@@ -142,6 +158,9 @@ class OrtRuntime(Runtime):
             failure — is either done already by :meth:`check_feed` or does not apply on CPU. Default: True exactly
             when the providers are CPU only (a CUDA-class session keeps the wrapper and its fallback). Ignored with
             ``io_binding`` and when this onnxruntime build does not expose the C++ session (the wrapper is used).
+        trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
+            ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
+            (:func:`edgecap.runtimes.onnxruntime_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
         name: for messages; default the file name.
     """
 
@@ -159,6 +178,7 @@ class OrtRuntime(Runtime):
         io_binding: bool | None = None,
         device_id: int = 0,
         direct_run: bool | None = None,
+        trt_profile_dims: Mapping[str, Mapping[str, int]] | None = None,
         name: str | None = None,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
@@ -198,6 +218,7 @@ class OrtRuntime(Runtime):
         self.execution_mode, self.graph_optimization_level = execution_mode, graph_optimization_level
         self.session_config = {str(k): str(v) for k, v in dict(session_config or {}).items()}
         self.device_id = device_id
+        self.trt_profile_dims = None if trt_profile_dims is None else dict(trt_profile_dims)
         self.device_type = "cuda" if self.providers[0] in _CUDA_PROVIDERS else "cpu"
         if io_binding is None:  # device-resident caches need torch for the beam gather on the device
             io_binding = self.device_type == "cuda" and importlib.util.find_spec("torch") is not None
@@ -233,20 +254,41 @@ class OrtRuntime(Runtime):
             options.add_session_config_entry(key, value)
         return options
 
-    def _provider_entries(self) -> list[tuple[str, dict[str, Any]]]:
+    def _provider_entries(self, ort: Any = None) -> list[tuple[str, dict[str, Any]]]:
         entries = []
         for provider in self.providers:
             options = dict(self.provider_options.get(provider, {}))
             if provider in _CUDA_PROVIDERS:
                 options.setdefault("device_id", self.device_id)
+            if provider == "TensorrtExecutionProvider" and self.trt_profile_dims and ort is not None:
+                options.update(self._trt_profiles(ort, options))
             entries.append((provider, options))
         return entries
+
+    def _trt_profiles(self, ort: Any, options: Mapping[str, Any]) -> dict[str, str]:
+        """Profile options for this graph's inputs (none when given explicitly, or when a dimension is unbounded:
+        the EP then builds engines per shape, slower to warm up but correct)."""
+        from edgecap.runtimes.onnxruntime_gpu import TRT_OPTION_SINCE, ort_version_tuple, trt_profile_shapes
+
+        if any(k.startswith("trt_profile_") for k in options):
+            return {}
+        if ort_version_tuple(ort.__version__) < TRT_OPTION_SINCE["trt_profile_min_shapes"]:
+            return {}
+        probe_options = ort.SessionOptions()
+        probe_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        probe = ort.InferenceSession(self._source, probe_options, providers=["CPUExecutionProvider"])
+        inputs = {i.name: [_dim(d) for d in i.shape] for i in probe.get_inputs()}
+        try:
+            return trt_profile_shapes(inputs, self.trt_profile_dims or {})
+        except ValueError as exc:
+            log.warning("%s: no TensorRT optimisation profiles (%s); engines are built per input shape", self.name, exc)
+            return {}
 
     def _activate(self) -> None:
         ort = _ort()
         try:
             self._session = ort.InferenceSession(
-                self._source, self._session_options(ort), providers=self._provider_entries()
+                self._source, self._session_options(ort), providers=self._provider_entries(ort)
             )
         except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
             raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model: {exc}") from exc
@@ -361,13 +403,40 @@ class OrtRuntime(Runtime):
 
 
 def _to_torch(value: Any, device: Any) -> Any:
-    """An output OrtValue as a torch tensor: zero-copy through DLPack where this onnxruntime supports it (OrtValue
-    has ``__dlpack__`` in current releases), else copied through the host (older releases such as 1.18)."""
+    """An output OrtValue as a torch tensor, without leaving the device where the API allows:
+
+    - DLPack (``OrtValue.__dlpack__``, in current releases): zero-copy;
+    - else, for a CUDA output (onnxruntime builds whose OrtValue lacks DLPack, such as some 1.18–1.20 wheels Jetson
+      users get): zero-copy through the CUDA Array Interface built from ``data_ptr()``/``shape()``/``data_type()``,
+      which every release since 1.8 has; the wrapper holds the OrtValue, so ORT's buffer lives as long as the tensor;
+    - else (a CPU output): through numpy.
+    """
     import torch
 
     if hasattr(value, "__dlpack__"):
         return torch.from_dlpack(value)
+    if getattr(device, "type", None) == "cuda" and callable(getattr(value, "data_ptr", None)):
+        shape = tuple(int(d) for d in value.shape())
+        dtype = np.dtype(_ORT_TYPES[value.data_type()])
+        if 0 in shape:  # an empty tensor may have no buffer at all
+            return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
+        return torch.as_tensor(_CudaArray(value, shape, dtype), device=device)
     return torch.from_numpy(value.numpy()).to(device)
+
+
+class _CudaArray:
+    """An ORT-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
+
+    def __init__(self, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.value = value
+        self.__cuda_array_interface__ = cuda_array_interface(int(value.data_ptr()), shape, dtype)
+
+
+def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict[str, Any]:
+    """The CUDA Array Interface (version 2) of a C-contiguous device buffer: what ``torch.as_tensor`` reads to wrap
+    device memory it does not own (no stream field: the caller synchronised the producer)."""
+    dtype = np.dtype(dtype)
+    return {"shape": tuple(int(d) for d in shape), "typestr": dtype.str, "data": (int(pointer), False), "version": 2}
 
 
 def _numpy_dtype_or_none(name: str) -> np.dtype | None:
@@ -471,7 +540,7 @@ def _state_names_of(step: ModelSource) -> tuple[tuple[str, ...], tuple[str, ...]
 
 # -- bundles on ONNX Runtime (the registry's loader) ------------------------------------------------------------------
 def load_bundle_runtime(bundle: Any, request: Any) -> Any:
-    """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="ort")``.
+    """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="onnxruntime")``.
 
     Providers: TensorRT, then CUDA when this onnxruntime build has them, then CPU (or ``request.providers``).
     Precision ``"auto"``: INT8 with TensorRT when the bundle has a TensorRT-calibrated variant, FP16 on
@@ -511,6 +580,7 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         options["intra_op_threads"] = request.threads
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
+        options["trt_profile_dims"] = bundle.interface.get("dims")
     roles = bundle.interface["runtime_graphs"]
     graphs = {role: bundle.graph_path(precision, role) for role in roles}
     step_model = create_ort_decoder(
@@ -558,36 +628,63 @@ def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     return False, f"the INT8 variant was quantised for {preset}, this CPU needs {here}"
 
 
+def _tensorrt_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
+    """TensorRT runs an INT8 variant calibrated for it (symmetric S8S8 with its own calibration cache)."""
+    if variant.get("preset") == "tensorrt":
+        return True, "TensorRT with an INT8 variant calibrated for TensorRT"
+    return False, f"the INT8 variant was quantised for {variant.get('preset') or variant.get('target')}, not TensorRT"
+
+
+#: The execution providers edgecap chooses among, best first. FP16 is left out on CPU: ONNX Runtime's CPU provider
+#: runs FP16 graphs through inserted casts, slower than FP32.
+PROVIDERS: tuple[ProviderInfo, ...] = (
+    ProviderInfo(
+        "TensorrtExecutionProvider", "TensorRT", ("tensorrt", "trt"), "cuda", True, ("int8", "fp16"), _tensorrt_int8
+    ),
+    ProviderInfo("CUDAExecutionProvider", "CUDA", ("cuda",), "cuda", True, ("fp16",)),
+    ProviderInfo("CPUExecutionProvider", "CPU", ("cpu",), "cpu", False, ("int8",), _cpu_can_run_int8),
+)
+_BY_NAME = {p.name: p for p in PROVIDERS}
+#: Short names accepted in ``providers=``.
+PROVIDER_ALIASES = {alias: p.name for p in PROVIDERS for alias in p.aliases}
+#: Providers preferred when present, best first; CPU is always appended.
+_AUTO_PROVIDERS = tuple(p.name for p in PROVIDERS if p.auto)
+#: Providers whose tensors live on a CUDA device.
+_CUDA_PROVIDERS = frozenset(p.name for p in PROVIDERS if p.device == "cuda")
+
+
 def _auto_precision(available: Sequence[str], provider: str, int8: Mapping[str, Any] | None) -> tuple[str, str]:
-    """The best precision of a bundle for ONNX Runtime's first provider, with the reason."""
-    if provider == "TensorrtExecutionProvider":
-        if int8 is not None and int8.get("preset") == "tensorrt":
-            return "int8", "TensorRT with an INT8 variant calibrated for TensorRT"
-        if "fp16" in available:
-            return "fp16", "TensorRT: FP16 graphs"
-    elif provider == "CUDAExecutionProvider":
-        if "fp16" in available:
-            return "fp16", "CUDA: FP16 graphs"
-    elif int8 is not None:
-        ok, why = _cpu_can_run_int8(int8)
-        return ("int8", why) if ok else ("fp32", why)
-    else:
-        return "fp32", "CPU: FP32 (the bundle has no INT8 variant; FP16 is slower than FP32 on ONNX Runtime's CPU)"
-    return "fp32", f"{provider}: FP32 (no better variant in the bundle)"
+    """The best precision of a bundle for ONNX Runtime's first provider, with the reason: the first of the provider's
+    :attr:`ProviderInfo.precisions` the bundle holds (INT8 only when the variant suits the provider), else FP32."""
+    info = _BY_NAME.get(provider)
+    if info is None:
+        return "fp32", f"{provider}: FP32 (edgecap has no precision preference for this provider)"
+    passed = []
+    for precision in info.precisions:
+        if precision == "int8":
+            if int8 is None or info.int8_suits is None:
+                passed.append("the bundle has no INT8 variant")
+                continue
+            ok, why = info.int8_suits(int8)
+            if ok:
+                return "int8", why
+            passed.append(why)
+        elif precision in available:
+            return precision, f"{info.label}: {precision.upper()} graphs"
+        else:
+            passed.append(f"the bundle has no {precision.upper()} variant")
+    return "fp32", f"{info.label}: FP32 ({'; '.join(passed) or 'its preferred precision'})"
 
 
 def _tensorrt_options(bundle: Any, precision: str) -> dict[str, Any]:
-    """TensorRT EP: engines cached outside the bundle (it stays verifiable), keyed by the decoder graph's checksum."""
+    """TensorRT EP options (:func:`edgecap.runtimes.onnxruntime_gpu.tensorrt_ep_options`): engine and timing caches in
+    the bundle's hidden ``.ort-trt`` directory (outside the manifest, so it stays verifiable), keyed by the decoder
+    graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap._home import edgecap_home
+    from edgecap.runtimes.onnxruntime_gpu import tensorrt_cache_dir, tensorrt_ep_options
 
-    home = edgecap_home()
     decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
-    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"][:16]
-    cache = home / "trt-engines" / f"{bundle.name}-{precision}-{digest}"
+    digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"]
+    cache = tensorrt_cache_dir(bundle.path, precision, digest, edgecap_home())
     cache.mkdir(parents=True, exist_ok=True)
-    return {
-        "trt_engine_cache_enable": True,
-        "trt_engine_cache_path": str(cache),
-        "trt_fp16_enable": precision == "fp16",
-        "trt_int8_enable": precision == "int8",
-    }
+    return tensorrt_ep_options(cache, precision, _ort().__version__)

@@ -15,7 +15,7 @@ import torch
 
 from edgecap.decoding import decode
 from edgecap.runtimes import RuntimeInputError, RuntimeStateError, TorchStepModel, get_runtime_class, load_runtime
-from edgecap.runtimes.ort import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
+from edgecap.runtimes.onnxruntime_session import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
 from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
@@ -39,7 +39,7 @@ def test_resolve_providers() -> None:
 
 
 def test_registered_and_lazily_imported() -> None:
-    assert get_runtime_class("ort") is OrtRuntime
+    assert get_runtime_class("onnxruntime") is OrtRuntime
     code = (
         "import sys, edgecap, edgecap.runtimes, edgecap.export, edgecap.export.spec; "
         "edgecap.runtimes.list_runtimes(); "
@@ -51,7 +51,7 @@ def test_registered_and_lazily_imported() -> None:
 
 def test_session_settings_and_lifecycle() -> None:
     model = exported(TEST_CONFIGS[0]).model("step")
-    runtime = load_runtime("ort", model, intra_op_threads=1, inter_op_threads=1, providers=["cpu"])
+    runtime = load_runtime("onnxruntime", model, intra_op_threads=1, inter_op_threads=1, providers=["cpu"])
     assert runtime.array_type == "numpy" and not runtime.io_binding
     with pytest.raises(RuntimeStateError):
         runtime.infer({})
@@ -223,3 +223,31 @@ def test_step_model_rejects_missing_decode_inputs() -> None:
         pytest.raises(RuntimeInputError, match="feature_mask"),
     ):
         decode(step_model, images, decode_cfg(TEST_CONFIGS[0]))
+
+
+@pytest.mark.parametrize(
+    ("provider", "held", "int8", "expected"),
+    [
+        ("CPUExecutionProvider", ("fp32", "fp16", "int8"), {"preset": "cpu-avx2"}, "int8"),  # safe on every x86 CPU
+        ("CPUExecutionProvider", ("fp32", "fp16"), None, "fp32"),  # FP16 is never chosen on CPU
+        ("CUDAExecutionProvider", ("fp32", "fp16", "int8"), {"preset": "cpu-avx2"}, "fp16"),
+        ("CUDAExecutionProvider", ("fp32",), None, "fp32"),
+        ("TensorrtExecutionProvider", ("fp32", "fp16", "int8"), {"preset": "tensorrt"}, "int8"),
+        ("TensorrtExecutionProvider", ("fp32", "fp16", "int8"), {"preset": "cpu-avx2"}, "fp16"),
+        ("OpenVINOExecutionProvider", ("fp32", "fp16"), None, "fp32"),  # not in the table: FP32
+    ],
+)
+def test_auto_precision_follows_the_provider_table(
+    provider: str, held: tuple[str, ...], int8: dict | None, expected: str
+) -> None:
+    from edgecap.runtimes.onnxruntime_session import _auto_precision
+
+    precision, reason = _auto_precision(held, provider, int8)
+    assert precision == expected and reason
+
+
+def test_provider_aliases_come_from_the_table() -> None:
+    from edgecap.runtimes.onnxruntime_session import PROVIDER_ALIASES, PROVIDERS
+
+    assert PROVIDER_ALIASES["trt"] == "TensorrtExecutionProvider" and PROVIDER_ALIASES["cpu"] == "CPUExecutionProvider"
+    assert {p.name for p in PROVIDERS} == set(PROVIDER_ALIASES.values())

@@ -1,0 +1,379 @@
+"""``build_engines``: TensorRT engines from a bundle's own graphs, stored in the bundle (``edgecap engine``).
+
+Per runtime role (``init``/``step`` or ``encoder``/``refine``) the ONNX graph of the requested precision is parsed
+with TensorRT's ONNX parser into a network created with the flags :func:`~edgecap.engines.settings.build_settings`
+chooses for the installed TensorRT, with one optimisation profile from the bundle's dynamic axes
+(:mod:`edgecap.engines.profiles`), a workspace limit and the key's timing cache. Autoregressive bundles also get
+two gather engines written with TensorRT's network API (``add_gather`` on axis 0): ``reorder`` gathers the states the
+step updates by a row index (beam reordering, every step a beam changes), ``expand`` gathers every state (images to
+beams, and any reorder that changes a carried state), so beam search never copies a cache through the host.
+
+The set is written atomically into ``BUNDLE/engines/<key>/`` (:mod:`edgecap.engines.store`); an up-to-date set is
+kept unless ``rebuild``. tensorrt and cuda-python are imported only here and in the runtime.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edgecap._io import atomic_directory, atomic_write_bytes
+from edgecap._version import __version__
+from edgecap.engines.graphs import GraphIO, TensorSpec, read_graph_io
+from edgecap.engines.profiles import EngineProfile, ProfileRequest, graph_profile
+from edgecap.engines.settings import BuildSettings, build_settings
+from edgecap.engines.store import (
+    ENGINES_DIR,
+    RECORD_FORMAT,
+    RECORD_NAME,
+    RECORD_VERSION,
+    EngineEnv,
+    EngineRecordError,
+    check_record,
+    engine_key,
+    read_record,
+    verify_plans,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "EngineBuildError",
+    "EngineUnavailableError",
+    "EngineSet",
+    "build_engines",
+    "current_env",
+    "gather_profile",
+    "load_tensorrt",
+    "plan_graphs",
+]
+
+TRT_INSTALL = (
+    "install TensorRT >= 10.3 for your CUDA (pip install tensorrt-cu12 from NVIDIA's index, or JetPack's "
+    "python3-libnvinfer on a Jetson) and cuda-python"
+)
+TIMING_CACHE = "timing.cache"
+#: The gather engines of an autoregressive set: which states each gathers.
+GATHERS = ("reorder", "expand")
+
+
+class EngineUnavailableError(RuntimeError):
+    """TensorRT, cuda-python or a CUDA GPU is missing here."""
+
+
+class EngineBuildError(RuntimeError):
+    """TensorRT could not parse or build a graph, or the bundle cannot give the requested engines."""
+
+
+def load_tensorrt() -> Any:
+    """The ``tensorrt`` module.
+
+    Raises:
+        EngineUnavailableError: not installed, or installed without its libraries (the PyPI stub packages).
+    """
+    try:
+        import tensorrt
+    except ImportError as exc:
+        raise EngineUnavailableError(f"TensorRT is not available ({exc}): {TRT_INSTALL}") from None
+    return tensorrt
+
+
+def current_env(trt: Any, device: int = 0) -> EngineEnv:
+    """This machine's TensorRT version and GPU (the engine key's environment part).
+
+    Raises:
+        EngineUnavailableError: no cuda-python or no CUDA GPU.
+    """
+    from edgecap.engines.cuda import CudaUnavailableError, gpu_info
+
+    try:
+        gpu = gpu_info(device)
+    except CudaUnavailableError as exc:
+        raise EngineUnavailableError(f"TensorRT engines need a CUDA GPU: {exc}") from None
+    return EngineEnv(str(trt.__version__), gpu.name, gpu.compute_capability)
+
+
+@dataclass(frozen=True)
+class EngineSet:
+    """A built (or kept) engine set: its folder, record and whether this call built it."""
+
+    folder: Path
+    record: dict[str, Any]
+    built: bool
+
+
+@dataclass(frozen=True)
+class _Graph:
+    role: str
+    path: Path
+    relpath: str
+    sha256: str
+    io: GraphIO
+    profile: EngineProfile
+
+
+def plan_graphs(bundle: Any, precision: str, request: ProfileRequest) -> dict[str, _Graph]:
+    """Per runtime role: the graph file, its manifest SHA-256, its I/O and its profile (no TensorRT needed).
+
+    Raises:
+        EngineBuildError: the bundle has no such variant, or its INT8 graphs are not the ``tensorrt`` preset's
+            (TensorRT needs symmetric signed INT8 Q/DQ).
+    """
+    if precision not in bundle.precisions:
+        raise EngineBuildError(f"bundle {bundle.path} has no {precision} graphs (it holds {list(bundle.precisions)})")
+    variant = bundle.variant(precision)
+    if precision == "int8" and variant.get("preset") != "tensorrt":
+        raise EngineBuildError(
+            f"bundle {bundle.path}: its INT8 graphs were quantised for {variant.get('preset')!r}, whose Q/DQ TensorRT "
+            "cannot build (it needs symmetric signed INT8); re-export with --int8 --target tensorrt"
+        )
+    dims = bundle.interface.get("dims")
+    if not isinstance(dims, dict):
+        raise EngineBuildError(f"bundle {bundle.path}: the manifest records no interface.dims; re-export it")
+    out = {}
+    for role in bundle.interface["runtime_graphs"]:
+        relpath = variant["files"][role]
+        path = bundle.graph_path(precision, role)
+        io = read_graph_io(path)
+        out[role] = _Graph(
+            role, path, relpath, bundle.manifest["files"][relpath]["sha256"], io, graph_profile(role, io, dims, request)
+        )
+    return out
+
+
+def gather_profile(step: _Graph, states: Sequence[str]) -> EngineProfile:
+    """The profile of a gather engine over ``states``: rows as the step's, a cache one longer (it gathers what the
+    step wrote), the index as many rows as the output."""
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+    dims = dict(step.profile.dims)
+    if "past" in dims:
+        low, opt, high = dims["past"]
+        dims["past"] = (low, opt + 1, high + 1)
+    from edgecap.engines.profiles import eval_dim
+
+    points = [{n: r[i] for n, r in dims.items()} for i in range(3)]
+    for name in states:
+        spec = step.io.input(name)
+        lo, opt, hi = (tuple(eval_dim(d, p) for d in spec.shape) for p in points)
+        shapes[name] = (lo, opt, hi)
+    rows = dims["batch"]
+    shapes["index"] = ((rows[0],), (rows[1],), (rows[2],))
+    return EngineProfile("gather", shapes, dims)
+
+
+def build_engines(
+    bundle_path: str | Path,
+    *,
+    precision: str = "fp16",
+    max_batch: int = 16,
+    beam: int | None = None,
+    max_regions: int | None = None,
+    workspace_mb: int = 2048,
+    typing: str = "auto",
+    rebuild: bool = False,
+    device: int = 0,
+    progress: Callable[[str], None] | None = None,
+) -> EngineSet:
+    """Build (or keep, when up to date) the TensorRT engines of one precision of a bundle.
+
+    Args:
+        bundle_path: the bundle directory (verified before anything is built).
+        precision: ``"fp16"``, ``"int8"`` (the ``tensorrt`` preset's Q/DQ graphs) or ``"fp32"``.
+        max_batch: images per call the engines serve.
+        beam: beam width the step engine serves (default the bundle's); rows = ``max_batch × beam``.
+        max_regions: cap on a features-in bundle's region count.
+        workspace_mb: TensorRT's workspace memory-pool limit.
+        typing: ``"auto"``, ``"strong"`` or ``"weak"`` (:func:`~edgecap.engines.settings.build_settings`).
+        rebuild: build even when an up-to-date set exists.
+        device: CUDA device index.
+        progress: called with one line per stage.
+
+    Raises:
+        EngineUnavailableError: no TensorRT, cuda-python or GPU here.
+        EngineBuildError, ProfileError, EngineSettingsError: the bundle or request cannot give engines.
+    """
+    from edgecap.bundle.reader import load_bundle
+
+    say = progress or (lambda line: log.info("%s", line))
+    if not isinstance(workspace_mb, int) or workspace_mb < 1:
+        raise EngineBuildError(f"workspace must be a positive number of MB, got {workspace_mb!r}")
+    bundle = load_bundle(bundle_path, verify=True, graphs="none")
+    request = ProfileRequest(max_batch=max_batch, beam=bundle.beam if beam is None else beam, max_regions=max_regions)
+    graphs = plan_graphs(bundle, precision, request)
+    trt = load_tensorrt()
+    settings = build_settings(trt, precision, typing)
+    env = current_env(trt, device)
+    shas = {role: g.sha256 for role, g in graphs.items()}
+    key = engine_key(env, precision, {r: g.profile.digest() for r, g in graphs.items()}, shas, max_batch, request.beam)
+    folder = Path(bundle.path) / ENGINES_DIR / key
+    if folder.is_dir() and not rebuild:
+        try:
+            record = read_record(folder)
+            verify_plans(folder, record)
+            if not check_record(record, env, shas, precision):
+                say(f"up to date: {folder}")
+                return EngineSet(folder, record, False)
+        except EngineRecordError as exc:
+            say(f"rebuilding {folder.name}: {exc}")
+    timing = (folder / TIMING_CACHE).read_bytes() if (folder / TIMING_CACHE).is_file() else b""
+    say(f"{env.describe()}; {settings.reason}")
+    engines: dict[str, Any] = {}
+    gathers: dict[str, Any] = {}
+    with atomic_directory(folder, overwrite=True) as tmp:
+        for role, graph in graphs.items():
+            say(f"building {role} from {graph.relpath} (profile {_describe(graph.profile)})")
+            plan, timing = _build_onnx(trt, graph, settings, workspace_mb, timing)
+            engines[role] = _write_plan(tmp, f"{role}.plan", plan) | {
+                "graph": graph.relpath,
+                "graph_sha256": graph.sha256,
+                "profile": graph.profile.to_dict(),
+                "io": _io_record(graph.io),
+            }
+        if "step" in graphs:
+            updated = list(bundle.updated_state_names)
+            for name, states in zip(GATHERS, (updated, list(bundle.state_names)), strict=True):
+                say(f"building {name} ({len(states)} states, add_gather on the rows)")
+                profile = gather_profile(graphs["step"], states)
+                plan = _build_gather(trt, graphs["step"].io, states, profile, workspace_mb)
+                gathers[name] = _write_plan(tmp, f"{name}.plan", plan) | {
+                    "states": states,
+                    "profile": profile.to_dict(),
+                }
+        atomic_write_bytes(tmp / TIMING_CACHE, timing)
+        record = {
+            "format": RECORD_FORMAT,
+            "format_version": RECORD_VERSION,
+            "key": key,
+            "precision": precision,
+            "env": {"trt_version": env.trt_version, "gpu_name": env.gpu_name,
+                    "compute_capability": env.compute_capability},
+            "settings": {"strongly_typed": settings.strongly_typed, "builder_flags": list(settings.builder_flags),
+                         "reason": settings.reason, "workspace_mb": workspace_mb},
+            "request": {"max_batch": max_batch, "beam": request.beam, "max_regions": max_regions},
+            "engines": engines,
+            "gathers": gathers,
+            "metadata": dict(graphs[next(r for r in graphs if r != "encoder")].io.metadata),
+            "edgecap": __version__,
+            "built": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }  # fmt: skip
+        from edgecap._io import atomic_write_json
+
+        atomic_write_json(tmp / RECORD_NAME, record)
+    say(f"wrote {folder}")
+    _report_stale(bundle, env, folder, say)
+    return EngineSet(folder, record, True)
+
+
+def _report_stale(bundle: Any, env: EngineEnv, current: Path, say: Callable[[str], None]) -> None:
+    """Name the other engine sets of the bundle that can no longer run here (another TensorRT, GPU or graph): they
+    are kept, since another machine may use them, and can be deleted to reclaim space."""
+    from edgecap.engines.store import engine_folders
+
+    for folder in engine_folders(Path(bundle.path)):
+        if folder == current:
+            continue
+        try:
+            record = read_record(folder)
+            precision = record["precision"]
+            files = bundle.variant(precision)["files"]
+            shas = {role: bundle.manifest["files"][name]["sha256"] for role, name in files.items()}
+            problems = check_record(record, env, shas, precision)
+        except (EngineRecordError, KeyError, ValueError) as exc:  # unreadable, or a precision the bundle lost
+            problems = [str(exc)]
+        if problems:
+            say(f"stale here: {folder.name} ({'; '.join(problems)}); delete it if no other machine uses it")
+
+
+def _describe(profile: EngineProfile) -> str:
+    return ", ".join(f"{n} {lo}..{hi}" for n, (lo, _, hi) in profile.dims.items())
+
+
+def _io_record(io: GraphIO) -> dict[str, Any]:
+    def rows(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+        return [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in specs]
+
+    return {"inputs": rows(io.inputs), "outputs": rows(io.outputs)}
+
+
+def _write_plan(folder: Path, name: str, plan: bytes) -> dict[str, Any]:
+    import hashlib
+
+    atomic_write_bytes(folder / name, plan)
+    return {"plan": name, "plan_sha256": hashlib.sha256(plan).hexdigest(), "bytes": len(plan)}
+
+
+def _logger(trt: Any) -> Any:
+    return trt.Logger(trt.Logger.WARNING)
+
+
+def _config(trt: Any, builder: Any, settings: BuildSettings, workspace_mb: int) -> Any:
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
+    settings.apply(trt, config)
+    return config
+
+
+def _add_profile(builder: Any, config: Any, shapes: Mapping[str, tuple[tuple[int, ...], ...]]) -> None:
+    profile = builder.create_optimization_profile()
+    for name, (low, opt, high) in shapes.items():
+        profile.set_shape(name, low, opt, high)
+    config.add_optimization_profile(profile)
+
+
+def _serialize(builder: Any, network: Any, config: Any, what: str) -> bytes:
+    plan = builder.build_serialized_network(network, config)
+    if plan is None:
+        raise EngineBuildError(f"TensorRT could not build the {what} engine (see the TensorRT log above)")
+    return bytes(plan)
+
+
+def _build_onnx(
+    trt: Any, graph: _Graph, settings: BuildSettings, workspace_mb: int, timing: bytes
+) -> tuple[bytes, bytes]:
+    """(plan, updated timing cache) of one bundle graph."""
+    logger = _logger(trt)
+    builder = trt.Builder(logger)
+    network = builder.create_network(settings.network_flags)
+    parser = trt.OnnxParser(network, logger)
+    if not parser.parse_from_file(str(graph.path)):
+        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
+        raise EngineBuildError(f"TensorRT's ONNX parser rejected {graph.relpath}: {'; '.join(errors) or 'no detail'}")
+    config = _config(trt, builder, settings, workspace_mb)
+    cache = config.create_timing_cache(timing)
+    config.set_timing_cache(cache, False)
+    _add_profile(builder, config, graph.profile.shapes)
+    plan = _serialize(builder, network, config, graph.role)
+    return plan, bytes(config.get_timing_cache().serialize())
+
+
+#: numpy dtype names -> ``tensorrt`` data type attribute names.
+_TRT_TYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int32": "int32",
+              "int64": "int64", "int8": "int8", "uint8": "uint8", "bool": "bool"}  # fmt: skip
+
+
+def _build_gather(
+    trt: Any, step_io: GraphIO, states: Sequence[str], profile: EngineProfile, workspace_mb: int
+) -> bytes:
+    """A network of one ``add_gather`` (axis 0) per state, all driven by one ``index`` input. Built strongly typed
+    wherever TensorRT has the flag, whatever the graphs' precision: a gather moves values and must keep each state's
+    dtype exactly, and there is nothing to compute at a lower precision."""
+    logger = _logger(trt)
+    builder = trt.Builder(logger)
+    strong = getattr(getattr(trt, "NetworkDefinitionCreationFlag", None), "STRONGLY_TYPED", None)
+    network = builder.create_network(0 if strong is None else 1 << int(strong))
+    index = network.add_input("index", trt.int32, (-1,))
+    for name in states:
+        spec = step_io.input(name)
+        dims = tuple(-1 if isinstance(d, str) else d for d in spec.shape)
+        tensor = network.add_input(name, getattr(trt, _TRT_TYPES[spec.dtype]), dims)
+        gathered = network.add_gather(tensor, index, 0).get_output(0)
+        gathered.name = f"{name}_gathered"
+        network.mark_output(gathered)
+    config = builder.create_builder_config()
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
+    _add_profile(builder, config, profile.shapes)
+    return _serialize(builder, network, config, "gather")

@@ -1,0 +1,152 @@
+"""CUDA device memory, copies and streams through ``cuda-python`` (no torch, no pycuda), as NVIDIA's own TensorRT
+samples do since 10.13.
+
+``cuda-python`` exposes the runtime API as ``cuda.bindings.runtime`` (12.6 and later) or ``cuda.cudart`` (older
+releases); every call returns ``(error, *values)``, which :func:`call` turns into a value or a :class:`CudaError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "CudaError",
+    "CudaUnavailableError",
+    "DeviceBuffer",
+    "GpuInfo",
+    "Stream",
+    "call",
+    "cudart",
+    "gpu_info",
+]
+
+_INSTALL = "pip install 'cuda-python>=12' (or the cuda-python JetPack ships)"
+
+
+class CudaUnavailableError(RuntimeError):
+    """cuda-python is not installed, or no CUDA GPU is visible."""
+
+
+class CudaError(RuntimeError):
+    """A CUDA runtime call failed; the message names the call and CUDA's error."""
+
+
+def cudart() -> Any:
+    """The CUDA runtime module of cuda-python.
+
+    Raises:
+        CudaUnavailableError: cuda-python is not installed.
+    """
+    try:
+        from cuda.bindings import runtime
+    except ImportError:
+        try:
+            from cuda import cudart as runtime
+        except ImportError as exc:
+            raise CudaUnavailableError(f"the TensorRT runtime needs cuda-python: {_INSTALL}") from exc
+    return runtime
+
+
+def call(result: Any, what: str = "CUDA call") -> Any:
+    """The value(s) of a cuda-python call's ``(error, *values)`` result; :class:`CudaError` unless it succeeded."""
+    error, *values = result if isinstance(result, tuple) else (result,)
+    if int(error) != 0:
+        name = getattr(error, "name", None) or str(error).rsplit(".", 1)[-1]
+        raise CudaError(f"{what} failed: {name} ({int(error)})")
+    if not values:
+        return None
+    return values[0] if len(values) == 1 else tuple(values)
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """The GPU an engine is built for or runs on: part of the engine cache key."""
+
+    index: int
+    name: str
+    compute_capability: str
+
+    def slug(self) -> str:
+        """The name as a path-safe token (``"NVIDIA H100 80GB HBM3"`` -> ``"nvidia-h100-80gb-hbm3"``)."""
+        return "-".join("".join(c if c.isalnum() else " " for c in self.name.lower()).split()) or "gpu"
+
+
+def gpu_info(device: int = 0) -> GpuInfo:
+    """Name and compute capability of CUDA device ``device``.
+
+    Raises:
+        CudaUnavailableError: cuda-python is missing or no CUDA GPU is visible (driver missing, none present,
+            ``CUDA_VISIBLE_DEVICES`` empty).
+    """
+    rt = cudart()
+    try:
+        count = call(rt.cudaGetDeviceCount(), "cudaGetDeviceCount")
+    except CudaError as exc:
+        raise CudaUnavailableError(f"no usable CUDA GPU: {exc}") from None
+    if not count:
+        raise CudaUnavailableError("no CUDA GPU is visible (cudaGetDeviceCount returned 0)")
+    if not 0 <= device < count:
+        raise CudaUnavailableError(f"CUDA device {device} does not exist ({count} visible)")
+    props = call(rt.cudaGetDeviceProperties(device), "cudaGetDeviceProperties")
+    name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
+    return GpuInfo(device, name.rstrip("\x00").strip(), f"{props.major}.{props.minor}")
+
+
+class Stream:
+    """One CUDA stream; every copy and engine launch of a runtime is queued on it."""
+
+    def __init__(self) -> None:
+        self._rt = cudart()
+        self.handle = call(self._rt.cudaStreamCreate(), "cudaStreamCreate")
+
+    @property
+    def ptr(self) -> int:
+        """The stream as the integer ``IExecutionContext.execute_async_v3`` takes."""
+        return int(self.handle)
+
+    def synchronize(self) -> None:
+        call(self._rt.cudaStreamSynchronize(self.handle), "cudaStreamSynchronize")
+
+    def close(self) -> None:
+        if self.handle is not None:
+            call(self._rt.cudaStreamDestroy(self.handle), "cudaStreamDestroy")
+            self.handle = None
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory, allocated once and reused for every call of a batch shape."""
+
+    def __init__(self, nbytes: int) -> None:
+        self._rt = cudart()
+        self.nbytes = int(nbytes)
+        self.ptr = int(call(self._rt.cudaMalloc(max(self.nbytes, 1)), f"cudaMalloc({self.nbytes})"))
+
+    def upload(self, array: np.ndarray, stream: Stream) -> None:
+        """Copy a host array (C-contiguous) into the start of the buffer, asynchronously on ``stream``."""
+        if array.nbytes > self.nbytes:
+            raise CudaError(f"upload of {array.nbytes} bytes into a {self.nbytes}-byte device buffer")
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        call(
+            self._rt.cudaMemcpyAsync(self.ptr, array.ctypes.data, array.nbytes, kind, stream.handle),
+            "cudaMemcpyAsync(host to device)",
+        )
+
+    def download(self, out: np.ndarray, stream: Stream) -> np.ndarray:
+        """Copy the start of the buffer into ``out`` and wait for it (the search reads it next)."""
+        if out.nbytes > self.nbytes:
+            raise CudaError(f"download of {out.nbytes} bytes from a {self.nbytes}-byte device buffer")
+        kind = self._rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        call(
+            self._rt.cudaMemcpyAsync(out.ctypes.data, self.ptr, out.nbytes, kind, stream.handle),
+            "cudaMemcpyAsync(device to host)",
+        )
+        stream.synchronize()
+        return out
+
+    def free(self) -> None:
+        if self.ptr:
+            call(self._rt.cudaFree(self.ptr), "cudaFree")
+            self.ptr = 0

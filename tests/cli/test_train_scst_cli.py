@@ -1,0 +1,85 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from edgecap.cli import main
+from edgecap.training import checkpoint as ckpt
+from edgecap.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_WEIGHTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _common(tiny_data, out: Path) -> list[str]:
+    data, feats = tiny_data
+    return [
+        "train", "--model", "acort-test", "--data", str(data), "--features", str(feats), "--out", str(out),
+        "--batch-size", "8", "--optimizer", "adamw", "--lr", "3e-3", "--warmup", "5", "--set", "radix_base=64",
+        "--device", "cpu", "--threads", "1",
+    ]  # fmt: skip
+
+
+def test_train_then_scst_from_the_command_line(tiny_data, tmp_path):
+    out = tmp_path / "run"
+    args = _common(tiny_data, out) + ["--epochs", "1", "--scst-epochs", "1", "--scst-max-steps", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / SCST_SUMMARY).read_text())
+    assert summary["steps"] == 2 and (out / XE_WEIGHTS).is_file()
+    config = json.loads((out / ckpt.CONFIG).read_text())
+    assert config["train"]["scst_samples"] == 5 and config["train"]["scst_optimizer"] == "radam"  # the v2 recipe
+
+    # --init: SCST on a copy, with the ACORT recipe and one option overridden; the source run is left untouched.
+    copy = tmp_path / "copy"
+    before = (out / ckpt.WEIGHTS).read_bytes()
+    args = ["train", "--init", str(out), "--out", str(copy), "--scst-epochs", "1", "--scst-max-steps", "1",
+            "--scst-recipe", "acort", "--scst-samples", "3", "--batch-size", "8", "--device", "cpu"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    stored = json.loads((copy / ckpt.CONFIG).read_text())["train"]
+    assert stored["scst_samples"] == 3 and stored["scst_bleu_weight"] == 1.0 and stored["out"] == str(copy)
+    assert json.loads((copy / SCST_SUMMARY).read_text())["steps"] == 1
+    assert (out / ckpt.WEIGHTS).read_bytes() == before
+
+
+def test_init_needs_scst_epochs_and_data_is_required_otherwise(tiny_data, tmp_path):
+    result = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "x")])
+    assert result.exit_code != 0 and "--data" in result.output
+    run = tmp_path / "run"
+    CliRunner().invoke(main, [*_common(tiny_data, run), "--epochs", "1", "--max-steps", "1"])
+    result = CliRunner().invoke(main, ["train", "--init", str(run)])
+    assert result.exit_code != 0 and "--scst-epochs" in result.output
+
+
+def _torchrun(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           "-m", "edgecap", *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+def test_two_process_gloo_run_trains_writes_one_checkpoint_and_resumes(tiny_data, tmp_path):
+    out = tmp_path / "ddp"
+    base = _common(tiny_data, out) + ["--epochs", "2"]
+    first = _torchrun([*base, "--scst-epochs", "1", "--scst-max-steps", "1"])
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    config = json.loads((out / ckpt.CONFIG).read_text())
+    assert config["model"]["name"] == "acort-test"
+    # One writer: one checkpoint directory per stage, one metrics line per logged step (rank 0 only).
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["last", "scst"]
+    lines = [json.loads(x) for x in (out / ckpt.METRICS).read_text().splitlines()]
+    train_steps = [r["step"] for r in lines if r["event"] == "train"]
+    assert len(train_steps) == len(set(train_steps))
+    # 32 training images over 2 ranks at 8 images per rank: 2 steps per epoch.
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4
+    scst = json.loads((out / SCST_SUMMARY).read_text())
+    assert scst["processes"] == 2 and scst["global_batch_images"] == 16 and scst["steps"] == 1
+    # Resume: both ranks load checkpoints/scst and continue to the end of the SCST epoch.
+    second = _torchrun([*base, "--scst-epochs", "1"])
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert json.loads((out / SCST_SUMMARY).read_text())["steps"] == 2
+    assert json.loads((out / "summary.json").read_text())["steps"] == 4  # the CE stage was complete: not repeated
+    assert (out / SCST_STATE / ckpt.STATE).is_file()

@@ -1,0 +1,134 @@
+"""``build_engines`` around TensorRT: what it asks the builder for (through a recording stand-in), where the set is
+stored, when it is kept, rebuilt or refused, and that the bundle stays verifiable. Real builds: ``test_trt_gpu.py``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import edgecap.engines.build as build
+from edgecap.bundle import load_bundle
+from edgecap.engines.build import EngineBuildError, EngineUnavailableError, build_engines, plan_graphs
+from edgecap.engines.profiles import ProfileRequest
+from edgecap.engines.store import EngineEnv, EngineMismatchError, find_engines, read_record
+from tests.bundle.helpers import copy_bundle, labert_bundle, pixel_bundle
+from tests.engines.fake_trt import fake_tensorrt
+
+ORIN = EngineEnv("10.3.0.30", "Orin", "8.7")
+
+
+@pytest.fixture
+def tensorrt_here(monkeypatch):
+    """TensorRT 10.3 on a Jetson Orin, as far as build_engines can tell."""
+    state = SimpleNamespace(trt=fake_tensorrt("10.3.0.30"), env=ORIN)
+    monkeypatch.setattr(build, "load_tensorrt", lambda: state.trt)
+    monkeypatch.setattr(build, "current_env", lambda trt, device=0: state.env)
+    return state
+
+
+@pytest.fixture
+def bundle(tiny_data, tmp_path_factory, tmp_path) -> Path:
+    return copy_bundle(pixel_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "bundle")
+
+
+def _plan(folder: Path, name: str) -> dict:
+    return json.loads((folder / name).read_bytes())
+
+
+def test_builds_every_graph_and_the_gathers_into_the_bundle(bundle: Path, tensorrt_here) -> None:
+    result = build_engines(bundle, precision="fp32", max_batch=4, beam=3, workspace_mb=512)
+    assert result.built and result.folder.parent == bundle / "engines"
+    assert result.folder.name.startswith("fp32-b4-k3-")
+    record = read_record(result.folder)
+    opened = load_bundle(bundle)  # the engines folder does not break verification
+    assert set(record["engines"]) == {"encoder", "step"} and set(record["gathers"]) == {"reorder", "expand"}
+    step = _plan(result.folder, "step.plan")
+    assert step["parsed"] == "step.onnx" and step["network_flags"] == 1 and step["builder_flags"] == []
+    assert step["workspace"] == 512 << 20
+    assert step["profiles"][0]["tokens"] == [[1], [12], [12]]  # 4 images × beam 3
+    assert _plan(result.folder, "encoder.plan")["profiles"][0]["pixel_values"][2][0] == 4
+    for role in ("encoder", "step"):
+        entry = record["engines"][role]
+        assert entry["graph_sha256"] == opened.manifest["files"][entry["graph"]]["sha256"]
+    reorder, expand = _plan(result.folder, "reorder.plan"), _plan(result.folder, "expand.plan")
+    assert [g[0] for g in reorder["gathers"]] == list(opened.updated_state_names)
+    assert [g[0] for g in expand["gathers"]] == list(opened.state_names)
+    assert all(g[1:] == ["index", 0] for g in expand["gathers"])
+    past_max = opened.interface["dims"]["past"]["max"]
+    cache = opened.updated_state_names[0]
+    shape = record["engines"]["step"]["io"]["inputs"][
+        [i["name"] for i in record["engines"]["step"]["io"]["inputs"]].index(cache)
+    ]["shape"]
+    axis = shape.index("past")
+    assert reorder["profiles"][0][cache][2][axis] == past_max + 1  # gathers what the step wrote
+    assert (result.folder / "timing.cache").read_bytes() == b"++"  # the step's cache after the encoder's
+    assert record["env"] == {"trt_version": "10.3.0.30", "gpu_name": "Orin", "compute_capability": "8.7"}
+
+
+def test_an_up_to_date_set_is_kept_and_a_modified_one_rebuilt(bundle: Path, tensorrt_here) -> None:
+    first = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    again = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    assert not again.built and again.folder == first.folder
+    (first.folder / "step.plan").write_bytes(b"truncated")
+    assert build_engines(bundle, precision="fp32", max_batch=2, beam=2).built
+    assert build_engines(bundle, precision="fp32", max_batch=2, beam=2, rebuild=True).built
+
+
+def test_a_new_tensorrt_or_gpu_gets_its_own_set_and_the_old_one_is_refused(bundle: Path, tensorrt_here) -> None:
+    old = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    opened = load_bundle(bundle)
+    shas = {r: opened.manifest["files"][f]["sha256"] for r, f in opened.variant("fp32")["files"].items()}
+    h100 = EngineEnv("10.12.0.36", "NVIDIA H100 80GB HBM3", "9.0")
+    with pytest.raises(EngineMismatchError, match=r"built with TensorRT 10\.3\.0\.30, this is TensorRT 10\.12") as err:
+        find_engines(bundle, "fp32", h100, shas)
+    assert "built on Orin (compute capability 8.7)" in str(err.value) and "edgecap engine" in str(err.value)
+    tensorrt_here.trt, tensorrt_here.env = fake_tensorrt("10.12.0.36"), h100
+    new = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    assert new.built and new.folder != old.folder and old.folder.is_dir()
+    assert find_engines(bundle, "fp32", h100, shas)[0] == new.folder
+    assert find_engines(bundle, "fp32", ORIN, shas)[0] == old.folder
+    stale = {**shas, "step": "0" * 64}  # the bundle re-exported since: no set fits
+    with pytest.raises(EngineMismatchError, match="re-exported since"):
+        find_engines(bundle, "fp32", ORIN, stale)
+
+
+def test_labert_builds_encoder_and_refine_without_gathers(tiny_data, tmp_path_factory, tmp_path, tensorrt_here):
+    bundle = copy_bundle(labert_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "labert")
+    result = build_engines(bundle, precision="fp32", max_batch=3, beam=5)
+    record = read_record(result.folder)
+    assert set(record["engines"]) == {"encoder", "refine"} and record["gathers"] == {}
+    refine = _plan(result.folder, "refine.plan")["profiles"][0]
+    assert refine["tokens"][2][0] == 3  # one caption per image: the beam does not multiply refine rows
+    assert {"mask_id", "length_levels", "refine_steps", "eos_decay"} <= set(record["metadata"])
+
+
+def test_refusals(bundle: Path, monkeypatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)
+    with pytest.raises(EngineUnavailableError, match="TensorRT is not available"):
+        build_engines(bundle, precision="fp32")
+    with pytest.raises(EngineBuildError, match="has no fp16 graphs"):
+        build_engines(bundle, precision="fp16")
+    with pytest.raises(EngineBuildError, match="workspace"):
+        build_engines(bundle, precision="fp32", workspace_mb=0)
+    cpu_int8 = SimpleNamespace(
+        path=bundle, precisions=("fp32", "int8"), variant=lambda p: {"preset": "cpu-avx2", "files": {}}
+    )
+    with pytest.raises(EngineBuildError, match="--int8 --target tensorrt"):
+        plan_graphs(cpu_int8, "int8", ProfileRequest())
+
+
+def test_no_partial_set_is_left_when_a_build_fails(bundle: Path, tensorrt_here, monkeypatch) -> None:
+    def fail(*args, **kwargs):
+        raise EngineBuildError("TensorRT could not build the step engine")
+
+    monkeypatch.setattr(build, "_build_gather", fail)
+    with pytest.raises(EngineBuildError):
+        build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    engines = bundle / "engines"
+    assert not engines.exists() or not [p for p in engines.iterdir() if not p.name.startswith(".")]
+    load_bundle(bundle)
+    shutil.rmtree(engines, ignore_errors=True)

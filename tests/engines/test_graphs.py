@@ -1,0 +1,24 @@
+"""A graph's I/O and dynamic-axis names read with onnx, and through ONNX Runtime where onnx is not installed (the
+runtime-only install on an edge board): both readings agree."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from edgecap.bundle import load_bundle
+from edgecap.engines.graphs import read_graph_io
+from tests.bundle.helpers import pixel_bundle
+
+
+def test_onnx_and_onnxruntime_readings_agree(tiny_data, tmp_path_factory, monkeypatch) -> None:
+    bundle = load_bundle(pixel_bundle(tiny_data, tmp_path_factory)[0])
+    path = bundle.graph_path("fp32", "step")
+    with_onnx = read_graph_io(path)
+    assert with_onnx.input("tokens").shape == ("batch",)
+    assert with_onnx.metadata["state_names"].split(",") == list(bundle.state_names)
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    assert read_graph_io(path) == with_onnx
+    with pytest.raises(KeyError, match="no input 'nope'"):
+        with_onnx.input("nope")

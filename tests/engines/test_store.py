@@ -1,0 +1,125 @@
+"""The engine cache key and the rules for loading a stored engine set (no TensorRT needed)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from edgecap.engines.store import (
+    RECORD_NAME,
+    EngineEnv,
+    EngineMismatchError,
+    EngineRecordError,
+    check_record,
+    engine_key,
+    find_engines,
+    read_record,
+    verify_plans,
+)
+
+ENV = EngineEnv("10.3.0.30", "Orin", "8.7")
+SHAS = {"encoder": "a" * 64, "step": "b" * 64}
+PROFILES = {"encoder": "1" * 64, "step": "2" * 64}
+
+
+def key(**changes) -> str:
+    args = {
+        "env": ENV,
+        "precision": "fp16",
+        "profile_digests": PROFILES,
+        "graph_sha256": SHAS,
+        "max_batch": 8,
+        "beam": 3,
+    }
+    args.update(changes)
+    return engine_key(**args)
+
+
+def test_the_key_changes_with_everything_an_engine_depends_on() -> None:
+    base = key()
+    assert base.startswith("fp16-b8-k3-") and len(base.rsplit("-", 1)[1]) == 16 and key() == base
+    variants = [
+        key(env=EngineEnv("10.12.0.36", "Orin", "8.7")),
+        key(env=EngineEnv("10.3.0.30", "NVIDIA H100 80GB HBM3", "8.7")),
+        key(env=EngineEnv("10.3.0.30", "Orin", "9.0")),
+        key(precision="int8"),
+        key(profile_digests={**PROFILES, "step": "3" * 64}),
+        key(graph_sha256={**SHAS, "step": "c" * 64}),
+    ]
+    assert len({base, *variants}) == len(variants) + 1
+
+
+def record(**changes) -> dict:
+    data = {
+        "format": "edgecap-engines",
+        "format_version": 1,
+        "precision": "fp16",
+        "env": {"trt_version": ENV.trt_version, "gpu_name": ENV.gpu_name, "compute_capability": ENV.compute_capability},
+        "request": {"max_batch": 8, "beam": 3},
+        "engines": {role: {"graph_sha256": sha, "plan": f"{role}.plan"} for role, sha in SHAS.items()},
+        "gathers": {},
+    }
+    data.update(changes)
+    return data
+
+
+def test_check_record_names_each_difference() -> None:
+    assert check_record(record(), ENV, SHAS, "fp16") == []
+    problems = check_record(record(), EngineEnv("11.0.0.114", "NVIDIA H100 80GB HBM3", "9.0"), SHAS, "int8")
+    assert problems == [
+        "precision fp16, not int8",
+        "built with TensorRT 10.3.0.30, this is TensorRT 11.0.0.114",
+        "built on Orin (compute capability 8.7), this is NVIDIA H100 80GB HBM3 (9.0)",
+    ]
+    (stale,) = check_record(record(), ENV, {**SHAS, "step": "d" * 64}, "fp16")
+    assert "step engine was built from graph bbbbbbbbbbbb" in stale and "re-exported since" in stale
+    assert check_record(record(engines={}), ENV, SHAS, "fp16") == ["no encoder engine", "no step engine"]
+
+
+def _store(root: Path, name: str, data: dict, plans: bool = True) -> Path:
+    folder = root / "engines" / name
+    folder.mkdir(parents=True)
+    for entry in data["engines"].values():
+        if plans:
+            (folder / entry["plan"]).write_bytes(entry["plan"].encode())
+            entry["plan_sha256"] = hashlib.sha256(entry["plan"].encode()).hexdigest()
+    (folder / RECORD_NAME).write_text(json.dumps(data))
+    return folder
+
+
+def test_find_engines_picks_a_fitting_set_and_explains_a_refusal(tmp_path: Path) -> None:
+    with pytest.raises(EngineMismatchError, match=r"has no fp16 TensorRT engine for TensorRT 10\.3\.0\.30 on Orin"):
+        find_engines(tmp_path, "fp16", ENV, SHAS)
+    small = _store(tmp_path, "fp16-b2-k3-x", record(request={"max_batch": 2, "beam": 3}))
+    large = _store(tmp_path, "fp16-b8-k3-y", record())
+    _store(tmp_path, "int8-b8-k3-z", record(precision="int8"))
+    assert find_engines(tmp_path, "fp16", ENV, SHAS)[0] == large  # the largest batch shape that fits
+    other = EngineEnv("10.3.0.30", "Orin", "9.0")
+    with pytest.raises(EngineMismatchError, match="fp16-b2-k3-x: built on Orin") as err:
+        find_engines(tmp_path, "fp16", other, SHAS)
+    assert "fp16-b8-k3-y" in str(err.value) and "int8" not in str(err.value)
+    assert small.is_dir()
+    verify_plans(large, read_record(large))
+    (large / "step.plan").write_bytes(b"changed")
+    with pytest.raises(EngineRecordError, match="step.plan: SHA-256 differs"):
+        verify_plans(large, read_record(large))
+    (large / "step.plan").unlink()
+    with pytest.raises(EngineRecordError, match="'step.plan' is missing"):
+        verify_plans(large, read_record(large))
+
+
+def test_unreadable_records(tmp_path: Path) -> None:
+    with pytest.raises(EngineRecordError, match="no engine.json"):
+        read_record(tmp_path)
+    (tmp_path / RECORD_NAME).write_text("{")
+    with pytest.raises(EngineRecordError, match="unreadable"):
+        read_record(tmp_path)
+    (tmp_path / RECORD_NAME).write_text(json.dumps({"format": "other"}))
+    with pytest.raises(EngineRecordError, match="not an edgecap engine record"):
+        read_record(tmp_path)
+    (tmp_path / RECORD_NAME).write_text(json.dumps(record(format_version=9)))
+    with pytest.raises(EngineRecordError, match="newer edgecap"):
+        read_record(tmp_path)
