@@ -68,20 +68,20 @@ def test_torch_and_onnxruntime_captions_are_identical_at_fp32(it_bundle: Path) -
         "feature_mask": np.ones((4, 6), dtype=bool),
     }
     captions = {}
-    for runtime in ("torch", "ort"):
+    for runtime in ("torch", "onnxruntime"):
         with Captioner.load(it_bundle, runtime=runtime, precision="fp32", beam=3) as cap:
             captions[runtime] = cap.caption_inputs(inputs)
     assert len(captions["torch"]) == 4 and any(captions["torch"])
-    assert captions["torch"] == captions["ort"]
+    assert captions["torch"] == captions["onnxruntime"]
 
 
 def test_bench_measures_the_bundle(it_bundle: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
-    args = ["--bundle", str(it_bundle), "--runtime", "torch,ort", "--precision", "fp32,fp16,int8"]
+    args = ["--bundle", str(it_bundle), "--runtime", "torch,onnxruntime", "--precision", "fp32,fp16,int8"]
     args += ["--batch", "1", "--beam", "2", "--synthetic", "3", "--no-isolate", "--out", str(out), *FAST]
     result = CliRunner().invoke(bench, args)
     assert result.exit_code == 0, result.output
     report = load_report(out / "report.json")
     assert not report.errors
     measured = {(r.runtime, r.precision) for r in report.results}
-    assert {("torch", "fp32"), ("ort", "fp32"), ("ort", "fp16"), ("ort", "int8")} <= measured
+    assert {("torch", "fp32"), ("onnxruntime", "fp32"), ("onnxruntime", "fp16"), ("onnxruntime", "int8")} <= measured
