@@ -32,6 +32,7 @@ __all__ = [
     "drop_cast_round_trips",
     "fp32_ancestor_nodes",
     "fp32_cone_nodes",
+    "float_casts",
     "isolate_graph_outputs",
 ]
 
@@ -165,6 +166,19 @@ def fp32_ancestor_nodes(model: ModelProto, op_types: tuple[str, ...], stops: tup
     return names
 
 
+def float_casts(model: ModelProto) -> list[str]:
+    """Names of the ``Cast`` nodes whose target is float32 (e.g. a bool mask turned into 0/1 weights).
+
+    The converter types their outputs float16 but leaves their ``to`` attribute float32, which the checker rejects;
+    kept float32 they get a float16 cast after them instead. (Putting ``Cast`` in the op block list instead makes the
+    converter loop forever over the casts it inserts.)"""
+    return [
+        n.name
+        for n in model.graph.node
+        if n.op_type == "Cast" and any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in n.attribute)
+    ]
+
+
 def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
     """A float16 copy of ``model`` with float32 inputs/outputs and ``policy``'s float32 islands.
 
@@ -180,6 +194,7 @@ def convert_to_fp16(model: ModelProto, policy: Fp16Policy) -> ModelProto:
     blocked = set(float16.DEFAULT_OP_BLOCK_LIST) | set(ALWAYS_FP32_OPS) | set(policy.op_types)
     keep_nodes = fp32_cone_nodes(model, policy.fp32_input_cones, policy.cone_stops)
     keep_nodes += fp32_ancestor_nodes(model, policy.fp32_ancestors_of, policy.cone_stops)
+    keep_nodes += float_casts(model)
     kept = set(keep_nodes) | {n.name for n in model.graph.node if n.op_type in blocked}
     isolate_graph_outputs(model, kept)
     # Value infos computed for float32 would contradict the converted graph; the converter re-infers them.

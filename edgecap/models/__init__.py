@@ -9,7 +9,13 @@ from __future__ import annotations
 
 from edgecap._lazy import lazy_getattr
 from edgecap.length import LENGTH_PLANS, LengthLevelError
-from edgecap.models import expansionnet, labert, ort, reference  # noqa: F401  (register families, variants, *-ref)
+from edgecap.models import (  # noqa: F401  (register families, variants, *-ref)
+    expansionnet,
+    image_transformer,
+    labert,
+    ort,
+    reference,
+)
 from edgecap.models._cfg import PAPER_FEATURE_DIM, PAPER_WORD_VOCAB_SIZE, ModelCfgError
 from edgecap.models._ort_cfg import ModelCfg, ObjectRelationCfg
 from edgecap.models._registry import (
@@ -35,6 +41,7 @@ from edgecap.models._registry import (
 )
 from edgecap.models.base import CaptionModel, ModelInputError, State
 from edgecap.models.expansionnet import ExpansionNetCaptioner, ExpansionNetCfg
+from edgecap.models.image_transformer import ImageTransformerCaptioner, ImageTransformerCfg
 from edgecap.models.labert import LaBertCaptioner, LaBertCfg
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.ort import ORTCaptioner
@@ -49,6 +56,8 @@ __all__ = [
     "CaptionModel",
     "ExpansionNetCaptioner",
     "ExpansionNetCfg",
+    "ImageTransformerCaptioner",
+    "ImageTransformerCfg",
     "FamilyHooks",
     "LaBertCaptioner",
     "LaBertCfg",

@@ -277,7 +277,8 @@ def paper_settings(name: str) -> dict[str, int]:
     ``paper_feature_dim``) and the COCO vocabulary (10,001 SentencePiece word ids, or ``radix_base + 3`` radix
     classes) — Table 1's counts."""
     cfg = get_model_cfg(name)
-    vocab = cfg.radix_base + 3 if cfg.vocab_kind == "radix" else PAPER_WORD_VOCAB_SIZE
+    # A family whose paper uses another word vocabulary (Image Transformer: 10,369 + 1) says so in its cfg.
+    vocab = cfg.radix_base + 3 if cfg.vocab_kind == "radix" else getattr(cfg, "paper_vocab_size", PAPER_WORD_VOCAB_SIZE)
     # A family whose paper uses other features (ExpansionNet v2: a Swin-L grid) says so in its cfg.
     return {"vocab_size": vocab, "feature_dim": getattr(cfg, "paper_feature_dim", PAPER_FEATURE_DIM)}
 

@@ -86,7 +86,7 @@ def exported_with_backbone() -> ExportResult:
 
 
 #: One test config per family: what pixels-in bundles are exported from (backbone + family encoder in one graph).
-BACKBONE_FAMILIES = ("ort-test", "acort-test", "expansionnet-test", "labert-test")
+BACKBONE_FAMILIES = ("ort-test", "acort-test", "expansionnet-test", "labert-test", "image-transformer-test")
 
 
 @functools.cache

@@ -40,7 +40,8 @@ def test_graph_parity_on_fresh_inputs(config: str, graph: str, precision: str) -
     # the ladder covered batch 1 and > 1 and, for the step, an empty and a non-empty cache
     batches = {s["batch"] for s in report["sizes"]}
     assert 1 in batches and max(batches) > 1
-    if graph == "step":
+    grows = any("past" in axes.values() for axes in spec.graph(graph).dynamic_axes.values())
+    if graph == "step" and grows:  # a recurrent state (Image Transformer's LSTM) has no cache length
         assert {s["past"] for s in report["sizes"]} >= {0, spec.dims["past"].max}
     # tolerances come from the spec, per precision
     tol = spec.graph(graph).tolerance(precision, spec.graph(graph).outputs[0])

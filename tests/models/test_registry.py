@@ -88,12 +88,14 @@ def test_all_paper_and_test_configs_are_registered():
         "acort-test-ref",
         "expansionnet-test",
         "expansionnet-test-len",
+        "image-transformer-test",
+        "image-transformer-test-len",
         "labert-test",
         "ort-test",
         "ort-test-ref",
     ]
     assert list_models("nothing-*") == []
-    assert {model_family(n) for n in names} == {"ort", "labert", "expansionnet"}
+    assert {model_family(n) for n in names} == {"ort", "labert", "expansionnet", "image_transformer"}
     assert list_models("labert-*") == [
         "labert-base",
         "labert-base-5level",
