@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -179,10 +180,10 @@ def beam_search_rows(
                 more_scores, more_flat, _ = top_candidates(total, width, first, work)
                 cand_scores = np.concatenate([cand_scores, more_scores], axis=1)
                 flat = np.concatenate([flat, more_flat], axis=1)
+            search = _RowsSearch(active, done, finished, penalty, pointers, row_map)
             tokens_h, src_h, scores_h, lps_h, best = _select_with_eos(
-                flat.tolist(), cand_scores.tolist(), lp2[rows, flat].tolist(), vocab, k, beam,
-                cfg.pad_id, eos, t, active, done, finished, penalty, pointers, row_map,
-            )  # fmt: skip
+                flat.tolist(), cand_scores.tolist(), lp2[rows, flat].tolist(), vocab, k, t, cfg, search
+            )
             next_scores = np.asarray(scores_h, dtype=np.float32).reshape(groups, beam, 1)
             pointers.append(tokens_h, lps_h, src_h, row_map)
 
@@ -222,22 +223,28 @@ def beam_search_rows(
     return [f.items[: cfg.n_best] for f in finished]
 
 
+@dataclass(frozen=True, slots=True)
+class _RowsSearch:
+    """The per-image search's state that a selection reads and updates: the image of each group, which images are
+    done, their finished hypotheses, the length penalty, the back-pointers and this step's row map."""
+
+    active: list[int]
+    done: list[bool]
+    finished: list[_Finished]
+    penalty: LengthPenalty
+    pointers: _BackPointers
+    row_map: list[int] | None
+
+
 def _select_with_eos(
     flat: list[list[int]],
     cand_scores: list[list[float]],
     cand_lps: list[list[float]],
     vocab: int,
     k: int,
-    beam: int,
-    pad_id: int,
-    eos_id: int,
     t: int,
-    active: list[int],
-    done: list[bool],
-    finished: list[_Finished],
-    penalty: LengthPenalty,
-    pointers: _BackPointers,
-    row_map: list[int] | None,
+    cfg: DecodeCfg,
+    search: _RowsSearch,
 ) -> tuple[list[int], list[int], list[float], list[float], list[float]]:
     """The general selection, on the host, for a step where some EOS ranks within an image's top K.
 
@@ -249,6 +256,9 @@ def _select_with_eos(
         The next beams (tokens, source input rows, scores, log-probs; K per image, image-major) and each image's
         best running score.
     """
+    beam, pad_id, eos_id = cfg.beam_size, cfg.pad_id, cfg.eos_id
+    active, done, finished, penalty = search.active, search.done, search.finished, search.penalty
+    pointers, row_map = search.pointers, search.row_map
     tokens, src, scores, lps, best = [], [], [], [], []
     for g, (row, row_scores, row_lps) in enumerate(zip(flat, cand_scores, cand_lps, strict=True)):
         is_eos = [f % vocab == eos_id for f in row]

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -418,10 +419,9 @@ def beam_search(
         if first == beam and not is_eos.any():  # no EOS within any image's top K: the K best run on
             next_scores, lps = vals, logprob_at(flat, group_col)
         else:
-            tokens, src, next_scores, lps = _select_with_eos(
-                ranking, vals, flat, is_eos, tokens, src, logprob_at, first, width, k, vocab, beam,
-                cfg.pad_id, eos, t, active, done, finished, penalty, row_map,
-            )  # fmt: skip
+            step = _StepCandidates(t, k, vocab, first, width, ranking, vals, flat, is_eos, tokens, src, logprob_at)
+            search = _SearchState(beam, cfg.pad_id, eos, penalty, active, done, finished, row_map)
+            tokens, src, next_scores, lps = _select_with_eos(step, search)
         tokens, src = tokens.reshape(-1), src.reshape(-1)
         pointers.append(tokens, lps.reshape(-1), src if row_map is None else row_map[src])
 
@@ -468,27 +468,42 @@ def beam_search(
     return finished.hypotheses(cfg.n_best, pointers)
 
 
+@dataclass(frozen=True, slots=True)
+class _StepCandidates:
+    """One step's shape (step ``t``, ``k`` live beams per group, ``vocab`` classes, ``first``/``width`` candidates per
+    group) and its top ``first`` candidates: scores, flat indices into ``k * vocab``, EOS flags, tokens, parent rows."""
+
+    t: int
+    k: int
+    vocab: int
+    first: int
+    width: int
+    ranking: _Ranking
+    vals: np.ndarray
+    flat: np.ndarray
+    is_eos: np.ndarray
+    tokens: np.ndarray
+    src: np.ndarray
+    logprob_at: _LogprobsAt
+
+
+@dataclass(frozen=True, slots=True)
+class _SearchState:
+    """What the selection reads and updates across steps: the image of each group (``active``), which images are
+    done, their finished hypotheses, and how this step's input rows map to the previous step's outputs."""
+
+    beam: int
+    pad_id: int
+    eos_id: int
+    penalty: LengthPenalty
+    active: np.ndarray
+    done: np.ndarray
+    finished: _Finished
+    row_map: np.ndarray | None
+
+
 def _select_with_eos(
-    ranking: _Ranking,
-    vals: np.ndarray,
-    flat: np.ndarray,
-    is_eos: np.ndarray,
-    tokens: np.ndarray,
-    src: np.ndarray,
-    logprob_at: _LogprobsAt,
-    first: int,
-    width: int,
-    k: int,
-    vocab: int,
-    beam: int,
-    pad_id: int,
-    eos_id: int,
-    t: int,
-    active: np.ndarray,
-    done: np.ndarray,
-    finished: _Finished,
-    penalty: LengthPenalty,
-    row_map: np.ndarray | None,
+    step: _StepCandidates, search: _SearchState
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The general selection, for a step where some EOS ranks within an image's top K; vectorised over just those
     images (the others keep their top K).
@@ -500,6 +515,11 @@ def _select_with_eos(
     Returns:
         The next beams of every group, (groups, K) each: tokens, source input rows, scores, log-probs.
     """
+    t, k, vocab, first, width = step.t, step.k, step.vocab, step.first, step.width
+    ranking, vals, flat, is_eos, tokens, src = step.ranking, step.vals, step.flat, step.is_eos, step.tokens, step.src
+    logprob_at = step.logprob_at
+    beam, pad_id, eos_id, penalty = search.beam, search.pad_id, search.eos_id, search.penalty
+    active, done, finished, row_map = search.active, search.done, search.finished, search.row_map
     groups = vals.shape[0]
     if first == beam:
         sel = np.flatnonzero(is_eos.any(axis=1))
