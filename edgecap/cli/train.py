@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from edgecap.cli.options import apply_threads, device_option, fail, parse_overrides, threads_option
 from edgecap.training.config import SCST_RECIPES, TrainCfg
@@ -76,7 +77,12 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--label-smoothing", type=click.FloatRange(0, 1), default=_DEFAULTS.label_smoothing, show_default=True)
 @click.option("--grad-clip", type=click.FloatRange(0), default=_DEFAULTS.grad_clip, show_default=True)
 @click.option("--max-words", type=click.IntRange(1), default=_DEFAULTS.max_words, show_default=True)
-@click.option("--max-minutes", type=click.FloatRange(0), default=0.0, help="Stop cleanly after this many minutes.")
+@click.option(
+    "--max-minutes",
+    type=click.FloatRange(0),
+    default=0.0,
+    help="Stop each stage of this session (cross-entropy, then SCST) cleanly after this many minutes.",
+)
 @click.option("--max-steps", type=click.IntRange(0), default=0, help="Stop after this many optimiser steps.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
@@ -145,6 +151,7 @@ def train(
     scst = {name: options.pop(name) for name in _SCST_OPTIONS}
     scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}
     if init_run is not None:
+        _refuse_options_init_ignores()
         _train_from_run(init_run, out, features, no_resume, options, scst)
         return
     if data is None:
@@ -172,6 +179,27 @@ def train(
     click.echo(f"run written to {run_dir}")
 
 
+#: What ``--init RUN`` takes from the command line; every other option comes from RUN's stored recipe.
+_INIT_OPTIONS = frozenset(
+    {"init_run", "features", "out", "no_resume", "threads", "scst_recipe", "scst_epochs", "scst_max_steps",
+     "batch_size", "seed", "device", "val_beam", "max_minutes", *_SCST_OPTIONS}
+)  # fmt: skip
+
+
+def _refuse_options_init_ignores() -> None:
+    """``--init RUN`` with an option it would ignore (``--model``, ``--data``, ``--lr``, ``--set`` …) is an error, not
+    a silent no-op: the model, data and cross-entropy recipe are RUN's."""
+    ctx = click.get_current_context()
+    given = [
+        param.opts[0]
+        for param in ctx.command.params
+        if param.name not in _INIT_OPTIONS
+        and ctx.get_parameter_source(param.name) not in (None, ParameterSource.DEFAULT)
+    ]
+    if given:
+        fail(f"--init RUN takes the model, data and recipe from RUN; drop {', '.join(sorted(given))}")
+
+
 def _train_from_run(
     init_run: Path, out: Path | None, features: Path | None, no_resume: bool, options: dict, scst: dict
 ) -> None:
@@ -190,7 +218,7 @@ def _train_from_run(
     except (ValueError, KeyError) as exc:
         fail(f"cannot start from {init_run}: {exc}")
     run_dir = init_from_run(init_run, out or init_run)
-    keep = ("scst_epochs", "scst_max_steps", "batch_size", "seed", "device", "val_beam")
+    keep = ("scst_epochs", "scst_max_steps", "batch_size", "seed", "device", "val_beam", "max_minutes")
     cfg = stored.replace(
         out=str(run_dir),
         features=str(features) if features else stored.features,

@@ -458,6 +458,10 @@ def train_scst(
             if cfg.scst_max_steps and prog.step >= cfg.scst_max_steps:
                 stopped = True
                 break
+            over_time = bool(cfg.max_minutes) and (time.monotonic() - started) / 60 >= cfg.max_minutes
+            if cfg.max_minutes and ctx.agree(over_time):  # rank 0 decides, so every rank stops at the same step
+                stopped = True
+                break
         bar.close()
         if prog.batch_in_epoch >= batches_per_epoch:
             finished = prog.epoch
@@ -465,7 +469,7 @@ def train_scst(
             prog.batch_in_epoch = 0
             if ctx.is_main:
                 validate(finished)
-        elif ctx.is_main and prog.batch_in_epoch:  # stopped by the step limit: the weights so far compete too
+        elif ctx.is_main and prog.batch_in_epoch:  # stopped by the step or time limit: the weights so far compete too
             validate(prog.epoch, partial=True)
         save_state()
         ctx.barrier()

@@ -53,6 +53,23 @@ def test_init_needs_scst_epochs_and_data_is_required_otherwise(tiny_data, tmp_pa
     result = CliRunner().invoke(main, ["train", "--init", str(run)])
     assert result.exit_code != 0 and "--scst-epochs" in result.output
 
+    # Options --init would ignore (the model, data and recipe are the run's) are refused, not dropped.
+    result = CliRunner().invoke(
+        main, ["train", "--init", str(run), "--scst-epochs", "1", "--lr", "1e-2", "--model", "x"]
+    )
+    assert result.exit_code != 0 and "--lr" in result.output and "--model" in result.output
+
+
+def test_scst_stops_on_the_time_limit(tiny_data, tmp_path):
+    run = tmp_path / "run"
+    assert CliRunner().invoke(main, [*_common(tiny_data, run), "--epochs", "1", "--max-steps", "1"]).exit_code == 0
+    copy = tmp_path / "copy"
+    args = ["train", "--init", str(run), "--out", str(copy), "--scst-epochs", "50", "--max-minutes", "0.000001",
+            "--batch-size", "8", "--device", "cpu"]  # fmt: skip
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads((copy / SCST_SUMMARY).read_text())["steps"] == 1  # stopped after its first step
+
 
 def _torchrun(args: list[str], timeout: float = 240) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
