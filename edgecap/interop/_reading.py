@@ -46,9 +46,10 @@ def read_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict[str, t
         raise CheckpointError(f"checkpoint not found: {path}")
     if path.suffix == ".safetensors":
         try:
-            return load_file(str(path), device="cpu")
+            tensors = load_file(str(path), device="cpu")
         except (OSError, SafetensorError) as exc:
             raise CheckpointError(f"{path}: cannot read safetensors: {exc}") from exc
+        return _state_dict(tensors, path)  # the same checks and DDP "module." prefix as a torch file
     try:
         obj: Any = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

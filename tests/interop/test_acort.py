@@ -99,6 +99,15 @@ def test_pickled_objects_need_trust_pickle_and_wrappers_and_module_prefixes_are_
     check_destinations(fixture, state, imported.model.state_dict())
 
 
+def test_a_safetensors_checkpoint_saved_from_ddp_loses_its_module_prefix(acort, tmp_path: Path):
+    from safetensors.torch import save_file
+
+    fixture, state, _, vocab = acort
+    save_file({f"module.{k}": v.clone().contiguous() for k, v in state.items()}, str(tmp_path / "m.safetensors"))
+    imported = convert_checkpoint("acort", tmp_path / "m.safetensors", vocab)
+    check_destinations(fixture, state, imported.model.state_dict())
+
+
 def test_the_sentencepiece_word_list_becomes_the_radix_vocabulary(acort):
     _, _, ckpt, vocab_file = acort
     vocab = convert_checkpoint("acort", ckpt, vocab_file).vocab
