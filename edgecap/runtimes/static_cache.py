@@ -309,6 +309,7 @@ class StaticStepModel:
             out = ws.logprobs_host
         else:
             out = ws.logprobs
+        # A view of the preallocated buffer, valid until the next step (docs/contracts.md, "StepModel"): no copy.
         return out[:rows].numpy(), state
 
     def select(self, state: State, index: np.ndarray) -> State:
