@@ -7,11 +7,13 @@ from pathlib import Path
 
 import click
 
-_SOURCES = ("acort", "ort", "expansionnet-v2")  # mirrors edgecap.interop.SOURCES without importing torch for --help
+from edgecap.interop.sources import SOURCES
 
 
 @click.command("import")
-@click.option("--from", "source", type=click.Choice(_SOURCES), required=True, help="Which official code trained it.")
+@click.option(
+    "--from", "source", type=click.Choice(list(SOURCES)), required=True, help="Which official code trained it."
+)
 @click.argument("checkpoint", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--vocab",

@@ -8,113 +8,21 @@ name mappings and where edgecap's default configs depart from the official code.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from pathlib import Path
-from typing import Any
+from edgecap._lazy import lazy_getattr
+from edgecap.interop.sources import SOURCES
 
-from edgecap.interop._reading import CheckpointError, read_checkpoint, read_pickle
-from edgecap.interop._run import IMPORT_RECORD, ImportedRun, write_run
-
-__all__ = [
-    "IMPORT_RECORD",
-    "SOURCES",
-    "CheckpointError",
-    "ImportedRun",
-    "convert_checkpoint",
-    "import_checkpoint",
-    "parse_groups",
-    "read_checkpoint",
-    "read_pickle",
-    "word_capacity",
-]
-
-
-def _acort(checkpoint: Path, vocab: Path | None, trust_pickle: bool, **options: Any) -> ImportedRun:
-    from edgecap.interop.acort import import_acort
-
-    return import_acort(checkpoint, vocab, trust_pickle, **options)
-
-
-def _ort(checkpoint: Path, vocab: Path | None, trust_pickle: bool, **options: Any) -> ImportedRun:
-    from edgecap.interop.ort import import_ort
-
-    return import_ort(checkpoint, vocab, trust_pickle, **options)
-
-
-def _expansionnet_v2(checkpoint: Path, vocab: Path | None, trust_pickle: bool, **options: Any) -> ImportedRun:
-    from edgecap.interop.expansionnet import import_expansionnet_v2
-
-    return import_expansionnet_v2(checkpoint, vocab, trust_pickle, **options)
-
-
-#: Source name -> importer. Each takes (checkpoint, vocab, trust_pickle, **source options).
-SOURCES: dict[str, Callable[..., ImportedRun]] = {
-    "acort": _acort,
-    "ort": _ort,
-    "expansionnet-v2": _expansionnet_v2,
+_LAZY: dict[str, str] = {
+    "CheckpointError": "edgecap.interop._reading",
+    "read_checkpoint": "edgecap.interop._reading",
+    "read_pickle": "edgecap.interop._reading",
+    "IMPORT_RECORD": "edgecap.interop._run",
+    "ImportedRun": "edgecap.interop._run",
+    "convert_checkpoint": "edgecap.interop.convert",
+    "import_checkpoint": "edgecap.interop.convert",
+    "parse_groups": "edgecap.interop.convert",
+    "word_capacity": "edgecap.interop.convert",
 }
 
+__all__ = ["SOURCES", *_LAZY]
 
-def convert_checkpoint(
-    source: str, checkpoint: str | Path, vocab: str | Path | None = None, trust_pickle: bool = False, **options: Any
-) -> ImportedRun:
-    """Read and convert an official checkpoint without writing anything (the model is loaded, in eval mode).
-
-    Raises:
-        CheckpointError: unknown source, unreadable or mismatching files (the message names the tensor or file).
-    """
-    if source not in SOURCES:
-        raise CheckpointError(f"unknown source {source!r}; choose one of {sorted(SOURCES)}")
-    imported = SOURCES[source](Path(checkpoint), None if vocab is None else Path(vocab), trust_pickle, **options)
-    imported.model.eval()
-    # Positions are a fixed table: BOS + the words' tokens must fit (a checkpoint with a short table caps decoding).
-    imported.max_words = min(imported.max_words, word_capacity(imported))
-    return imported
-
-
-def word_capacity(imported: ImportedRun) -> int:
-    """The most words the imported model can decode: BOS and ``tokens_per_word`` tokens per word in ``max_len``."""
-    return max(1, (int(imported.model.cfg.max_len) - 1) // int(imported.vocab.tokens_per_word))
-
-
-def import_checkpoint(
-    source: str,
-    checkpoint: str | Path,
-    out: str | Path,
-    vocab: str | Path | None = None,
-    trust_pickle: bool = False,
-    overwrite: bool = False,
-    max_words: int | None = None,
-    **options: Any,
-) -> Path:
-    """Convert an official checkpoint and write it as the run directory ``out``; returns ``out``.
-
-    Args:
-        source: ``"acort"``, ``"ort"`` or ``"expansionnet-v2"``.
-        checkpoint: the official weights file.
-        out: the run directory to create (refused if it exists, unless ``overwrite``).
-        vocab: the official vocabulary file (ACORT ``word.vocab``, ORT ``cocotalk.json``/``infos_*.pkl``,
-            ExpansionNet ``demo_coco_tokens.pickle``).
-        trust_pickle: allow unpickling Python objects in the files (only for files you trust).
-        max_words: decoding length cap recorded in the run (default: the official code's).
-        **options: source options (``share_att`` for ACORT; ``heads``, ``enc_groups``, ``backbone`` for ExpansionNet).
-    """
-    imported = convert_checkpoint(source, checkpoint, vocab, trust_pickle, **options)
-    if max_words is not None:
-        capacity = word_capacity(imported)
-        if not 1 <= max_words <= capacity:
-            raise CheckpointError(f"max_words must be in [1, {capacity}] for this model's positions, got {max_words}")
-        imported.max_words = int(max_words)
-    if Path(out).exists() and not overwrite:
-        raise CheckpointError(f"{out} already exists; choose another --out or pass --overwrite")
-    return write_run(imported, Path(checkpoint), out, overwrite=overwrite)
-
-
-def parse_groups(text: str | None) -> Sequence[int] | None:
-    """``"32,64,128"`` -> ``(32, 64, 128)`` (the CLI's ``--enc-groups``); None stays None."""
-    if text is None:
-        return None
-    try:
-        return tuple(int(g) for g in text.replace(" ", "").split(",") if g)
-    except ValueError as exc:
-        raise CheckpointError(f"--enc-groups must be comma-separated integers, got {text!r}") from exc
+__getattr__ = lazy_getattr(__name__, _LAZY)
