@@ -177,10 +177,9 @@ class Captioner:
             load = spec.load_function()
         except UnknownRuntimeError as exc:
             raise CaptionerError(str(exc)) from None
-        if step_mode != "eager" and spec.name != "torch":
+        if step_mode not in spec.step_modes:
             raise CaptionerError(
-                f"step_mode={step_mode!r} selects how the torch runtime runs its decoder step; runtime {spec.name!r} "
-                f"takes only 'eager'"
+                f"runtime {spec.name!r} runs its decoder step as {list(spec.step_modes)}, not step_mode={step_mode!r}"
             )
         if precision != "auto" and precision not in spec.precisions:
             able = [n for n in list_runtimes(baselines=False) if precision in get_runtime(n).precisions]

@@ -435,7 +435,7 @@ def open_subject(
         providers=list(providers) if (providers and graphs) else None,
         device=None if device in (None, "auto") else device,
         verify=False,
-        step_mode=step_mode if runtime == "torch" else "eager",  # the torch baseline runs; others have no step mode
+        step_mode=step_mode if step_mode in spec.step_modes else "eager",  # e.g. the torch-rerun baseline
     )
     load_s = time.perf_counter() - start
     step_model = captioner.step_model

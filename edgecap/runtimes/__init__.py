@@ -12,6 +12,7 @@ from edgecap._lazy import lazy_getattr
 from edgecap.precisions import FLOAT_PRECISIONS, PRECISIONS
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtimes.registry import (
+    STEP_MODES,
     LoadedRuntime,
     LoadRequest,
     RuntimeSpec,
@@ -68,6 +69,7 @@ register_runtime(
         precisions=FLOAT_PRECISIONS,
         auto_rank=1,
         torch=True,
+        step_modes=(*STEP_MODES, "auto"),
     )
 )
 register_runtime(

@@ -25,6 +25,7 @@ __all__ = [
     "CaptionerError",
     "LoadRequest",
     "LoadedRuntime",
+    "STEP_MODES",
     "RuntimeSpec",
     "UnknownRuntimeError",
     "auto_runtime",
@@ -45,6 +46,13 @@ class CaptionerError(ValueError):
     (raised by the runtimes' loaders and by :class:`~edgecap.Captioner`)."""
 
 
+#: The decoder-step modes a runtime can offer (``RuntimeSpec.step_modes``): ``eager`` (the model's own step, growing
+#: caches), ``static`` (static-shape caches written in place, any device), ``cuda-graph`` (the static step captured
+#: in a CUDA graph per capacity and replayed), ``compile`` (the static step through ``torch.compile``; on CUDA also
+#: captured); ``auto`` picks among a runtime's modes.
+STEP_MODES: tuple[str, ...] = ("eager", "static", "cuda-graph", "compile")
+
+
 @dataclass(frozen=True)
 class RuntimeSpec:
     """A registered runtime.
@@ -63,6 +71,8 @@ class RuntimeSpec:
             torch's device rules (FP16 only on CUDA) and runs a mask-predict bundle at FP32 only.
         aliases: older names still accepted (with a ``FutureWarning``) where users type a runtime, and read from
             reports written before a rename.
+        step_modes: how it can run a decoder step (``step_mode=`` of ``Captioner.load``, ``edgecap bench
+            --step-mode``); every runtime runs ``"eager"``.
     """
 
     name: str
@@ -76,6 +86,7 @@ class RuntimeSpec:
     baseline: bool = False
     torch: bool = False
     aliases: tuple[str, ...] = ()
+    step_modes: tuple[str, ...] = ("eager",)
 
     def __post_init__(self) -> None:
         for label, target in (("loader", self.loader), ("graph_runtime", self.graph_runtime)):

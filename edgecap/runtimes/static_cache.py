@@ -38,11 +38,8 @@ from torch import Tensor, nn
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.models.layers.attention import MASK_VALUE
 from edgecap.models.layers.transformer import _unique_entry
+from edgecap.runtimes.registry import STEP_MODES
 
-#: ``eager``: the model's own step (growing caches). ``static``: the static-shape step run eagerly (any device).
-#: ``cuda-graph``: the static step captured in a CUDA graph per capacity and replayed. ``compile``: the static step
-#: through ``torch.compile`` (inductor kernels; on CUDA also captured in a CUDA graph).
-STEP_MODES = ("eager", "static", "cuda-graph", "compile")
 #: Cache entries of the ORT/ACORT state that grow by one position per step (axis 3).
 GROWING = ("self_k", "self_v")
 #: Workspaces kept per thread (capacities); the least recently used beyond this are freed.
