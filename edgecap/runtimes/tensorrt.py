@@ -249,8 +249,10 @@ class _EngineSet:
                 raise TrtEngineError("the TensorRT engines are closed (use the model inside its with-block)")
             worker = _Worker(self.engines, self.device)
             token = self._local.token = _ThreadToken(worker)
+            finalizer = weakref.finalize(token, self._release, worker)
+            finalizer.atexit = False  # at interpreter exit the process's device memory goes with it; no CUDA calls
             with self._lock:
-                self._workers[worker] = weakref.finalize(token, self._release, worker)
+                self._workers[worker] = finalizer
         else:
             _use_device(self.device)  # another engine set may have made another device current in this thread
         return token.worker
