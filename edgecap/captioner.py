@@ -197,6 +197,7 @@ class Captioner:
             device=device,
             verify=verify,
             step_mode=step_mode,
+            beam=beam,
         )
         loaded = load(opened, request)
         try:

@@ -34,6 +34,7 @@ _LAZY: dict[str, str] = {
     "EngineEnv": "edgecap.engines.store",
     "EngineMismatchError": "edgecap.engines.store",
     "find_engines": "edgecap.engines.store",
+    "fitting_engines": "edgecap.engines.store",
 }
 
 __all__ = sorted(_LAZY)

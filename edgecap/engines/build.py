@@ -126,10 +126,11 @@ def plan_graphs(bundle: Any, precision: str, request: ProfileRequest) -> dict[st
     if precision not in bundle.precisions:
         raise EngineBuildError(f"bundle {bundle.path} has no {precision} graphs (it holds {list(bundle.precisions)})")
     variant = bundle.variant(precision)
-    if precision == "int8" and variant.get("preset") != "tensorrt":
+    if precision == "int8" and _int8_provider(variant) != "tensorrt":
         raise EngineBuildError(
-            f"bundle {bundle.path}: its INT8 graphs were quantised for {variant.get('preset')!r}, whose Q/DQ TensorRT "
-            "cannot build (it needs symmetric signed INT8); re-export with --int8 --target tensorrt"
+            f"bundle {bundle.path}: its INT8 graphs were quantised for {variant.get('preset')!r} (provider "
+            f"{_int8_provider(variant)!r}), whose Q/DQ TensorRT cannot build (it needs symmetric signed INT8); "
+            "re-export with --int8 --target tensorrt or a preset whose provider is 'tensorrt'"
         )
     dims = bundle.interface.get("dims")
     if not isinstance(dims, dict):
@@ -143,6 +144,16 @@ def plan_graphs(bundle: Any, precision: str, request: ProfileRequest) -> dict[st
             role, path, relpath, bundle.manifest["files"][relpath]["sha256"], io, graph_profile(role, io, dims, request)
         )
     return out
+
+
+def _int8_provider(variant: Mapping[str, Any]) -> str:
+    """The provider the INT8 variant's preset was made for, as recorded at export (``deployment.provider``, so a
+    user-registered TensorRT preset qualifies); bundles exported before that record: ``"tensorrt"`` for the built-in
+    ``tensorrt`` preset by name, else ``"cpu"``."""
+    recorded = variant.get("deployment")
+    if isinstance(recorded, Mapping):
+        return str(recorded.get("provider", "cpu"))
+    return "tensorrt" if variant.get("preset") == "tensorrt" else "cpu"
 
 
 def gather_profile(step: _Graph, states: Sequence[str]) -> EngineProfile:
@@ -207,6 +218,9 @@ def build_engines(
     trt = load_tensorrt()
     settings = build_settings(trt, precision, typing)
     env = current_env(trt, device)
+    from edgecap.engines import cuda
+
+    cuda.set_device(device)  # TensorRT builds (and times kernels) on the calling thread's current device
     shas = {role: g.sha256 for role, g in graphs.items()}
     key = engine_key(env, precision, {r: g.profile.digest() for r, g in graphs.items()}, shas, max_batch, request.beam)
     folder = Path(bundle.path) / ENGINES_DIR / key

@@ -21,6 +21,7 @@ __all__ = [
     "call",
     "cudart",
     "gpu_info",
+    "set_device",
 ]
 
 _INSTALL = "pip install 'cuda-python>=12' (or the cuda-python JetPack ships)"
@@ -93,6 +94,13 @@ def gpu_info(device: int = 0) -> GpuInfo:
     props = call(rt.cudaGetDeviceProperties(device), "cudaGetDeviceProperties")
     name = props.name.decode(errors="replace") if isinstance(props.name, bytes) else str(props.name)
     return GpuInfo(device, name.rstrip("\x00").strip(), f"{props.major}.{props.minor}")
+
+
+def set_device(device: int) -> None:
+    """Make CUDA device ``device`` the calling thread's current device: TensorRT builds, deserialises and creates
+    contexts on it, and ``cudaMalloc``/``cudaStreamCreate`` allocate on it. The current device is per thread, so
+    every thread that touches an engine calls this first."""
+    call(cudart().cudaSetDevice(int(device)), f"cudaSetDevice({device})")
 
 
 class Stream:

@@ -37,6 +37,7 @@ __all__ = [
     "engine_folders",
     "engine_key",
     "find_engines",
+    "fitting_engines",
     "read_record",
     "verify_plans",
 ]
@@ -89,26 +90,49 @@ def engine_key(
     return f"{precision}-b{max_batch}-k{beam}-{digest[:16]}"
 
 
+#: The fields every record has, with their JSON types.
+_RECORD_FIELDS: dict[str, type] = {"precision": str, "env": dict, "engines": dict}
+
+
 def read_record(folder: Path) -> dict[str, Any]:
     """The parsed ``engine.json`` of an engine folder.
 
     Raises:
-        EngineRecordError: missing, not JSON, or without the fields a loader reads.
+        EngineRecordError: missing, not JSON, or without the fields (of the types) a loader reads; the message names
+            the file and the problem.
     """
     path = folder / RECORD_NAME
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise EngineRecordError(f"{folder}: no {RECORD_NAME} (an interrupted or foreign engine folder)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
         raise EngineRecordError(f"{path}: unreadable ({exc})") from None
-    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+    if not isinstance(record, dict):
+        raise EngineRecordError(f"{path}: not an edgecap engine record (a JSON {type(record).__name__}, not an object)")
+    if record.get("format") != RECORD_FORMAT:
         raise EngineRecordError(f"{path}: not an edgecap engine record (format {record.get('format')!r})")
-    if int(record.get("format_version", 0)) > RECORD_VERSION:
-        raise EngineRecordError(f"{path}: written by a newer edgecap (format version {record['format_version']})")
-    for field in ("precision", "env", "engines"):
+    version = record.get("format_version", 0)
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise EngineRecordError(f"{path}: format_version {version!r} is not an integer")
+    if version > RECORD_VERSION:
+        raise EngineRecordError(f"{path}: written by a newer edgecap (format version {version})")
+    for field, kind in _RECORD_FIELDS.items():
         if field not in record:
             raise EngineRecordError(f"{path}: lacks {field!r}")
+        if not isinstance(record[field], kind):
+            raise EngineRecordError(f"{path}: {field!r} is a {type(record[field]).__name__}, not a {kind.__name__}")
+    for field in ("gathers", "request"):
+        if not isinstance(record.get(field, {}), dict):
+            raise EngineRecordError(f"{path}: {field!r} is a {type(record[field]).__name__}, not an object")
+    for group in ("engines", "gathers"):
+        for role, entry in record.get(group, {}).items():
+            if not isinstance(entry, dict) or not isinstance(entry.get("plan"), str):
+                raise EngineRecordError(f"{path}: {group}[{role!r}] is not an object with a 'plan' file name")
+    for field in ("max_batch", "beam"):
+        value = record.get("request", {}).get(field, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise EngineRecordError(f"{path}: request.{field} {value!r} is not a positive integer")
     return record
 
 
@@ -173,15 +197,41 @@ def engine_folders(bundle_path: Path) -> list[Path]:
 
 
 def find_engines(
-    bundle_path: Path, precision: str, env: EngineEnv, graph_sha256: Mapping[str, str]
+    bundle_path: Path,
+    precision: str,
+    env: EngineEnv,
+    graph_sha256: Mapping[str, str],
+    *,
+    beam: int | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """The engine set of ``precision`` that fits this machine and bundle (the largest batch shape when several do).
+    """The engine set of ``precision`` that fits this machine, this bundle and the decode ``beam``: the first of
+    :func:`fitting_engines`.
+
+    Raises:
+        EngineMismatchError: as :func:`fitting_engines`.
+    """
+    return fitting_engines(bundle_path, precision, env, graph_sha256, beam=beam)[0]
+
+
+def fitting_engines(
+    bundle_path: Path,
+    precision: str,
+    env: EngineEnv,
+    graph_sha256: Mapping[str, str],
+    *,
+    beam: int | None = None,
+) -> list[tuple[Path, dict[str, Any]]]:
+    """Every engine set of ``precision`` that fits this machine and bundle and serves ``beam`` hypotheses per image
+    (None: any beam), best first: the smallest beam that serves the request (its buffers and profiles are the
+    tightest), then the largest max batch (most images per call), then the folder name. A loader tries them in
+    this order, so a set whose plans fail verification gives way to the next.
 
     Raises:
         EngineMismatchError: none fits; the message lists each set of that precision and why it does not fit (or
             that there is none) and the command that builds one.
     """
-    fitting: list[tuple[int, Path, dict[str, Any]]] = []
+    wanted = 1 if beam is None else int(beam)
+    fitting: list[tuple[tuple[int, int, str], Path, dict[str, Any]]] = []
     rejected: list[str] = []
     for folder in engine_folders(bundle_path):
         try:
@@ -189,23 +239,25 @@ def find_engines(
         except EngineRecordError as exc:
             rejected.append(str(exc))
             continue
-        if record.get("precision") != precision:
+        if record["precision"] != precision:
             continue
         problems = check_record(record, env, graph_sha256, precision)
+        request = record.get("request", {})
+        built_beam, max_batch = int(request.get("beam", 1)), int(request.get("max_batch", 1))
+        if built_beam < wanted:
+            problems.append(f"built for beam {built_beam}, decoding asks for beam {wanted}")
         if problems:
             rejected.append(f"{folder.name}: {'; '.join(problems)}")
             continue
-        request = record.get("request", {})
-        fitting.append((int(request.get("max_batch", 0)) * int(request.get("beam", 1)), folder, record))
+        fitting.append(((built_beam, -max_batch, folder.name), folder, record))
     if fitting:
-        _, folder, record = max(fitting, key=lambda item: (item[0], item[1].name))
-        return folder, record
-    build = f"edgecap engine {bundle_path} --precision {precision}"
+        return [(folder, record) for _, folder, record in sorted(fitting, key=lambda item: item[0])]
+    build = f"edgecap engine {bundle_path} --precision {precision}" + (f" --beam {wanted}" if beam else "")
     if not rejected:
         raise EngineMismatchError(
             f"bundle {bundle_path} has no {precision} TensorRT engine for {env.describe()}: build one with `{build}`"
         )
     raise EngineMismatchError(
-        f"bundle {bundle_path}: no {precision} TensorRT engine fits {env.describe()} and this bundle, so none is "
-        f"loaded ({' | '.join(rejected)}); rebuild with `{build}`"
+        f"bundle {bundle_path}: no {precision} TensorRT engine fits {env.describe()}, this bundle"
+        f"{f' and beam {wanted}' if beam else ''}, so none is loaded ({' | '.join(rejected)}); build one with `{build}`"
     )

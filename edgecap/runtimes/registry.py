@@ -122,6 +122,8 @@ class LoadRequest:
         providers: execution providers in priority order (runtimes that have them), None = the best present.
         device: a device string for runtimes that take one (``"cuda:0"``), None = the best present.
         verify: hash the files the runtime reads (:meth:`edgecap.bundle.Bundle.verify`) before using them.
+        beam: the beam width the search will decode with (None: the bundle's); runtimes whose compiled engines
+            fix the rows per image (``tensorrt``) choose and check their engines by it.
         step_mode: how the torch runtime runs a decoder step (``"eager"``, ``"static"``, ``"cuda-graph"``,
             ``"compile"``, ``"auto"``; :mod:`edgecap.runtimes.static_cache`); other runtimes take only ``"eager"``.
     """
@@ -132,6 +134,7 @@ class LoadRequest:
     device: str | None = None
     verify: bool = True
     step_mode: str = "eager"
+    beam: int | None = None
 
 
 @dataclass

@@ -9,8 +9,12 @@ interfaces as every runtime, so the one numpy search drives them.
   beam reordering runs the ``reorder`` gather engine (``expand`` when a carried state, such as the cross-attention
   keys, must change too: the first expansion from images to beams). Only the tokens and the row index go up and the
   log-probs come back, as the search needs them.
-- Each thread gets its own execution contexts, stream and buffers; engines are shared. Device memory, copies and
-  streams go through cuda-python; nothing here needs torch.
+- Each thread gets its own execution contexts, stream and buffers (a worker); engines are shared. A worker is
+  released when its thread ends (a finalizer on a per-thread token in ``threading.local``), so a server that starts a
+  thread per request does not accumulate device memory, and each worker keeps the buffers of at most
+  :data:`MAX_POOLS` batch shapes (least recently used freed first). Every thread makes the engines' CUDA device
+  current (``cudaSetDevice``) before it allocates, creates a stream or context, or launches. Device memory, copies
+  and streams go through cuda-python; nothing here needs torch.
 
 An engine set is loaded only when its record matches this machine's TensorRT version and GPU and the bundle's graph
 checksums, and its plans match their recorded checksums (:mod:`edgecap.engines.store`); otherwise loading refuses,
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +42,9 @@ from edgecap.precisions import PRECISIONS
 log = logging.getLogger(__name__)
 
 __all__ = ["DeviceTensor", "TrtEngineError", "TrtRefineModel", "TrtStepModel", "load_bundle_runtime"]
+
+#: Buffer pools (one per batch shape) a thread's worker keeps; the least recently used beyond this are freed.
+MAX_POOLS = 4
 
 #: Engine precisions ``precision="auto"`` tries, best first: INT8, FP16, FP32 (the reverse of the listing order).
 _AUTO_ORDER = tuple(reversed(PRECISIONS))
@@ -150,17 +159,40 @@ class _Pool:
         self._buffers.clear()
 
 
-class _Worker:
-    """One thread's execution contexts, stream and buffer pools."""
+def _use_device(device: int) -> None:
+    """Make ``device`` current in the calling thread (through the module, so the tests' simulated device applies)."""
+    from edgecap.engines import cuda
 
-    def __init__(self, engines: Mapping[str, _Engine]) -> None:
+    cuda.set_device(device)
+
+
+class _Worker:
+    """One thread's execution contexts, stream and buffer pools (at most :data:`MAX_POOLS`, least recently used
+    freed first), all on ``device``."""
+
+    def __init__(self, engines: Mapping[str, _Engine], device: int) -> None:
         from edgecap.engines.cuda import Stream
 
+        self.device = device
+        _use_device(device)
         self.stream = Stream()
         self.contexts = {role: engine.context() for role, engine in engines.items()}
-        self.pools: dict[int, _Pool] = {}
+        self.pools: OrderedDict[int, _Pool] = OrderedDict()
+
+    def pool(self, images: int) -> _Pool | None:
+        pool = self.pools.get(images)
+        if pool is not None:
+            self.pools.move_to_end(images)
+        return pool
+
+    def add_pool(self, images: int, pool: _Pool) -> None:
+        self.pools[images] = pool
+        while len(self.pools) > MAX_POOLS:
+            _, evicted = self.pools.popitem(last=False)
+            evicted.free()
 
     def close(self) -> None:
+        _use_device(self.device)
         for pool in self.pools.values():
             pool.free()
         self.pools.clear()
@@ -168,18 +200,30 @@ class _Worker:
         self.stream.close()
 
 
+class _ThreadToken:
+    """Held only by one thread's ``threading.local``: CPython drops it when the thread ends, and its finalizer
+    releases that thread's worker."""
+
+    __slots__ = ("__weakref__", "worker")
+
+    def __init__(self, worker: _Worker) -> None:
+        self.worker = worker
+
+
 class _EngineSet:
     """The engines of one set and the per-thread workers that run them; a context manager."""
 
-    def __init__(self, folder: Path, record: Mapping[str, Any], roles: Sequence[str]) -> None:
-        self.folder, self.record, self.roles = folder, record, tuple(roles)
+    def __init__(self, folder: Path, record: Mapping[str, Any], roles: Sequence[str], device: int = 0) -> None:
+        self.folder, self.record, self.roles, self.device = folder, record, tuple(roles), device
         self.engines: dict[str, _Engine] = {}
         self._local = threading.local()
-        self._workers: list[_Worker] = []
+        self._workers: dict[_Worker, weakref.finalize] = {}
         self._lock = threading.Lock()
 
     def __enter__(self) -> _EngineSet:
         import tensorrt as trt
+
+        _use_device(self.device)  # the engines' weights are deserialised onto the current device
 
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         entries = {**self.record["engines"], **self.record.get("gathers", {})}
@@ -189,21 +233,44 @@ class _EngineSet:
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
-            for worker in self._workers:
-                worker.close()
+            workers = list(self._workers.items())
             self._workers.clear()
+        for worker, finalizer in workers:
+            finalizer.detach()
+            worker.close()
         self._local = threading.local()
         self.engines.clear()
 
     def worker(self) -> _Worker:
-        worker = getattr(self._local, "worker", None)
-        if worker is None:
+        """The calling thread's worker (made on first use), with the engines' device made current."""
+        token = getattr(self._local, "token", None)
+        if token is None:
             if not self.engines:
                 raise TrtEngineError("the TensorRT engines are closed (use the model inside its with-block)")
-            worker = self._local.worker = _Worker(self.engines)
+            worker = _Worker(self.engines, self.device)
+            token = self._local.token = _ThreadToken(worker)
+            finalizer = weakref.finalize(token, self._release, worker)
+            finalizer.atexit = False  # at interpreter exit the process's device memory goes with it; no CUDA calls
             with self._lock:
-                self._workers.append(worker)
-        return worker
+                self._workers[worker] = finalizer
+        else:
+            _use_device(self.device)  # another engine set may have made another device current in this thread
+        return token.worker
+
+    def workers(self) -> int:
+        """How many threads' workers are alive (each holds a stream, contexts and buffers)."""
+        with self._lock:
+            return len(self._workers)
+
+    def _release(self, worker: _Worker) -> None:
+        """A thread ended: free its worker (called by the finalizer of its token, in that thread)."""
+        with self._lock:
+            if self._workers.pop(worker, None) is None:
+                return
+        try:
+            worker.close()
+        except Exception:  # a finalizer must not raise; the memory is lost either way
+            log.exception("tensorrt: could not release a finished thread's device buffers")
 
     def io(self, role: str) -> GraphIO:
         return _io_from_record(self.record["engines"][role], self.engines[role].dtypes)
@@ -253,7 +320,7 @@ class _TrtModel:
         self.engines.__exit__(*exc)
 
     def _pool(self, worker: _Worker, images: int) -> _Pool:
-        pool = worker.pools.get(images)
+        pool = worker.pool(images)
         if pool is None:
             limit = self.engines.max_rows("encoder")
             if images > limit:
@@ -270,7 +337,8 @@ class _TrtModel:
                 images,
                 self.beam,
             )
-            pool = worker.pools[images] = _Pool(plan)
+            pool = _Pool(plan)
+            worker.add_pool(images, pool)
             log.debug("tensorrt: %d MiB of device buffers for %d images", plan.total_bytes >> 20, images)
         return pool
 
@@ -445,7 +513,7 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
             ``edgecap engine`` command builds one).
     """
     from edgecap.engines.build import EngineUnavailableError, current_env, load_tensorrt
-    from edgecap.engines.store import EngineMismatchError, EngineRecordError, find_engines, verify_plans
+    from edgecap.engines.store import EngineMismatchError, EngineRecordError, fitting_engines, verify_plans
     from edgecap.runtimes.images import image_inputs
     from edgecap.runtimes.registry import CaptionerError, LoadedRuntime
 
@@ -460,25 +528,34 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     )
     if request.precision != "auto":
         bundle.variant(request.precision)  # refuses, naming what the bundle holds
+    mask_predict = bundle.decoding == "mask_predict"
+    # the beam the search will decode with: the step engines' rows must hold it (mask-predict has no beam)
+    beam = None if mask_predict else int(bundle.beam if request.beam is None else request.beam)
     found, errors = None, []
     for precision in candidates:
         try:
-            folder, record = find_engines(Path(bundle.path), precision, env, _graph_shas(bundle, precision))
-            verify_plans(folder, record)
-        except (EngineMismatchError, EngineRecordError) as exc:
+            sets = fitting_engines(Path(bundle.path), precision, env, _graph_shas(bundle, precision), beam=beam)
+        except EngineMismatchError as exc:
             errors.append(str(exc))
             continue
-        found = (precision, folder, record)
-        break
+        for folder, record in sets:  # best first; a set whose plans fail verification gives way to the next
+            try:
+                verify_plans(folder, record)
+            except EngineRecordError as exc:
+                errors.append(str(exc))
+                continue
+            found = (precision, folder, record)
+            break
+        if found is not None:
+            break
     if found is None:
         raise CaptionerError(" | ".join(errors) or f"bundle {bundle.path} has no graphs to build engines from")
     precision, folder, record = found
     reason = "requested" if request.precision != "auto" else f"the best engine set built for {env.describe()}"
     if request.verify:
         bundle.verify(bundle.used_files())
-    mask_predict = bundle.decoding == "mask_predict"
     roles = ("encoder", "refine") if mask_predict else ("encoder", "step", *record.get("gathers", {}))
-    engines = _EngineSet(folder, record, roles)
+    engines = _EngineSet(folder, record, roles, device)
     if mask_predict:
         model: Any = TrtRefineModel(engines, bundle.state_names, record.get("metadata", {}))
     else:

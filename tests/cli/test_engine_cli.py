@@ -13,6 +13,7 @@ import edgecap.engines.cuda as cuda
 from edgecap.cli import main
 from edgecap.engines.store import EngineEnv
 from tests.bundle.helpers import copy_bundle, pixel_bundle
+from tests.engines import simulated_device as sim
 from tests.engines.fake_trt import fake_tensorrt
 
 
@@ -24,6 +25,7 @@ def bundle(tiny_data, tmp_path_factory, tmp_path) -> Path:
 def test_builds_then_keeps(bundle: Path, monkeypatch) -> None:
     monkeypatch.setattr(build, "load_tensorrt", lambda: fake_tensorrt("11.0.0.114"))
     monkeypatch.setattr(build, "current_env", lambda trt, device=0: EngineEnv("11.0.0.114", "NVIDIA H100", "9.0"))
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
     args = ["engine", str(bundle), "--precision", "fp32", "--max-batch", "4", "--beam", "2", "--workspace", "256"]
     first = CliRunner().invoke(main, args)
     assert first.exit_code == 0, first.output
@@ -52,3 +54,24 @@ def test_refusals(bundle: Path, monkeypatch) -> None:
     result = CliRunner().invoke(main, ["engine", str(bundle.parent / "missing")])
     assert result.exit_code == 1 and "not a directory" in result.output
     assert not (bundle / "engines").exists()
+
+
+def test_device_option_builds_on_that_gpu(bundle: Path, monkeypatch) -> None:
+    trt = fake_tensorrt()
+    seen = []
+
+    class Builder(trt.Builder):
+        def __init__(self, logger) -> None:
+            seen.append(sim.current_device())
+            super().__init__(logger)
+
+    trt.Builder = Builder
+    monkeypatch.setattr(build, "load_tensorrt", lambda: trt)
+    monkeypatch.setattr(build, "current_env", lambda trt, device=0: EngineEnv("10.3.0.30", f"GPU{device}", "9.0"))
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
+    sim.set_device(0)
+    result = CliRunner().invoke(
+        main, ["engine", str(bundle), "--precision", "fp32", "--max-batch", "2", "--device", "1"]
+    )
+    assert result.exit_code == 0, result.output
+    assert seen and set(seen) == {1}  # every engine of the set was built on GPU 1, whose name its record carries

@@ -6,6 +6,7 @@ down — never TensorRT or CUDA themselves."""
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,17 +14,34 @@ from typing import Any
 import numpy as np
 
 MEMORY: dict[int, np.ndarray] = {}
+#: pointer -> the device that was current in the allocating thread (None: no cudaSetDevice in that thread)
+DEVICE_OF: dict[int, int | None] = {}
+#: the open streams -> the device current when each was created
+STREAMS: dict[int, int | None] = {}
 _NEXT = itertools.count(0x1000, 0x1000)
+_CURRENT = threading.local()
+
+
+def set_device(device: int) -> None:
+    """``cudaSetDevice``: the calling thread's current device."""
+    _CURRENT.device = int(device)
+
+
+def current_device() -> int | None:
+    return getattr(_CURRENT, "device", None)
 
 
 class FakeStream:
     ptr = 0
 
+    def __init__(self) -> None:
+        STREAMS[id(self)] = current_device()
+
     def synchronize(self) -> None:
         pass
 
     def close(self) -> None:
-        pass
+        STREAMS.pop(id(self), None)
 
 
 class FakeBuffer:
@@ -31,6 +49,7 @@ class FakeBuffer:
         self.nbytes = int(nbytes)
         self.ptr = next(_NEXT)
         MEMORY[self.ptr] = np.zeros(max(self.nbytes, 1), np.uint8)
+        DEVICE_OF[self.ptr] = current_device()
 
     def upload(self, array: np.ndarray, stream: Any) -> None:
         assert array.nbytes <= self.nbytes
@@ -42,6 +61,7 @@ class FakeBuffer:
 
     def free(self) -> None:
         MEMORY.pop(self.ptr, None)
+        DEVICE_OF.pop(self.ptr, None)
         self.ptr = 0
 
 
@@ -63,7 +83,7 @@ class FakeEngine:
         self.dtypes = {n: np.dtype(d) for n, d in dtypes.items()}
 
     def context(self) -> str:
-        return self.name
+        return f"{self.name}@cuda:{current_device()}"
 
 
 def fake_launch(engine: FakeEngine, context: Any, inputs: Mapping, outputs: Mapping, stream: Any) -> dict:

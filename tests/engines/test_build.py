@@ -11,11 +11,13 @@ from types import SimpleNamespace
 import pytest
 
 import edgecap.engines.build as build
+import edgecap.engines.cuda as cuda
 from edgecap.bundle import load_bundle
 from edgecap.engines.build import EngineBuildError, EngineUnavailableError, build_engines, plan_graphs
 from edgecap.engines.profiles import ProfileRequest
 from edgecap.engines.store import EngineEnv, EngineMismatchError, find_engines, read_record
 from tests.bundle.helpers import copy_bundle, labert_bundle, pixel_bundle
+from tests.engines import simulated_device as sim
 from tests.engines.fake_trt import fake_tensorrt
 
 ORIN = EngineEnv("10.3.0.30", "Orin", "8.7")
@@ -27,6 +29,7 @@ def tensorrt_here(monkeypatch):
     state = SimpleNamespace(trt=fake_tensorrt("10.3.0.30"), env=ORIN)
     monkeypatch.setattr(build, "load_tensorrt", lambda: state.trt)
     monkeypatch.setattr(build, "current_env", lambda trt, device=0: state.env)
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
     return state
 
 
@@ -119,6 +122,24 @@ def test_refusals(bundle: Path, monkeypatch) -> None:
     )
     with pytest.raises(EngineBuildError, match="--int8 --target tensorrt"):
         plan_graphs(cpu_int8, "int8", ProfileRequest())
+
+
+@pytest.mark.parametrize(
+    ("variant", "accepted"),
+    [
+        ({"preset": "my-trt", "deployment": {"provider": "tensorrt", "runs_on_any_cpu": False}}, True),
+        ({"preset": "tensorrt", "deployment": {"provider": "cpu", "runs_on_any_cpu": False}}, False),
+        ({"preset": "tensorrt"}, True),  # exported before the deployment record: the built-in preset by name
+        ({"preset": "my-trt"}, False),
+    ],
+)
+def test_int8_graphs_are_judged_by_their_recorded_provider(bundle: Path, variant: dict, accepted: bool) -> None:
+    opened = SimpleNamespace(
+        path=bundle, precisions=("int8",), variant=lambda p: {**variant, "files": {}}, interface={}
+    )
+    # past the INT8 check, the next refusal is the (here absent) interface dims
+    with pytest.raises(EngineBuildError, match="interface.dims" if accepted else "quantised for"):
+        plan_graphs(opened, "int8", ProfileRequest())
 
 
 def test_no_partial_set_is_left_when_a_build_fails(bundle: Path, tensorrt_here, monkeypatch) -> None:

@@ -16,6 +16,7 @@ from edgecap.engines.store import (
     check_record,
     engine_key,
     find_engines,
+    fitting_engines,
     read_record,
     verify_plans,
 )
@@ -123,3 +124,47 @@ def test_unreadable_records(tmp_path: Path) -> None:
     (tmp_path / RECORD_NAME).write_text(json.dumps(record(format_version=9)))
     with pytest.raises(EngineRecordError, match="newer edgecap"):
         read_record(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("[1, 2]", "a JSON list, not an object"),
+        ('"engine"', "a JSON str, not an object"),
+        (json.dumps(record(format_version="x")), "format_version 'x' is not an integer"),
+        (json.dumps({k: v for k, v in record().items() if k != "env"}), "lacks 'env'"),
+        (json.dumps(record(env=["Orin"])), "'env' is a list, not a dict"),
+        (json.dumps(record(precision=16)), "'precision' is a int, not a str"),
+        (json.dumps(record(engines={"step": "step.plan"})), r"engines\['step'\] is not an object"),
+        (json.dumps(record(gathers=[])), "'gathers' is a list, not an object"),
+        (json.dumps(record(request={"max_batch": "8", "beam": 3})), "request.max_batch '8' is not a positive"),
+        (b"\xff\xfe{".decode("latin-1"), "unreadable"),
+    ],
+)
+def test_every_malformed_record_is_an_engine_record_error(tmp_path: Path, text: str, problem: str) -> None:
+    (tmp_path / RECORD_NAME).write_text(text, encoding="latin-1")
+    with pytest.raises(EngineRecordError, match=problem) as err:
+        read_record(tmp_path)
+    assert str(tmp_path) in str(err.value)
+
+
+def test_find_engines_skips_malformed_records(tmp_path: Path) -> None:
+    broken = tmp_path / "engines" / "fp16-b8-k3-bad"
+    broken.mkdir(parents=True)
+    (broken / RECORD_NAME).write_text("[]")
+    good = _store(tmp_path, "fp16-b4-k3-good", record(request={"max_batch": 4, "beam": 3}))
+    assert find_engines(tmp_path, "fp16", ENV, SHAS)[0] == good
+    (good / RECORD_NAME).write_text(json.dumps(record(format_version="x")))
+    with pytest.raises(EngineMismatchError, match="format_version 'x' is not an integer.*not an object"):
+        find_engines(tmp_path, "fp16", ENV, SHAS)
+
+
+def test_find_engines_serves_the_decode_beam(tmp_path: Path) -> None:
+    wide = _store(tmp_path, "fp16-b64-k1-w", record(request={"max_batch": 64, "beam": 1}))
+    beam3 = _store(tmp_path, "fp16-b16-k3-x", record(request={"max_batch": 16, "beam": 3}))
+    beam5 = _store(tmp_path, "fp16-b32-k5-y", record(request={"max_batch": 32, "beam": 5}))
+    assert find_engines(tmp_path, "fp16", ENV, SHAS, beam=3)[0] == beam3  # not b64-k1, whose beam is too narrow
+    assert find_engines(tmp_path, "fp16", ENV, SHAS, beam=1)[0] == wide  # the smallest beam that serves, then batch
+    assert [f for f, _ in fitting_engines(tmp_path, "fp16", ENV, SHAS, beam=2)] == [beam3, beam5]
+    with pytest.raises(EngineMismatchError, match=r"built for beam 5, decoding asks for beam 6.*--beam 6`"):
+        find_engines(tmp_path, "fp16", ENV, SHAS, beam=6)

@@ -88,13 +88,14 @@ def test_loader_refusals(bundle: Path, monkeypatch) -> None:
 
 def test_a_modified_plan_is_never_loaded(bundle: Path, monkeypatch) -> None:
     monkeypatch.setattr(build, "load_tensorrt", lambda: fake_tensorrt())
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
     monkeypatch.setattr(build, "current_env", lambda trt, device=0: ORIN)
     folder = build.build_engines(bundle, precision="fp32", max_batch=2, beam=2).folder
     (folder / "encoder.plan").write_bytes(b"x")
     from edgecap.bundle import load_bundle
 
     with pytest.raises(CaptionerError, match="SHA-256 differs"):
-        trt_runtime.load_bundle_runtime(load_bundle(bundle), LoadRequest())
+        trt_runtime.load_bundle_runtime(load_bundle(bundle), LoadRequest(beam=2))
 
 
 # -- decoding on a simulated device ------------------------------------------------------------------------------------
@@ -105,6 +106,7 @@ def simulated(monkeypatch):
     monkeypatch.setattr(build, "current_env", lambda trt, device=0: ORIN)
     monkeypatch.setattr(cuda, "DeviceBuffer", sim.FakeBuffer)
     monkeypatch.setattr(cuda, "Stream", sim.FakeStream)
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
     monkeypatch.setattr(trt_runtime, "_launch", sim.fake_launch)
     monkeypatch.setitem(
         registry._REGISTRY, "tensorrt", dataclasses.replace(registry.get_runtime("tensorrt"), requires=())
@@ -138,11 +140,8 @@ def test_more_images_than_the_engines_serve_are_refused(bundle: Path, images, si
         pytest.raises(trt_runtime.TrtEngineError, match="exceed the engines' max batch 2"),
     ):
         cap.batch(images, batch_size=4)
-    with (
-        Captioner.load(bundle, runtime="tensorrt", beam=4) as cap,
-        pytest.raises(trt_runtime.TrtEngineError, match=r"exceed the engines' beam 3 .*--beam"),
-    ):
-        cap.batch(images[:2])
+    with pytest.raises(CaptionerError, match=r"built for beam 3, decoding asks for beam 4.*--beam 4`"):
+        Captioner.load(bundle, runtime="tensorrt", beam=4)  # refused at load, not at every caption
 
 
 def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tmp_path, images, simulated) -> None:
@@ -166,4 +165,65 @@ def test_engines_that_disagree_on_a_state_dtype_are_refused(bundle: Path, simula
 
     monkeypatch.setattr(trt_runtime._EngineSet, "__enter__", half_cache)
     with pytest.raises(trt_runtime.TrtEngineError, match=r"state 'self_k' has different dtypes .*step:self_k float16"):
-        Captioner.load(bundle, runtime="tensorrt")
+        Captioner.load(bundle, runtime="tensorrt", beam=2)
+
+
+def test_loading_picks_engines_that_serve_the_beam(bundle: Path, images, simulated) -> None:
+    wide = build.build_engines(bundle, precision="fp32", max_batch=4, beam=1).folder
+    beam3 = build.build_engines(bundle, precision="fp32", max_batch=2, beam=3).folder
+    with Captioner.load(bundle, runtime="tensorrt", beam=3) as cap:
+        assert cap.runtime_info["engines"] == str(beam3)
+        assert len(cap.batch(images[:2])) == 2
+    with Captioner.load(bundle, runtime="tensorrt", beam=1) as cap:
+        assert cap.runtime_info["engines"] == str(wide)
+    with pytest.raises(CaptionerError, match=r"built for beam 3, decoding asks for beam 4.*edgecap engine .*--beam 4"):
+        Captioner.load(bundle, runtime="tensorrt", beam=4)
+    (beam3 / "step.plan").write_bytes(b"truncated")
+    other = build.build_engines(bundle, precision="fp32", max_batch=1, beam=5).folder
+    with Captioner.load(bundle, runtime="tensorrt", beam=3) as cap:  # the best set fails verification: the next
+        assert cap.runtime_info["engines"] == str(other)
+
+
+def test_every_thread_runs_on_the_requested_device(bundle: Path, images, simulated) -> None:
+    import threading
+
+    build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
+    sim.set_device(0)
+    with Captioner.load(bundle, runtime="tensorrt", device="cuda:1") as cap:
+        assert cap.runtime_info["device"] == "cuda:1"
+        expected = cap.batch(images[:2])
+        assert set(sim.DEVICE_OF.values()) == {1} and set(sim.STREAMS.values()) == {1}
+        results = []
+        other = threading.Thread(target=lambda: results.append(cap.batch(images[:2])))
+        other.start()
+        other.join()
+        assert results == [expected]
+        assert set(sim.DEVICE_OF.values()) == {1}  # the other thread set the device before it allocated
+    assert not sim.MEMORY and not sim.STREAMS
+
+
+def test_finished_threads_and_old_batch_shapes_release_device_memory(
+    bundle: Path, images, simulated, monkeypatch
+) -> None:
+    import gc
+    import threading
+
+    monkeypatch.setattr(trt_runtime, "MAX_POOLS", 2)
+    build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
+    with Captioner.load(bundle, runtime="tensorrt", beam=3) as cap:
+        (model,) = cap._resources
+        cap.batch(images[:1])
+        baseline = set(sim.MEMORY)
+        for _ in range(3):  # a server that starts a thread per request
+            request = threading.Thread(target=lambda: cap.batch(images[:2]))
+            request.start()
+            request.join()
+        gc.collect()
+        assert set(sim.MEMORY) == baseline and len(sim.STREAMS) == 1 and model.engines.workers() == 1
+        for size in (1, 2, 3, 4, 3):  # more batch shapes than a worker keeps: the least recently used are freed
+            cap.batch(images[:size], batch_size=size)
+        pools = model.engines.worker().pools
+        assert list(pools) == [4, 3]
+        held = {b.ptr for pool in pools.values() for copies in pool._buffers.values() for b in copies}
+        assert set(sim.MEMORY) == held
+    assert not sim.MEMORY and not sim.STREAMS
