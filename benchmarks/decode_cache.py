@@ -50,12 +50,11 @@ from torch import Tensor, nn
 from edgecap.decoding import DecodeCfg, Hypothesis, RadixSpec, State, decode
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
+from edgecap.runtimes.registry import canonical_runtime
 from edgecap.runtimes.torch import TorchStepModel
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
-#: Earlier spellings still accepted on the command line (recorded commands use them).
-OLD_NAMES = {"ort": "onnxruntime"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
 
@@ -359,7 +358,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--runtime",
         action="append",
-        choices=(*RUNTIMES, *OLD_NAMES),
+        type=canonical_runtime,  # earlier spellings (ort) still work: recorded commands use them
+        choices=RUNTIMES,
         help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
         "repeatable",
     )
@@ -377,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     common = {"beam": args.beam, "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
     cases = []
-    for runtime in [OLD_NAMES.get(r, r) for r in args.runtime or ["torch"]]:
+    for runtime in args.runtime or ["torch"]:
         for batch in args.batch or [1]:
             case_args = {**common, "batch": batch, "runtime": runtime}
             if args.run:

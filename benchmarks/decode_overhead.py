@@ -52,10 +52,9 @@ from edgecap._io import atomic_write_json
 from edgecap.bench.harness import TimedStepModel
 from edgecap.decoding import DecodeCfg, RadixSpec, State
 from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+from edgecap.runtimes.registry import canonical_runtime
 
 BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
-#: Earlier spellings still accepted on the command line (recorded commands use them).
-OLD_NAMES = {"ort": "onnxruntime"}
 #: --eos mode -> the trivial backend's EOS schedule (PrecomputedStepModel ``eos``).
 TABLE_EOS = {"forced": "table", "late": "late", "never": "never"}
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features
@@ -360,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--beam", type=int, default=3)
     p.add_argument("--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1")
     p.add_argument(
-        "--backend", action="append", choices=(*BACKENDS, *OLD_NAMES), help="repeatable; default all; ort = onnxruntime"
+        "--backend", action="append", type=canonical_runtime, choices=BACKENDS, help="repeatable; default all"
     )
     p.add_argument(
         "--impl",
@@ -395,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     impls = {name: load_impl(name) for name in (args.impl or ["edgecap.decoding"])}
-    backends = [OLD_NAMES.get(b, b) for b in args.backend] if args.backend else list(BACKENDS)
+    backends = list(args.backend) if args.backend else list(BACKENDS)
     if args.vocab is not None and backends != ["trivial"]:
         p.error("--vocab applies to the trivial backend only")
     builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16, TABLE_EOS[args.eos], args.vocab)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.bundle.manifest import DISTRIBUTIONS, installed_version
 
 __all__ = [
     "capture_environment",
@@ -31,13 +32,8 @@ __all__ = [
     "physical_cores",
 ]
 
-_DISTRIBUTIONS = {
-    "torch": ("torch",),
-    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
-    "onnx": ("onnx",),
-    "numpy": ("numpy",),
-    "tensorrt": ("tensorrt",),
-}
+#: A bundle's software (``edgecap.bundle.manifest.DISTRIBUTIONS``) plus TensorRT, which a bench run may use.
+_DISTRIBUTIONS = {**DISTRIBUTIONS, "tensorrt": ("tensorrt",)}
 
 
 def _read(path: str | Path) -> str | None:
@@ -119,14 +115,7 @@ def parse_nvpmodel(text: str) -> str | None:
 
 def _versions() -> dict[str, str | None]:
     out: dict[str, str | None] = {"edgecap": __version__, "python": platform.python_version()}
-    for key, names in _DISTRIBUTIONS.items():
-        out[key] = None
-        for name in names:
-            try:
-                out[key] = importlib.metadata.version(name)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
+    out.update({key: installed_version(names) for key, names in _DISTRIBUTIONS.items()})
     return out
 
 

@@ -154,7 +154,8 @@ def bundle_file(
 
 
 # -- versions --------------------------------------------------------------------------------------------------------
-_DISTRIBUTIONS = {
+#: Package -> the distributions that provide it (the first one installed gives the version).
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "torch": ("torch",),
     "onnx": ("onnx",),
     "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
@@ -162,7 +163,8 @@ _DISTRIBUTIONS = {
 }
 
 
-def _installed(names: tuple[str, ...]) -> str | None:
+def installed_version(names: tuple[str, ...]) -> str | None:
+    """The version of the first of the distributions ``names`` that is installed, from package metadata."""
     for name in names:
         try:
             return importlib.metadata.version(name)
@@ -174,7 +176,7 @@ def _installed(names: tuple[str, ...]) -> str | None:
 def software_versions() -> dict[str, str | None]:
     """Versions of the software that matters to a bundle, from package metadata (nothing is imported)."""
     versions: dict[str, str | None] = {"edgecap": __version__, "python": platform.python_version()}
-    versions.update({key: _installed(names) for key, names in _DISTRIBUTIONS.items()})
+    versions.update({key: installed_version(names) for key, names in DISTRIBUTIONS.items()})
     return versions
 
 
