@@ -509,7 +509,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
     from edgecap.decoding import DecodeCfg, decode
     from edgecap.decoding.config import RadixSpec
     from edgecap.models import create_model
-    from edgecap.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, get_model_cfg
+    from edgecap.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
     from edgecap.runtimes.refine import TorchRefineModel
 
     rec.set(note="random weights, batch sizes 1 and 32, median of repeats; AR forced to the level's longest length")
@@ -517,7 +517,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
     subjects: list[tuple[str, str, str]] = [(n, "mask_predict", "eager") for n in args.labert_models]
     for name in args.ar_models:
         subjects.append((name, "beam3", "eager"))
-        if name.startswith(("acort", "ort")):
+        if family_hooks(get_model_cfg(name).family).static_step:
             subjects.append((name, "beam3", "cuda-graph"))
     for batch in (1, 32):
         for name, strategy, mode in subjects:

@@ -94,12 +94,15 @@ class FamilyHooks:
         objective: the training objective, ``(model, visual, tokens, pad_id, cfg, tokens_per_word) -> (loss, nll)``.
         torch_decoder: the torch adapter decoding drives, constructed as ``cls(model, device=device)``.
         export_spec: ``builder(model, *, backbone=None, name=None, **options) -> ExportSpec``; None = not exportable.
+        static_step: its decoder runs with static-shape caches written in place (``edgecap.runtimes.static_cache``),
+            so the torch runtime offers ``step_mode="static"``, ``"cuda-graph"`` and ``"compile"`` for it.
     """
 
     decoding: str = "autoregressive"
     objective: str = "edgecap.training.objectives:cross_entropy"
     torch_decoder: str = "edgecap.runtimes.torch:TorchStepModel"
     export_spec: str | None = None
+    static_step: bool = False
 
     def __post_init__(self) -> None:
         if self.decoding not in DECODING_ROLES:

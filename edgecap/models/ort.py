@@ -138,7 +138,10 @@ class ORTCaptioner(CaptionModel):
 
 
 register_family(
-    "ort", ObjectRelationCfg, ORTCaptioner, FamilyHooks(export_spec="edgecap.export.specs.ort:ort_export_spec")
+    "ort",
+    ObjectRelationCfg,
+    ORTCaptioner,
+    FamilyHooks(export_spec="edgecap.export.specs.ort:ort_export_spec", static_step=True),
 )
 
 # Decoder positions: BOS + up to 30 words (+1 digit per extra radix token): word 31, radix (2 digits/word) 61.

@@ -51,14 +51,20 @@ class StepModeError(ValueError):
 
 
 def static_step_supported(model: nn.Module) -> tuple[bool, str]:
-    """(supported, why not): the static step is written against the ORT/ACORT decoder (``edgecap.models.ort``)."""
-    from edgecap.models.ort import ORTCaptioner
+    """(supported, why not): a family declares a static step with ``FamilyHooks(static_step=True)`` (today the
+    ORT/ACORT family, whose decoder this module's layout is written against)."""
+    from edgecap.models import UnknownModelError, family_hooks
 
-    if isinstance(model, ORTCaptioner):
+    try:
+        supported = family_hooks(model).static_step
+    except UnknownModelError:  # a model of no registered family (a test double, a user's module): eager only
+        supported = False
+    if supported:
         return True, ""
-    return False, (
-        f"the static-cache step is implemented for the ORT/ACORT family; {type(model).__name__} decodes with "
-        f"step_mode='eager'"
+    return (
+        False,
+        f"{type(model).__name__}'s family has no static-cache step (FamilyHooks.static_step); it decodes with "
+        f"step_mode='eager'",
     )
 
 
