@@ -3,21 +3,16 @@ logged step times, and a real two-process gloo run under torchrun at a tiny size
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():  # type: ignore[no-untyped-def]
-    path = ROOT / "benchmarks" / "ddp_throughput.py"
-    spec = importlib.util.spec_from_file_location("ddp_throughput_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("ddp_throughput")
 
 
 def test_one_gpu_measures_one_cuda_process_and_scales_on_the_cpu(tmp_path: Path) -> None:

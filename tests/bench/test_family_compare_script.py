@@ -3,24 +3,18 @@ whole pipeline runs on CPU at a tiny size (the GPU run is the same script at the
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():  # type: ignore[no-untyped-def]
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    path = ROOT / "benchmarks" / "family_compare.py"
-    spec = importlib.util.spec_from_file_location("family_compare_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("family_compare")
 
 
 def test_equal_seconds_for_every_model_and_the_relations_ablation(tmp_path: Path) -> None:

@@ -3,21 +3,16 @@ summary written as they go) runs as its CPU smoke test; the CUDA numbers themsel
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 
 def _load_script():  # type: ignore[no-untyped-def]
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
-    spec = importlib.util.spec_from_file_location("gpu_check_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_check")
 
 
 def test_sections_write_json_and_a_summary_as_they_go(tmp_path: Path, monkeypatch) -> None:

@@ -4,23 +4,18 @@ script at the quickstart's size."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
+
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load_script():  # type: ignore[no-untyped-def]
-    path = ROOT / "benchmarks" / "scst_compare.py"
-    spec = importlib.util.spec_from_file_location("scst_compare_script", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scst_compare")
 
 
 def test_plan_uses_the_quickstart_recipe_and_scst_from_a_copy(tmp_path: Path) -> None:

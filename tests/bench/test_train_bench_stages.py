@@ -3,20 +3,18 @@ the results JSON is on disk after every change."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 import time
 from pathlib import Path
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("train_bench_stages", ROOT / "benchmarks" / "stages.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("stages")
 
 
 def test_a_timed_out_stage_stops_its_children_too(tmp_path: Path) -> None:
