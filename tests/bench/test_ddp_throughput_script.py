@@ -8,8 +8,6 @@ from pathlib import Path
 
 from tests.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _load_script():  # type: ignore[no-untyped-def]
     return load_script("ddp_throughput")

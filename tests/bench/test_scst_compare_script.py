@@ -11,8 +11,6 @@ import pytest
 
 from tests.scripts import load_script
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _load_script():  # type: ignore[no-untyped-def]
     return load_script("scst_compare")
