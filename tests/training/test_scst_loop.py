@@ -16,32 +16,12 @@ from edgecap.training.config import TrainCfg
 from edgecap.training.loop import train
 from edgecap.training.rewards import CaptionReward
 from edgecap.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_WEIGHTS, init_from_run, rollout, train_scst
+from tests.training.helpers import tiny_train_cfg
 
 
 def _cfg(tiny_data, out: Path, **kw) -> TrainCfg:
-    data, feats = tiny_data
-    base = dict(
-        model="acort-test",
-        data=str(data),
-        features=str(feats),
-        out=str(out),
-        epochs=3,
-        batch_size=8,
-        lr=3e-3,
-        warmup_steps=5,
-        optimizer="adamw",
-        vocab_min_count=1,
-        model_overrides={"radix_base": 64},
-        val_images=4,
-        save_every_steps=2,
-        device="cpu",
-        seed=1,
-        scst_batch_size=8,
-        scst_lr=5e-3,
-        scst_anneal=1.0,
-    )
-    base.update(kw)
-    return TrainCfg(**base)
+    scst = {"scst_batch_size": 8, "scst_lr": 5e-3, "scst_anneal": 1.0}
+    return tiny_train_cfg(tiny_data, out, **{"epochs": 3, **scst, **kw})
 
 
 def _mean_train_reward(run: Path, cfg: TrainCfg, weights: str) -> float:

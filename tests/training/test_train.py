@@ -8,31 +8,11 @@ from safetensors.torch import load_file
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.config import TrainCfg
 from edgecap.training.loop import train
-
-SMALL = {"radix_base": 64}
+from tests.training.helpers import tiny_train_cfg
 
 
 def _cfg(tiny_data, out: Path, **kw) -> TrainCfg:
-    data, feats = tiny_data
-    base = dict(
-        model="acort-test",
-        data=str(data),
-        features=str(feats),
-        out=str(out),
-        epochs=50,
-        batch_size=8,
-        lr=3e-3,
-        warmup_steps=5,
-        optimizer="adamw",
-        vocab_min_count=1,
-        model_overrides=SMALL,
-        val_images=4,
-        save_every_steps=2,
-        device="cpu",
-        seed=1,
-    )
-    base.update(kw)
-    return TrainCfg(**base)
+    return tiny_train_cfg(tiny_data, out, **kw)
 
 
 def _train_losses(run: Path) -> list[float]:
