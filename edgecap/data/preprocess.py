@@ -54,6 +54,21 @@ class PreprocessCfg:
         if self.image_size < 16:
             raise ValueError(f"image_size must be >= 16, got {self.image_size}")
 
+    #: The fields a bundle's or run's backbone spec records (``image_size`` besides).
+    SPEC_FIELDS = ("mean", "std", "interpolation", "crop_pct", "crop_mode")
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> PreprocessCfg:
+        """The preprocessing a backbone spec records (``image_size`` and :attr:`SPEC_FIELDS`)."""
+        return cls(
+            image_size=int(spec["image_size"]),
+            mean=tuple(float(v) for v in spec["mean"]),
+            std=tuple(float(v) for v in spec["std"]),
+            interpolation=str(spec["interpolation"]),
+            crop_pct=float(spec["crop_pct"]),
+            crop_mode=str(spec["crop_mode"]),
+        )
+
     @classmethod
     def from_timm(cls, pretrained_cfg: Mapping[str, Any], image_size: int) -> PreprocessCfg:
         """Read ``crop_pct``/``crop_mode``/``interpolation``/``mean``/``std`` from a timm ``pretrained_cfg``."""

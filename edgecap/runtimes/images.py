@@ -30,14 +30,7 @@ class PixelInputs:
     def __init__(self, spec: Mapping[str, Any]) -> None:
         from edgecap.data.preprocess import PreprocessCfg
 
-        self.cfg = PreprocessCfg(
-            image_size=int(spec["image_size"]),
-            mean=tuple(float(v) for v in spec["mean"]),
-            std=tuple(float(v) for v in spec["std"]),
-            interpolation=str(spec["interpolation"]),
-            crop_pct=float(spec["crop_pct"]),
-            crop_mode=str(spec["crop_mode"]),
-        )
+        self.cfg = PreprocessCfg.from_spec(spec)
 
     def __call__(self, images: Sequence[Any]) -> dict[str, np.ndarray]:
         return {"pixel_values": np.stack([self.cfg(image) for image in images]).astype(np.float32, copy=False)}
@@ -84,17 +77,9 @@ def backbone_from_spec(spec: Mapping[str, Any], weights: Any = None) -> Any:
     from edgecap.models.backbone import create_backbone
 
     # The recorded preprocessing, not the timm weights' default: an imported run records the official one.
-    fields = ("mean", "std", "interpolation", "crop_pct", "crop_mode")
     preprocess = None
-    if all(key in spec for key in fields):
-        preprocess = PreprocessCfg(
-            image_size=int(spec["image_size"]),
-            mean=tuple(float(v) for v in spec["mean"]),
-            std=tuple(float(v) for v in spec["std"]),
-            interpolation=str(spec["interpolation"]),
-            crop_pct=float(spec["crop_pct"]),
-            crop_mode=str(spec["crop_mode"]),
-        )
+    if all(key in spec for key in PreprocessCfg.SPEC_FIELDS):
+        preprocess = PreprocessCfg.from_spec(spec)
     backbone = create_backbone(
         spec["name"],
         pretrained=source == "packaged",
