@@ -264,7 +264,16 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
     interface = _require(data, "interface", dict, where)
     for key in ("decode_inputs", "state_names"):
         _require(interface, key, list, f"{where} interface")
-    _require(interface, "runtime_graphs", dict, f"{where} interface")
+    for key in ("decode_inputs", "state_names", "updated_state_names"):
+        names = interface.get(key)
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise BundleError(f"{where}: interface.{key} must be a list of tensor names (strings), got {names!r}")
+    for key in ("tokens", "logprobs", "state_output_suffix"):
+        if key in interface and not isinstance(interface[key], str):
+            raise BundleError(f"{where}: interface.{key} must be a string, got {interface[key]!r}")
+    graphs_by_role = _require(interface, "runtime_graphs", dict, f"{where} interface")
+    if not all(isinstance(g, str) for g in graphs_by_role.values()):
+        raise BundleError(f"{where}: interface.runtime_graphs must map each role to a graph name (a string)")
     decoding = interface.get("decoding", "autoregressive")  # bundles written before the field: autoregressive
     roles = DECODING_ROLES.get(decoding) if isinstance(decoding, str) else None
     if roles is None:

@@ -6,17 +6,58 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from edgecap.length import LengthLevelError, Levels, parse_levels
 
-__all__ = ["ModelCfgError", "PAPER_FEATURE_DIM", "PAPER_WORD_VOCAB_SIZE", "VOCAB_KINDS"]
+__all__ = ["FamilyCfg", "ModelCfgError", "PAPER_FEATURE_DIM", "PAPER_WORD_VOCAB_SIZE", "VOCAB_KINDS"]
 
 VOCAB_KINDS = ("word", "radix")
 #: Bottom-up Faster R-CNN region features used by ORT/ACORT (ACORT §3).
 PAPER_FEATURE_DIM = 2048
 #: The reference's SentencePiece word vocabulary for COCO (pad/unk/bos/eos + 9,997 words).
 PAPER_WORD_VOCAB_SIZE = 10001
+
+
+_Cfg = TypeVar("_Cfg", bound="FamilyCfg")
+
+
+def _lists(value: Any) -> Any:
+    """Tuples (layer maps, level pairs, scales) as lists, recursively: what JSON holds and ``from_dict`` reads."""
+    if isinstance(value, (tuple, list)):
+        return [_lists(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _lists(v) for k, v in value.items()}
+    return value
+
+
+class FamilyCfg:
+    """What every family's config dataclass does the same way: copy with changes, JSON round trip, output classes.
+
+    A family's config subclasses it (``@dataclass(frozen=True) class ExpansionNetCfg(FamilyCfg)``) and overrides only
+    what differs (LaBERT's plan-dependent defaults in ``replace``, its word-only ``output_classes``).
+    """
+
+    def output_classes(self, vocab_size: int) -> int:
+        """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
+        return radix_output_classes(self, vocab_size)
+
+    def replace(self: _Cfg, **changes: Any) -> _Cfg:
+        """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
+        return replace_cfg(self, changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples as lists); :meth:`from_dict` inverts it."""
+        return _lists(dataclasses.asdict(self))  # type: ignore[call-overload]
+
+    @classmethod
+    def from_dict(cls: type[_Cfg], data: Mapping[str, Any], source: str = "model config") -> _Cfg:
+        """Build from :meth:`to_dict` output (or a hand-written subset; missing fields take defaults).
+
+        Raises:
+            ModelCfgError: unknown fields or invalid values, naming ``source``.
+        """
+        return cfg_from_mapping(cls, data, source)
 
 
 def cfg_from_mapping(cls: type[Any], data: Any, source: str) -> Any:

@@ -3,20 +3,16 @@ dataclass (the registry's ``FamilyCfg`` protocol)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from edgecap.models._cfg import (
     VOCAB_KINDS,
+    FamilyCfg,
     ModelCfgError,
-    cfg_from_mapping,
     check_fractions,
     check_positive_ints,
     optional_length_levels,
-    radix_output_classes,
-    replace_cfg,
 )
 
 __all__ = ["ExpansionNetCfg", "V2_GROUPS"]
@@ -26,7 +22,7 @@ V2_GROUPS = (32, 64, 128, 256, 512)
 
 
 @dataclass(frozen=True)
-class ExpansionNetCfg:
+class ExpansionNetCfg(FamilyCfg):
     """Architecture of an ExpansionNet captioner.
 
     Attributes:
@@ -98,27 +94,6 @@ class ExpansionNetCfg:
         if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0.0 < eps < 1.0:
             raise ModelCfgError(f"ExpansionNetCfg.expansion_eps must be in (0, 1), got {eps!r}")
         check_fractions(self, ("dropout", "feature_dropout"))
-
-    def output_classes(self, vocab_size: int) -> int:
-        """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
-        return radix_output_classes(self, vocab_size)
-
-    def replace(self, **changes: Any) -> ExpansionNetCfg:
-        """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
-        return replace_cfg(self, changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (groups and length levels as lists); :meth:`from_dict` inverts it."""
-        out = dataclasses.asdict(self)
-        out["enc_groups"] = list(self.enc_groups)
-        if self.length_levels is not None:
-            out["length_levels"] = [list(p) for p in self.length_levels]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> ExpansionNetCfg:
-        """Build from :meth:`to_dict` output; unknown fields or invalid values raise, naming ``source``."""
-        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo`` (layer "maps" describe the expansion sizes)."""

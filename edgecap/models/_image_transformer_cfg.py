@@ -3,20 +3,16 @@ dataclass (the registry's ``FamilyCfg`` protocol)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from edgecap.models._cfg import (
     VOCAB_KINDS,
+    FamilyCfg,
     ModelCfgError,
-    cfg_from_mapping,
     check_fractions,
     check_positive_ints,
     optional_length_levels,
-    radix_output_classes,
-    replace_cfg,
 )
 from edgecap.models.layers.spatial_graph import OVERLAP_EPS
 
@@ -45,7 +41,7 @@ def _scales(value: Any) -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ImageTransformerCfg:
+class ImageTransformerCfg(FamilyCfg):
     """Architecture of an Image Transformer captioner (He et al., ACCV 2020).
 
     Attributes:
@@ -113,27 +109,6 @@ class ImageTransformerCfg:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
-
-    def output_classes(self, vocab_size: int) -> int:
-        """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
-        return radix_output_classes(self, vocab_size)
-
-    def replace(self, **changes: Any) -> ImageTransformerCfg:
-        """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
-        return replace_cfg(self, changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (scales and length levels as lists); :meth:`from_dict` inverts it."""
-        out = dataclasses.asdict(self)
-        out["grid_scales"] = list(self.grid_scales)
-        if self.length_levels is not None:
-            out["length_levels"] = [list(p) for p in self.length_levels]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> ImageTransformerCfg:
-        """Build from :meth:`to_dict` output; unknown fields or invalid values raise, naming ``source``."""
-        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo`` (the decoder "map" is the LSTM + M implicit branches)."""

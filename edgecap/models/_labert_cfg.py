@@ -4,13 +4,11 @@ defaults (§4.2, §4.4)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from edgecap.length import PAPER_EOS_DECAY, PAPER_REFINE_STEPS, LengthLevelError, parse_levels
-from edgecap.models._cfg import ModelCfgError, cfg_from_mapping, check_positive_ints, replace_cfg
+from edgecap.models._cfg import FamilyCfg, ModelCfgError, check_positive_ints, replace_cfg
 
 __all__ = ["LaBertCfg"]
 
@@ -23,7 +21,7 @@ def _plan_defaults(levels: tuple[tuple[int, int], ...]) -> tuple[tuple[int, ...]
 
 
 @dataclass(frozen=True)
-class LaBertCfg:
+class LaBertCfg(FamilyCfg):
     """Architecture of a LaBERT captioner.
 
     Attributes:
@@ -92,17 +90,6 @@ class LaBertCfg:
         if "levels" in changes and "eos_decay" not in changes:
             changes["eos_decay"] = None
         return replace_cfg(self, changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        out["levels"] = [list(p) for p in self.levels]
-        out["refine_steps"] = list(self.refine_steps)
-        out["eos_decay"] = list(self.eos_decay)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> LaBertCfg:
-        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         return {

@@ -5,20 +5,16 @@ never means ONNX Runtime in model code (that runtime is ``"onnxruntime"``)."""
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from edgecap.models._cfg import (
     VOCAB_KINDS,
+    FamilyCfg,
     ModelCfgError,
-    cfg_from_mapping,
     check_fractions,
     check_positive_ints,
     optional_length_levels,
-    radix_output_classes,
-    replace_cfg,
 )
 from edgecap.models.layers.attention import SHARE_KINDS
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
@@ -32,7 +28,7 @@ def _default_map() -> tuple[int, ...]:
 
 
 @dataclass(frozen=True)
-class ObjectRelationCfg:
+class ObjectRelationCfg(FamilyCfg):
     """Architecture of an Object Relation Transformer captioner (ORT, and ACORT = ORT + radix + sharing).
 
     Attributes:
@@ -120,33 +116,6 @@ class ObjectRelationCfg:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
-
-    def output_classes(self, vocab_size: int) -> int:
-        """Validate ``vocab_size`` against this cfg and return it (radix models need ``radix_base + 3``)."""
-        return radix_output_classes(self, vocab_size)
-
-    # -- serialisation -------------------------------------------------------------------------------------------
-    def replace(self, **changes: Any) -> ObjectRelationCfg:
-        """A copy with ``changes``; unknown names raise :class:`ModelCfgError`."""
-        return replace_cfg(self, changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict (layer maps as lists); :meth:`from_dict` inverts it."""
-        out = dataclasses.asdict(self)
-        out["enc_layer_map"] = list(self.enc_layer_map)
-        out["dec_layer_map"] = list(self.dec_layer_map)
-        if self.length_levels is not None:
-            out["length_levels"] = [list(p) for p in self.length_levels]
-        return out
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = "model config") -> ObjectRelationCfg:
-        """Build from :meth:`to_dict` output (or a hand-written subset; missing fields take defaults).
-
-        Raises:
-            ModelCfgError: unknown fields or invalid values, naming ``source``.
-        """
-        return cfg_from_mapping(cls, data, source)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo``."""

@@ -89,6 +89,22 @@ def test_newer_format_version_is_refused_with_both_versions_named(tmp_path: Path
         ({"variants": {"fp8": {"files": {}}, "fp32": {"files": {}}}}, "unknown precision"),
         ({"variants": {"fp32": {"files": {"encoder": "onnx/fp32/other.onnx"}}}}, "not listed in 'files'"),
         ({"variants": {"fp32": {"files": {"step": "onnx/fp32/step.onnx"}}}}, "runtime role(s) ['encoder']"),
+        (
+            {"interface": {"decode_inputs": ["features"], "state_names": [[], "s"], "runtime_graphs": {}}},
+            "interface.state_names must be a list of tensor names",
+        ),
+        (
+            {"interface": {"decode_inputs": [1], "state_names": ["s"], "runtime_graphs": {"encoder": "init"}}},
+            "interface.decode_inputs",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {}, "tokens": ["t"]}},
+            "interface.tokens must be a string",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {"encoder": 3}}},
+            "interface.runtime_graphs must map",
+        ),
     ],
 )
 def test_malformed_manifests_name_the_field(tmp_path: Path, change: dict, needle: str):
