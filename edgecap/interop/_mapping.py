@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from edgecap.interop._reading import CheckpointError
+from edgecap.models.state_check import state_mismatch
 
 __all__ = ["OfficialState", "layer_positions", "load_converted", "shared_layer_map"]
 
@@ -125,20 +126,7 @@ def load_converted(model: nn.Module, converted: Mapping[str, torch.Tensor], sour
         CheckpointError: naming missing, unexpected and mis-shaped tensors (edgecap names).
     """
     expected = model.state_dict()
-    missing = set(expected) - set(converted)
-    unexpected = set(converted) - set(expected)
-    mismatched = [
-        f"{k}: converted {tuple(converted[k].shape)} vs model {tuple(expected[k].shape)}"
-        for k in sorted(set(converted) & set(expected))
-        if tuple(converted[k].shape) != tuple(expected[k].shape)
-    ]
-    problems = []
-    if missing:
-        problems.append(f"missing {_names(missing)}")
-    if unexpected:
-        problems.append(f"unexpected {_names(unexpected)}")
-    if mismatched:
-        problems.append("shape mismatch " + "; ".join(mismatched[:_SHOW]))
+    problems = state_mismatch(converted, expected, found_label="converted")
     if problems:
-        raise CheckpointError(f"{source}: the converted weights do not fit the model: " + "; ".join(problems))
+        raise CheckpointError(f"{source}: the converted weights do not fit the model: {problems}")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in converted.items()}, strict=True)

@@ -20,6 +20,7 @@ from collections.abc import Mapping
 import torch
 
 from edgecap.interop._reading import CheckpointError
+from edgecap.models.state_check import state_mismatch
 
 __all__ = ["DERIVED_BUFFERS", "official_swin_to_timm", "timm_feature_shapes"]
 
@@ -49,18 +50,7 @@ def official_swin_to_timm(
         if key.rsplit(".", 1)[-1] in DERIVED_BUFFERS:
             continue
         out[_DOWNSAMPLE.sub(lambda m: f"layers.{int(m.group(1)) + 1}.downsample.", key)] = value
-    missing = sorted(set(expected) - set(out))
-    unexpected = sorted(set(out) - set(expected))
-    mismatched = [
-        f"{k}: {tuple(out[k].shape)} vs timm {expected[k]}"
-        for k in sorted(set(out) & set(expected))
-        if tuple(out[k].shape) != tuple(expected[k])
-    ]
-    if missing or unexpected or mismatched:
-        parts = [
-            f"{label}: {', '.join(items[:6])}{' …' if len(items) > 6 else ''}"
-            for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched))
-            if items
-        ]
-        raise CheckpointError(f"{source}: the Swin weights do not fit timm's model; " + "; ".join(parts))
+    problems = state_mismatch(out, expected, found_label="official")
+    if problems:
+        raise CheckpointError(f"{source}: the Swin weights do not fit timm's model; {problems}")
     return out

@@ -34,6 +34,7 @@ from torch import nn
 
 from edgecap.data.images import ImageLike
 from edgecap.data.preprocess import PreprocessCfg
+from edgecap.models.state_check import state_mismatch
 
 __all__ = [
     "DEFAULT_BACKBONE",
@@ -166,21 +167,9 @@ def lukemelas_to_timm(state: Mapping[str, torch.Tensor], model: nn.Module) -> di
 def _load_strict(model: nn.Module, state: Mapping[str, torch.Tensor], source: str) -> None:
     if _is_lukemelas(state):
         state = lukemelas_to_timm(state, model)
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    mismatched = [
-        f"{k}: file {tuple(state[k].shape)} vs model {tuple(expected[k].shape)}"
-        for k in sorted(set(state) & set(expected))
-        if tuple(state[k].shape) != tuple(expected[k].shape)
-    ]
-    if missing or unexpected or mismatched:
-        parts = [
-            f"{label} ({len(items)}): {', '.join(items[:5])}{' …' if len(items) > 5 else ''}"
-            for label, items in (("missing", missing), ("unexpected", unexpected), ("shape mismatch", mismatched))
-            if items
-        ]
-        raise WeightsError(f"{source} does not match the model exactly; " + "; ".join(parts))
+    problems = state_mismatch(state, model.state_dict())
+    if problems:
+        raise WeightsError(f"{source} does not match the model exactly; {problems}")
     model.load_state_dict(state, strict=True)
 
 

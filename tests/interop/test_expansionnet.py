@@ -72,7 +72,7 @@ def test_swin_large_official_names_map_onto_timm_exactly():
     assert {k: tuple(v.shape) for k, v in mapped.items()} == timm_shapes
     assert mapped["layers.1.downsample.reduction.weight"] is state["layers.0.downsample.reduction.weight"]
     del state["layers.2.blocks.17.mlp.fc2.bias"]
-    with pytest.raises(CheckpointError, match=r"missing: layers\.2\.blocks\.17\.mlp\.fc2\.bias"):
+    with pytest.raises(CheckpointError, match=r"missing \(1\): layers\.2\.blocks\.17\.mlp\.fc2\.bias"):
         official_swin_to_timm(state, timm_shapes, "swin")
 
 
