@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.engines.graphs import GraphIO
 from edgecap.engines.profiles import ROW_DIM, eval_dim
+from edgecap.runtimes.base import TensorMeta
 
 __all__ = ["INDEX_NAME", "BufferPlan", "BufferSpec", "plan_buffers"]
 
@@ -77,7 +78,7 @@ class BufferPlan:
         ]
 
 
-def _at(spec: TensorSpec, sizes: Mapping[str, int]) -> tuple[int, ...]:
+def _at(spec: TensorMeta, sizes: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(eval_dim(d, sizes) for d in spec.shape)
 
 

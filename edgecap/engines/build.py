@@ -23,7 +23,7 @@ from typing import Any
 
 from edgecap._io import atomic_directory, atomic_write_bytes
 from edgecap._version import __version__
-from edgecap.engines.graphs import GraphIO, TensorSpec, read_graph_io
+from edgecap.engines.graphs import GraphIO, read_graph_io
 from edgecap.engines.profiles import EngineProfile, ProfileRequest, graph_profile
 from edgecap.engines.settings import BuildSettings, build_settings
 from edgecap.engines.store import (
@@ -38,6 +38,7 @@ from edgecap.engines.store import (
     read_record,
     verify_plans,
 )
+from edgecap.runtimes.base import TensorMeta
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +308,7 @@ def _describe(profile: EngineProfile) -> str:
 
 
 def _io_record(io: GraphIO) -> dict[str, Any]:
-    def rows(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+    def rows(specs: Sequence[TensorMeta]) -> list[dict[str, Any]]:
         return [{"name": s.name, "dtype": s.dtype, "shape": list(s.shape)} for s in specs]
 
     return {"inputs": rows(io.inputs), "outputs": rows(io.outputs)}

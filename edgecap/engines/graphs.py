@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["GraphIO", "TensorSpec", "read_graph_io"]
+from edgecap.runtimes.base import TensorMeta
 
-Dim = int | str
+__all__ = ["GraphIO", "read_graph_io"]
 
 #: ONNX ``TensorProto`` element types -> numpy dtype names.
 _ONNX_ELEM = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
@@ -29,27 +29,14 @@ _ORT_TYPES = {f"tensor({onnx_name})": name for onnx_name, name in (
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """One graph tensor: a fixed dimension is an int, a dynamic one the name of the export spec's dimension."""
-
-    name: str
-    dtype: str
-    shape: tuple[Dim, ...]
-
-    @property
-    def dynamic_dims(self) -> tuple[str, ...]:
-        return tuple(d for d in self.shape if isinstance(d, str))
-
-
-@dataclass(frozen=True)
 class GraphIO:
     """A graph's inputs and outputs in graph order, and its ``metadata_props``."""
 
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+    inputs: tuple[TensorMeta, ...]
+    outputs: tuple[TensorMeta, ...]
     metadata: Mapping[str, str] = field(default_factory=dict)
 
-    def input(self, name: str) -> TensorSpec:
+    def input(self, name: str) -> TensorMeta:
         for spec in self.inputs:
             if spec.name == name:
                 return spec
@@ -80,10 +67,10 @@ def _read_with_onnx(onnx: Any, path: Path) -> GraphIO:
     model = onnx.load(os.fspath(path), load_external_data=False)
     initializers = {t.name for t in model.graph.initializer}
 
-    def spec(value: Any) -> TensorSpec:
+    def spec(value: Any) -> TensorMeta:
         tensor = value.type.tensor_type
         dims = tuple(d.dim_value if d.HasField("dim_value") else d.dim_param for d in tensor.shape.dim)
-        return TensorSpec(value.name, _ONNX_ELEM.get(tensor.elem_type, f"onnx:{tensor.elem_type}"), dims)
+        return TensorMeta(value.name, _ONNX_ELEM.get(tensor.elem_type, f"onnx:{tensor.elem_type}"), dims)
 
     inputs = tuple(spec(v) for v in model.graph.input if v.name not in initializers)
     outputs = tuple(spec(v) for v in model.graph.output)
@@ -101,9 +88,9 @@ def _read_with_ort(path: Path) -> GraphIO:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
-    def spec(arg: Any) -> TensorSpec:
+    def spec(arg: Any) -> TensorMeta:
         dims = tuple(d if isinstance(d, (int, str)) else "" for d in arg.shape)
-        return TensorSpec(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
+        return TensorMeta(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
 
     meta = dict(session.get_modelmeta().custom_metadata_map)
     return GraphIO(tuple(map(spec, session.get_inputs())), tuple(map(spec, session.get_outputs())), meta)

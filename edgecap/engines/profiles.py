@@ -24,7 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.engines.graphs import GraphIO
+from edgecap.runtimes.base import TensorMeta
 
 __all__ = [
     "ROW_DIM",
@@ -168,7 +169,7 @@ def eval_dim(dim: int | str, sizes: Mapping[str, int]) -> int:
     return total
 
 
-def _shape_at(spec: TensorSpec, sizes: Mapping[str, int]) -> tuple[int, ...]:
+def _shape_at(spec: TensorMeta, sizes: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(eval_dim(d, sizes) for d in spec.shape)
 
 

@@ -48,6 +48,11 @@ class TensorMeta:
     dtype: str
     shape: tuple[Dim, ...]
 
+    @property
+    def dynamic_dims(self) -> tuple[str, ...]:
+        """The named dynamic dimensions (the export spec's ``batch``, ``past`` …), in shape order."""
+        return tuple(d for d in self.shape if isinstance(d, str))
+
     @classmethod
     def of(cls, name: str, dtype: Any, shape: Sequence[Dim]) -> TensorMeta:
         return cls(name, dtype_name(dtype), tuple(shape))

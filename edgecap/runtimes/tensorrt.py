@@ -36,8 +36,9 @@ import numpy as np
 
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.engines.buffers import INDEX_NAME, BufferPlan, plan_buffers
-from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.engines.graphs import GraphIO
 from edgecap.precisions import PRECISIONS
+from edgecap.runtimes.base import TensorMeta
 
 log = logging.getLogger(__name__)
 
@@ -76,9 +77,9 @@ class DeviceTensor:
 def _io_from_record(entry: Mapping[str, Any], dtypes: Mapping[str, np.dtype]) -> GraphIO:
     """A graph's I/O as recorded at build time, with each tensor's dtype as the engine binds it."""
 
-    def specs(rows: Sequence[Mapping[str, Any]]) -> tuple[TensorSpec, ...]:
+    def specs(rows: Sequence[Mapping[str, Any]]) -> tuple[TensorMeta, ...]:
         return tuple(
-            TensorSpec(r["name"], dtypes[r["name"]].name if r["name"] in dtypes else r["dtype"], tuple(r["shape"]))
+            TensorMeta(r["name"], dtypes[r["name"]].name if r["name"] in dtypes else r["dtype"], tuple(r["shape"]))
             for r in rows
         )
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from edgecap.engines.buffers import BufferSpec, plan_buffers
-from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.engines.graphs import GraphIO
 from edgecap.engines.profiles import ProfileRequest, graph_profile
+from edgecap.runtimes.base import TensorMeta
 
 
 def test_ort_step_plan_bytes(family_graphs) -> None:
@@ -53,10 +54,10 @@ def test_refine_plan_has_one_copy_and_no_index(family_graphs) -> None:
 def test_buffer_spec_bytes() -> None:
     assert BufferSpec("x", (3, 0, 5), "float16", 2).total_bytes == 0  # an empty cache at the first step
     assert BufferSpec("x", (3, 4), "float16", 2).total_bytes == 48
-    io = GraphIO((TensorSpec("pixel_values", "float32", ("batch", 3, 8, 8)),), ())
+    io = GraphIO((TensorMeta("pixel_values", "float32", ("batch", 3, 8, 8)),), ())
     loop = GraphIO(
-        (TensorSpec("tokens", "int32", ("batch",)), TensorSpec("c", "float16", ("batch", "past"))),
-        (TensorSpec("logprobs", "float32", ("batch", 7)), TensorSpec("c_out", "float16", ("batch", "past + 1"))),
+        (TensorMeta("tokens", "int32", ("batch",)), TensorMeta("c", "float16", ("batch", "past"))),
+        (TensorMeta("logprobs", "float32", ("batch", 7)), TensorMeta("c_out", "float16", ("batch", "past + 1"))),
     )
     plan = plan_buffers(io, loop, "step", ("c",), {"past": 9}, images=2, beam=4)
     assert plan["pixel_values"].shape == (2, 3, 8, 8) and plan["c"].shape == (8, 10) and plan["c"].copies == 2

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from edgecap.engines.graphs import GraphIO, TensorSpec
+from edgecap.engines.graphs import GraphIO
 from edgecap.engines.profiles import ProfileError, ProfileRequest, dim_ranges, eval_dim, graph_profile
+from edgecap.runtimes.base import TensorMeta
 
 REQUEST = ProfileRequest(max_batch=8, beam=3, max_regions=50)
 
@@ -52,7 +53,7 @@ def test_labert_profiles(family_graphs) -> None:
 
 
 def test_pixels_in_bundle_has_fixed_regions(tmp_path) -> None:
-    io = GraphIO((TensorSpec("pixel_values", "float32", ("batch", 3, 64, 64)),), ())
+    io = GraphIO((TensorMeta("pixel_values", "float32", ("batch", 3, 64, 64)),), ())
     dims = {"batch": {"min": 1, "max": 1024}, "past": {"min": 0, "max": 20}, "regions": {"min": 4, "max": 4}}
     profile = graph_profile("encoder", io, dims, ProfileRequest(max_batch=2, beam=3))
     assert profile.shapes == {"pixel_values": ((1, 3, 64, 64), (2, 3, 64, 64), (2, 3, 64, 64))}
@@ -64,7 +65,7 @@ def test_requests_beyond_the_export_and_undeclared_dims_are_refused() -> None:
     with pytest.raises(ProfileError, match="72 rows .* exceed the 64 rows"):
         dim_ranges(dims, "step", ProfileRequest(max_batch=24, beam=3))
     assert dim_ranges(dims, "encoder", ProfileRequest(max_batch=24, beam=3))["batch"] == (1, 24, 24)
-    io = GraphIO((TensorSpec("x", "float32", ("batch", "frames")),), ())
+    io = GraphIO((TensorMeta("x", "float32", ("batch", "frames")),), ())
     with pytest.raises(ProfileError, match=r"'frames'.*does not declare"):
         graph_profile("encoder", io, dims, ProfileRequest())
     with pytest.raises(ProfileError, match="max_batch"):
