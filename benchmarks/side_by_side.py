@@ -182,6 +182,19 @@ def read_manifest(directory: Path) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
+def source_fingerprint() -> str:
+    """A digest of edgecap's sources: an export folder made by other code (another step graph, another INT8 preset
+    definition) is exported again rather than reused."""
+    import edgecap
+
+    digest = hashlib.sha1()
+    package = Path(edgecap.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def _numpy_inputs(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
 
@@ -200,6 +213,10 @@ def prepare_model(
     directory = model_dir(work, model, setting, seed)
     directory.mkdir(parents=True, exist_ok=True)
     manifest = read_manifest(directory)
+    fingerprint = source_fingerprint()
+    if manifest.get("source") != fingerprint:
+        manifest = {"variants": {}}  # other code made (or nothing made) these graphs: export them again
+        (directory / WEIGHTS_FILE).unlink(missing_ok=True)
     wanted = [v for v in variants if v not in manifest["variants"]]
     if not wanted and (directory / WEIGHTS_FILE).is_file():
         return manifest
@@ -209,7 +226,7 @@ def prepare_model(
         load_model(setup.model, str(weights))
     else:
         save_model(setup.model, str(weights))  # written once: every later export and cell uses these weights
-    manifest.update({"model": model, "setting": setting, "seed": seed, "weights": WEIGHTS_FILE})
+    manifest.update({"model": model, "setting": setting, "seed": seed, "weights": WEIGHTS_FILE, "source": fingerprint})
     manifest.update({"description": setup.weights})
     specs = {v: parse_variant(v) for v in wanted}
     float_precisions = sorted({s["precision"] for s in specs.values() if s["precision"] != INT8} | {"fp32"})
@@ -483,7 +500,7 @@ def aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 def _fmt(value: float | None) -> str:
     if value is None:
         return "–"
-    return f"{value:.3g}" if value < 10 else f"{value:.1f}"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
 def markdown(report: Mapping[str, Any]) -> str:
