@@ -367,6 +367,7 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         "captions_per_s": int(spec["batch"]) / median,
         "tokens_sha1": digest,
         "mean_tokens": statistics.mean(lengths),
+        **({"ort_options": options} if spec["column"].startswith(ORT_PREFIX) else {}),
     }
 
 
