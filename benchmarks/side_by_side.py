@@ -208,7 +208,7 @@ def prepare_model(
     import torch
     from safetensors.torch import load_model, save_model
 
-    from edgecap._io import atomic_write_bytes, atomic_write_json
+    from edgecap._io import atomic_path, atomic_write_bytes, atomic_write_json
 
     directory = model_dir(work, model, setting, seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -225,7 +225,8 @@ def prepare_model(
     if weights.is_file():
         load_model(setup.model, str(weights))
     else:
-        save_model(setup.model, str(weights))  # written once: every later export and cell uses these weights
+        with atomic_path(weights) as tmp:  # written once: every later export and cell uses these weights
+            save_model(setup.model, str(tmp))
     manifest.update({"model": model, "setting": setting, "seed": seed, "weights": WEIGHTS_FILE, "source": fingerprint})
     manifest.update({"description": setup.weights})
     specs = {v: parse_variant(v) for v in wanted}
