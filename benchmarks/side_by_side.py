@@ -70,6 +70,8 @@ QUICK_MODEL = "acort-test"
 QUICK_STEPS = 6
 DEFAULT_VARIANTS = ("fp32", "int8")
 INT8 = "int8"
+#: ``--variants`` entry for every variant already in the export folders.
+EXPORTED = "exported"
 DEFAULT_PRESET = "cpu-auto"
 #: Rows per model by default (a run of <= ~15 min on a 2-core box): every row of ACORT, ExpansionNet v2's cheapest.
 #: ``--full`` gives every model the full grid; --threads/--batch/--beam replace an axis for every model.
@@ -153,6 +155,16 @@ def plan_rows(
                 for t in axes["threads"]:
                     rows.append(Row(name, steps, t, n, b))
     return rows
+
+
+def ort_variants(requested: Sequence[str], manifests: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ORT columns: the requested variants in order, where ``exported`` stands for every variant the export
+    folders list (also those exported by an earlier run with other ``--variants``)."""
+    out: list[str] = []
+    for name in requested:
+        found = [v for m in manifests.values() for v in m["variants"]] if name == EXPORTED else [name]
+        out += [v for v in found if v not in out]
+    return out
 
 
 def columns_for(variants: Sequence[str], baseline: bool = True) -> list[str]:
@@ -587,8 +599,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model", action="append", type=parse_model, help="NAME or NAME:STEPS (repeatable; default "
                    f"{', '.join(f'{k}:{v}' for k, v in FORCED_STEPS.items())})")  # fmt: skip
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                   help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET\n"
-                   "(default %(default)s)")  # fmt: skip
+                   help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
+                   "exported (every variant already in --work) (default %(default)s)")  # fmt: skip
     p.add_argument("--threads", action="append", type=int, help="threads per cell (repeatable; replaces the grid's)")
     p.add_argument("--batch", action="append", type=int, help="images per decode (repeatable; replaces the grid's)")
     p.add_argument("--beam", action="append", type=int, help="beam size, 1 = greedy (repeatable; replaces the grid's)")
@@ -618,7 +630,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     try:
         args.variant_list = [v for v in args.variants.split(",") if v]
         for variant in args.variant_list:
-            parse_variant(variant)
+            if variant != EXPORTED:
+                parse_variant(variant)
         args.session_config = dict(_key_value(item) for item in args.ort_config)
     except ValueError as exc:
         p.error(str(exc))
@@ -661,12 +674,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from exc
-    columns = columns_for(args.variant_list, baseline=not args.no_baseline)
     command = shlex.join(["python", "benchmarks/side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
     print(f"== export into {args.work}", flush=True)
     manifests = {}
     for name, steps in models:
-        manifests[name] = prepare_model(args.work, name, steps, args.variant_list, args.seed, args.setting)
+        wanted = [v for v in args.variant_list if v != EXPORTED]
+        manifests[name] = prepare_model(args.work, name, steps, wanted, args.seed, args.setting)
+    variants = ort_variants(args.variant_list, manifests)
+    columns = columns_for(variants, baseline=not args.no_baseline)
     report: dict[str, Any] = {
         "command": command,
         "environment": _environment(),
@@ -685,6 +700,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         cells = round_cells(rows, columns, r)
         print(f"== round {r + 1}/{args.rounds}: {len(cells)} cells", flush=True)
         for row, column in cells:
+            if column.startswith(ORT_PREFIX) and column[len(ORT_PREFIX) :] not in manifests[row.model]["variants"]:
+                samples.setdefault((row, column), [])  # "exported" listed a variant this model does not have
+                continue
             payload = {
                 **asdict(row), "column": column, "dir": str(model_dir(args.work, row.model, args.setting, args.seed)),
                 "seed": args.seed, "setting": args.setting, "warmup": args.warmup, "repeats": args.repeats,
@@ -706,7 +724,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             }
         )
     if not args.no_limit:
-        report["limit"] = measure_limits(args, models, manifests, rows)
+        report["limit"] = measure_limits(args, models, manifests, rows, variants)
     report["environment"]["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     args.out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(args.out / "side_by_side.json", report)
@@ -719,7 +737,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def measure_limits(
-    args: argparse.Namespace, models: Sequence[tuple[str, int]], manifests: Mapping[str, Any], rows: Sequence[Row]
+    args: argparse.Namespace,
+    models: Sequence[tuple[str, int]],
+    manifests: Mapping[str, Any],
+    rows: Sequence[Row],
+    variants: Sequence[str],
 ) -> dict[str, Any]:
     """The machine's read rates, then per model and ORT variant the weight bytes, the limit and the step time."""
     print("== weight-read limit", flush=True)
@@ -728,7 +750,7 @@ def measure_limits(
     for name, forced in models:
         directory = model_dir(args.work, name, args.setting, args.seed)
         beams = sorted({row.beam for row in rows if row.model == name})
-        for variant in args.variant_list:
+        for variant in (v for v in variants if v in manifests[name]["variants"]):
             record = manifests[name]["variants"][variant]
             limit = weight_limit(step_weight_bytes(directory / record["files"]["step"]), rates)
             payload = {

@@ -183,3 +183,13 @@ def test_quick_run_measures_every_cell_in_fresh_processes(script, tmp_path: Path
     assert {s["variant"] for s in report["limit"]["steps"]} == {"fp32", "int8"}
     assert all(t["median_s"] > 0 for s in report["limit"]["steps"] for t in s["timing"].values())
     assert "| acort-test, beam 3 | 1 | 1 |" in (out / "side_by_side.md").read_text()
+
+
+def test_exported_stands_for_every_variant_in_the_export_folders(script) -> None:  # type: ignore[no-untyped-def]
+    manifests = {
+        "a": {"variants": {"fp32": {}, "int8": {}, "int8:cpu-avx2": {}}},
+        "b": {"variants": {"fp32": {}, "fp16": {}}},
+    }
+    assert script.ort_variants(["fp32", "exported"], manifests) == ["fp32", "int8", "int8:cpu-avx2", "fp16"]
+    assert script.ort_variants(["int8"], manifests) == ["int8"]
+    assert script.parse_args(["--variants", "fp32,exported"]).variant_list == ["fp32", "exported"]
