@@ -71,29 +71,43 @@ def test_rounds_run_every_cell_once_with_rotated_columns(script) -> None:  # typ
 
 
 def _graph(tmp_path: Path) -> Path:
-    """x (1, 4) @ W (4, 3) fp32 + b (3,) int8 cast back; one initializer no node reads."""
-    w = numpy_helper.from_array(np.ones((4, 3), np.float32), "W")
-    b = numpy_helper.from_array(np.ones(3, np.int8), "b")
-    unused = numpy_helper.from_array(np.ones(1000, np.float32), "unused")
+    """logits = (x @ W + cast(b) + E[ids] + T[ids]) @ T^T: W (4, 3) fp32 and b (3,) int8 are read whole, E (100, 3)
+    only through a Gather (one row per id), T (5, 3) by a Gather and whole by a Gemm (tied weights); one initializer
+    no node reads."""
+    inits = {
+        "W": np.ones((4, 3), np.float32),
+        "b": np.ones(3, np.int8),
+        "E": np.ones((100, 3), np.float32),
+        "T": np.ones((5, 3), np.float32),
+        "unused": np.ones(1000, np.float32),
+    }
     nodes = [
         helper.make_node("MatMul", ["x", "W"], ["y"]),
         helper.make_node("Cast", ["b"], ["bf"], to=TensorProto.FLOAT),
-        helper.make_node("Add", ["y", "bf"], ["z"]),
+        helper.make_node("Add", ["y", "bf"], ["yb"]),
+        helper.make_node("Gather", ["E", "ids"], ["e"]),
+        helper.make_node("Add", ["yb", "e"], ["ye"]),
+        helper.make_node("Gather", ["T", "ids"], ["t"]),
+        helper.make_node("Add", ["ye", "t"], ["z"]),
+        helper.make_node("Gemm", ["z", "T"], ["logits"], transB=1),
     ]
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3])],
-        initializer=[w, b, unused],
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("ids", TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 5])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     path = tmp_path / "step.onnx"
     onnx.save(helper.make_model(graph), str(path))
     return path
 
 
-def test_step_weight_bytes_count_what_nodes_read_at_stored_width(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    assert script.step_weight_bytes(_graph(tmp_path)) == 4 * 3 * 4 + 3
+def test_step_weight_bytes_count_what_nodes_read_whole_at_stored_width(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    assert script.step_weight_bytes(_graph(tmp_path)) == 4 * 3 * 4 + 3 + 5 * 3 * 4
 
 
 def test_l3_size_from_sysfs(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -193,3 +207,11 @@ def test_exported_stands_for_every_variant_in_the_export_folders(script) -> None
     assert script.ort_variants(["fp32", "exported"], manifests) == ["fp32", "int8", "int8:cpu-avx2", "fp16"]
     assert script.ort_variants(["int8"], manifests) == ["int8"]
     assert script.parse_args(["--variants", "fp32,exported"]).variant_list == ["fp32", "exported"]
+
+
+def test_limit_only_report_has_no_side_by_side_table(script) -> None:  # type: ignore[no-untyped-def]
+    report = {**_report(script), "rows": []}
+    text = script.markdown(report)
+    assert "re-run-prefix baseline" not in text and text.startswith("Weight-read limit")
+    with pytest.raises(SystemExit):
+        script.parse_args(["--limit-only", "--no-limit"])
