@@ -12,22 +12,25 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
   :func:`edgecap.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
-  change registers (another step scheme, other bits) becomes a column by name. Every column runs the same beam search.
+  change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
+  export folders already hold. Every column runs the same beam search.
 - **rows**: threads × batch × strategy (greedy, beam 3). One cell = one row × one column, run in a **fresh process**
   (``--cell``): 2 untimed warm-up decodes, then 7 timed ones, their median. Cells are interleaved in rounds
   (``--rounds``): every round runs every cell once, rotating the column order, so a drifting load hits all columns;
   a cell's value is the median of its round medians, and the spread (min–max of the round medians) is reported.
 - **export once**: each model's weights and graphs go into ``--work`` (``MODEL-SETTING-seedN/variants.json`` lists the
-  variants and their files) and every cell process reads them; a later run reuses what is there.
-- **weight-read limit**: per variant, the bytes of the step graph's initializers (every weight a step reads), this
+  variants and their files) and every cell process reads them; a later run reuses what is there, unless edgecap's
+  sources changed since.
+- **weight-read limit**: per variant, the bytes of the step graph's initializers read whole (embedding tables only a
+  ``Gather`` indexes are left out: a step reads a row of them), this
   machine's streaming read rate (numpy over a buffer that fits the L3 and one 8x larger; the L3 size from
   ``/sys/devices/system/cpu/cpu0/cache``) and the limit = bytes / rate (the L3 rate when the weights fit the L3,
   else the DRAM rate). The step graph alone is timed with ONNX Runtime on one thread, at batch 1, on the inputs of a
-  mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit.
+  mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit (``--limit-only``: this part alone).
 
 Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
 
-    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, <= ~15 min
+    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
     python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
     python benchmarks/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
     python benchmarks/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
