@@ -48,7 +48,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -313,7 +313,9 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
 
 
 @contextlib.contextmanager
-def _step_model(column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]):
+def _step_model(
+    column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]
+) -> Iterator[Any]:
     """The StepModel of ``column`` (ORT sessions open for the block)."""
     from edgecap.runtimes.prefix import PrefixRerunStepModel
     from edgecap.runtimes.torch import TorchStepModel
