@@ -48,7 +48,14 @@ import torch
 from torch import Tensor, nn
 
 from edgecap.decoding import DecodeCfg, Hypothesis, RadixSpec, State, decode
-from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+from edgecap.models import (
+    EDGE_WORD_VOCAB_SIZE,
+    PAPER_WORD_VOCAB_SIZE,
+    create_model,
+    edge_settings,
+    get_model_cfg,
+    paper_settings,
+)
 from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
 from edgecap.runtimes.registry import canonical_runtime
 from edgecap.runtimes.torch import TorchStepModel
@@ -135,29 +142,45 @@ class Setup:
     weights: str
 
 
-def random_setup(name: str, batch: int, seed: int) -> Setup:
-    """Random-init ``name`` at edge settings (1280-d 7x7 grid, radix 771 classes / 124-id word vocab) + one batch."""
+#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.models``).
+SETTINGS = {"edge": edge_settings, "paper": paper_settings}
+_WORDS = {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}
+
+
+def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Setup:
+    """Random-init ``name`` + one batch of a 7x7 grid of features. ``setting="edge"``: 1280-d features, radix 771
+    classes / 124-id word vocab; ``"paper"``: the paper's feature dim and 10,001-word vocabulary (radix models spell
+    those words in base-768 digits, two per word)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
     torch.manual_seed(seed)
-    settings = edge_settings(name)
+    settings = SETTINGS[setting](name)
     model = create_model(name, **settings).eval()
     cfg = get_model_cfg(name)
     if cfg.vocab_kind == "radix":
         # The edge vocabulary (120 words + <unk>) fits one base-768 digit, as for the synthetic/COCO-small runs.
-        words = EDGE_WORD_VOCAB_SIZE - 3
+        words = _WORDS[setting] - 3
         base = cfg.radix_base
-        decode_cfg = DecodeCfg(pad_id=0, bos_id=base + 1, eos_id=base + 2, radix=RadixSpec(base, 1, words))
+        digits = 1
+        while base**digits < words:
+            digits += 1
+        decode_cfg = DecodeCfg(pad_id=0, bos_id=base + 1, eos_id=base + 2, radix=RadixSpec(base, digits, words))
         vocab = f"radix {settings['vocab_size']} classes ({words} words)"
     else:
         decode_cfg = DecodeCfg(pad_id=0, bos_id=1, eos_id=2)
         vocab = f"word {settings['vocab_size']} ids"
+    return Setup(model, decode_cfg, [grid_inputs(batch, settings["feature_dim"], seed)], name, f"random init, {vocab}")
+
+
+def grid_inputs(batch: int, feature_dim: int, seed: int) -> dict[str, Tensor]:
+    """A batch of random ReLU6-like features on a 7x7 grid, with the grid cells as boxes and every region valid."""
     g = torch.Generator().manual_seed(seed)
     regions = GRID * GRID
-    features = torch.randn(batch, regions, settings["feature_dim"], generator=g).clamp_(0, 6)  # ReLU6-like
+    features = torch.randn(batch, regions, feature_dim, generator=g).clamp_(0, 6)  # ReLU6-like
     cells = torch.arange(GRID, dtype=torch.float32) / GRID
     y, x = torch.meshgrid(cells, cells, indexing="ij")
     boxes = torch.stack([x, y, x + 1 / GRID, y + 1 / GRID], dim=-1).reshape(1, regions, 4).expand(batch, -1, -1)
-    inputs = {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
-    return Setup(model, decode_cfg, [inputs], name, f"random init, {vocab}")
+    return {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
 
 
 def run_setup(case: BenchCase) -> Setup:

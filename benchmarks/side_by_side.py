@@ -1,0 +1,805 @@
+"""Side by side: edgecap's runtimes against the re-run-prefix baseline, in captions/s, with one command.
+
+Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
+
+- **models**: the paper settings (``edgecap.models.paper_settings``: the paper's feature dim and 10,001-word
+  vocabulary) with seeded random weights, a 7x7 grid of features (``decode_cache.random_setup``); ``acort-xsmall``
+  decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``, ``max_len = steps``:
+  no caption ends early). Each decode is the full path from features to token ids, encoder included.
+- **columns**: the *re-run-prefix baseline* (torch eager :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`:
+  no cache, the whole prefix re-run every step, which is how the official ORT/ExpansionNet code decodes; the official
+  code itself is not run), edgecap torch (:class:`~edgecap.runtimes.torch.TorchStepModel`), and one edgecap ONNX
+  Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
+  precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
+  :func:`edgecap.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
+  change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
+  export folders already hold. Every column runs the same beam search.
+- **rows**: threads × batch × strategy (greedy, beam 3). One cell = one row × one column, run in a **fresh process**
+  (``--cell``): 2 untimed warm-up decodes, then 7 timed ones, their median. Cells are interleaved in rounds
+  (``--rounds``): every round runs every cell once, rotating the column order, so a drifting load hits all columns;
+  a cell's value is the median of its round medians, and the spread (min–max of the round medians) is reported.
+- **export once**: each model's weights and graphs go into ``--work`` (``MODEL-SETTING-seedN/variants.json`` lists the
+  variants and their files) and every cell process reads them; a later run reuses what is there, unless edgecap's
+  sources changed since.
+- **weight-read limit**: per variant, the bytes of the step graph's initializers read whole (embedding tables only a
+  ``Gather`` indexes are left out: a step reads a row of them), this
+  machine's streaming read rate (numpy over a buffer that fits the L3 and one 8x larger; the L3 size from
+  ``/sys/devices/system/cpu/cpu0/cache``) and the limit = bytes / rate (the L3 rate when the weights fit the L3,
+  else the DRAM rate). The step graph alone is timed with ONNX Runtime on one thread, at batch 1, on the inputs of a
+  mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit (``--limit-only``: this part alone).
+
+Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
+
+    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
+    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
+    python benchmarks/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
+    python benchmarks/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+import numpy as np  # noqa: E402
+
+BASELINE = "baseline"
+TORCH = "torch"
+ORT_PREFIX = "ort-"
+COLUMN_LABELS = {
+    BASELINE: "re-run-prefix baseline (how the official code decodes)",
+    TORCH: "edgecap torch",
+}
+#: Forced decode steps per model (the issue's protocol): radix tokens for ACORT, words for ExpansionNet v2.
+FORCED_STEPS = {"acort-xsmall": 26, "expansionnet-v2": 19}
+QUICK_MODEL = "acort-test"
+QUICK_STEPS = 6
+DEFAULT_VARIANTS = ("fp32", "int8")
+INT8 = "int8"
+#: ``--variants`` entry for every variant already in the export folders.
+EXPORTED = "exported"
+DEFAULT_PRESET = "cpu-auto"
+#: Rows per model by default (a run of <= ~15 min on a 2-core box): every row of ACORT, ExpansionNet v2's cheapest.
+#: ``--full`` gives every model the full grid; --threads/--batch/--beam replace an axis for every model.
+FULL_GRID = {"threads": (1, 2), "batch": (1, 16), "beam": (1, 3)}
+DEFAULT_GRID = {
+    "acort-xsmall": FULL_GRID,
+    "expansionnet-v2": {"threads": (1,), "batch": (1,), "beam": (3,)},
+}
+QUICK_GRID = {"threads": (1,), "batch": (1,), "beam": (1, 3)}
+WEIGHTS_FILE = "weights.safetensors"
+MANIFEST = "variants.json"
+
+
+# -- the plan ----------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    """One row of the table: a model decoding ``steps`` forced steps with ``threads`` threads, ``batch`` images per
+    call, greedy (``beam`` 1) or beam search."""
+
+    model: str
+    steps: int
+    threads: int
+    batch: int
+    beam: int
+
+    @property
+    def label(self) -> str:
+        strategy = "greedy" if self.beam == 1 else f"beam {self.beam}"
+        return f"{self.model}, {strategy}"
+
+
+def parse_model(text: str) -> tuple[str, int]:
+    """``NAME`` (forced steps from :data:`FORCED_STEPS`) or ``NAME:STEPS``."""
+    name, _, steps = text.partition(":")
+    if steps:
+        if not steps.isdigit() or int(steps) < 2:
+            raise argparse.ArgumentTypeError(f"--model {text}: STEPS must be an integer >= 2")
+        return name, int(steps)
+    if name not in FORCED_STEPS:
+        raise argparse.ArgumentTypeError(f"--model {text}: no protocol length for {name!r}; write {name}:STEPS")
+    return name, FORCED_STEPS[name]
+
+
+def parse_variant(name: str) -> dict[str, Any]:
+    """A variant name -> how it is exported: ``{"precision": p}`` for an ``export_onnx`` precision, or
+    ``{"precision": "int8", "preset": PRESET}`` for ``int8`` / ``int8:PRESET`` (a registered INT8 preset)."""
+    from edgecap.calibration.presets import list_presets
+    from edgecap.precisions import FLOAT_PRECISIONS
+
+    precision, _, preset = name.partition(":")
+    if precision == INT8:
+        preset = preset or DEFAULT_PRESET
+        if preset not in list_presets():
+            raise ValueError(f"variant {name!r}: unknown INT8 preset {preset!r}; choose one of {list_presets()}")
+        return {"precision": INT8, "preset": preset}
+    if preset or precision not in FLOAT_PRECISIONS:
+        choices = [*FLOAT_PRECISIONS, f"{INT8}[:PRESET]"]
+        raise ValueError(f"unknown variant {name!r}; choose one of {choices}")
+    return {"precision": precision}
+
+
+def plan_rows(
+    models: Sequence[tuple[str, int]],
+    *,
+    full: bool = False,
+    quick: bool = False,
+    threads: Sequence[int] | None = None,
+    batch: Sequence[int] | None = None,
+    beam: Sequence[int] | None = None,
+) -> list[Row]:
+    """The rows to measure: each model's grid (default, ``full`` or ``quick``) with explicit axes replacing its own."""
+    rows = []
+    for name, steps in models:
+        grid = QUICK_GRID if quick else FULL_GRID if full else DEFAULT_GRID.get(name, FULL_GRID)
+        axes = {"threads": threads or grid["threads"], "batch": batch or grid["batch"], "beam": beam or grid["beam"]}
+        for value in (v for axis in axes.values() for v in axis):
+            if value < 1:
+                raise ValueError(f"threads, batch and beam must be >= 1, got {value}")
+        for b in axes["beam"]:
+            for n in axes["batch"]:
+                for t in axes["threads"]:
+                    rows.append(Row(name, steps, t, n, b))
+    return rows
+
+
+def ort_variants(requested: Sequence[str], manifests: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The ORT columns: the requested variants in order, where ``exported`` stands for every variant the export
+    folders list (also those exported by an earlier run with other ``--variants``)."""
+    out: list[str] = []
+    for name in requested:
+        found = [v for m in manifests.values() for v in m["variants"]] if name == EXPORTED else [name]
+        out += [v for v in found if v not in out]
+    return out
+
+
+def columns_for(variants: Sequence[str], baseline: bool = True) -> list[str]:
+    """The table's columns: baseline, torch, then one ``ort-VARIANT`` per ORT variant."""
+    return [*([BASELINE] if baseline else []), TORCH, *(ORT_PREFIX + v for v in variants)]
+
+
+def round_cells(rows: Sequence[Row], columns: Sequence[str], round_index: int) -> list[tuple[Row, str]]:
+    """The cells of one round: every row, its columns rotated by the round (and the rows reversed every other
+    round), so that no column always runs first or right after another's heavy cell."""
+    shift = round_index % len(columns)
+    rotated = [*columns[shift:], *columns[:shift]]
+    ordered_rows = rows if round_index % 2 == 0 else list(reversed(rows))
+    return [(row, column) for row in ordered_rows for column in rotated]
+
+
+# -- export once into --work -----------------------------------------------------------------------------------------
+def model_dir(work: Path, model: str, setting: str, seed: int) -> Path:
+    return work / f"{model}-{setting}-seed{seed}"
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """``variants.json`` of an export folder (empty variants when there is none yet)."""
+    path = directory / MANIFEST
+    if not path.is_file():
+        return {"variants": {}}
+    return json.loads(path.read_text())
+
+
+def source_fingerprint() -> str:
+    """A digest of edgecap's sources: an export folder made by other code (another step graph, another INT8 preset
+    definition) is exported again rather than reused."""
+    import edgecap
+
+    digest = hashlib.sha1()
+    package = Path(edgecap.__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _numpy_inputs(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {k: v.numpy() if hasattr(v, "numpy") else np.asarray(v) for k, v in inputs.items()}
+
+
+def prepare_model(
+    work: Path, model: str, steps: int, variants: Sequence[str], seed: int, setting: str, log: Any = print
+) -> dict[str, Any]:
+    """Export ``model``'s weights and every variant in ``variants`` missing from its folder under ``work``; returns
+    the folder's manifest (variant -> graph files relative to the folder)."""
+    import decode_cache
+    import torch
+    from safetensors.torch import load_model, save_model
+
+    from edgecap._io import atomic_path, atomic_write_bytes, atomic_write_json
+
+    directory = model_dir(work, model, setting, seed)
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = read_manifest(directory)
+    fingerprint = source_fingerprint()
+    if manifest.get("source") != fingerprint:
+        manifest = {"variants": {}}  # other code made (or nothing made) these graphs: export them again
+        (directory / WEIGHTS_FILE).unlink(missing_ok=True)
+    wanted = [v for v in variants if v not in manifest["variants"]]
+    if not wanted and (directory / WEIGHTS_FILE).is_file():
+        return manifest
+    setup = decode_cache.random_setup(model, 1, seed, setting)
+    weights = directory / WEIGHTS_FILE
+    if weights.is_file():
+        load_model(setup.model, str(weights))
+    else:
+        with atomic_path(weights) as tmp:  # written once: every later export and cell uses these weights
+            save_model(setup.model, str(tmp))
+    manifest.update({"model": model, "setting": setting, "seed": seed, "weights": WEIGHTS_FILE, "source": fingerprint})
+    manifest.update({"description": setup.weights})
+    specs = {v: parse_variant(v) for v in wanted}
+    float_precisions = sorted({s["precision"] for s in specs.values() if s["precision"] != INT8} | {"fp32"})
+    from edgecap.export import export_onnx
+
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        exported = export_onnx(setup.model, None, precisions=float_precisions, parity=False)
+    log(f"   exported {model} {float_precisions} in {time.perf_counter() - t0:.0f} s")
+    roles = exported.spec.runtime_graphs
+    for variant, spec in specs.items():
+        if spec["precision"] == INT8:
+            from edgecap.calibration import quantize_int8
+
+            t0 = time.perf_counter()
+            cfg = setup.decode_cfg.replace(strategy="beam", beam_size=3, n_best=1, max_len=steps, min_len=steps - 1)
+            # calibration feeds: the benchmark's input distribution, other draws than the timed batch
+            feature_dim = decode_cache.SETTINGS[setting](model)["feature_dim"]
+            feeds = [_numpy_inputs(decode_cache.grid_inputs(4, feature_dim, seed + 1 + i)) for i in range(4)]
+            result = quantize_int8(
+                exported.runtime_models("fp32"), exported.spec, feeds, cfg, preset=spec["preset"], progress=False
+            )
+            models = result.models
+            record = {**spec, "resolved_preset": result.preset}
+            log(f"   quantised {model} {variant} ({result.preset}) in {time.perf_counter() - t0:.0f} s")
+        else:
+            models = exported.runtime_models(spec["precision"])
+            record = dict(spec)
+        files = {}
+        for role, graph in models.items():
+            name = f"{variant.replace(':', '-')}/{roles[role]}.onnx"
+            atomic_write_bytes(directory / name, graph.SerializeToString())
+            files[role] = name
+        manifest["variants"][variant] = {**record, "files": files}
+        atomic_write_json(directory / MANIFEST, manifest)
+    return manifest
+
+
+# -- one cell, in a fresh process --------------------------------------------------------------------------------------
+class _Capture:
+    """Forwards a StepModel and keeps the (tokens, state) fed to step number ``at`` (0-based)."""
+
+    def __init__(self, inner: Any, at: int) -> None:
+        self.inner, self.at, self.calls = inner, at, 0
+        self.captured: tuple[np.ndarray, Mapping[str, Any]] | None = None
+
+    def encode(self, inputs: Mapping[str, Any]) -> Any:
+        self.calls = 0
+        return self.inner.encode(inputs)
+
+    def step(self, tokens: np.ndarray, state: Any) -> Any:
+        if self.calls == self.at:
+            self.captured = (np.array(tokens, copy=True), dict(state))
+        self.calls += 1
+        return self.inner.step(tokens, state)
+
+    def select(self, state: Any, index: np.ndarray) -> Any:
+        return self.inner.select(state, index)
+
+
+def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
+    return {
+        "providers": "cpu",
+        "intra_op_threads": threads,
+        "inter_op_threads": 1,
+        "session_config": dict(session_config),
+    }
+
+
+@contextlib.contextmanager
+def _step_model(
+    column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]
+) -> Iterator[Any]:
+    """The StepModel of ``column`` (ORT sessions open for the block)."""
+    from edgecap.runtimes.prefix import PrefixRerunStepModel
+    from edgecap.runtimes.torch import TorchStepModel
+
+    if column == BASELINE:
+        yield PrefixRerunStepModel(setup.model)
+    elif column == TORCH:
+        yield TorchStepModel(setup.model)
+    elif column.startswith(ORT_PREFIX):
+        from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+
+        variant = column[len(ORT_PREFIX) :]
+        record = manifest["variants"].get(variant)
+        if record is None:
+            raise SystemExit(
+                f"error: {directory / MANIFEST} has no variant {variant!r} (has {list(manifest['variants'])})"
+            )
+        files = record["files"]
+        with create_ort_step_model(directory / files["encoder"], directory / files["step"], **options) as sm:
+            yield sm
+    else:
+        raise SystemExit(f"error: unknown column {column!r}")
+
+
+def _cell_setup(spec: Mapping[str, Any]) -> tuple[Any, Any, Path, dict[str, Any]]:
+    import decode_cache
+    import torch
+    from safetensors.torch import load_model
+
+    torch.set_num_threads(int(spec["threads"]))
+    directory = Path(spec["dir"])
+    manifest = read_manifest(directory)
+    setup = decode_cache.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"])
+    load_model(setup.model, str(directory / manifest["weights"]))
+    beam = int(spec["beam"])
+    steps = int(spec["steps"])
+    cfg = setup.decode_cfg.replace(
+        strategy="beam" if beam > 1 else "greedy", beam_size=beam, n_best=1, max_len=steps, min_len=steps - 1
+    )
+    return setup, cfg, directory, manifest
+
+
+def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Warm-ups then timed decodes of one cell; captions/s of the median, and a digest of the decoded tokens."""
+    import torch
+
+    from edgecap.decoding import decode
+
+    setup, cfg, directory, manifest = _cell_setup(spec)
+    inputs = setup.batches[0]
+    options = _ort_options(int(spec["threads"]), spec.get("session_config", {}))
+    times, digest = [], None
+    with torch.inference_mode(), _step_model(spec["column"], setup, directory, manifest, options) as step_model:
+        for i in range(int(spec["warmup"]) + int(spec["repeats"])):
+            start = time.perf_counter()
+            result = decode(step_model, inputs, cfg)
+            elapsed = time.perf_counter() - start
+            if i >= int(spec["warmup"]):
+                times.append(elapsed)
+                tokens = [hyps[0].tokens if hyps else [] for hyps in result]
+                digest = digest or hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:12]
+                lengths = [len(t) for t in tokens]
+    median = statistics.median(times)
+    return {
+        "times_s": times,
+        "median_s": median,
+        "captions_per_s": int(spec["batch"]) / median,
+        "tokens_sha1": digest,
+        "mean_tokens": statistics.mean(lengths),
+        **({"ort_options": options} if spec["column"].startswith(ORT_PREFIX) else {}),
+    }
+
+
+def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The step graph of one ORT variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of a
+    decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step."""
+    from edgecap.decoding import decode
+
+    out = {}
+    for beam in spec["beams"]:
+        setup, cfg, directory, manifest = _cell_setup({**spec, "beam": beam, "batch": 1})
+        options = _ort_options(1, spec.get("session_config", {}))
+        with _step_model(ORT_PREFIX + spec["variant"], setup, directory, manifest, options) as step_model:
+            capture = _Capture(step_model, int(spec["steps"]) // 2)
+            decode(capture, setup.batches[0], cfg)
+            tokens, state = capture.captured
+            session = step_model.step_runtime.session
+            dtypes = {i.name: i.type for i in session.get_inputs()}
+            token_dtype = np.int32 if dtypes[step_model.tokens_name] == "tensor(int32)" else np.int64
+            feed = {step_model.tokens_name: tokens.astype(token_dtype)}
+            feed.update({name: np.asarray(state[name]) for name in step_model.state_names})
+            for _ in range(10):
+                session.run(None, feed)
+            times = []
+            deadline = time.perf_counter() + float(spec["seconds"])
+            while len(times) < int(spec["iters"]) or time.perf_counter() < deadline:
+                start = time.perf_counter()
+                session.run(None, feed)
+                times.append(time.perf_counter() - start)
+                if len(times) >= 20 * int(spec["iters"]):
+                    break
+        out[str(beam)] = {"rows": int(tokens.shape[0]), "median_s": statistics.median(times), "runs": len(times)}
+    return out
+
+
+# -- the weight-read limit -------------------------------------------------------------------------------------------
+def step_weight_bytes(path: Path) -> int:
+    """Bytes of the initializers the step graph's nodes read whole (each counted once), at their stored dtype.
+
+    A table only indexed by ``Gather`` (token and position embeddings) is left out: a step reads one row of it per
+    hypothesis, not the table; a table a matmul also reads (tied output weights) counts whole."""
+    import onnx
+    from onnx import helper
+
+    model = onnx.load(str(path))
+    read_whole = {
+        name
+        for node in model.graph.node
+        for index, name in enumerate(node.input)
+        if not (node.op_type == "Gather" and index == 0)
+    }
+    total = 0
+    for init in model.graph.initializer:
+        if init.name in read_whole:
+            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+            total += int(np.prod(init.dims, dtype=np.int64)) * itemsize
+    return total
+
+
+def l3_bytes(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> int | None:
+    """The L3 size of CPU 0 from sysfs (``32768K`` -> bytes); None when unreadable."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    try:
+        for index in sorted(root.glob("index*")):
+            if (index / "level").read_text().strip() == "3":
+                size = (index / "size").read_text().strip()
+                return int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size)
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def read_rate(nbytes: int, repeats: int = 9) -> float:
+    """Bytes/s a numpy dot product streams through two float32 buffers of ``nbytes`` in all (median of repeats)."""
+    half = max(1, nbytes // 8)
+    a, b = np.ones(half, np.float32), np.ones(half, np.float32)
+    float(np.dot(a, b))  # touch the pages first
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        float(np.dot(a, b))
+        times.append(time.perf_counter() - start)
+    return 8 * half / statistics.median(times)
+
+
+def memory_rates(l3: int | None) -> dict[str, Any]:
+    """The read rate of a buffer half the L3 size (fits) and of one 8x the L3 (streams from DRAM)."""
+    l3_size = l3 or 32 << 20
+    return {
+        "l3_bytes": l3,
+        "l3_fit_buffer_bytes": l3_size // 2,
+        "l3_GBps": read_rate(l3_size // 2, repeats=31) / 1e9,
+        "dram_buffer_bytes": 8 * l3_size,
+        "dram_GBps": read_rate(8 * l3_size) / 1e9,
+    }
+
+
+def weight_limit(weight_bytes: int, rates: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-step time of reading the weights once: at the L3 rate when they fit the L3, else the DRAM rate."""
+    fits = rates["l3_bytes"] is not None and weight_bytes <= rates["l3_bytes"]
+    rate = rates["l3_GBps"] if fits else rates["dram_GBps"]
+    return {"weight_bytes": weight_bytes, "fits_l3": fits, "rate_GBps": rate, "limit_s": weight_bytes / (rate * 1e9)}
+
+
+# -- driving the cells -------------------------------------------------------------------------------------------------
+def _run_child(payload: Mapping[str, Any], flag: str, timeout: float) -> dict[str, Any]:
+    """Run this script with ``flag JSON`` in a fresh process; its last stdout line is the JSON result."""
+    from stages import child_env
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), flag, json.dumps(payload)]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), check=False)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"error": f"exit {done.returncode}: " + " | ".join(tail)}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A cell's round results -> the median of round medians (captions/s), its min–max spread, the token digests."""
+    good = [s for s in samples if "error" not in s]
+    if not good:
+        return {"captions_per_s": None, "errors": [s["error"] for s in samples]}
+    values = [s["captions_per_s"] for s in good]
+    median = statistics.median(values)
+    return {
+        "captions_per_s": median,
+        "min": min(values),
+        "max": max(values),
+        "spread": (max(values) - min(values)) / median,
+        "rounds": values,
+        "tokens_sha1": sorted({s["tokens_sha1"] for s in good}),
+        "errors": [s["error"] for s in samples if "error" in s],
+    }
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value:.2f}" if value < 10 else f"{value:.1f}"
+
+
+def markdown(report: Mapping[str, Any]) -> str:
+    """The side-by-side table (captions/s, ratio to the baseline column) and the weight-read limit table."""
+    columns = report["columns"]
+    head = [COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns]
+    lines = []
+    if report["rows"]:
+        lines += _table_lines(report, head)
+    limit = report.get("limit")
+    if limit:
+        lines += _limit_lines(limit)
+    return "\n".join(lines).strip("\n") + "\n"
+
+
+def _table_lines(report: Mapping[str, Any], head: Sequence[str]) -> list[str]:
+    columns = report["columns"]
+    lines = [
+        "| model, strategy | batch | threads | " + " | ".join(head) + " |",
+        "|---|---:|---:|" + "---:|" * len(columns),
+    ]
+    for row in report["rows"]:
+        cells = row["cells"]
+        base = cells.get(BASELINE, {}).get("captions_per_s")
+        out = []
+        for column in columns:
+            value = cells.get(column, {}).get("captions_per_s")
+            text = _fmt(value)
+            if value is not None and base and column != BASELINE:
+                text += f" ({value / base:.1f}×)"
+            out.append(text)
+        lines.append(f"| {row['label']} | {row['batch']} | {row['threads']} | " + " | ".join(out) + " |")
+    spreads = [c["spread"] for r in report["rows"] for c in r["cells"].values() if c.get("spread") is not None]
+    lines.append("")
+    lines.append(
+        f"captions/s, median of {report['rounds']} round(s) of a fresh process per cell ({report['warmup']} warm-ups, "
+        f"median of {report['repeats']} timed decodes); ratios vs the re-run-prefix baseline."
+    )
+    if spreads and report["rounds"] > 1:
+        lines.append(
+            "Spread (max − min of a cell's round medians, over its median): "
+            f"median {100 * statistics.median(spreads):.0f} %, largest {100 * max(spreads):.0f} %."
+        )
+    mismatched = [
+        r["label"] + f", batch {r['batch']}, threads {r['threads']}" for r in report["rows"] if not r["same_tokens"]
+    ]
+    lines.append(
+        "Tokens: every FP32 column decoded the baseline's tokens."
+        if not mismatched
+        else f"Tokens differ between FP32 columns in: {'; '.join(mismatched)}."
+    )
+    return lines
+
+
+def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
+    rates = limit["memory"]
+    l3 = rates["l3_bytes"]
+    lines = [
+        "",
+        f"Weight-read limit: read rate {rates['l3_GBps']:.1f} GB/s in the L3 "
+        f"({'%.0f MB' % (l3 / 2**20) if l3 else 'size unknown'}), {rates['dram_GBps']:.1f} GB/s from DRAM; "
+        "step weights = initializers the step graph reads whole (embedding tables a Gather indexes left out); "
+        "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs.",
+        "",
+        "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit |",
+        "|---|---|---:|---|---:|---:|---:|",
+    ]
+    for item in limit["steps"]:
+        if "error" in item:
+            lines.append(f"| {item['model']} | {item['variant']} | | | | {item['error']} | |")
+            continue
+        lim = item["limit"]
+        for timing in item["timing"].values():
+            lines.append(
+                f"| {item['model']} | {item['variant']} | {lim['weight_bytes'] / 1e6:.2f} "
+                f"| {'yes' if lim['fits_l3'] else 'no'} | {1e6 * lim['limit_s']:.0f} "
+                f"| {1e6 * timing['median_s']:.0f} ({timing['rows']}) "
+                f"| {timing['median_s'] / lim['limit_s']:.1f}× |"
+            )
+    return lines
+
+
+def _same_tokens(cells: Mapping[str, Mapping[str, Any]], manifest: Mapping[str, Any]) -> bool:
+    """Whether the baseline, torch and every FP32 ORT column decoded the same tokens in every round."""
+    fp32 = [
+        c
+        for c in cells
+        if not c.startswith(ORT_PREFIX) or manifest["variants"].get(c[len(ORT_PREFIX) :], {}).get("precision") == "fp32"
+    ]
+    digests = {d for c in fp32 for d in cells[c].get("tokens_sha1", [])}
+    return len(digests) <= 1
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", action="append", type=parse_model, help="NAME or NAME:STEPS (repeatable; default "
+                   f"{', '.join(f'{k}:{v}' for k, v in FORCED_STEPS.items())})")  # fmt: skip
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                   help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
+                   "exported (every variant already in --work) (default %(default)s)")  # fmt: skip
+    p.add_argument("--threads", action="append", type=int, help="threads per cell (repeatable; replaces the grid's)")
+    p.add_argument("--batch", action="append", type=int, help="images per decode (repeatable; replaces the grid's)")
+    p.add_argument("--beam", action="append", type=int, help="beam size, 1 = greedy (repeatable; replaces the grid's)")
+    p.add_argument("--full", action="store_true", help="every model at threads 1,2 x batch 1,16 x greedy, beam 3")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, interleaved (default 3)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed decodes per cell (2)")
+    p.add_argument("--repeats", type=int, default=7, help="timed decodes per cell, median (7)")
+    p.add_argument("--setting", choices=("paper", "edge"), default="paper", help="model settings (default paper)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-baseline", action="store_true", help="skip the re-run-prefix baseline column")
+    p.add_argument("--no-limit", action="store_true", help="skip the weight-read limit")
+    p.add_argument("--limit-only", action="store_true", help="only the weight-read limit (no side-by-side cells)")
+    p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="ONNX Runtime session config entry for every ORT cell,\n"
+                   "e.g. session.intra_op.allow_spinning=0 (repeatable)")  # fmt: skip
+    p.add_argument("--cell-timeout", type=float, default=1200.0, help="seconds before a cell process is stopped")
+    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_MODEL}, {QUICK_STEPS} steps, 1 round")
+    p.add_argument("--work", type=Path, default=Path("side_by_side_work"), help="export cache folder")
+    p.add_argument("--out", type=Path, default=Path("side_by_side_out"), help="where the JSON and markdown go")
+    p.add_argument("--cell", help=argparse.SUPPRESS)
+    p.add_argument("--step-timing", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.model = args.model or [(QUICK_MODEL, QUICK_STEPS)]
+        args.rounds, args.warmup, args.repeats = 1, 1, 2
+    if args.limit_only and args.no_limit:
+        p.error("--limit-only and --no-limit exclude each other")
+    if args.rounds < 1 or args.repeats < 1 or args.warmup < 0:
+        p.error("--rounds and --repeats must be >= 1, --warmup >= 0")
+    try:
+        args.variant_list = [v for v in args.variants.split(",") if v]
+        for variant in args.variant_list:
+            if variant != EXPORTED:
+                parse_variant(variant)
+        args.session_config = dict(_key_value(item) for item in args.ort_config)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--ort-config {item!r}: expected KEY=VALUE")
+    return key, value
+
+
+def _environment() -> dict[str, Any]:
+    import decode_cache
+    import onnxruntime
+
+    return {**decode_cache.environment(), "onnxruntime": onnxruntime.__version__}
+
+
+def _child_main(flag: str, payload: str) -> int:
+    spec = json.loads(payload)
+    result = run_cell(spec) if flag == "cell" else run_step_timing(spec)
+    print(json.dumps(result))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.cell:
+        return _child_main("cell", args.cell)
+    if args.step_timing:
+        return _child_main("step", args.step_timing)
+    from edgecap._io import atomic_write_json, atomic_write_text
+
+    models = args.model or [(name, steps) for name, steps in FORCED_STEPS.items()]
+    try:
+        rows = plan_rows(
+            models, full=args.full, quick=args.quick, threads=args.threads, batch=args.batch, beam=args.beam
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    command = shlex.join(["python", "benchmarks/side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
+    print(f"== export into {args.work}", flush=True)
+    manifests = {}
+    for name, steps in models:
+        wanted = [v for v in args.variant_list if v != EXPORTED]
+        manifests[name] = prepare_model(args.work, name, steps, wanted, args.seed, args.setting)
+    variants = ort_variants(args.variant_list, manifests)
+    columns = columns_for(variants, baseline=not args.no_baseline)
+    report: dict[str, Any] = {
+        "command": command,
+        "environment": _environment(),
+        "setting": args.setting,
+        "seed": args.seed,
+        "rounds": args.rounds,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "columns": columns,
+        "column_labels": {c: COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns},
+        "session_config": args.session_config,
+        "variants": {name: m["variants"] for name, m in manifests.items()},
+    }
+    samples: dict[tuple[Row, str], list[dict[str, Any]]] = {}
+    for r in range(0 if args.limit_only else args.rounds):
+        cells = round_cells(rows, columns, r)
+        print(f"== round {r + 1}/{args.rounds}: {len(cells)} cells", flush=True)
+        for row, column in cells:
+            if column.startswith(ORT_PREFIX) and column[len(ORT_PREFIX) :] not in manifests[row.model]["variants"]:
+                samples.setdefault((row, column), [])  # "exported" listed a variant this model does not have
+                continue
+            payload = {
+                **asdict(row), "column": column, "dir": str(model_dir(args.work, row.model, args.setting, args.seed)),
+                "seed": args.seed, "setting": args.setting, "warmup": args.warmup, "repeats": args.repeats,
+                "session_config": args.session_config,
+            }  # fmt: skip
+            result = _run_child(payload, "--cell", args.cell_timeout)
+            samples.setdefault((row, column), []).append(result)
+            shown = result.get("error") or f"{result['captions_per_s']:.2f} captions/s"
+            print(f"   {row.label}, batch {row.batch}, threads {row.threads}, {column}: {shown}", flush=True)
+    report["rows"] = []
+    for row in [] if args.limit_only else rows:
+        cells = {column: aggregate(samples[(row, column)]) for column in columns}
+        report["rows"].append(
+            {
+                **asdict(row),
+                "label": row.label,
+                "cells": cells,
+                "same_tokens": _same_tokens(cells, manifests[row.model]),
+            }
+        )
+    if not args.no_limit:
+        report["limit"] = measure_limits(args, models, manifests, rows, variants)
+    report["environment"]["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(args.out / "side_by_side.json", report)
+    text = markdown(report)
+    atomic_write_text(args.out / "side_by_side.md", f"`{command}`\n\n{text}")
+    print(text)
+    print(f"wrote {args.out / 'side_by_side.json'} and {args.out / 'side_by_side.md'}", file=sys.stderr)
+    failed = [c for r in report["rows"] for c in r["cells"].values() if c["errors"]]
+    return 1 if failed else 0
+
+
+def measure_limits(
+    args: argparse.Namespace,
+    models: Sequence[tuple[str, int]],
+    manifests: Mapping[str, Any],
+    rows: Sequence[Row],
+    variants: Sequence[str],
+) -> dict[str, Any]:
+    """The machine's read rates, then per model and ORT variant the weight bytes, the limit and the step time."""
+    print("== weight-read limit", flush=True)
+    rates = memory_rates(l3_bytes())
+    steps = []
+    for name, forced in models:
+        directory = model_dir(args.work, name, args.setting, args.seed)
+        beams = sorted({row.beam for row in rows if row.model == name})
+        for variant in (v for v in variants if v in manifests[name]["variants"]):
+            record = manifests[name]["variants"][variant]
+            limit = weight_limit(step_weight_bytes(directory / record["files"]["step"]), rates)
+            payload = {
+                "model": name, "steps": forced, "threads": 1, "dir": str(directory), "seed": args.seed,
+                "setting": args.setting, "variant": variant, "beams": beams, "iters": 5 if args.quick else 200,
+                "seconds": 0.0 if args.quick else 2.0, "session_config": args.session_config,
+            }  # fmt: skip
+            timing = _run_child(payload, "--step-timing", args.cell_timeout)
+            item = {"model": name, "variant": variant, "limit": limit}
+            if "error" in timing:
+                item["error"] = timing["error"]
+            else:
+                item["timing"] = timing
+                for t in timing.values():
+                    t["ratio_to_limit"] = t["median_s"] / limit["limit_s"]
+            steps.append(item)
+            print(f"   {name} {variant}: {json.dumps(item)}", flush=True)
+    return {"memory": rates, "steps": steps}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
