@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import edgecap.calibration.presets as presets_module
-import edgecap.export.spec as export_spec_module
 import edgecap.models._registry as models_registry
 from edgecap import Captioner
 from edgecap.runtimes import registry as runtimes_registry
@@ -35,7 +34,6 @@ def isolated_registries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path
         (runtimes_registry, "_REGISTRY"),
         (runtimes_registry, "_ALIASES"),
         (presets_module, "_PRESETS"),
-        (export_spec_module, "_OVERRIDES"),
     ):
         monkeypatch.setattr(module, name, dict(getattr(module, name)))
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -21,7 +21,6 @@ from edgecap.export.spec import (
     Tolerance,
     get_export_spec,
     list_export_families,
-    register_export_spec,
 )
 
 _LAZY: dict[str, str] = {
@@ -48,7 +47,6 @@ __all__ = [
     "Tolerance",
     "get_export_spec",
     "list_export_families",
-    "register_export_spec",
     *_LAZY,
 ]
 

@@ -36,7 +36,6 @@ __all__ = [
     "Tolerance",
     "get_export_spec",
     "list_export_families",
-    "register_export_spec",
 ]
 
 #: The dynamo exporter's native opset (torch 2.13+); LayerNormalization needs >= 17.
@@ -325,34 +324,20 @@ class ExportSpec:
 
 #: builder(model, *, backbone, name) -> ExportSpec
 SpecBuilder = Callable[..., ExportSpec]
-#: family -> builder registered at run time, in place of the family's own ``FamilyHooks.export_spec``.
-_OVERRIDES: dict[str, SpecBuilder] = {}
-
-
-def register_export_spec(family: str, builder: SpecBuilder) -> SpecBuilder:
-    """Use ``builder(model, *, backbone=None, name=None) -> ExportSpec`` for models whose ``cfg.family`` is ``family``,
-    in place of the family's ``FamilyHooks.export_spec`` (an experiment, a test). A family's own spec belongs in its
-    hooks. Returns ``builder``."""
-    if not isinstance(family, str) or not family:
-        raise ExportSpecError(f"family must be a non-empty string, got {family!r}")
-    _OVERRIDES[family] = builder
-    return builder
 
 
 def _builder(family: str) -> SpecBuilder | None:
     from edgecap.models import family_hooks
 
-    if family in _OVERRIDES:
-        return _OVERRIDES[family]
     hooks = family_hooks(family)
     return hooks.resolve("export_spec") if hooks.export_spec is not None else None
 
 
 def list_export_families() -> list[str]:
-    """Families that have an export spec (their hooks name one, or one was registered)."""
+    """Families that have an export spec (their ``FamilyHooks.export_spec`` names one)."""
     from edgecap.models import family_hooks, list_families
 
-    return sorted({f for f in list_families() if family_hooks(f).export_spec is not None} | set(_OVERRIDES))
+    return sorted(f for f in list_families() if family_hooks(f).export_spec is not None)
 
 
 def get_export_spec(
