@@ -4,6 +4,8 @@ Two measurements of one random-init model at edge settings (``decode_cache.rando
 FP32 ``init`` and ``step`` graphs exported once and run on ONNX Runtime's CPU provider (intra-op threads
 ``--threads``, spinning off):
 
+The graphs use the exported cache layout, or a candidate of ``step_layouts.py`` (``--layout``).
+
 - **decode split**: full ``decode()`` calls (forced length: ``min_len = steps - 1``, ``max_len = steps``, so every
   hypothesis runs every step) through :class:`~edgecap.bench.harness.TimedStepModel`: the ``init`` graph
   (``encode``), the step graph's runs (``step``, including the adapter's few µs), the state gathers of the beam
@@ -36,7 +38,6 @@ import shlex
 import statistics
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,7 +46,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_cache import random_setup  # noqa: E402  (a sibling script)
+from decode_cache import random_setup  # noqa: E402  (sibling scripts)
+from step_layouts import CLOCKS, LAYOUTS, layout  # noqa: E402
 
 from edgecap.bench.harness import TimedStepModel  # noqa: E402
 from edgecap.decoding import decode  # noqa: E402
@@ -65,7 +67,6 @@ ELEMENTWISE_OPS = frozenset(
     | {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "Sqrt", "Pow", "Tanh"}
     | {"Sigmoid", "Exp", "Neg", "Erf", "ReduceMean", "ReduceSum", "Equal", "Less", "Not", "And", "QuickGelu"}
 )
-CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
 def node_kinds(model: Any) -> dict[str, str]:
@@ -145,8 +146,8 @@ def profile_step(
         session = ort.InferenceSession(str(step_path), options, providers=["CPUExecutionProvider"])
         feed: dict[str, np.ndarray] = {"tokens": tokens}
         for name, value in state.items():
-            if value.ndim == 5 and value.shape[3] == 0:  # a self-attention cache (B, L, H, T, d_k)
-                shape = (*value.shape[:3], past, value.shape[4])
+            if 0 in value.shape[1:]:  # a self-attention cache: its empty axis is the cache length
+                shape = tuple(past if size == 0 else size for size in value.shape)
                 value = np.random.default_rng(past).standard_normal(shape, dtype=np.float32)
             feed[name] = value
         for _ in range(runs):
@@ -194,7 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         setups = {b: random_setup(args.model, b, args.seed) for b in args.batch}
         model = setups[args.batch[0]].model
-        graphs = export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
+        with layout(model.eval(), args.layout) as exported:
+            graphs = export_onnx(exported, None, precisions=["fp32"], parity=False).runtime_models("fp32")
         paths = {role: work / f"{role}.onnx" for role in graphs}
         for role, graph in graphs.items():  # in-memory ModelProtos: the profiler needs files
             paths[role].write_bytes(graph.SerializeToString())
@@ -263,6 +265,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy); default 3")
     p.add_argument("--steps", type=int, default=26, help="forced decode steps (max_len; min_len = steps - 1); 26")
     p.add_argument("--past", action="append", type=int, help="cache lengths to profile the step graph at (repeatable)")
+    p.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0], help="step-graph cache layout (step_layouts.py)")
     p.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="cpu (thread time, default) or wall")
     p.add_argument("--warmup", type=int, default=2)
