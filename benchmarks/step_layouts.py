@@ -6,8 +6,8 @@ layer, the Concat that stacks the layers again) and once more in the beam reorde
 
 - ``stacked``: the exported graph as it is (the reference);
 - ``per-layer``: one cache input and output per decoder position (``self_k0``, ``self_k1`` …), so the graph's only
-  cache copy is each layer's Concat (the Split and the stack are gone). Built by exporting the same weights through
-  a subclass whose ``state_names``/``start``/``step`` use that layout (the arithmetic of a step is unchanged).
+  cache copy is each layer's Concat (the Split and the stack are gone): ``ort_export_spec(model,
+  cache_layout="per-layer")`` (:mod:`edgecap.export.specs.layer_caches`; the arithmetic of a step is unchanged).
 
 Each candidate decodes the same random-init model (``decode_cache.random_setup``) on ONNX Runtime (FP32, one
 intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.
@@ -27,7 +27,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,87 +38,34 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cache import random_setup  # noqa: E402  (a sibling script)
 
 from edgecap.decoding import decode  # noqa: E402
-from edgecap.models.layers.transformer import _unique_entry  # noqa: E402
+from edgecap.export.specs.layer_caches import CACHE_LAYOUTS  # noqa: E402
 
-LAYOUTS = ("stacked", "per-layer")
+LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
 #: machine) or wall time (a quiet machine).
 CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
-def per_layer_class(base: type) -> type:
-    """A subclass of the ORT/ACORT captioner class ``base`` whose self-attention caches are one state per decoder
-    position: ``self_k{i}`` (B, H, T, d_k) and, unless Share-KV, ``self_v{i}``."""
+def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
+    """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
+    the family's own export (any family), ``per-layer`` the ORT/ACORT spec's option."""
+    from edgecap.export import export_onnx
+    from edgecap.export.specs.ort import ort_export_spec
 
-    class PerLayer(base):  # type: ignore[misc, valid-type]
-        @property
-        def state_names(self) -> tuple[str, ...]:
-            names = [n for n in base.state_names.fget(self) if n not in ("self_k", "self_v")]
-            for i in range(len(self.decoder.layers)):
-                names.append(f"self_k{i}")
-                if self._separate_values:
-                    names.append(f"self_v{i}")
-            return tuple(names)
-
-        def _split_caches(self, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            for name in ("self_k", "self_v"):
-                stacked = state.pop(name, None)
-                if stacked is not None:
-                    for i in range(stacked.shape[1]):
-                        state[f"{name}{i}"] = stacked[:, i]
-            return state
-
-        def _start_impl(self, *args: Any, **kwargs: Any) -> dict[str, torch.Tensor]:
-            return self._split_caches(dict(base._start_impl(self, *args, **kwargs)))
-
-        def _step_impl(self, tokens: torch.Tensor, state: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, Any]:
-            x = self.embed(tokens[:, None], start=state["self_k0"].shape[2], extra=state.get("level_embed"))
-            decoder, new_state = self.decoder, dict(state)
-            cross_k, cross_v = state["cross_k"], state.get("cross_v")
-            for pos, layer in enumerate(decoder.layers):
-                u = decoder.layers.layer_map[pos]
-                ck = _unique_entry(cross_k, u)
-                cv = ck if cross_v is None else _unique_entry(cross_v, u)
-                x, k, v = layer.step(x, state[f"self_k{pos}"], state.get(f"self_v{pos}"), ck, cv, state["memory_bias"])
-                new_state[f"self_k{pos}"] = k
-                if v is not None:
-                    new_state[f"self_v{pos}"] = v
-            return torch.log_softmax(self.output_proj(decoder.norm(x)[:, 0]), dim=-1), new_state
-
-    PerLayer.__name__ = PerLayer.__qualname__ = f"PerLayer{base.__name__}"
-    return PerLayer
-
-
-@contextlib.contextmanager
-def layout(model: nn.Module, name: str) -> Iterator[nn.Module]:
-    """``model`` with the cache layout ``name`` while the context is open (its class swapped, weights shared)."""
-    if name not in LAYOUTS:
-        raise ValueError(f"unknown layout {name!r}; choose from {LAYOUTS}")
     if name == "stacked":
-        yield model
-        return
-    if not hasattr(model, "decoder") or not hasattr(model.decoder, "layers"):
-        raise ValueError(f"the per-layer layout is written for the ORT/ACORT decoder, not {type(model).__name__}")
-    original = model.__class__
-    model.__class__ = per_layer_class(original)
-    try:
-        yield model
-    finally:
-        model.__class__ = original
+        return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    spec = ort_export_spec(model.eval(), cache_layout=name)
+    return export_onnx(spec=spec, precisions=["fp32"], parity=False).runtime_models("fp32")
 
 
 def run(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
-    from edgecap.export import export_onnx
     from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
     torch.set_num_threads(1)
     clock = CLOCKS[args.clock]
     setups = {b: random_setup(args.model, b, args.seed) for b in args.batch}
     model = setups[args.batch[0]].model.eval()
-    graphs = {}
-    for name in args.layout:
-        with layout(model, name) as m:
-            graphs[name] = export_onnx(m, None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    graphs = {name: export_layout(model, name) for name in args.layout}
     options = {"intra_op_threads": 1, "inter_op_threads": 1, "session_config": {"session.intra_op.allow_spinning": "0"}}
     results: dict[int, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:

@@ -47,7 +47,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cache import random_setup  # noqa: E402  (sibling scripts)
-from step_layouts import CLOCKS, LAYOUTS, layout  # noqa: E402
+from step_layouts import CLOCKS, LAYOUTS, export_layout  # noqa: E402
 
 from edgecap.bench.harness import TimedStepModel  # noqa: E402
 from edgecap.decoding import decode  # noqa: E402
@@ -185,7 +185,6 @@ def decode_split(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Export once, then the decode split and the step profile per batch size."""
-    from edgecap.export import export_onnx
     from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
     torch.set_num_threads(args.threads)
@@ -195,8 +194,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         work = Path(tmp)
         setups = {b: random_setup(args.model, b, args.seed) for b in args.batch}
         model = setups[args.batch[0]].model
-        with layout(model.eval(), args.layout) as exported:
-            graphs = export_onnx(exported, None, precisions=["fp32"], parity=False).runtime_models("fp32")
+        graphs = export_layout(model, args.layout)
         paths = {role: work / f"{role}.onnx" for role in graphs}
         for role, graph in graphs.items():  # in-memory ModelProtos: the profiler needs files
             paths[role].write_bytes(graph.SerializeToString())

@@ -1,17 +1,13 @@
-"""``benchmarks/step_profile.py`` (node kinds, profile aggregation) and ``benchmarks/step_layouts.py`` (the per-layer
-cache layout computes the stacked layout's step exactly, and the model gets its class back)."""
+"""``benchmarks/step_profile.py``: node kinds from the optimised graph, each node's median over runs, arguments."""
 
 from __future__ import annotations
 
 import pytest
-import torch
 from onnx import TensorProto, helper
 
-from edgecap.models import create_model
 from tests.scripts import load_script
 
 profile = load_script("step_profile")
-layouts = load_script("step_layouts")
 
 
 def test_a_matmul_is_linear_with_a_weight_and_attention_between_activations() -> None:
@@ -62,34 +58,3 @@ def test_a_cache_length_outside_the_forced_steps_is_refused() -> None:
     with pytest.raises(SystemExit):
         profile.parse_args(["--steps", "10", "--past", "10"])
     assert profile.parse_args(["--past", "3"]).batch == [1, 16]
-
-
-@pytest.mark.parametrize("name", ["acort-test", "ort-test", "acort-test-len"])
-def test_the_per_layer_layout_computes_the_same_step(name: str) -> None:
-    torch.manual_seed(0)
-    model = create_model(name, vocab_size=40, radix_base=37).eval()
-    memory = model.encode_memory(torch.randn(2, 5, model.feature_dim), torch.rand(2, 5, 4), None)
-    level = (torch.tensor([1, 2]),) if getattr(model, "length_levels", None) else ()
-    tokens = torch.tensor([3, 7])
-    stacked_names = model.state_names
-    with torch.no_grad():
-        stacked = model.start(memory, None, *level)
-        logprobs = []
-        for _ in range(3):
-            out, stacked = model.step(tokens, stacked)
-            logprobs.append(out)
-        with layouts.layout(model, "per-layer") as per_layer:
-            assert not {"self_k", "self_v"} & set(per_layer.state_names)
-            assert {"self_k0", "self_k1"} <= set(per_layer.state_names)
-            state = per_layer.start(memory, None, *level)
-            for expected in logprobs:
-                out, state = per_layer.step(tokens, state)
-                torch.testing.assert_close(out, expected, rtol=0, atol=0)
-        for i in range(len(model.decoder.layers)):
-            torch.testing.assert_close(state[f"self_k{i}"], stacked["self_k"][:, i], rtol=0, atol=0)
-    assert type(model).__name__ == "ORTCaptioner" and model.state_names == stacked_names
-
-
-def test_an_unknown_layout_is_refused() -> None:
-    with pytest.raises(ValueError, match="unknown layout"), layouts.layout(torch.nn.Linear(1, 1), "ring"):
-        pass
