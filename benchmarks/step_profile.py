@@ -15,8 +15,8 @@ The graphs use the exported cache layout, or a candidate of ``step_layouts.py`` 
   initializer), ``attention`` (a matmul of two activations: q·kᵀ, weights·v), ``copy`` (Concat, Split, Gather,
   Slice, Squeeze, Transpose …: what the cache layout and the beam reorder pay), ``elementwise`` (adds, norms,
   softmax …) and ``other``. The kind comes from ORT's optimised graph (``optimized_model_filepath``), since ORT
-  renames and fuses nodes. Each node counts with its median kernel time over the runs; the profiler adds its own
-  cost per node, so read the shares, not the sums.
+  renames and fuses nodes. Each node counts with its median kernel time over the runs after the first; the
+  profiler adds its own cost per node, so read the shares, not the sums.
 
 ``--clock cpu`` (the default) times with ``time.thread_time``: with one intra-op thread ORT runs in the calling
 thread, so CPU time is the work done and stays readable on a shared, busy machine, where wall time mostly measures
@@ -93,8 +93,9 @@ def kind_of(op_type: str, has_weight: bool) -> str:
 def aggregate_profile(events: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> dict[str, dict[str, float]]:
     """ORT profiler events of several runs -> ``{"kinds": kind -> µs per run, "ops": op type -> µs per run}``.
 
-    Each node counts with the median of its kernel times over the runs: a run preempted by another process (a busy
-    machine) moves a mean, not a median. A node missing from ``kinds`` (ORT names some nodes only at run time) is
+    Each node counts with the median of its kernel times over the runs after the first (which allocates and touches
+    memory for the first time): a run preempted by another process (a busy machine) moves a mean, not a median. A
+    node missing from ``kinds`` (ORT names some nodes only at run time) is
     classified by its op type alone."""
     durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
     for event in events:
@@ -106,7 +107,7 @@ def aggregate_profile(events: Iterable[Mapping[str, Any]], kinds: Mapping[str, s
     by_kind: collections.Counter[str] = collections.Counter({k: 0.0 for k in KINDS})
     by_op: collections.Counter[str] = collections.Counter()
     for (node, op), values in durations.items():
-        us = statistics.median(values)
+        us = statistics.median(values[1:] or values)
         by_kind[kinds.get(node) or kind_of(op, False)] += us
         by_op[op] += us
     return {"kinds": dict(by_kind), "ops": dict(by_op.most_common())}
