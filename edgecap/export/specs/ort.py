@@ -26,6 +26,7 @@ from torch import nn
 
 from edgecap.export.spec import ExportSpec, Fp16Policy, Tolerance
 from edgecap.export.specs.captioning import captioning_spec
+from edgecap.export.specs.layer_caches import CACHE_LAYOUTS, PerLayerCaches
 
 __all__ = ["ENCODER_TOLERANCES", "ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"]
 
@@ -55,11 +56,23 @@ ENCODER_TOLERANCES: dict[str, Tolerance] = {
 
 
 def ort_export_spec(
-    model: nn.Module, *, backbone: nn.Module | None = None, name: str | None = None, **options: Any
+    model: nn.Module,
+    *,
+    backbone: nn.Module | None = None,
+    name: str | None = None,
+    cache_layout: str = "stacked",
+    **options: Any,
 ) -> ExportSpec:
-    """The spec of an ``ORTCaptioner`` (ORT or ACORT); ``options`` go to :func:`captioning_spec`."""
+    """The spec of an ``ORTCaptioner`` (ORT or ACORT); ``options`` go to :func:`captioning_spec`.
+
+    ``cache_layout``: ``"stacked"`` (one (B, L, H, T, d_k) cache state, the model's own) or ``"per-layer"`` (one
+    cache state per decoder position, fewer copies per step on ONNX Runtime's CPU provider;
+    :mod:`edgecap.export.specs.layer_caches`).
+    """
+    if cache_layout not in CACHE_LAYOUTS:
+        raise ValueError(f"unknown cache_layout {cache_layout!r}; choose one of {CACHE_LAYOUTS}")
     return captioning_spec(
-        model,
+        PerLayerCaches(model) if cache_layout == "per-layer" else model,
         tolerances=ORT_TOLERANCES,
         graph_tolerances={"encoder": ENCODER_TOLERANCES, "init": ENCODER_TOLERANCES},
         fp16=ORT_FP16,

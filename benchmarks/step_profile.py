@@ -1,0 +1,301 @@
+"""Where an ONNX Runtime beam decode spends its time, split the way the step graph's layout can change it.
+
+Two measurements of one random-init model at edge settings (``decode_cache.random_setup``: 1280-d 7x7 grid), its
+FP32 ``init`` and ``step`` graphs exported once and run on ONNX Runtime's CPU provider (intra-op threads
+``--threads``, spinning off):
+
+The graphs use the exported cache layout, or a candidate of ``step_layouts.py`` (``--layout``).
+
+- **decode split**: full ``decode()`` calls (forced length: ``min_len = steps - 1``, ``max_len = steps``, so every
+  hypothesis runs every step) through :class:`~edgecap.bench.harness.TimedStepModel`: the ``init`` graph
+  (``encode``), the step graph's runs (``step``, including the adapter's few µs), the state gathers of the beam
+  reorder (``select``) and the rest, the search's own numpy and Python (``search``);
+- **step graph by node kind**: ORT's profiler (``SessionOptions.enable_profiling``) over step runs at fixed cache
+  lengths (``--past``) on a real initial state, each node put in one kind: ``linear`` (a matmul with a weight
+  initializer), ``attention`` (a matmul of two activations: q·kᵀ, weights·v), ``copy`` (Concat, Split, Gather,
+  Slice, Squeeze, Transpose …: what the cache layout and the beam reorder pay), ``elementwise`` (adds, norms,
+  softmax …) and ``other``. The kind comes from ORT's optimised graph (``optimized_model_filepath``), since ORT
+  renames and fuses nodes. Each node counts with its median kernel time over the runs after the first; the
+  profiler adds its own cost per node, so read the shares, not the sums.
+
+``--clock cpu`` (the default) times with ``time.thread_time``: with one intra-op thread ORT runs in the calling
+thread, so CPU time is the work done and stays readable on a shared, busy machine, where wall time mostly measures
+the other processes. ``--clock wall`` for a quiet machine.
+
+Usage::
+
+    python benchmarks/step_profile.py --batch 1 --batch 16 --past 0 --past 12 --past 25
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import shlex
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decode_cache import random_setup  # noqa: E402  (sibling scripts)
+from step_layouts import CLOCKS, LAYOUTS, export_layout  # noqa: E402
+
+from edgecap.bench.harness import TimedStepModel  # noqa: E402
+from edgecap.decoding import decode  # noqa: E402
+
+#: Node kinds, in report order; see the module docstring.
+KINDS = ("linear", "attention", "copy", "elementwise", "other")
+MATMUL_OPS = frozenset(
+    {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
+    | {"QGemm", "QLinearMatMul", "MatMulNBits", "MatMulBnb4"}
+)
+COPY_OPS = frozenset(
+    {"Concat", "Split", "Gather", "GatherElements", "GatherND", "Slice", "Squeeze", "Unsqueeze", "Transpose"}
+    | {"Expand", "Tile", "Identity", "Reshape", "Flatten", "ScatterND", "ScatterElements", "Pad"}
+)
+ELEMENTWISE_OPS = frozenset(
+    {"Add", "Sub", "Mul", "Div", "Relu", "Gelu", "FastGelu", "BiasGelu", "Softmax", "LogSoftmax", "Where", "Cast"}
+    | {"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization", "Sqrt", "Pow", "Tanh"}
+    | {"Sigmoid", "Exp", "Neg", "Erf", "ReduceMean", "ReduceSum", "Equal", "Less", "Not", "And", "QuickGelu"}
+)
+
+
+def node_kinds(model: Any) -> dict[str, str]:
+    """Node name -> kind for an (ORT-optimised) ``onnx.ModelProto``: a matmul is ``linear`` when one of its inputs is
+    an initializer (a weight), else ``attention``."""
+    weights = {t.name for t in model.graph.initializer}
+    kinds = {}
+    for node in model.graph.node:
+        kinds[node.name] = kind_of(node.op_type, any(i in weights for i in node.input))
+    return kinds
+
+
+def kind_of(op_type: str, has_weight: bool) -> str:
+    """The kind of one node (see :data:`KINDS`)."""
+    if op_type in MATMUL_OPS:
+        return "linear" if has_weight else "attention"
+    if op_type in COPY_OPS:
+        return "copy"
+    if op_type in ELEMENTWISE_OPS:
+        return "elementwise"
+    return "other"
+
+
+def aggregate_profile(events: Iterable[Mapping[str, Any]], kinds: Mapping[str, str]) -> dict[str, dict[str, float]]:
+    """ORT profiler events of several runs -> ``{"kinds": kind -> µs per run, "ops": op type -> µs per run}``.
+
+    Each node counts with the median of its kernel times over the runs after the first (which allocates and touches
+    memory for the first time): a run preempted by another process (a busy machine) moves a mean, not a median. A
+    node missing from ``kinds`` (ORT names some nodes only at run time) is
+    classified by its op type alone."""
+    durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
+            continue
+        op = str(event.get("args", {}).get("op_name", ""))
+        durations[(name[: -len("_kernel_time")], op)].append(float(event["dur"]))
+    by_kind: collections.Counter[str] = collections.Counter({k: 0.0 for k in KINDS})
+    by_op: collections.Counter[str] = collections.Counter()
+    for (node, op), values in durations.items():
+        us = statistics.median(values[1:] or values)
+        by_kind[kinds.get(node) or kind_of(op, False)] += us
+        by_op[op] += us
+    return {"kinds": dict(by_kind), "ops": dict(by_op.most_common())}
+
+
+def shares(values: Mapping[str, float]) -> dict[str, float]:
+    """Each value as a percentage of their sum (all 0 when the sum is 0)."""
+    total = sum(values.values())
+    return {k: (100.0 * v / total if total else 0.0) for k, v in values.items()}
+
+
+# -- measuring ---------------------------------------------------------------------------------------------------------
+def _session_options(ort: Any, threads: int) -> Any:
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def profile_step(
+    step_path: Path, state: Mapping[str, np.ndarray], pasts: Sequence[int], threads: int, runs: int, work: Path
+) -> dict[int, dict[str, dict[str, float]]]:
+    """Per-kind kernel time of the step graph at each cache length in ``pasts`` (see the module docstring).
+
+    ``state`` is a real initial state (cache length 0) of R rows; the caches get ``past`` random positions."""
+    import onnx
+    import onnxruntime as ort
+
+    tokens = np.full(next(iter(state.values())).shape[0], 5, dtype=np.int64)
+    out: dict[int, dict[str, dict[str, float]]] = {}
+    for past in pasts:
+        options = _session_options(ort, threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(work / f"step_past{past}")
+        options.optimized_model_filepath = str(work / "step.optimized.onnx")
+        session = ort.InferenceSession(str(step_path), options, providers=["CPUExecutionProvider"])
+        feed: dict[str, np.ndarray] = {"tokens": tokens}
+        for name, value in state.items():
+            if 0 in value.shape[1:]:  # a self-attention cache: its empty axis is the cache length
+                shape = tuple(past if size == 0 else size for size in value.shape)
+                value = np.random.default_rng(past).standard_normal(shape, dtype=np.float32)
+            feed[name] = value
+        for _ in range(runs):
+            session.run(None, feed)
+        profile = Path(session.end_profiling())
+        events = json.loads(profile.read_text())
+        profile.unlink()
+        kinds = node_kinds(onnx.load(options.optimized_model_filepath, load_external_data=False))
+        out[past] = aggregate_profile(events, kinds)
+    return out
+
+
+def decode_split(
+    step_model: Any, inputs: Mapping[str, Any], cfg: Any, warmup: int, repeats: int, clock: Callable[[], float]
+) -> dict[str, float]:
+    """Median ms per decode call of encode / step / select / search and the total (see the module docstring)."""
+    timed = TimedStepModel(step_model, clock=clock)
+    for _ in range(warmup):
+        decode(step_model, inputs, cfg)
+    parts: dict[str, list[float]] = collections.defaultdict(list)
+    for _ in range(repeats):
+        timed.reset()
+        start = clock()
+        decode(timed, inputs, cfg)
+        total = clock() - start
+        t = timed.times()
+        parts["total"].append(total)
+        parts["encode"].append(t.encode_s)
+        parts["step"].append(t.step_s)
+        parts["select"].append(t.select_s)
+        parts["search"].append(total - t.encode_s - t.step_s - t.select_s)
+        parts["steps"].append(t.steps)
+    return {k: (statistics.median(v) * (1 if k == "steps" else 1e3)) for k, v in parts.items()}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Export once, then the decode split and the step profile per batch size."""
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+
+    torch.set_num_threads(args.threads)
+    clock = CLOCKS[args.clock]
+    results: dict[str, Any] = {"decode": {}, "step_nodes": {}}
+    with tempfile.TemporaryDirectory(prefix="step_profile_") as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        setups = {b: random_setup(args.model, b, args.seed) for b in args.batch}
+        model = setups[args.batch[0]].model
+        graphs = export_layout(model, args.layout)
+        paths = {role: work / f"{role}.onnx" for role in graphs}
+        for role, graph in graphs.items():  # in-memory ModelProtos: the profiler needs files
+            paths[role].write_bytes(graph.SerializeToString())
+        options = {
+            "intra_op_threads": args.threads,
+            "inter_op_threads": 1,
+            "session_config": {"session.intra_op.allow_spinning": "0"},
+        }
+        step_model = stack.enter_context(create_ort_step_model(paths["encoder"], paths["step"], **options))
+        for batch, setup in setups.items():
+            cfg = setup.decode_cfg.replace(strategy="beam" if args.beam > 1 else "greedy", beam_size=args.beam)
+            cfg = cfg.replace(n_best=1, max_len=args.steps, min_len=args.steps - 1)
+            inputs = setup.batches[0]
+            split = decode_split(step_model, inputs, cfg, args.warmup, args.repeats, clock)
+            split["captions_per_s"] = 1e3 * batch / split["total"]
+            results["decode"][batch] = split
+            if args.past:
+                state = step_model.encode(inputs)
+                rows = np.repeat(np.arange(batch), args.beam)
+                state = {k: np.ascontiguousarray(v) for k, v in step_model.select(state, rows).items()}
+                results["step_nodes"][batch] = profile_step(
+                    paths["step"], state, args.past, args.threads, args.profile_runs, work
+                )
+    return results
+
+
+# -- reporting ---------------------------------------------------------------------------------------------------------
+def markdown(results: Mapping[str, Any], beam: int) -> str:
+    """The decode split and the step graph's kinds, one table each."""
+    lines = [
+        "| batch | captions/s | total ms | init graph | step runs (ms/step) | select | search |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for batch, s in results["decode"].items():
+        pct = shares({k: s[k] for k in ("encode", "step", "select", "search")})
+        per_step = s["step"] / s["steps"] if s["steps"] else 0.0
+        lines.append(
+            f"| {batch} | {s['captions_per_s']:.1f} | {s['total']:.2f} | {s['encode']:.2f} ({pct['encode']:.0f} %) "
+            f"| {s['step']:.2f} ({pct['step']:.0f} %; {per_step:.3f}) | {s['select']:.2f} ({pct['select']:.0f} %) "
+            f"| {s['search']:.2f} ({pct['search']:.0f} %) |"
+        )
+    if results["step_nodes"]:
+        lines += [
+            "",
+            f"| batch (rows) | cache length | profiled µs/step | {' | '.join(KINDS)} | top ops |",
+            f"|---:|---:|---:|{'---:|' * len(KINDS)}---|",
+        ]
+        for batch, by_past in results["step_nodes"].items():
+            for past, prof in by_past.items():
+                pct = shares(prof["kinds"])
+                top = ", ".join(
+                    f"{op} {100 * us / sum(prof['ops'].values()):.0f} %" for op, us in list(prof["ops"].items())[:4]
+                )
+                lines.append(
+                    f"| {batch} ({batch * beam}) | {past} | {sum(prof['kinds'].values()):.0f} | "
+                    + " | ".join(f"{pct[k]:.0f} %" for k in KINDS)
+                    + f" | {top} |"
+                )
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--model", default="acort-xsmall", help="registered model, random init (default acort-xsmall)")
+    p.add_argument("--batch", action="append", type=int, help="images per decode call (repeatable; default 1 and 16)")
+    p.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy); default 3")
+    p.add_argument("--steps", type=int, default=26, help="forced decode steps (max_len; min_len = steps - 1); 26")
+    p.add_argument("--past", action="append", type=int, help="cache lengths to profile the step graph at (repeatable)")
+    p.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0], help="step-graph cache layout (step_layouts.py)")
+    p.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
+    p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="cpu (thread time, default) or wall")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=7, help="timed decode calls per batch size (median); 7")
+    p.add_argument("--profile-runs", type=int, default=50, help="profiled step runs per cache length (50)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    args.batch = args.batch or [1, 16]
+    if min(args.batch) < 1 or args.beam < 1 or args.threads < 1 or args.repeats < 1 or args.profile_runs < 1:
+        p.error("--batch, --beam, --threads, --repeats and --profile-runs must be >= 1")
+    if args.steps < 2:
+        p.error(f"--steps must be >= 2, got {args.steps}")
+    if any(past < 0 or past >= args.steps for past in args.past or ()):
+        p.error(f"--past must lie in [0, --steps) = [0, {args.steps})")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    results = run(args)
+    command = shlex.join(["python", "benchmarks/step_profile.py", *(sys.argv[1:] if argv is None else argv)])
+    print(markdown(results, args.beam))
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+    print(f"\ncommand: `{command}`; clock {args.clock}; load average {load}")
+    if args.json:
+        from edgecap._io import atomic_write_json
+
+        atomic_write_json(args.json, {"command": command, "clock": args.clock, "load": load, "results": results})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
