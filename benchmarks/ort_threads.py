@@ -129,20 +129,23 @@ def competitors(count: int) -> Iterator[None]:
 
 def measure(
     step_models: Mapping[str, Any], inputs: Mapping[str, np.ndarray], cfg: DecodeCfg, repeats: int
-) -> dict[str, list[float]]:
-    """Seconds per decode of every setting, interleaved: one warm-up round, then ``repeats`` rounds whose order
-    rotates, so each setting runs first as often as the others."""
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds and this process's CPU seconds (all its threads, spinning included) per decode of every setting,
+    interleaved: one warm-up round, then ``repeats`` rounds whose order rotates, so each setting runs first as often
+    as the others."""
     labels = list(step_models)
-    times: dict[str, list[float]] = {label: [] for label in labels}
+    wall: dict[str, list[float]] = {label: [] for label in labels}
+    cpu: dict[str, list[float]] = {label: [] for label in labels}
     for round_ in range(repeats + 1):
         shift = round_ % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             decode(step_models[label], inputs, cfg)
-            elapsed = time.perf_counter() - start
+            elapsed, used = time.perf_counter() - start, time.process_time() - start_cpu
             if round_:
-                times[label].append(elapsed)
-    return times
+                wall[label].append(elapsed)
+                cpu[label].append(used)
+    return wall, cpu
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -168,7 +171,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for load in args.load:
                 for batch in args.batch:
                     with competitors(args.competitors if load == "busy" else 0):
-                        times = measure(step_models, inputs[batch], cfg, args.repeats)
+                        times, cpu = measure(step_models, inputs[batch], cfg, args.repeats)
                     medians = {label: statistics.median(t) for label, t in times.items()}
                     best = min(medians, key=medians.__getitem__)
                     row = {
@@ -178,7 +181,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "batch": batch,
                         "beam": args.beam,
                         "captions_per_s": {label: batch / m for label, m in medians.items()},
+                        "cpu_ms_per_caption": {label: 1e3 * statistics.median(c) / batch for label, c in cpu.items()},
                         "times_s": times,
+                        "cpu_s": cpu,
                         "best": best,
                         "aliases": aliases,
                         "auto_vs_best": medians["auto"] / medians[best],
@@ -201,7 +206,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _row_line(row: Mapping[str, Any]) -> str:
-    rates = ", ".join(f"{label} {rate:.2f}" for label, rate in row["captions_per_s"].items())
+    rates = ", ".join(
+        f"{label} {rate:.2f} ({row['cpu_ms_per_caption'][label]:.0f} CPU ms)"
+        for label, rate in row["captions_per_s"].items()
+    )
     return (
         f"{row['model']} {row['load']} batch {row['batch']}: captions/s {rates}; best {row['best']}, "
         f"auto/best time {row['auto_vs_best']:.2f}, ORT default/best {row['ort_default_vs_best']:.2f}"
@@ -218,6 +226,14 @@ def markdown(result: Mapping[str, Any]) -> str:
         cells = [row["model"], row["load"], str(row["batch"])]
         cells += [f"{row['captions_per_s'][label]:.2f}" if label in row["captions_per_s"] else "–" for label in labels]
         cells += [f"{row['auto_vs_best']:.2f}", f"{row['ort_default_vs_best']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "CPU ms per caption (this process, all threads; spinning counts):", ""]
+    lines += ["| " + " | ".join(head[:-2]) + " |", "|" + "---|" * 3 + "---:|" * len(labels)]
+    for row in rows:
+        cells = [row["model"], row["load"], str(row["batch"])]
+        cells += [
+            f"{row['cpu_ms_per_caption'][label]:.1f}" if label in row["cpu_ms_per_caption"] else "–" for label in labels
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     env = result["environment"]
     aliases = {label: same for row in rows for label, same in row["aliases"].items() if len(same) > 1}

@@ -66,7 +66,8 @@ def test_runtime_options_and_record() -> None:
     record = plan.as_dict()
     assert (record["intra_op"], record["spin"], record["policy"]) == (1, False, "auto")
     assert plan.describe() == "1 thread, no spinning"
-    assert plan_threads(0).session_config() == {} and plan_threads(0).describe() == "ORT's default threads, ORT's spinning"
+    ort_default = plan_threads(0)
+    assert ort_default.session_config() == {} and ort_default.describe() == "ORT's default threads, ORT's spinning"
 
 
 @pytest.mark.parametrize(
