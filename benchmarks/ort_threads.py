@@ -1,15 +1,19 @@
 """ONNX Runtime thread settings against each other: what ``threads="auto"`` costs against the best setting measured.
 
 For each model (random weights at the paper settings, exported FP32, the encoder + step graphs), every thread setting
-gets its own pair of sessions in this process, and one decode per setting is timed in turn (the order rotates every
-round), so a drifting load hits all settings alike; medians of ``--repeats`` rounds after one warm-up round. The
-decode is the full path from features to token ids, forced to a fixed length (every hypothesis runs every step:
-26 radix tokens for ACORT, 19 words for ExpansionNet v2).
+gets its own worker process holding its pair of sessions (a spinning session's idle threads would otherwise steal
+time from the next setting's decode in the same process), and one decode per setting is timed in turn (the order
+rotates every round, with ``--settle`` seconds of sleep after each decode), so a drifting load hits all settings
+alike; medians of ``--repeats`` rounds after one warm-up round. The decode is the full path from features to token
+ids, forced to a fixed length (every hypothesis runs every step: 26 radix tokens for ACORT, 19 words for ExpansionNet
+v2). Besides wall time each worker reports its CPU time per decode (all its threads): what the setting costs the
+other work on the machine, and a steadier number than wall time on a shared host.
 
 Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtimes.threads.plan_threads` picks here), ORT's own
 default (one spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``).
-Settings that come out identical share one measurement. Loads: ``quiet``, and ``busy`` (``--competitors`` child
-processes spinning ``while True: pass`` for the whole measurement; they inherit this process's CPU affinity).
+Settings whose sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins).
+Loads: ``quiet``, and ``busy`` (``--competitors`` child processes spinning ``while True: pass`` for the whole
+measurement; they inherit this process's CPU affinity).
 
 Run it unpinned on a quiet machine for the docs' numbers (``docs/cpu.md``); the defaults finish in about six minutes
 on a 2-core x86 CPU. Usage::
@@ -28,6 +32,7 @@ import platform
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,7 +45,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's edgecap, not an installed one
 
 from edgecap._io import atomic_write_json, atomic_write_text  # noqa: E402
-from edgecap.decoding import DecodeCfg, RadixSpec, decode  # noqa: E402
 from edgecap.export import export_onnx  # noqa: E402
 from edgecap.export.spec import get_export_spec  # noqa: E402
 from edgecap.models import create_model, get_model_cfg, paper_settings  # noqa: E402
@@ -63,7 +67,11 @@ class Setting:
 
     @property
     def key(self) -> str:
-        return json.dumps(self.plan.runtime_options(), sort_keys=True)
+        """Equal for settings whose sessions behave alike: one intra-op thread has no pool, so nothing to spin."""
+        options = self.plan.runtime_options()
+        if self.plan.intra_op == 1 and self.plan.execution_mode == "sequential":
+            options["session_config"] = {}
+        return json.dumps(options, sort_keys=True)
 
 
 def settings(counts: Sequence[int], step_bytes: int, cores: int) -> list[Setting]:
@@ -80,36 +88,39 @@ def settings(counts: Sequence[int], step_bytes: int, cores: int) -> list[Setting
     return out
 
 
-def decode_cfg(model: str, beam: int, steps: int) -> DecodeCfg:
-    """Beam search forced to ``steps`` tokens, with the model's token layout (radix digits for ACORT)."""
+def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
+    """``DecodeCfg`` fields of a beam search forced to ``steps`` tokens, with the model's token layout (radix digits
+    for ACORT), as JSON for the workers."""
     cfg = get_model_cfg(model)
-    strategy = "beam" if beam > 1 else "greedy"
+    fields: dict[str, Any] = {"strategy": "beam" if beam > 1 else "greedy", "beam_size": beam}
+    fields.update(max_len=steps, min_len=steps - 1, pad_id=0)
     if cfg.vocab_kind == "radix":
         base = cfg.radix_base
         digits = 1
         while base**digits < PAPER_WORDS:
             digits += 1
-        ids = {"pad_id": 0, "bos_id": base + 1, "eos_id": base + 2, "radix": RadixSpec(base, digits, PAPER_WORDS)}
+        fields.update(bos_id=base + 1, eos_id=base + 2, radix=[base, digits, PAPER_WORDS])
     else:
-        ids = {"pad_id": 0, "bos_id": 1, "eos_id": 2}
-    return DecodeCfg(strategy=strategy, beam_size=beam, max_len=steps, min_len=steps - 1, **ids)
+        fields.update(bos_id=1, eos_id=2, radix=None)
+    return fields
 
 
-def graphs_and_inputs(
-    model_name: str, batches: Sequence[int], seed: int
-) -> tuple[dict[str, Any], dict[int, dict[str, np.ndarray]]]:
-    """The FP32 runtime graphs of a random-init model at the paper settings, and encoder inputs per batch size."""
+def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, where: Path) -> int:
+    """The FP32 runtime graphs of a random-init model at the paper settings, encoder inputs per batch size and the
+    decoding settings, written to ``where`` for the workers; returns the step graph's size in bytes."""
     torch.manual_seed(seed)
     model = create_model(model_name, **paper_settings(model_name)).eval()
     graphs = export_onnx(model, None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    for role, graph in graphs.items():
+        (where / f"{role}.onnx").write_bytes(graph.SerializeToString())
     spec = get_export_spec(model)
     encoder = spec.graph(spec.runtime_graphs["encoder"])
     regions = PAPER_CASES[model_name][0]
-    inputs = {}
     for batch in batches:
         made = encoder.make_inputs({"batch": batch, "regions": regions, "past": 0}, torch.Generator().manual_seed(seed))
-        inputs[batch] = {name: made[name].numpy() for name in spec.decode_inputs}
-    return graphs, inputs
+        np.savez(where / f"inputs_{batch}.npz", **{name: made[name].numpy() for name in spec.decode_inputs})
+    (where / "decode.json").write_text(json.dumps(decode_cfg(model_name, beam, PAPER_CASES[model_name][1])))
+    return (where / "step.onnx").stat().st_size
 
 
 @contextlib.contextmanager
@@ -127,51 +138,93 @@ def competitors(count: int) -> Iterator[None]:
             child.wait()
 
 
+class Worker:
+    """One setting's sessions in their own process (``--worker``): a session's spinning threads cannot then steal
+    time from another setting's decode in the same process. Decodes on request, reports wall and CPU seconds."""
+
+    def __init__(self, case: Path, plan: ThreadPlan) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(case), json.dumps(plan.as_dict())]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()  # "ready": sessions created
+
+    def _read(self) -> str:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.process.args[-1]} exited with {self.process.wait()}")
+        return line.strip()
+
+    def decode(self, batch: int) -> tuple[float, float]:
+        self.process.stdin.write(f"{batch}\n")
+        self.process.stdin.flush()
+        wall, cpu = self._read().split()
+        return float(wall), float(cpu)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def worker_main(case: Path, plan_json: str) -> int:
+    """The worker loop: sessions per the plan, then one decode per batch size read from stdin."""
+    from edgecap.decoding import DecodeCfg, RadixSpec, decode
+
+    plan = ThreadPlan(**json.loads(plan_json))
+    fields = json.loads((case / "decode.json").read_text())
+    radix = fields.pop("radix")
+    cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)
+    inputs: dict[int, dict[str, np.ndarray]] = {}
+    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **plan.runtime_options()) as step_model:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            batch = int(line)
+            if batch not in inputs:
+                with np.load(case / f"inputs_{batch}.npz") as data:
+                    inputs[batch] = {name: data[name] for name in data.files}
+            start, start_cpu = time.perf_counter(), time.process_time()
+            decode(step_model, inputs[batch], cfg)
+            print(time.perf_counter() - start, time.process_time() - start_cpu, flush=True)
+    return 0
+
+
 def measure(
-    step_models: Mapping[str, Any], inputs: Mapping[str, np.ndarray], cfg: DecodeCfg, repeats: int
+    workers: Mapping[str, Worker], batch: int, repeats: int, settle: float
 ) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Wall seconds and this process's CPU seconds (all its threads, spinning included) per decode of every setting,
+    """Wall seconds and the worker's CPU seconds (all its threads, spinning included) per decode of every setting,
     interleaved: one warm-up round, then ``repeats`` rounds whose order rotates, so each setting runs first as often
-    as the others."""
-    labels = list(step_models)
+    as the others; ``settle`` seconds of sleep after each decode let spinning threads go idle."""
+    labels = list(workers)
     wall: dict[str, list[float]] = {label: [] for label in labels}
     cpu: dict[str, list[float]] = {label: [] for label in labels}
     for round_ in range(repeats + 1):
         shift = round_ % len(labels)
         for label in labels[shift:] + labels[:shift]:
-            start, start_cpu = time.perf_counter(), time.process_time()
-            decode(step_models[label], inputs, cfg)
-            elapsed, used = time.perf_counter() - start, time.process_time() - start_cpu
+            elapsed, used = workers[label].decode(batch)
+            time.sleep(settle)
             if round_:
                 wall[label].append(elapsed)
                 cpu[label].append(used)
     return wall, cpu
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     cores = usable_cores()
     rows: list[dict[str, Any]] = []
     for model_name in args.model:
-        graphs, inputs = graphs_and_inputs(model_name, args.batch, args.seed)
-        step_bytes = len(graphs["step"].SerializeToString())
+        case = scratch / model_name
+        case.mkdir()
+        step_bytes = write_case(model_name, args.batch, args.seed, args.beam, case)
         chosen = settings(args.threads, step_bytes, cores)
         distinct: dict[str, Setting] = {}
         aliases: dict[str, list[str]] = {}
         for setting in chosen:
             first = distinct.setdefault(setting.key, setting)
             aliases.setdefault(first.label, []).append(setting.label)
-        with contextlib.ExitStack() as stack:
-            step_models = {
-                s.label: stack.enter_context(
-                    create_ort_step_model(graphs["encoder"], graphs["step"], **s.plan.runtime_options())
-                )
-                for s in distinct.values()
-            }
-            cfg = decode_cfg(model_name, args.beam, PAPER_CASES[model_name][1])
+        workers = {s.label: Worker(case, s.plan) for s in distinct.values()}
+        try:
             for load in args.load:
                 for batch in args.batch:
                     with competitors(args.competitors if load == "busy" else 0):
-                        times, cpu = measure(step_models, inputs[batch], cfg, args.repeats)
+                        times, cpu = measure(workers, batch, args.repeats, args.settle)
                     medians = {label: statistics.median(t) for label, t in times.items()}
                     best = min(medians, key=medians.__getitem__)
                     row = {
@@ -186,11 +239,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         "cpu_s": cpu,
                         "best": best,
                         "aliases": aliases,
+                        "plans": {s.label: s.plan.as_dict() for s in chosen},
                         "auto_vs_best": medians["auto"] / medians[best],
                         "ort_default_vs_best": medians["ort-default"] / medians[best],
                     }
                     rows.append(row)
                     print(_row_line(row), flush=True)
+        finally:
+            for worker in workers.values():
+                worker.close()
     return {
         "environment": {
             "cpu": platform.processor() or platform.machine(),
@@ -254,6 +311,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--load", action="append", choices=LOADS, help="repeatable; default quiet and busy")
     parser.add_argument("--competitors", type=int, default=1, help="busy processes under --load busy")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)")
+    parser.add_argument("--settle", type=float, default=0.05, help="seconds of sleep after each decode")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=None, help="write ort_threads.json and ort_threads.md here")
     args = parser.parse_args(argv)
@@ -267,9 +325,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--worker"]:
+        return worker_main(Path(argv[1]), argv[2])
     args = parse_args(argv)
     torch.set_num_threads(1)  # the export's torch work only; the sessions get their own threads
-    result = run(args)
+    with tempfile.TemporaryDirectory(prefix="ort-threads-") as scratch:
+        result = run(args, Path(scratch))
     table = markdown(result)
     print(table)
     if args.out is not None:
