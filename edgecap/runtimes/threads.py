@@ -1,17 +1,21 @@
 """How many ONNX Runtime threads a session gets, and whether they spin (torch-free; see ``docs/cpu.md``).
 
-ONNX Runtime's own default is one intra-op thread per physical core, each spinning while it waits for work. For a
-captioner's decoder step (a few small matmuls per token) the work per op is too small to split: extra threads add
-synchronisation, and spinning threads steal the core from the thread doing the work as soon as the machine is busy
-or small. :func:`plan_threads` turns what is known (the concurrent decoding streams, the cores this process may use,
-the size of the step graph, what the user asked for) into the settings, and says why.
+ONNX Runtime's own default is one intra-op thread per physical core, each spinning while it waits for work. A
+captioner's decoder step is a chain of small matmuls with Python's search in between: spinning threads burn the
+core between ops and between steps (2-5x the CPU time per caption, measured), stealing it from the thread doing the
+work as soon as the machine is busy or small. :func:`plan_threads` turns what is known (the concurrent decoding
+streams, the cores this process may use, the size of the step graph, what the user asked for) into the settings,
+and says why.
 
 The policy (measured with ``benchmarks/ort_threads.py``; numbers in ``docs/cpu.md``):
 
-- ``threads="auto"`` (the default): one intra-op thread per stream, no spinning, sequential execution, one inter-op
-  thread. Never slower than the best setting measured on a small or shared CPU.
-- ``threads="dedicated"``: the cores are this process's alone. A step graph of at least :data:`LARGE_STEP_BYTES`
-  gets the usable cores shared out among the streams, spinning on; a smaller one stays at one thread.
+- ``threads="auto"`` (the default): no spinning, sequential execution, one inter-op thread, and
+  :data:`AUTO_THREADS` intra-op threads for a single stream (one per stream when several decode at once). Without
+  spinning a second thread costs no CPU while it waits: on an idle core it is as fast as one thread, on a shared
+  core the decode gets two threads' share of it, and on two free cores the larger matmuls split.
+- ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
+  :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
+  thread (the cheapest in CPU time).
 - an int ``N >= 1``: exactly ``N`` intra-op threads; ``0``: ONNX Runtime's own default (one per physical core).
 - ``spin=True/False`` overrides the spinning choice of any of these. An explicit value always wins.
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AUTO_THREADS",
     "LARGE_STEP_BYTES",
     "THREAD_POLICIES",
     "ThreadPlan",
@@ -35,6 +40,10 @@ __all__ = [
 
 #: The named thread policies (besides an explicit count).
 THREAD_POLICIES = ("auto", "dedicated")
+
+#: Intra-op threads of a single stream under ``threads="auto"`` (``benchmarks/ort_threads.py``: two non-spinning
+#: threads used the same CPU time per caption as one, and decoded 1.3-2.7x faster on a shared core).
+AUTO_THREADS = 2
 
 #: Step graphs at least this large (bytes on disk: ≈ their weights) may use more than one intra-op thread under
 #: ``threads="dedicated"``. ExpansionNet v2 at the paper settings (≈ 50 MB FP32 decoder) is above it, acort-xsmall
@@ -183,8 +192,10 @@ def plan_threads(
             threads, 1, False if spin is None else spin, "sequential", "explicit", f"requested {threads} thread(s)"
         )
     if threads == "auto":
-        why = "one thread per stream: a decoder step has too little work per op to share out"
-        return _plan(1, spin, False, "auto", why)
+        if streams == 1:
+            why = f"{AUTO_THREADS} threads without spinning: no CPU spent waiting, the core's share on a busy host"
+            return _plan(AUTO_THREADS, spin, False, "auto", why)
+        return _plan(1, spin, False, "auto", f"{streams} streams: one thread each, without spinning")
     cores = usable_cores() if cores is None else max(1, int(cores))
     share = max(1, cores // streams)
     if step_bytes is None or step_bytes < LARGE_STEP_BYTES:
