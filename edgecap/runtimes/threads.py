@@ -2,10 +2,10 @@
 
 ONNX Runtime's own default is one intra-op thread per physical core, each spinning while it waits for work. A
 captioner's decoder step is a chain of small matmuls with Python's search in between: spinning threads burn the
-core between ops and between steps (up to 5x the CPU time per caption, measured), stealing it from the thread doing the
-work as soon as the machine is busy or small. :func:`plan_threads` turns what is known (the concurrent decoding
-streams, the cores this process may use, the size of the step graph, what the user asked for) into the settings,
-and says why.
+core between ops and between steps (up to 5x the CPU time per caption, measured), stealing it from the thread
+doing the work as soon as the machine is busy or small. :func:`plan_threads` turns what is known (the concurrent
+decoding streams, the cores this process may use, the size of the step graph, what the user asked for) into the
+settings, and says why.
 
 The policy (measured with ``benchmarks/ort_threads.py``; numbers in ``docs/cpu.md``):
 
