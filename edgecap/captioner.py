@@ -137,8 +137,8 @@ class Captioner:
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
             beam: beam size (1 = greedy); default the bundle's (3).
-            threads: ONNX Runtime's threads on CPU (``docs/cpu.md``): ``"auto"`` (default: two intra-op threads, one
-                per stream when ``streams > 1``, never spinning; right on a shared or small CPU), ``"dedicated"``
+            threads: ONNX Runtime's threads on CPU (``docs/cpu.md``): ``"auto"`` (default: one intra-op thread per
+                stream, never spinning; right on a shared or small CPU), ``"dedicated"``
                 (cores this process owns: a large step graph gets them, spinning), or an intra-op count (``0`` = ONNX
                 Runtime's own default).
                 The choice is in ``runtime_info["threads"]``. Process-wide settings (``torch.set_num_threads``) are

@@ -35,13 +35,13 @@ def _spin(settings: dict) -> list[str | None]:
     return [settings[key] for key in SPIN_KEYS]
 
 
-def test_the_default_is_two_threads_without_spinning(bundle, images):
+def test_the_default_is_one_thread_without_spinning(bundle, images):
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
         threads = cap.runtime_info["threads"]
-        assert (threads["intra_op"], threads["inter_op"], threads["spin"], threads["policy"]) == (2, 1, False, "auto")
-        assert "2 threads, no spinning" in cap.runtime_info["summary"]
+        assert (threads["intra_op"], threads["inter_op"], threads["spin"], threads["policy"]) == (1, 1, False, "auto")
+        assert "1 thread, no spinning" in cap.runtime_info["summary"]
         for settings in _session_settings(cap):
-            assert (settings["intra_op_threads"], settings["execution_mode"]) == (2, "sequential")
+            assert (settings["intra_op_threads"], settings["execution_mode"]) == (1, "sequential")
             assert _spin(settings) == ["0", "0"]
         reference = cap.batch(images)
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=3, spin=True) as cap:
@@ -50,8 +50,8 @@ def test_the_default_is_two_threads_without_spinning(bundle, images):
         for settings in _session_settings(cap):
             assert settings["intra_op_threads"] == 3 and _spin(settings) == ["1", "1"]
         assert cap.batch(images) == reference  # threading never changes a caption
-    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", streams=2) as cap:
-        assert cap.runtime_info["threads"]["intra_op"] == 1  # several streams: one thread each
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=2, streams=2) as cap:
+        assert cap.runtime_info["threads"]["intra_op"] == 2  # an explicit count wins over the streams
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=0) as cap:
         assert cap.runtime_info["threads"]["policy"] == "ort-default"
         for settings in _session_settings(cap):
@@ -81,10 +81,10 @@ def test_the_caption_command_passes_threads_and_spin(bundle, images):
     base = ["caption", *map(str, images[:2]), "--model", str(bundle), "--runtime", "onnxruntime"]
     default = CliRunner().invoke(main, [*base, "--precision", "fp32"])
     assert default.exit_code == 0, default.output
-    assert "2 threads, no spinning" in default.output
-    chosen = CliRunner().invoke(main, [*base, "--precision", "fp32", "--threads", "1", "--spin"])
+    assert "1 thread, no spinning" in default.output
+    chosen = CliRunner().invoke(main, [*base, "--precision", "fp32", "--threads", "2", "--spin"])
     assert chosen.exit_code == 0, chosen.output
-    assert "1 thread, spinning" in chosen.output
+    assert "2 threads, spinning" in chosen.output
     captions = [line for line in default.output.splitlines() if not line.startswith("runtime:")]
     assert captions == [line for line in chosen.output.splitlines() if not line.startswith("runtime:")]
     bad = CliRunner().invoke(main, [*base, "--threads", "lots"])

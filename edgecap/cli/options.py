@@ -119,7 +119,7 @@ def ort_threads_options(fn: Callable) -> Callable:
             type=ThreadsValue(),
             default="auto",
             show_default=True,
-            help="ONNX Runtime threads on CPU: auto (two threads that never spin: right on a shared or small CPU), "
+            help="ONNX Runtime threads on CPU: auto (one thread that never spins: right on a shared or small CPU), "
             "dedicated (cores this process owns: large models use them, spinning), or an intra-op count "
             "(0 = ONNX Runtime's own default). A count >= 1 also sets torch's threads where torch runs.",
         ),

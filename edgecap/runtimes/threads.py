@@ -9,10 +9,9 @@ settings, and says why.
 
 The policy (measured with ``benchmarks/ort_threads.py``; numbers in ``docs/cpu.md``):
 
-- ``threads="auto"`` (the default): no spinning, sequential execution, one inter-op thread, and
-  :data:`AUTO_THREADS` intra-op threads for a single stream (one per stream when several decode at once). Without
-  spinning a second thread costs no CPU while it waits: on an idle core it is as fast as one thread, on a shared
-  core the decode gets two threads' share of it, and on two free cores the larger matmuls split.
+- ``threads="auto"`` (the default): one intra-op thread per stream, no spinning, sequential execution, one
+  inter-op thread. One thread has no pool to wake or spin: the cheapest setting in CPU time, and the fastest or
+  within a few per cent of it wherever the core was not crowded by other jobs.
 - ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
   :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
   thread (the cheapest in CPU time).
@@ -28,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
-    "AUTO_THREADS",
     "LARGE_STEP_BYTES",
     "THREAD_POLICIES",
     "ThreadPlan",
@@ -40,10 +38,6 @@ __all__ = [
 
 #: The named thread policies (besides an explicit count).
 THREAD_POLICIES = ("auto", "dedicated")
-
-#: Intra-op threads of a single stream under ``threads="auto"`` (``benchmarks/ort_threads.py``: two non-spinning
-#: threads used the same CPU time per caption as one, and decoded 1.3-2.7x faster on a shared core).
-AUTO_THREADS = 2
 
 #: Step graphs at least this large (bytes on disk: ≈ their weights) may use more than one intra-op thread under
 #: ``threads="dedicated"``. ExpansionNet v2 at the paper settings (≈ 50 MB FP32 decoder) is above it, acort-xsmall
@@ -192,10 +186,8 @@ def plan_threads(
             threads, 1, False if spin is None else spin, "sequential", "explicit", f"requested {threads} thread(s)"
         )
     if threads == "auto":
-        if streams == 1:
-            why = f"{AUTO_THREADS} threads without spinning: no CPU spent waiting, the core's share on a busy host"
-            return _plan(AUTO_THREADS, spin, False, "auto", why)
-        return _plan(1, spin, False, "auto", f"{streams} streams: one thread each, without spinning")
+        why = "one thread per stream: no pool to wake or spin, the cheapest in CPU time and never far from the fastest"
+        return _plan(1, spin, False, "auto", why)
     cores = usable_cores() if cores is None else max(1, int(cores))
     share = max(1, cores // streams)
     if step_bytes is None or step_bytes < LARGE_STEP_BYTES:

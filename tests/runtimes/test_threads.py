@@ -7,7 +7,6 @@ import pytest
 
 from edgecap.runtimes.onnxruntime_session import OrtRuntime
 from edgecap.runtimes.threads import (
-    AUTO_THREADS,
     LARGE_STEP_BYTES,
     SPIN_KEYS,
     ThreadSettingError,
@@ -23,10 +22,9 @@ SMALL, LARGE = LARGE_STEP_BYTES // 4, 2 * LARGE_STEP_BYTES
 @pytest.mark.parametrize(
     ("threads", "streams", "cores", "step_bytes", "intra", "spin", "policy"),
     [
-        ("auto", 1, 2, SMALL, AUTO_THREADS, False, "auto"),
-        ("auto", 1, 1, SMALL, AUTO_THREADS, False, "auto"),  # even on one core: waiting without spinning is free
-        ("auto", 1, 16, LARGE, AUTO_THREADS, False, "auto"),  # auto never assumes the cores are free
-        (None, 4, 8, SMALL, 1, False, "auto"),  # None = auto; one thread per stream when several decode
+        ("auto", 1, 2, SMALL, 1, False, "auto"),
+        ("auto", 1, 16, LARGE, 1, False, "auto"),  # auto never assumes the cores are free
+        (None, 4, 8, SMALL, 1, False, "auto"),  # None = auto; one thread per stream
         ("dedicated", 1, 8, SMALL, 1, False, "dedicated"),  # a small step gains nothing from more threads
         ("dedicated", 1, 8, None, 1, False, "dedicated"),  # unknown size: treated as small
         ("dedicated", 1, 8, LARGE, 8, True, "dedicated"),
