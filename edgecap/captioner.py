@@ -118,8 +118,10 @@ class Captioner:
         runtime: str = "auto",
         precision: str = "auto",
         beam: int | None = None,
-        threads: int | None = None,
+        threads: int | str | None = "auto",
         *,
+        spin: bool | None = None,
+        streams: int = 1,
         providers: Sequence[str] | str | None = None,
         device: str | None = None,
         verify: bool = True,
@@ -135,8 +137,14 @@ class Captioner:
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
             beam: beam size (1 = greedy); default the bundle's (3).
-            threads: intra-op threads of the runtime's sessions (ONNX Runtime); default the library's own.
-                Process-wide settings (``torch.set_num_threads``) are never changed: set them yourself.
+            threads: ONNX Runtime's threads on CPU (``docs/cpu.md``): ``"auto"`` (default: one intra-op thread per
+                stream, never spinning; right on a shared or small CPU), ``"dedicated"``
+                (cores this process owns: a large step graph gets them, spinning), or an intra-op count (``0`` = ONNX
+                Runtime's own default).
+                The choice is in ``runtime_info["threads"]``. Process-wide settings (``torch.set_num_threads``) are
+                never changed: set them yourself.
+            spin: let ONNX Runtime's pool threads spin while waiting (True) or not (False); default the policy's.
+            streams: how many decodes will run at once in this process (e.g. ``batch`` called from N threads).
             providers: ONNX Runtime providers in priority order (``"tensorrt"``, ``"cuda"``, ``"cpu"``); default
                 TensorRT, then CUDA when this onnxruntime build has them, then CPU.
             device: torch device for the torch runtime and a torch backbone; default CUDA when available.
@@ -161,11 +169,16 @@ class Captioner:
             get_runtime,
             list_runtimes,
         )
+        from edgecap.runtimes.threads import ThreadSettingError, check_threads
 
         if precision != "auto" and precision not in PRECISIONS:
             raise CaptionerError(f"precision must be 'auto' or one of {list(PRECISIONS)}, got {precision!r}")
-        if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 0):
-            raise CaptionerError(f"threads must be an integer >= 0, got {threads!r}")
+        try:
+            check_threads(threads, spin)
+        except ThreadSettingError as exc:
+            raise CaptionerError(str(exc)) from None
+        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+            raise CaptionerError(f"streams must be an integer >= 1, got {streams!r}")
         try:
             if runtime == "auto":
                 spec, runtime_reason = auto_runtime()
@@ -192,7 +205,9 @@ class Captioner:
         _check_beam(beam)
         request = LoadRequest(
             precision=precision,
-            threads=threads or None,
+            threads=threads,
+            spin=spin,
+            streams=streams,
             providers=providers,
             device=device,
             verify=verify,
@@ -388,7 +403,15 @@ def _describe(info: Mapping[str, Any]) -> str:
     else:
         level = info.get("length_level")
         search = f"beam {info.get('beam')}" + (f" at length level {level}" if level is not None else "")
+    threads = info.get("threads")
+    threading = f", {_threads_text(threads)}" if threads else ""
     return (
-        f"{info.get('model')} on {info['runtime']} [{where}] at {info['precision']} "
+        f"{info.get('model')} on {info['runtime']} [{where}{threading}] at {info['precision']} "
         f"({info.get('precision_reason')}), {search}, backbone {info.get('backbone')}"
     )
+
+
+def _threads_text(threads: Mapping[str, Any]) -> str:
+    from edgecap.runtimes.threads import ThreadPlan
+
+    return ThreadPlan(**threads).describe()

@@ -77,6 +77,14 @@ def _power(r: ComboResult, read: Callable[[Any], float | None], digits: int) -> 
     return fmt_num(read(r.power) if r.power is not None else None, digits)
 
 
+def _ort_threads(r: ComboResult) -> str:
+    """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ORT's default; spinning)."""
+    if not r.threads:
+        return "–"
+    spin = {True: "spin", False: "no spin", None: "ORT spin"}[r.threads.get("spin")]
+    return f"{r.threads.get('intra_op')}, {spin}"
+
+
 def _params(r: ComboResult) -> str:
     backbone = r.size.backbone_parameters
     return fmt_count(r.size.parameters) + (f" + {fmt_count(backbone)} backbone" if backbone else "")
@@ -103,6 +111,7 @@ LABEL: list[Column] = [
 BATCH: Column = ("batch", "r", lambda r: str(r.batch))
 LEVEL: Column = ("length level", "r", lambda r: "–" if r.length_level is None else str(r.length_level))
 SPEEDUP: Column = ("speed-up vs re-run prefix", "r", _speedup)
+THREADS: Column = ("ORT threads", "l", _ort_threads)
 
 SINGLE_STREAM: list[Column] = [
     *LABEL,
@@ -113,6 +122,7 @@ SINGLE_STREAM: list[Column] = [
     ("rel sd", "r", lambda r: fmt_num(r.latency.rel_stdev_pct, 1, " %")),
     ("p50 95 % CI", "r", _p50_ci),
     ("n", "r", lambda r: str(r.latency.count)),
+    THREADS,
     SPEEDUP,
 ]
 OFFLINE: list[Column] = [
@@ -124,6 +134,7 @@ OFFLINE: list[Column] = [
     ("ms/image (p50)", "r", lambda r: fmt_ms(r.per_image_p50_ms)),
     ("batch p50 ms", "r", lambda r: fmt_ms(r.latency.p50_ms)),
     ("batch p90 ms", "r", lambda r: fmt_ms(r.latency.p90_ms)),
+    THREADS,
     SPEEDUP,
 ]
 BREAKDOWN: list[Column] = [
@@ -214,7 +225,7 @@ def _environment_lines(env: Mapping[str, Any]) -> list[str]:
         f"{env.get('logical_cpus')} logical, {env.get('usable_cpus')} usable by this process; "
         f"governor {env.get('cpu_governor') or 'n/a'}",
         f"- Threads: torch {env.get('torch_threads')} intra-op / {env.get('torch_interop_threads')} inter-op"
-        + (f", requested {env['threads_requested']}" if env.get("threads_requested") else "")
+        + (f", requested {env['threads_requested']}" if env.get("threads_requested") is not None else "")
         + f"; OMP_NUM_THREADS={env.get('omp_num_threads') or 'unset'}",
         f"- Memory: {fmt_mib(env.get('memory_bytes'))} MiB; load average at start {env.get('loadavg')}",
         "- Software: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),

@@ -178,6 +178,9 @@ class ComboResult:
         timings_ms: every timed query latency, in order.
         length_level: the 1-based length level decoded at (LaBERT, ``*-len`` bundles; ``--length-level``), None for
             a bundle without length control. Reports written before the field read as None.
+        threads: the ONNX Runtime threading the sessions ran with on CPU (``intra_op``, ``inter_op``, ``spin``,
+            ``execution_mode``, ``policy``, ``reason``; :class:`edgecap.runtimes.threads.ThreadPlan`); None for other
+            runtimes and in reports written before the field.
     """
 
     bundle: str
@@ -205,6 +208,7 @@ class ComboResult:
     load_s: float
     timings_ms: list[float]
     length_level: int | None = None
+    threads: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from edgecap.bench.report import (
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.length import NO_LENGTH_CONTROL, LengthLevelError
 from edgecap.precisions import PRECISIONS
+from edgecap.runtimes.threads import ThreadSettingError, check_threads
 
 __all__ = ["PRECISIONS", "BenchCfg", "BenchCfgError", "link_results", "run_benchmark"]
 
@@ -86,7 +87,9 @@ class BenchCfg:
         quality_images: size of the fixed quality subset (first N of the test split, else val).
         quality_batch: batch size of the quality run (it does not change the captions).
         warmup, min_repeats, min_seconds, max_repeats: the repeat rule (:class:`~edgecap.bench.harness.LoopCfg`).
-        threads: CPU threads for torch and ONNX Runtime (None = the libraries' defaults).
+        threads: ONNX Runtime's threading (``"auto"``/None, ``"dedicated"``, or an intra-op count, 0 = ORT's own
+            default; :func:`edgecap.runtimes.threads.plan_threads`); a count >= 1 also sets torch's threads.
+        spin: force ONNX Runtime's pool threads to spin (True) or not (False); None = the policy's choice.
         device: torch device (``cpu``, ``cuda``, ``cuda:1``); None = CUDA when available.
         providers: ONNX Runtime providers (``cpu``, ``cuda``, ``tensorrt``); None = the best available.
         isolate: run each bundle × runtime × precision in a fresh Python process (memory isolation).
@@ -114,7 +117,8 @@ class BenchCfg:
     min_repeats: int = 10
     min_seconds: float = 2.0
     max_repeats: int = 10_000
-    threads: int | None = None
+    threads: int | str | None = None
+    spin: bool | None = None
     device: str | None = None
     providers: tuple[str, ...] | None = None
     isolate: bool = True
@@ -164,8 +168,10 @@ class BenchCfg:
                 raise BenchCfgError(f"{name} must be >= {low}, got {getattr(self, name)}")
         if self.quality_images < 0:
             raise BenchCfgError(f"quality_images must be >= 0, got {self.quality_images}")
-        if self.threads is not None and self.threads < 1:
-            raise BenchCfgError(f"threads must be >= 1 (None = library default), got {self.threads}")
+        try:
+            check_threads(self.threads, self.spin)
+        except ThreadSettingError as exc:
+            raise BenchCfgError(str(exc)) from None
         try:
             self.loop()
         except ValueError as exc:
@@ -359,13 +365,14 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
         task.precision,
         device=cfg.device,
         threads=cfg.threads,
+        spin=cfg.spin,
         providers=cfg.providers,
         step_mode=cfg.step_mode,
     )
     torch = sys.modules.get("torch")  # only where this subject brought torch in; Captioner.load leaves it alone
     if torch is not None:
         torch.manual_seed(cfg.seed)
-        if cfg.threads:
+        if isinstance(cfg.threads, int) and cfg.threads > 0:
             torch.set_num_threads(cfg.threads)
     try:
         preprocess_s = None
@@ -465,6 +472,7 @@ def _measure_combo(
         scenario="single-stream" if batch == 1 else "offline",
         device=subject.device,
         providers=list(subject.info["providers"]) if subject.info.get("providers") else None,
+        threads=dict(subject.info["threads"]) if subject.info.get("threads") else None,
         input=subject.input_kind,
         backbone=subject.backbone_where,
         latency=latency,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import RuntimeName, beam_option, device_option, fail
+from edgecap.cli.options import RuntimeName, beam_option, device_option, fail, ort_threads_options
 from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.registry import get_runtime, list_runtimes
 
@@ -57,9 +57,7 @@ from edgecap.runtimes.registry import get_runtime, list_runtimes
     help="Caption the images that load; report each one that does not (missing, truncated, not an image) on stderr "
     "(null in --json) and exit with status 1.",
 )
-@click.option(
-    "--threads", type=click.IntRange(0), default=0, show_default=True, help="Runtime intra-op threads (0 = default)."
-)
+@ort_threads_options
 @device_option
 def caption(
     images: tuple[Path, ...],
@@ -71,7 +69,8 @@ def caption(
     length_level: int | None,
     as_json: bool,
     skip_bad_images: bool,
-    threads: int,
+    threads: int | str,
+    spin: bool | None,
     device: str,
 ) -> None:
     """Caption IMAGES with a bundle or a trained model."""
@@ -96,7 +95,8 @@ def caption(
                 runtime=runtime,
                 precision=precision,
                 beam=beam,
-                threads=threads or None,
+                threads=threads,
+                spin=spin,
                 device=None if device == "auto" else device,
             )
             if not as_json:
@@ -113,10 +113,10 @@ def caption(
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
                     "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
-            from edgecap.cli.options import apply_threads
+            from edgecap.cli.options import apply_threads, torch_thread_count
             from edgecap.runtimes.torch import resolve_device
 
-            apply_threads(threads)  # the CLI owns its process: torch's thread count is process-wide
+            apply_threads(torch_thread_count(threads))  # the CLI owns its process: torch's thread count is process-wide
             captioner = Captioner.from_run(
                 model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights
             )

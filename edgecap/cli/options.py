@@ -91,3 +91,46 @@ def apply_threads(threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
+
+
+class ThreadsValue(click.ParamType):
+    """``auto``, ``dedicated`` or a thread count >= 0 (:func:`edgecap.runtimes.threads.plan_threads`)."""
+
+    name = "auto|dedicated|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
+        from edgecap.runtimes.threads import THREAD_POLICIES
+
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        text = str(value).strip().lower()
+        if text in THREAD_POLICIES:
+            return text
+        if text.isdigit():
+            return int(text)
+        self.fail(f"{value!r} is not {', '.join(THREAD_POLICIES)} or a thread count >= 0", param, ctx)
+
+
+def ort_threads_options(fn: Callable) -> Callable:
+    """``--threads`` and ``--spin/--no-spin``: ONNX Runtime's threading on CPU (``docs/cpu.md``)."""
+    return option_group(
+        click.option(
+            "--threads",
+            type=ThreadsValue(),
+            default="auto",
+            show_default=True,
+            help="ONNX Runtime threads on CPU: auto (one thread that never spins: right on a shared or small CPU), "
+            "dedicated (cores this process owns: large models use them, spinning), or an intra-op count "
+            "(0 = ONNX Runtime's own default). A count >= 1 also sets torch's threads where torch runs.",
+        ),
+        click.option(
+            "--spin/--no-spin",
+            default=None,
+            help="Let ONNX Runtime's idle pool threads spin (faster hand-off, burns the core) [default: the policy's].",
+        ),
+    )(fn)
+
+
+def torch_thread_count(threads: int | str) -> int:
+    """The torch thread count an ``--threads`` value implies: the count itself, 0 (leave torch alone) for a policy."""
+    return threads if isinstance(threads, int) else 0

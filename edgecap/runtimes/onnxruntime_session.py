@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
+from edgecap.runtimes.threads import plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,8 @@ class OrtRuntime(Runtime):
         providers: see :func:`resolve_providers`.
         provider_options: provider name (or alias) -> options dict, e.g. ``{"cuda": {"device_id": 1}}`` or
             ``{"tensorrt": {"trt_engine_cache_enable": True, "trt_engine_cache_path": "cache/"}}``.
-        intra_op_threads: threads inside one op (ORT default: one per physical core).
+        intra_op_threads: threads inside one op (ORT default: one per physical core; ``Captioner.load`` chooses
+            with :func:`edgecap.runtimes.threads.plan_threads`).
         inter_op_threads: threads across independent ops (used with ``execution_mode="parallel"``).
         execution_mode: ``"sequential"`` (default) or ``"parallel"``.
         graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"`` (default; in-memory only,
@@ -223,6 +225,8 @@ class OrtRuntime(Runtime):
         self._output_list: list[str] = []
         self._inputs: dict[str, TensorMeta] = {}
         self._fast_checks: tuple[tuple[str, Any, Any, Any, int], ...] | None = None
+        #: What the session was given, read back from its ``SessionOptions`` (filled when the session is made).
+        self.session_settings: dict[str, Any] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def _session_options(self, ort: Any) -> Any:
@@ -242,6 +246,7 @@ class OrtRuntime(Runtime):
         }[self.graph_optimization_level]
         for key, value in self.session_config.items():
             options.add_session_config_entry(key, value)
+        self.session_settings = _read_settings(options)
         return options
 
     def _provider_entries(self, ort: Any = None) -> list[tuple[str, dict[str, Any]]]:
@@ -424,6 +429,24 @@ def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict
     return {"shape": tuple(int(d) for d in shape), "typestr": dtype.str, "data": (int(pointer), False), "version": 2}
 
 
+def _read_settings(options: Any) -> dict[str, Any]:
+    """The threading a ``SessionOptions`` carries, read back from it (not from what was asked): intra/inter-op
+    threads (0 = ORT's default), execution mode, and the spinning entries (None = not set: ORT spins)."""
+    from edgecap.runtimes.threads import SPIN_KEYS
+
+    settings: dict[str, Any] = {
+        "intra_op_threads": int(options.intra_op_num_threads),
+        "inter_op_threads": int(options.inter_op_num_threads),
+        "execution_mode": "parallel" if "PARALLEL" in str(options.execution_mode) else "sequential",
+    }
+    for key in SPIN_KEYS:
+        try:
+            settings[key] = options.get_session_config_entry(key)
+        except Exception:  # onnxruntime raises a plain RuntimeError/Fail for an entry that was never set
+            settings[key] = None
+    return settings
+
+
 def _numpy_dtype_or_none(name: str) -> np.dtype | None:
     try:
         return np.dtype(name)
@@ -554,14 +577,19 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
                 log.warning("%s; captions may be degraded (re-export with --target cpu-auto on this machine)", why)
     if request.verify:
         bundle.verify(bundle.used_files(precision))
+    roles = bundle.interface["runtime_graphs"]
+    graphs = {role: bundle.graph_path(precision, role) for role in roles}
+    plan = None
     options: dict[str, Any] = {"providers": chosen}
-    if request.threads:
+    if primary == "CPUExecutionProvider":  # on CUDA/TensorRT the CPU threads only feed the device
+        plan = plan_threads(request.threads, request.spin, streams=request.streams, step_bytes=_step_bytes(graphs))
+        options.update(plan.runtime_options())
+        log.info("ONNX Runtime threads: %s (%s)", plan.describe(), plan.reason)
+    elif isinstance(request.threads, int) and request.threads > 0:
         options["intra_op_threads"] = request.threads
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
         options["trt_profile_dims"] = bundle.interface.get("dims")
-    roles = bundle.interface["runtime_graphs"]
-    graphs = {role: bundle.graph_path(precision, role) for role in roles}
     step_model = create_ort_decoder(
         graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
     )
@@ -584,7 +612,15 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         "precision_reason": reason,
         "backbone": backbone,
     }
+    if plan is not None:
+        info["threads"] = plan.as_dict()
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
+
+
+def _step_bytes(graphs: Mapping[str, Path]) -> int:
+    """Size on disk of the graph run once per token (``step`` or ``refine``): about the weights each step reads."""
+    loop = next(role for role in graphs if role != "encoder")
+    return Path(graphs[loop]).stat().st_size
 
 
 def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) -> None:

@@ -118,7 +118,10 @@ class LoadRequest:
 
     Attributes:
         precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"int8"``.
-        threads: intra-op threads for the runtime's sessions (None: the library default). Never process-wide.
+        threads: ONNX Runtime sessions' threading: ``"auto"`` (None means the same), ``"dedicated"``, or an
+            intra-op count (0 = ORT's own default); :func:`edgecap.runtimes.threads.plan_threads`. Never process-wide.
+        spin: force ORT's pool threads to spin (True) or not (False); None = the thread policy's choice.
+        streams: decodes that run at once in this process (the thread policy shares cores among them).
         providers: execution providers in priority order (runtimes that have them), None = the best present.
         device: a device string for runtimes that take one (``"cuda:0"``), None = the best present.
         verify: hash the files the runtime reads (:meth:`edgecap.bundle.Bundle.verify`) before using them.
@@ -129,7 +132,9 @@ class LoadRequest:
     """
 
     precision: str = "auto"
-    threads: int | None = None
+    threads: int | str | None = None
+    spin: bool | None = None
+    streams: int = 1
     providers: Sequence[str] | str | None = None
     device: str | None = None
     verify: bool = True

@@ -40,6 +40,7 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
         "--out",
         str(out),
         *FAST,
+        "--spin",
     ]
     result = CliRunner().invoke(bench, args)
     assert result.exit_code == 0, result.output
@@ -67,6 +68,10 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
         assert r.memory.rss_peak_bytes and r.size.bytes > 0 and r.size.parameters
         assert r.quality is not None and r.quality.images == 4 and r.quality.delta_to_fp32 is not None
         assert r.load_s > 0 and len(r.timings_ms) == r.latency.count
+        if r.runtime == "onnxruntime":  # --threads 1 --spin reached the sessions and each row records them
+            assert (r.threads["intra_op"], r.threads["spin"], r.threads["policy"]) == (1, True, "explicit")
+        else:
+            assert r.threads is None
     by = {(r.runtime, r.beam, r.batch): r for r in report.results}
     assert by["torch-rerun", 2, 1].speedup_vs_rerun == pytest.approx(1.0)
     assert by["onnxruntime", 1, 1].size.files == ["onnx/fp32/init.onnx", "onnx/fp32/step.onnx"]
@@ -77,6 +82,7 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
 
     text = (out / "report.md").read_text()
     assert "## Single-stream latency" in text and "speed-up vs re-run prefix" in text and "## Quality" in text
+    assert "| ORT threads |" in text and "| 1, spin |" in text
     for png in ("latency_vs_batch.png", "pareto.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
@@ -187,7 +193,9 @@ def test_images_on_a_feature_bundle_are_skipped(tiny_bundle: Path, tmp_path: Pat
         ({"beams": ()}, "beams"),
         ({"warmup": -1}, "warmup"),
         ({"min_repeats": 0}, "min_repeats"),
-        ({"threads": 0}, "threads"),
+        ({"threads": -1}, "threads"),
+        ({"threads": "many"}, "threads"),
+        ({"spin": "yes"}, "spin"),
         ({"synthetic": 0}, "synthetic"),
     ],
 )

@@ -60,10 +60,12 @@ def task_check(
     """CIDEr-D of the torch FP32 reference and of ``models`` on ONNX Runtime (CPU), their difference, agreement."""
     from edgecap.calibration import compare_decoders
     from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.threads import plan_threads
 
     batches = torch_batches(held_out.inputs)
+    threads = plan_threads("auto").runtime_options()  # as Captioner.load: no spinning next to torch's threads
     with create_ort_decoder(
-        models, spec.state_names, updated_state_names=spec.step_state_names, providers=("cpu",)
+        models, spec.state_names, updated_state_names=spec.step_state_names, providers=("cpu",), **threads
     ) as candidate:
         measured = compare_decoders(reference, candidate, batches, references, vocab, cfg)
     return {

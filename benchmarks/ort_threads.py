@@ -1,0 +1,344 @@
+"""ONNX Runtime thread settings against each other: what ``threads="auto"`` costs against the best setting measured.
+
+For each model (random weights at the paper settings, exported FP32, the encoder + step graphs), every thread setting
+gets its own worker process holding its pair of sessions (a spinning session's idle threads would otherwise steal
+time from the next setting's decode in the same process), and one decode per setting is timed in turn (the order
+rotates every round, with ``--settle`` seconds of sleep after each decode), so a drifting load hits all settings
+alike; medians of ``--repeats`` rounds after one warm-up round. The decode is the full path from features to token
+ids, forced to a fixed length (every hypothesis runs every step: 26 radix tokens for ACORT, 19 words for ExpansionNet
+v2). Besides wall time each worker reports its CPU time per decode (all its threads): what the setting costs the
+other work on the machine, and a steadier number than wall time on a shared host.
+
+Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtimes.threads.plan_threads` picks here), ORT's own
+default (one spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``).
+Settings whose sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins).
+Loads: ``quiet``, and ``busy`` (``--competitors`` child processes spinning ``while True: pass`` for the whole
+measurement; they inherit this process's CPU affinity).
+
+Run it unpinned on a quiet machine for the docs' numbers (``docs/cpu.md``); the defaults finish in about six minutes
+on a 2-core x86 CPU. Usage::
+
+    python benchmarks/ort_threads.py --out /tmp/ort-threads
+    python benchmarks/ort_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's edgecap, not an installed one
+
+from edgecap._io import atomic_write_json, atomic_write_text  # noqa: E402
+from edgecap.export import export_onnx  # noqa: E402
+from edgecap.export.spec import get_export_spec  # noqa: E402
+from edgecap.models import create_model, get_model_cfg, paper_settings  # noqa: E402
+from edgecap.runtimes.onnxruntime_session import create_ort_step_model  # noqa: E402
+from edgecap.runtimes.threads import ThreadPlan, plan_threads, usable_cores  # noqa: E402
+
+#: model -> (regions per image, forced decode length in tokens): ACORT decodes 2 radix tokens per word (13 words),
+#: ExpansionNet v2 words; regions as the papers' features (36 bottom-up boxes; a 12 × 12 Swin-L grid).
+PAPER_CASES = {"acort-xsmall": (36, 26), "expansionnet-v2": (144, 19)}
+PAPER_WORDS = 10_000  # the COCO word vocabulary (without <unk>), which radix tokens encode in base 768
+LOADS = ("quiet", "busy")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One thread setting: its label and the plan applied to both sessions."""
+
+    label: str
+    plan: ThreadPlan
+
+    @property
+    def key(self) -> str:
+        """Equal for settings whose sessions behave alike: one intra-op thread has no pool, so nothing to spin."""
+        options = self.plan.runtime_options()
+        if self.plan.intra_op == 1 and self.plan.execution_mode == "sequential":
+            options["session_config"] = {}
+        return json.dumps(options, sort_keys=True)
+
+
+def settings(counts: Sequence[int], step_bytes: int, cores: int) -> list[Setting]:
+    """The policies' picks, ORT's default and the sweep, one entry per distinct session setting (first label wins;
+    the others are recorded as aliases in the results)."""
+    out = [
+        Setting("auto", plan_threads("auto", cores=cores, step_bytes=step_bytes)),
+        Setting("dedicated", plan_threads("dedicated", cores=cores, step_bytes=step_bytes)),
+        Setting("ort-default", plan_threads(0)),
+    ]
+    for count in counts:
+        for spin in (False, True):
+            out.append(Setting(f"{count}{' spin' if spin else ''}", plan_threads(count, spin)))
+    return out
+
+
+def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
+    """``DecodeCfg`` fields of a beam search forced to ``steps`` tokens, with the model's token layout (radix digits
+    for ACORT), as JSON for the workers."""
+    cfg = get_model_cfg(model)
+    fields: dict[str, Any] = {"strategy": "beam" if beam > 1 else "greedy", "beam_size": beam}
+    fields.update(max_len=steps, min_len=steps - 1, pad_id=0)
+    if cfg.vocab_kind == "radix":
+        base = cfg.radix_base
+        digits = 1
+        while base**digits < PAPER_WORDS:
+            digits += 1
+        fields.update(bos_id=base + 1, eos_id=base + 2, radix=[base, digits, PAPER_WORDS])
+    else:
+        fields.update(bos_id=1, eos_id=2, radix=None)
+    return fields
+
+
+def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, where: Path) -> int:
+    """The FP32 runtime graphs of a random-init model at the paper settings, encoder inputs per batch size and the
+    decoding settings, written to ``where`` for the workers; returns the step graph's size in bytes."""
+    torch.manual_seed(seed)
+    model = create_model(model_name, **paper_settings(model_name)).eval()
+    graphs = export_onnx(model, None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    for role, graph in graphs.items():
+        (where / f"{role}.onnx").write_bytes(graph.SerializeToString())
+    spec = get_export_spec(model)
+    encoder = spec.graph(spec.runtime_graphs["encoder"])
+    regions = PAPER_CASES[model_name][0]
+    for batch in batches:
+        made = encoder.make_inputs({"batch": batch, "regions": regions, "past": 0}, torch.Generator().manual_seed(seed))
+        np.savez(where / f"inputs_{batch}.npz", **{name: made[name].numpy() for name in spec.decode_inputs})
+    (where / "decode.json").write_text(json.dumps(decode_cfg(model_name, beam, PAPER_CASES[model_name][1])))
+    return (where / "step.onnx").stat().st_size
+
+
+@contextlib.contextmanager
+def competitors(count: int) -> Iterator[None]:
+    """``count`` busy-looping child processes for the duration (none for 0)."""
+    children = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        if children:
+            time.sleep(0.5)  # let them reach the loop
+        yield
+    finally:
+        for child in children:
+            child.terminate()
+        for child in children:
+            child.wait()
+
+
+class Worker:
+    """One setting's sessions in their own process (``--worker``): a session's spinning threads cannot then steal
+    time from another setting's decode in the same process. Decodes on request, reports wall and CPU seconds."""
+
+    def __init__(self, case: Path, plan: ThreadPlan) -> None:
+        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(case), json.dumps(plan.as_dict())]
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self._read()  # "ready": sessions created
+
+    def _read(self) -> str:
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"worker {self.process.args[-1]} exited with {self.process.wait()}")
+        return line.strip()
+
+    def decode(self, batch: int) -> tuple[float, float]:
+        self.process.stdin.write(f"{batch}\n")
+        self.process.stdin.flush()
+        wall, cpu = self._read().split()
+        return float(wall), float(cpu)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def worker_main(case: Path, plan_json: str) -> int:
+    """The worker loop: sessions per the plan, then one decode per batch size read from stdin."""
+    from edgecap.decoding import DecodeCfg, RadixSpec, decode
+
+    plan = ThreadPlan(**json.loads(plan_json))
+    fields = json.loads((case / "decode.json").read_text())
+    radix = fields.pop("radix")
+    cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)
+    inputs: dict[int, dict[str, np.ndarray]] = {}
+    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **plan.runtime_options()) as step_model:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            batch = int(line)
+            if batch not in inputs:
+                with np.load(case / f"inputs_{batch}.npz") as data:
+                    inputs[batch] = {name: data[name] for name in data.files}
+            start, start_cpu = time.perf_counter(), time.process_time()
+            decode(step_model, inputs[batch], cfg)
+            print(time.perf_counter() - start, time.process_time() - start_cpu, flush=True)
+    return 0
+
+
+def measure(
+    workers: Mapping[str, Worker], batch: int, repeats: int, settle: float
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Wall seconds and the worker's CPU seconds (all its threads, spinning included) per decode of every setting,
+    interleaved: one warm-up round, then ``repeats`` rounds whose order rotates, so each setting runs first as often
+    as the others; ``settle`` seconds of sleep after each decode let spinning threads go idle."""
+    labels = list(workers)
+    wall: dict[str, list[float]] = {label: [] for label in labels}
+    cpu: dict[str, list[float]] = {label: [] for label in labels}
+    for round_ in range(repeats + 1):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            elapsed, used = workers[label].decode(batch)
+            time.sleep(settle)
+            if round_:
+                wall[label].append(elapsed)
+                cpu[label].append(used)
+    return wall, cpu
+
+
+def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    cores = usable_cores()
+    rows: list[dict[str, Any]] = []
+    for model_name in args.model:
+        case = scratch / model_name
+        case.mkdir()
+        step_bytes = write_case(model_name, args.batch, args.seed, args.beam, case)
+        chosen = settings(args.threads, step_bytes, cores)
+        distinct: dict[str, Setting] = {}
+        aliases: dict[str, list[str]] = {}
+        for setting in chosen:
+            first = distinct.setdefault(setting.key, setting)
+            aliases.setdefault(first.label, []).append(setting.label)
+        workers = {s.label: Worker(case, s.plan) for s in distinct.values()}
+        try:
+            for load in args.load:
+                for batch in args.batch:
+                    with competitors(args.competitors if load == "busy" else 0):
+                        times, cpu = measure(workers, batch, args.repeats, args.settle)
+                    medians = {label: statistics.median(t) for label, t in times.items()}
+                    best = min(medians, key=medians.__getitem__)
+                    row = {
+                        "model": model_name,
+                        "step_mb": step_bytes / 2**20,
+                        "load": load,
+                        "batch": batch,
+                        "beam": args.beam,
+                        "captions_per_s": {label: batch / m for label, m in medians.items()},
+                        "cpu_ms_per_caption": {label: 1e3 * statistics.median(c) / batch for label, c in cpu.items()},
+                        "times_s": times,
+                        "cpu_s": cpu,
+                        "best": best,
+                        "aliases": aliases,
+                        "plans": {s.label: s.plan.as_dict() for s in chosen},
+                        "auto_vs_best": medians["auto"] / medians[best],
+                        "ort_default_vs_best": medians["ort-default"] / medians[best],
+                    }
+                    rows.append(row)
+                    print(_row_line(row), flush=True)
+        finally:
+            for worker in workers.values():
+                worker.close()
+    return {
+        "environment": {
+            "cpu": platform.processor() or platform.machine(),
+            "usable_cores": cores,
+            "os_cpu_count": os.cpu_count(),
+            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "python": platform.python_version(),
+            "onnxruntime": __import__("onnxruntime").__version__,
+        },
+        "config": {k: v for k, v in vars(args).items() if k != "out"},
+        "rows": rows,
+    }
+
+
+def _row_line(row: Mapping[str, Any]) -> str:
+    rates = ", ".join(
+        f"{label} {rate:.2f} ({row['cpu_ms_per_caption'][label]:.0f} CPU ms)"
+        for label, rate in row["captions_per_s"].items()
+    )
+    return (
+        f"{row['model']} {row['load']} batch {row['batch']}: captions/s {rates}; best {row['best']}, "
+        f"auto/best time {row['auto_vs_best']:.2f}, ORT default/best {row['ort_default_vs_best']:.2f}"
+    )
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """One table: captions/s per setting (median), and auto's and ORT default's time relative to the best."""
+    rows = result["rows"]
+    labels = list(dict.fromkeys(label for row in rows for label in row["captions_per_s"]))
+    head = ["model", "load", "batch", *labels, "auto ÷ best", "ORT default ÷ best"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(labels) + 2)]
+    for row in rows:
+        cells = [row["model"], row["load"], str(row["batch"])]
+        cells += [f"{row['captions_per_s'][label]:.2f}" if label in row["captions_per_s"] else "–" for label in labels]
+        cells += [f"{row['auto_vs_best']:.2f}", f"{row['ort_default_vs_best']:.2f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "CPU ms per caption (this process, all threads; spinning counts):", ""]
+    lines += ["| " + " | ".join(head[:-2]) + " |", "|" + "---|" * 3 + "---:|" * len(labels)]
+    for row in rows:
+        cells = [row["model"], row["load"], str(row["batch"])]
+        cells += [
+            f"{row['cpu_ms_per_caption'][label]:.1f}" if label in row["cpu_ms_per_caption"] else "–" for label in labels
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    env = result["environment"]
+    aliases = {label: same for row in rows for label, same in row["aliases"].items() if len(same) > 1}
+    notes = [
+        f"{env['usable_cores']} usable core(s), affinity {env['affinity']}, onnxruntime {env['onnxruntime']}; "
+        f"beam {rows[0]['beam'] if rows else '–'}, medians of {result['config']['repeats']} interleaved decodes.",
+        "Same sessions measured once: " + "; ".join(f"{k} = {', '.join(v)}" for k, v in aliases.items()),
+    ]
+    return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", choices=sorted(PAPER_CASES), help="repeatable; default both")
+    parser.add_argument("--batch", action="append", type=int, help="repeatable; default 1 and 16")
+    parser.add_argument("--beam", type=int, default=3)
+    parser.add_argument("--threads", action="append", type=int, help="intra-op counts to sweep; default 1 and 2")
+    parser.add_argument("--load", action="append", choices=LOADS, help="repeatable; default quiet and busy")
+    parser.add_argument("--competitors", type=int, default=1, help="busy processes under --load busy")
+    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)")
+    parser.add_argument("--settle", type=float, default=0.05, help="seconds of sleep after each decode")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=None, help="write ort_threads.json and ort_threads.md here")
+    args = parser.parse_args(argv)
+    args.model = args.model or list(PAPER_CASES)
+    args.batch = args.batch or [1, 16]
+    args.threads = args.threads or [1, 2]
+    args.load = args.load or list(LOADS)
+    if min(args.batch) < 1 or min(args.threads) < 1 or args.repeats < 1 or args.beam < 1:
+        parser.error("--batch, --threads, --repeats and --beam must be >= 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--worker"]:
+        return worker_main(Path(argv[1]), argv[2])
+    args = parse_args(argv)
+    torch.set_num_threads(1)  # the export's torch work only; the sessions get their own threads
+    with tempfile.TemporaryDirectory(prefix="ort-threads-") as scratch:
+        result = run(args, Path(scratch))
+    table = markdown(result)
+    print(table)
+    if args.out is not None:
+        atomic_write_json(args.out / "ort_threads.json", result)
+        atomic_write_text(args.out / "ort_threads.md", table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

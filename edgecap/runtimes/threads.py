@@ -1,0 +1,203 @@
+"""How many ONNX Runtime threads a session gets, and whether they spin (torch-free; see ``docs/cpu.md``).
+
+ONNX Runtime's own default is one intra-op thread per physical core, each spinning while it waits for work. A
+captioner's decoder step is a chain of small matmuls with Python's search in between: spinning threads burn the
+core between ops and between steps (up to 5x the CPU time per caption, measured), stealing it from the thread
+doing the work as soon as the machine is busy or small. :func:`plan_threads` turns what is known (the concurrent
+decoding streams, the cores this process may use, the size of the step graph, what the user asked for) into the
+settings, and says why.
+
+The policy (measured with ``benchmarks/ort_threads.py``; numbers in ``docs/cpu.md``):
+
+- ``threads="auto"`` (the default): one intra-op thread per stream, no spinning, sequential execution, one
+  inter-op thread. One thread has no pool to wake or spin: the cheapest setting in CPU time, and the fastest or
+  within a few per cent of it wherever the core was not crowded by other jobs.
+- ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
+  :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
+  thread (the cheapest in CPU time).
+- an int ``N >= 1``: exactly ``N`` intra-op threads; ``0``: ONNX Runtime's own default (one per physical core).
+- ``spin=True/False`` overrides the spinning choice of any of these. An explicit value always wins.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "LARGE_STEP_BYTES",
+    "THREAD_POLICIES",
+    "ThreadPlan",
+    "ThreadSettingError",
+    "check_threads",
+    "plan_threads",
+    "usable_cores",
+]
+
+#: The named thread policies (besides an explicit count).
+THREAD_POLICIES = ("auto", "dedicated")
+
+#: Step graphs at least this large (bytes on disk: ≈ their weights) may use more than one intra-op thread under
+#: ``threads="dedicated"``. ExpansionNet v2 at the paper settings (≈ 50 MB FP32 decoder) is above it, acort-xsmall
+#: (≈ 8 MB) below: a step that reads its weights from the last-level cache has too little work to share out.
+LARGE_STEP_BYTES = 32 * 2**20
+
+#: ``SessionOptions`` config keys that allow ONNX Runtime's pool threads to spin while waiting.
+SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
+
+
+class ThreadSettingError(ValueError):
+    """A thread or spinning setting that is not one edgecap understands."""
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """The threading one ONNX Runtime session gets.
+
+    Attributes:
+        intra_op: intra-op threads (0 = ONNX Runtime's own default, one per physical core).
+        inter_op: inter-op threads (0 = ONNX Runtime's default); matters only with parallel execution.
+        spin: whether pool threads spin while waiting (None = ONNX Runtime's default, which spins).
+        execution_mode: ``"sequential"`` (a decoder step is a chain of ops: nothing to run side by side).
+        policy: what was asked: ``"auto"``, ``"dedicated"``, ``"explicit"`` or ``"ort-default"``.
+        reason: why these values, for logs and benchmark reports.
+    """
+
+    intra_op: int
+    inter_op: int
+    spin: bool | None
+    execution_mode: str
+    policy: str
+    reason: str
+
+    def session_config(self) -> dict[str, str]:
+        """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ORT's default)."""
+        if self.spin is None:
+            return {}
+        return dict.fromkeys(SPIN_KEYS, "1" if self.spin else "0")
+
+    def runtime_options(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` that apply this plan."""
+        return {
+            "intra_op_threads": self.intra_op,
+            "inter_op_threads": self.inter_op,
+            "execution_mode": self.execution_mode,
+            "session_config": self.session_config(),
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (``Captioner.runtime_info["threads"]``, benchmark rows)."""
+        return {
+            "intra_op": self.intra_op,
+            "inter_op": self.inter_op,
+            "spin": self.spin,
+            "execution_mode": self.execution_mode,
+            "policy": self.policy,
+            "reason": self.reason,
+        }
+
+    def describe(self) -> str:
+        """A few words for summaries: ``"1 thread, no spinning"``."""
+        count = "ORT's default threads" if self.intra_op == 0 else f"{self.intra_op} thread" + "s" * (self.intra_op > 1)
+        spinning = {None: "ORT's spinning", True: "spinning", False: "no spinning"}[self.spin]
+        return f"{count}, {spinning}"
+
+
+def usable_cores(
+    affinity: Callable[[int], Any] | None = None,
+    physical: Callable[[], int | None] | None = None,
+    logical: Callable[[], int | None] | None = None,
+) -> int:
+    """The cores this process may run on: its CPU affinity (``os.sched_getaffinity``, Linux), capped at the
+    physical cores (``psutil``; hyper-threads add little to matmuls), else ``os.cpu_count()``; at least 1.
+
+    The arguments replace the three sources (for tests); None = this machine's.
+    """
+    affinity = affinity if affinity is not None else getattr(os, "sched_getaffinity", None)
+    physical = physical if physical is not None else _physical_cores
+    logical = logical if logical is not None else os.cpu_count
+    count = None
+    if affinity is not None:
+        try:
+            count = len(affinity(0))
+        except OSError:
+            count = None
+    cores = physical()
+    if cores and (count is None or cores < count):
+        count = cores
+    return max(1, count or logical() or 1)
+
+
+def _physical_cores() -> int | None:
+    try:
+        import psutil
+    except ImportError:  # a minimal edge install without psutil: the affinity or os.cpu_count() decides
+        return None
+    return psutil.cpu_count(logical=False)
+
+
+def check_threads(threads: Any, spin: Any = None) -> None:
+    """Refuse what :func:`plan_threads` cannot take, with a message that says what it can.
+
+    Raises:
+        ThreadSettingError: ``threads`` is not ``"auto"``, ``"dedicated"``, None or an int >= 0, or ``spin`` is not
+            None or a bool.
+    """
+    count = isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0
+    if not (threads is None or count or threads in THREAD_POLICIES):
+        raise ThreadSettingError(
+            f"threads must be {' or '.join(repr(p) for p in THREAD_POLICIES)} or an integer >= 0 "
+            f"(0 = ONNX Runtime's own default), got {threads!r}"
+        )
+    if spin is not None and not isinstance(spin, bool):
+        raise ThreadSettingError(f"spin must be True, False or None (the policy's choice), got {spin!r}")
+
+
+def plan_threads(
+    threads: int | str | None = "auto",
+    spin: bool | None = None,
+    *,
+    streams: int = 1,
+    cores: int | None = None,
+    step_bytes: int | None = None,
+) -> ThreadPlan:
+    """The threading of each session of a captioner (see the module docstring for the policy).
+
+    Args:
+        threads: ``"auto"`` (None means the same), ``"dedicated"``, or an intra-op count (0 = ORT's default).
+        spin: force spinning on or off; None = the policy's choice.
+        streams: decodes running at once in this process (e.g. captioners called from several threads).
+        cores: usable cores; None = :func:`usable_cores`.
+        step_bytes: size of the step (or refine) graph; None = unknown (treated as small).
+
+    Raises:
+        ThreadSettingError: a value outside those above, or ``streams < 1``.
+    """
+    check_threads(threads, spin)
+    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+        raise ThreadSettingError(f"streams must be an integer >= 1, got {streams!r}")
+    threads = "auto" if threads is None else threads
+    if isinstance(threads, int):
+        if threads == 0:
+            return ThreadPlan(0, 0, spin, "sequential", "ort-default", "requested: ONNX Runtime's own defaults")
+        return ThreadPlan(
+            threads, 1, False if spin is None else spin, "sequential", "explicit", f"requested {threads} thread(s)"
+        )
+    if threads == "auto":
+        why = "one thread per stream: no pool to wake or spin, the cheapest in CPU time and never far from the fastest"
+        return _plan(1, spin, False, "auto", why)
+    cores = usable_cores() if cores is None else max(1, int(cores))
+    share = max(1, cores // streams)
+    if step_bytes is None or step_bytes < LARGE_STEP_BYTES:
+        size = "unknown size" if step_bytes is None else f"{step_bytes / 2**20:.1f} MB"
+        return _plan(1, spin, False, "dedicated", f"dedicated cores, but a small step graph ({size}): one thread")
+    why = f"dedicated cores: {cores} usable / {streams} stream(s) for a {step_bytes / 2**20:.0f} MB step graph"
+    return _plan(share, spin, share > 1, "dedicated", why)
+
+
+def _plan(intra: int, spin: bool | None, spin_default: bool, policy: str, reason: str) -> ThreadPlan:
+    if spin is not None:
+        reason += f"; spinning {'on' if spin else 'off'} as requested"
+    return ThreadPlan(intra, 1, spin_default if spin is None else spin, "sequential", policy, reason)

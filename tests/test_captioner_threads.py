@@ -1,0 +1,91 @@
+"""ONNX Runtime threading through ``Captioner.load`` and ``edgecap caption``: the policy's choice reaches the
+sessions and ``runtime_info``, an explicit value wins, and the captions do not depend on it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgecap import Captioner
+from edgecap.captioner import CaptionerError
+from edgecap.runtimes.threads import SPIN_KEYS
+from tests.bundle.helpers import pixel_bundle
+
+pytestmark = pytest.mark.usefixtures("flush_denormals")
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_data, tmp_path_factory) -> Path:
+    return pixel_bundle(tiny_data, tmp_path_factory)[0]
+
+
+@pytest.fixture(scope="module")
+def images(tiny_data) -> list[Path]:
+    return sorted((tiny_data[0] / "images").iterdir())[:3]
+
+
+def _session_settings(captioner: Captioner) -> list[dict]:
+    step_model = captioner.step_model
+    return [runtime.session_settings for runtime in (step_model.encoder, step_model.loop_runtime)]
+
+
+def _spin(settings: dict) -> list[str | None]:
+    return [settings[key] for key in SPIN_KEYS]
+
+
+def test_the_default_is_one_thread_without_spinning(bundle, images):
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
+        threads = cap.runtime_info["threads"]
+        assert (threads["intra_op"], threads["inter_op"], threads["spin"], threads["policy"]) == (1, 1, False, "auto")
+        assert "1 thread, no spinning" in cap.runtime_info["summary"]
+        for settings in _session_settings(cap):
+            assert (settings["intra_op_threads"], settings["execution_mode"]) == (1, "sequential")
+            assert _spin(settings) == ["0", "0"]
+        reference = cap.batch(images)
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=3, spin=True) as cap:
+        threads = cap.runtime_info["threads"]
+        assert (threads["intra_op"], threads["spin"], threads["policy"]) == (3, True, "explicit")
+        for settings in _session_settings(cap):
+            assert settings["intra_op_threads"] == 3 and _spin(settings) == ["1", "1"]
+        assert cap.batch(images) == reference  # threading never changes a caption
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=2, streams=2) as cap:
+        assert cap.runtime_info["threads"]["intra_op"] == 2  # an explicit count wins over the streams
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=0) as cap:
+        assert cap.runtime_info["threads"]["policy"] == "ort-default"
+        for settings in _session_settings(cap):
+            assert settings["intra_op_threads"] == 0 and _spin(settings) == [None, None]
+        assert cap.batch(images) == reference
+
+
+def test_dedicated_keeps_a_small_step_graph_on_one_thread(bundle):
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads="dedicated", spin=False) as cap:
+        threads = cap.runtime_info["threads"]
+        assert (threads["intra_op"], threads["spin"], threads["policy"]) == (1, False, "dedicated")
+        assert "small step graph" in threads["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"threads": -1}, "threads"), ({"threads": "all"}, "threads"), ({"spin": 1}, "spin"), ({"streams": 0}, "streams")],
+)
+def test_bad_thread_settings_are_refused(bundle, kwargs, match):
+    with pytest.raises(CaptionerError, match=match):
+        Captioner.load(bundle, runtime="onnxruntime", **kwargs)
+
+
+def test_the_caption_command_passes_threads_and_spin(bundle, images):
+    from edgecap.cli import main
+
+    base = ["caption", *map(str, images[:2]), "--model", str(bundle), "--runtime", "onnxruntime"]
+    default = CliRunner().invoke(main, [*base, "--precision", "fp32"])
+    assert default.exit_code == 0, default.output
+    assert "1 thread, no spinning" in default.output
+    chosen = CliRunner().invoke(main, [*base, "--precision", "fp32", "--threads", "2", "--spin"])
+    assert chosen.exit_code == 0, chosen.output
+    assert "2 threads, spinning" in chosen.output
+    captions = [line for line in default.output.splitlines() if not line.startswith("runtime:")]
+    assert captions == [line for line in chosen.output.splitlines() if not line.startswith("runtime:")]
+    bad = CliRunner().invoke(main, [*base, "--threads", "lots"])
+    assert bad.exit_code != 0 and "auto, dedicated" in bad.output
