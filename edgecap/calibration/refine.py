@@ -109,6 +109,7 @@ def quantize_labert_int8(
     encoder = [{k: np.asarray(v) for k, v in b.items()} for b in batches]
     graphs = {
         "encoder": quantize_graph(fp32_models["encoder"], encoder, preset, role="encoder", progress=progress),
-        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="step", progress=progress),
+        # its own role: a refine pass runs every position at once (not a one-token step), static QDQ by default
+        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="refine", progress=progress),
     }
     return LabertInt8({role: g.model for role, g in graphs.items()}, graphs)

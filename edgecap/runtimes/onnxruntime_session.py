@@ -584,6 +584,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         "precision_reason": reason,
         "backbone": backbone,
     }
+    if precision == "int8":
+        info["int8_schemes"] = {role: r["scheme"] for role, r in bundle.int8_schemes().items()}
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
 
 

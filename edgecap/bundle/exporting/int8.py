@@ -4,7 +4,7 @@ of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from edgecap.bundle.exporting.images import CalibImage, InputMaker, calibration_
 from edgecap.bundle.exporting.source import ExportSource
 from edgecap.bundle.writer import BundleBuilder
 
-__all__ = ["Int8Job", "Int8Variant", "build_int8_variant"]
+__all__ = ["Int8Job", "Int8Variant", "build_int8_variant", "scheme_records"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +50,27 @@ class Int8Variant:
 
     record: dict[str, Any]
     models: dict[str, Any]
+
+
+_QDQ_KEYS = {"QuantizeLinear": "quantize_linear", "DequantizeLinear": "dequantize_linear"}
+
+
+def scheme_records(calibration: Mapping[str, Any], roles: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per runtime role, how its INT8 graph was quantised, for the manifest: ``scheme``, ``bits``, the weight-only
+    block options and the integer ops in the graph (``quantized_ops``), from the calibration report."""
+    reports = calibration.get("roles") or calibration.get("graphs") or {}
+    keys = ("scheme", "bits", "block_size", "accuracy_level")
+    out = {}
+    for role in roles:
+        report = reports.get(role, {})
+        out[role] = {
+            **{"scheme": "static", "bits": 8},
+            **{k: report[k] for k in keys if k in report},
+            "ops": dict(report.get("quantized_ops", {})),
+        }
+        if out[role]["scheme"] == "static":
+            out[role]["qdq"] = {op: report.get(key, 0) for op, key in _QDQ_KEYS.items()}
+    return out
 
 
 def _quantize(job: Int8Job, batches: list[Any]) -> Any:
@@ -106,6 +127,7 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         "target": job.target,
         "preset": quantized.preset,
         "deployment": get_preset(quantized.preset).deployment(),
+        "schemes": scheme_records(quantized.calibration, spec.runtime_graphs),
         "calibration": calibration,
         "artefacts": {"ranges": ranges_file},
     }
