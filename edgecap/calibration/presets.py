@@ -148,6 +148,18 @@ class RolePolicy:
 
 TRANSFORMER_ROLE = RolePolicy(op_types=("MatMul", "Gemm"))
 ENCODER_ROLE = RolePolicy(op_types=("MatMul", "Gemm", "Conv"), fused_activations=("Relu", "Clip"))
+#: The decoder step of the x86 CPU presets: ``quantize_dynamic`` measured fastest at batch 1 and 16 (docs/int8.md).
+DYNAMIC_STEP_ROLE = dataclasses.replace(TRANSFORMER_ROLE, scheme="dynamic")
+
+#: Named step schemes (``edgecap export --int8-step NAME``): name -> :class:`RolePolicy` fields. ``static`` keeps
+#: the calibrated QDQ step; ``weight-only-4`` stores 4-bit weights in blocks of 32 (the smallest file, not faster
+#: than 8 bits on x86 CPUs).
+STEP_SCHEMES: dict[str, dict[str, Any]] = {
+    "static": {"scheme": "static"},
+    "dynamic": {"scheme": "dynamic"},
+    "weight-only": {"scheme": "weight-only", "bits": 8, "block_size": 128},
+    "weight-only-4": {"scheme": "weight-only", "bits": 4, "block_size": 32},
+}
 
 
 @dataclass(frozen=True)
@@ -203,6 +215,17 @@ class QuantPreset:
                     f"preset {self.name!r}: role {role!r} uses the {policy.scheme!r} scheme, but TensorRT runs only "
                     "static Q/DQ INT8 (explicit quantization)"
                 )
+
+    def with_step_scheme(self, name: str, role: str = "step") -> QuantPreset:
+        """A copy whose decoder loop ``role`` uses the named scheme of :data:`STEP_SCHEMES`.
+
+        Raises:
+            CalibrationError: an unknown name, or a scheme the preset's target cannot run.
+        """
+        if name not in STEP_SCHEMES:
+            raise CalibrationError(f"unknown INT8 step scheme {name!r}; choose one of {list(STEP_SCHEMES)}")
+        options = dict(STEP_SCHEMES[name])
+        return self.with_scheme(role, options.pop("scheme"), **options)
 
     def with_scheme(self, role: str, scheme: str, **options: Any) -> QuantPreset:
         """A copy whose ``role`` is quantised with ``scheme`` (``bits`` etc. in ``options``; weight-only defaults to
@@ -320,17 +343,21 @@ register_preset(
 register_preset(
     QuantPreset(
         name="cpu-avx2",
-        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel",
+        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel; "
+        "dynamic INT8 step",
         activation_type="uint8",
         reduce_range=True,
+        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
         runs_on_any_cpu=True,
     )
 )
 register_preset(
     QuantPreset(
         name="cpu-vnni",
-        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel",
+        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel; "
+        "dynamic INT8 step",
         activation_type="uint8",
+        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
     )
 )
 register_preset(

@@ -30,6 +30,7 @@ class Int8Job:
         calib_size: calibrate on at most this many (a seeded sample spread over ``images``).
         target: the INT8 preset name.
         progress: show progress bars.
+        step_scheme: a name of ``STEP_SCHEMES`` for the decoder's loop graph, or None for the preset's own.
     """
 
     source: ExportSource
@@ -42,6 +43,16 @@ class Int8Job:
     calib_size: int
     target: str
     progress: bool
+    step_scheme: str | None = None
+
+    def preset(self) -> Any:
+        """The target preset, with the requested step scheme on the loop role (``step``, LaBERT's ``refine``)."""
+        from edgecap.calibration.presets import get_preset
+
+        preset = get_preset(self.target)
+        if self.step_scheme is None:
+            return preset
+        return preset.with_step_scheme(self.step_scheme, "refine" if self.spec.decoding == "mask_predict" else "step")
 
 
 @dataclass(frozen=True)
@@ -78,12 +89,12 @@ def _quantize(job: Int8Job, batches: list[Any]) -> Any:
     if job.spec.decoding == "mask_predict":
         from edgecap.calibration.refine import quantize_labert_int8
 
-        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.target, progress=job.progress).result(
+        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.preset(), progress=job.progress).result(
             job.target
         )
     from edgecap.calibration import quantize_int8
 
-    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.target, progress=job.progress)
+    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.preset(), progress=job.progress)
 
 
 def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> Int8Variant:
