@@ -20,6 +20,14 @@ The right scheme depends on the target's integer kernels, not on the model:
 - ``cpu-auto``: ``cpu-vnni`` / ``cpu-avx2`` / ``arm64`` chosen from this machine's ``/proc/cpuinfo`` flags and
   architecture (:func:`detect_cpu_preset`). Choose a named preset when quantising for another machine.
 
+Each graph role also has a scheme (:attr:`RolePolicy.scheme`, docs/int8.md): the encoder is always calibrated
+static QDQ; the decoder step of ``cpu-vnni`` and ``cpu-avx2`` is ``dynamic`` (``quantize_dynamic``: INT8 per-channel
+weights in ``MatMulInteger``, activations quantised per call), which measured fastest at batch 1 and 16 on
+acort-xsmall and ExpansionNet v2; ``arm64`` and ``tensorrt`` keep a static step (TensorRT runs Q/DQ only, and the
+ARM kernels were not measured). ``weight-only`` (``MatMulNBits``, 4 or 8 bits) is available through
+:meth:`QuantPreset.with_step_scheme` / ``--int8-step``; it is an ONNX Runtime contrib op, so a ``standard_ops_only``
+preset refuses it.
+
 The S8S8 presets (``tensorrt``, ``arm64``) still run on x86 ONNX Runtime, which converts them to U8S8 internally,
 but slower than FP32 (acort-xsmall step graph on an AVX512-VNNI EPYC: 0.61 ms against 0.18 ms) and, without VNNI,
 with saturation — they are for their targets, not for x86 CPUs.
