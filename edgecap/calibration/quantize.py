@@ -358,7 +358,8 @@ def quantize_graph(
     workdir: str | Path | None = None,
     progress: bool = False,
 ) -> GraphInt8:
-    """Quantise one FP32 graph to QDQ INT8, calibrated on ``feeds``.
+    """Quantise one FP32 graph to INT8: QDQ calibrated on ``feeds``, or for a role whose scheme is ``dynamic`` /
+    ``weight-only`` with ONNX Runtime's calibration-free quantisers (``feeds`` is not read; ranges come back empty).
 
     Args:
         model: the FP32 ``onnx.ModelProto`` (single file, no external data).
@@ -663,7 +664,10 @@ def quantize_int8(
     workdir: Path | None = None,
     progress: bool = True,
 ) -> Int8Result:
-    """Static INT8 (QDQ) versions of a captioner's runtime graphs, calibrated on real images.
+    """INT8 versions of a captioner's runtime graphs, calibrated on real images.
+
+    Each role is quantised with its preset policy's scheme: the encoder with calibrated static QDQ, the step with
+    static QDQ, ``dynamic`` or ``weight-only`` (``edgecap.calibration.schemes``, no calibration; docs/int8.md).
 
     Args:
         fp32_models: ``{"encoder": ..., "step": ...}`` FP32 runtime graphs (``ExportResult.runtime_models("fp32")``).
