@@ -7,7 +7,7 @@ quantised by calibrated scales. Two schemes need no calibration at all:
 
 - ``dynamic``: ``quantize_dynamic`` (QOperator): INT8 per-channel weights in ``MatMulInteger``, activations quantised
   per call by ``DynamicQuantizeLinear`` (uint8, asymmetric; the preset's ``reduce_range`` keeps 7-bit weights on x86
-  without VNNI). Standard ONNX ops (opset 10/11), which ONNX Runtime fuses into ``DynamicQuantizeMatMul``.
+  without VNNI). Standard ONNX ops (opset 10/11), run by ONNX Runtime's CPU integer GEMM kernels.
 - ``weight-only``: ``MatMulNBitsQuantizer``: weights in 4 or 8 bits with one scale per ``block_size`` values along K,
   in the ``com.microsoft`` ``MatMulNBits`` op; with ``accuracy_level`` 4 its kernel quantises the activations to
   INT8 per block and multiplies in integers.
