@@ -89,6 +89,7 @@ def export_bundle(
     progress: bool = True,
     backbone_weights: str | Path | None = None,
     quality_images: int = DEFAULT_QUALITY_IMAGES,
+    int8_step: str | None = None,
 ) -> Path:
     """Export a trained run to a verified bundle directory (FP32 always; FP16 and INT8 on request).
 
@@ -114,6 +115,9 @@ def export_bundle(
         progress: print one line per stage (and calibration progress) on stderr.
         backbone_weights: the backbone's local weights file, for runs whose features came from one.
         quality_images: images of the held-out set for the task-level checks (0 skips them).
+        int8_step: how the decoder step (LaBERT: refine) graph is quantised, a name of
+            ``edgecap.calibration.presets.STEP_SCHEMES`` (``static``, ``dynamic``, ``weight-only``,
+            ``weight-only-4``); None: the target preset's scheme (docs/int8.md).
 
     Returns:
         ``out``.
@@ -136,6 +140,7 @@ def export_bundle(
         progress=progress,
         backbone_weights=None if backbone_weights is None else Path(backbone_weights),
         quality_images=quality_images,
+        int8_step=int8_step,
     )
     return export_request(model_or_run, out, request)
 
@@ -211,6 +216,7 @@ def export_request(model_or_run: Any, out: str | Path | None, request: ExportReq
                 calib_size=request.calib_size,
                 target=request.target,
                 progress=request.progress,
+                step_scheme=request.int8_step,
             )
             int8 = build_int8_variant(bundle, job, stages)
             variants[QUANTIZED], models[QUANTIZED] = int8.record, int8.models

@@ -290,6 +290,17 @@ class Bundle:
             raise BundleError(f"bundle {self.path}: the {precision} variant has no {role!r} graph ({sorted(files)})")
         return self.file(files[role], f"{MANIFEST_NAME} variants[{precision!r}] files[{role!r}]")
 
+    def int8_schemes(self) -> dict[str, dict[str, Any]]:
+        """How each runtime role of the INT8 variant was quantised (``scheme``, ``bits``, ``ops`` …): the manifest's
+        record; bundles exported before it was written hold static Q/DQ INT8 in every role.
+
+        Raises:
+            BundleError: the bundle has no INT8 variant.
+        """
+        variant = self.variant("int8")
+        recorded = variant.get("schemes") or {}
+        return {role: dict(recorded.get(role) or {"scheme": "static", "bits": 8}) for role in variant["files"]}
+
     def quality(self, precision: str) -> dict[str, Any] | None:
         """The task-level check of a variant (CIDEr-D/agreement vs FP32 on the held-out set), if one was run."""
         return self.variant(precision).get("quality")

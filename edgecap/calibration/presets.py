@@ -20,6 +20,14 @@ The right scheme depends on the target's integer kernels, not on the model:
 - ``cpu-auto``: ``cpu-vnni`` / ``cpu-avx2`` / ``arm64`` chosen from this machine's ``/proc/cpuinfo`` flags and
   architecture (:func:`detect_cpu_preset`). Choose a named preset when quantising for another machine.
 
+Each graph role also has a scheme (:attr:`RolePolicy.scheme`, docs/int8.md): the encoder is always calibrated
+static QDQ; the decoder step of ``cpu-vnni`` and ``cpu-avx2`` is ``dynamic`` (``quantize_dynamic``: INT8 per-channel
+weights in ``MatMulInteger``, activations quantised per call), which measured fastest at batch 1 and 16 on
+acort-xsmall and ExpansionNet v2; ``arm64`` and ``tensorrt`` keep a static step (TensorRT runs Q/DQ only, and the
+ARM kernels were not measured). ``weight-only`` (``MatMulNBits``, 4 or 8 bits) is available through
+:meth:`QuantPreset.with_step_scheme` / ``--int8-step``; it is an ONNX Runtime contrib op, so a ``standard_ops_only``
+preset refuses it.
+
 The S8S8 presets (``tensorrt``, ``arm64``) still run on x86 ONNX Runtime, which converts them to U8S8 internally,
 but slower than FP32 (acort-xsmall step graph on an AVX512-VNNI EPYC: 0.61 ms against 0.18 ms) and, without VNNI,
 with saturation — they are for their targets, not for x86 CPUs.
@@ -65,6 +73,15 @@ CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "
 HISTOGRAM_METHODS = frozenset({"entropy", "percentile"})
 _INT_TYPES = {"int8": "QInt8", "uint8": "QUInt8"}
 AUTO = "cpu-auto"
+#: How a role's graph is quantised (see :class:`RolePolicy`): calibrated Q/DQ pairs, ONNX Runtime's
+#: ``quantize_dynamic`` (``MatMulInteger`` behind ``DynamicQuantizeLinear``), or weight-only ``MatMulNBits``.
+SCHEMES = ("static", "dynamic", "weight-only")
+#: Weight widths ``MatMulNBits`` has CPU kernels for in the onnxruntime edgecap exports with.
+WEIGHT_ONLY_BITS = (4, 8)
+#: ``MatMulNBits`` ``accuracy_level``: 0 unset (the kernel's default), 1 fp32, 2 fp16, 3 bf16, 4 int8 compute.
+ACCURACY_LEVELS = (0, 1, 2, 3, 4)
+#: The schemes whose graphs hold ONNX Runtime contrib ops (``com.microsoft``), refused by ``standard_ops_only``.
+CONTRIB_SCHEMES = frozenset({"weight-only"})
 
 
 @dataclass(frozen=True)
@@ -81,6 +98,16 @@ class RolePolicy:
         fused_activations: activation op types folded into the ``Conv`` they directly follow (the conv's output is
             quantised over the activation's range and the activation removed); the same op types anywhere else
             stay float.
+        scheme: one of :data:`SCHEMES`. ``"static"``: calibrated QDQ (the only scheme TensorRT runs, and the one
+            that needs calibration feeds). ``"dynamic"``: ``quantize_dynamic`` — weights INT8 per channel, activations
+            quantised per call by ``DynamicQuantizeLinear`` (standard ONNX ops, CPU kernels). ``"weight-only"``:
+            ``MatMulNBits`` — weights stored in ``bits`` bits per ``block_size`` block, the kernel quantises
+            activations itself (``accuracy_level`` 4) or computes in float; an ONNX Runtime contrib op.
+            Only ``MatMul`` with constant weights is quantised by the two non-static schemes.
+        bits: weight width: 8 for ``static``/``dynamic``, 4 or 8 for ``weight-only``.
+        block_size: ``weight-only``: weights per scale along K (a power of two >= 16).
+        accuracy_level: ``weight-only``: the ``MatMulNBits`` compute type (4: INT8 activations, the fast one on CPUs;
+            0 falls back to float compute, measured 5x slower than FP32 on acort-xsmall, see docs/int8.md).
     """
 
     op_types: tuple[str, ...]
@@ -88,6 +115,10 @@ class RolePolicy:
     weight_matmuls_only: bool = True
     float_output_op_types: tuple[str, ...] = ("MatMul", "Gemm")
     fused_activations: tuple[str, ...] = ()
+    scheme: str = "static"
+    bits: int = 8
+    block_size: int = 128
+    accuracy_level: int = 4
 
     def __post_init__(self) -> None:
         if not self.op_types:
@@ -96,10 +127,47 @@ class RolePolicy:
             raise CalibrationError(
                 f"RolePolicy.method must be one of {sorted(CALIBRATION_METHODS)}, got {self.method!r}"
             )
+        if self.scheme not in SCHEMES:
+            raise CalibrationError(f"RolePolicy.scheme must be one of {list(SCHEMES)}, got {self.scheme!r}")
+        widths = WEIGHT_ONLY_BITS if self.scheme == "weight-only" else (8,)
+        if self.bits not in widths:
+            raise CalibrationError(
+                f"RolePolicy.bits must be one of {list(widths)} for the {self.scheme!r} scheme, got {self.bits!r}"
+            )
+        if self.block_size < 16 or self.block_size & (self.block_size - 1):
+            raise CalibrationError(f"RolePolicy.block_size must be a power of two >= 16, got {self.block_size!r}")
+        if self.accuracy_level not in ACCURACY_LEVELS:
+            raise CalibrationError(
+                f"RolePolicy.accuracy_level must be one of {list(ACCURACY_LEVELS)}, got {self.accuracy_level!r}"
+            )
+        if self.scheme != "static" and "MatMul" not in self.op_types:
+            raise CalibrationError(
+                f"RolePolicy: the {self.scheme!r} scheme quantises MatMul weights, but op_types {list(self.op_types)} "
+                "leave MatMul out"
+            )
+
+    def describe(self) -> dict[str, Any]:
+        """The scheme as a bundle manifest records it: ``scheme``, ``bits`` (and the weight-only block options)."""
+        out: dict[str, Any] = {"scheme": self.scheme, "bits": self.bits}
+        if self.scheme == "weight-only":
+            out.update(block_size=self.block_size, accuracy_level=self.accuracy_level)
+        return out
 
 
 TRANSFORMER_ROLE = RolePolicy(op_types=("MatMul", "Gemm"))
 ENCODER_ROLE = RolePolicy(op_types=("MatMul", "Gemm", "Conv"), fused_activations=("Relu", "Clip"))
+#: The decoder step of the x86 CPU presets: ``quantize_dynamic`` measured fastest at batch 1 and 16 (docs/int8.md).
+DYNAMIC_STEP_ROLE = dataclasses.replace(TRANSFORMER_ROLE, scheme="dynamic")
+
+#: Named step schemes (``edgecap export --int8-step NAME``): name -> :class:`RolePolicy` fields. ``static`` keeps
+#: the calibrated QDQ step; ``weight-only-4`` stores 4-bit weights in blocks of 32 (the smallest file, not faster
+#: than 8 bits on x86 CPUs).
+STEP_SCHEMES: dict[str, dict[str, Any]] = {
+    "static": {"scheme": "static"},
+    "dynamic": {"scheme": "dynamic"},
+    "weight-only": {"scheme": "weight-only", "bits": 8, "block_size": 128},
+    "weight-only-4": {"scheme": "weight-only", "bits": 4, "block_size": 32},
+}
 
 
 @dataclass(frozen=True)
@@ -143,6 +211,35 @@ class QuantPreset:
         for label in ("activation_type", "weight_type"):
             if getattr(self, label) not in _INT_TYPES:
                 raise CalibrationError(f"preset {self.name!r}: {label} must be one of {sorted(_INT_TYPES)}")
+        policies = {**self.roles, "(default)": self.default_role}
+        for role, policy in policies.items():
+            if self.standard_ops_only and policy.scheme in CONTRIB_SCHEMES:
+                raise CalibrationError(
+                    f"preset {self.name!r}: role {role!r} uses the {policy.scheme!r} scheme (ONNX Runtime contrib op "
+                    "MatMulNBits), but the preset allows standard ONNX ops only; use 'static' or 'dynamic'"
+                )
+            if self.provider == "tensorrt" and policy.scheme != "static":
+                raise CalibrationError(
+                    f"preset {self.name!r}: role {role!r} uses the {policy.scheme!r} scheme, but TensorRT runs only "
+                    "static Q/DQ INT8 (explicit quantization)"
+                )
+
+    def with_step_scheme(self, name: str, role: str = "step") -> QuantPreset:
+        """A copy whose decoder loop ``role`` uses the named scheme of :data:`STEP_SCHEMES`.
+
+        Raises:
+            CalibrationError: an unknown name, or a scheme the preset's target cannot run.
+        """
+        if name not in STEP_SCHEMES:
+            raise CalibrationError(f"unknown INT8 step scheme {name!r}; choose one of {list(STEP_SCHEMES)}")
+        options = dict(STEP_SCHEMES[name])
+        return self.with_scheme(role, options.pop("scheme"), **options)
+
+    def with_scheme(self, role: str, scheme: str, **options: Any) -> QuantPreset:
+        """A copy whose ``role`` is quantised with ``scheme`` (``bits`` etc. in ``options``; weight-only defaults to
+        8 bits), the rest unchanged — e.g. ``get_preset("cpu-vnni").with_scheme("step", "static")``."""
+        policy = dataclasses.replace(self.role(role), scheme=scheme, **{"bits": 8, **options})
+        return self.replace(roles={**self.roles, role: policy})
 
     def role(self, role: str) -> RolePolicy:
         """The policy of graph role ``role``."""
@@ -187,6 +284,7 @@ class QuantPreset:
             "per_channel": self.per_channel,
             "reduce_range": self.reduce_range,
             "roles": {role: dataclasses.asdict(policy) for role, policy in self.roles.items()},
+            "schemes": {role: policy.describe() for role, policy in self.roles.items()},
             "extra_options": dict(self.extra_options),
             **self.deployment(),
             "standard_ops_only": self.standard_ops_only,
@@ -253,17 +351,21 @@ register_preset(
 register_preset(
     QuantPreset(
         name="cpu-avx2",
-        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel",
+        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel; "
+        "dynamic INT8 step",
         activation_type="uint8",
         reduce_range=True,
+        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
         runs_on_any_cpu=True,
     )
 )
 register_preset(
     QuantPreset(
         name="cpu-vnni",
-        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel",
+        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel; "
+        "dynamic INT8 step",
         activation_type="uint8",
+        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
     )
 )
 register_preset(

@@ -358,7 +358,8 @@ def quantize_graph(
     workdir: str | Path | None = None,
     progress: bool = False,
 ) -> GraphInt8:
-    """Quantise one FP32 graph to QDQ INT8, calibrated on ``feeds``.
+    """Quantise one FP32 graph to INT8: QDQ calibrated on ``feeds``, or for a role whose scheme is ``dynamic`` /
+    ``weight-only`` with ONNX Runtime's calibration-free quantisers (``feeds`` is not read; ranges come back empty).
 
     Args:
         model: the FP32 ``onnx.ModelProto`` (single file, no external data).
@@ -391,6 +392,8 @@ def quantize_graph(
     fused = tuple(op for op in base_policy.fused_activations if op not in set(exclude_op_types))
     # an activation is only folded into a conv that is itself quantised
     policy = dataclasses.replace(base_policy, op_types=op_types, fused_activations=fused if "Conv" in op_types else ())
+    if policy.scheme != "static":
+        return _quantize_uncalibrated(model, preset, policy, role, exclude_nodes, strict_exclusions, workdir)
     source = as_source(feeds, f"{role} calibration feeds")
     cached = _validate_ort_cache(source)
     length = source.length_hint()
@@ -463,6 +466,7 @@ def quantize_graph(
         "preprocess": pre_mode,
         "portable": portable,
         "calibrated_tensors": len(ranges),
+        **policy.describe(),
     }
     if workdir is not None:
         wd = Path(workdir)
@@ -470,6 +474,70 @@ def quantize_graph(
         atomic_write_bytes(wd / f"{role}.int8.onnx", qdq.SerializeToString())
         atomic_write_json(wd / f"{role}.ranges.json", {k: list(v) for k, v in ranges.items()})
     return GraphInt8(qdq, ranges, info)
+
+
+def _quantize_uncalibrated(
+    model: Any,
+    preset: QuantPreset,
+    policy: Any,
+    role: str,
+    exclude_nodes: Sequence[str],
+    strict_exclusions: bool,
+    workdir: str | Path | None,
+) -> GraphInt8:
+    """:func:`quantize_graph` for the ``dynamic`` and ``weight-only`` schemes (``edgecap.calibration.schemes``): no
+    calibration feeds are read and no ranges come back."""
+    from edgecap.calibration.schemes import quantize_uncalibrated, scheme_summary
+    from edgecap.export.graph import non_portable_nodes, set_metadata
+
+    with tempfile.TemporaryDirectory(prefix="edgecap-int8-") as tmp_name:
+        tmp = Path(tmp_name)
+        pre_model, pre_mode = _preprocess(model, tmp / "pre.onnx", role)
+        matches = _match_nodes(pre_model, list(exclude_nodes))
+        unmatched = [p for p, names in matches.items() if not names]
+        if strict_exclusions and unmatched:
+            _check_exclusions({role: pre_model}, unmatched)
+        excluded = sorted({name for names in matches.values() for name in names})
+        activation_matmuls = _activation_matmuls(pre_model)
+        quantized = quantize_uncalibrated(
+            pre_model, preset, policy, role, tmp, sorted({*excluded, *activation_matmuls})
+        )
+    _prune_opset_imports(quantized)
+    portable = not non_portable_nodes(quantized)
+    if preset.standard_ops_only and not portable:
+        raise CalibrationError(
+            f"{role}: the {policy.scheme} graph has non-standard ops {non_portable_nodes(quantized)[:5]}"
+        )
+    summary = scheme_summary(quantized, policy)
+    set_metadata(
+        quantized,
+        {
+            "precision": "int8",
+            "quant_format": "QOperator",
+            "int8_preset": preset.name,
+            "int8_scheme": policy.scheme,
+            "int8_weights": f"{'int' if preset.weight_symmetric else 'uint'}{policy.bits}"
+            + (f"-block{policy.block_size}" if policy.scheme == "weight-only" else "-per-channel"),
+        },
+    )
+    info = {
+        "role": role,
+        "method": None,
+        "feeds": 0,
+        "op_types": ["MatMul"],
+        "excluded_nodes": excluded,
+        "unmatched_exclusions": unmatched,
+        "float_activation_matmuls": len(activation_matmuls),
+        **summary,
+        "preprocess": pre_mode,
+        "portable": portable,
+        "calibrated_tensors": 0,
+    }
+    if workdir is not None:
+        wd = Path(workdir)
+        atomic_write_bytes(wd / f"{role}.fp32-pre.onnx", pre_model.SerializeToString())
+        atomic_write_bytes(wd / f"{role}.int8.onnx", quantized.SerializeToString())
+    return GraphInt8(quantized, {}, info)
 
 
 def _calibrate_and_quantize(
@@ -596,7 +664,10 @@ def quantize_int8(
     workdir: Path | None = None,
     progress: bool = True,
 ) -> Int8Result:
-    """Static INT8 (QDQ) versions of a captioner's runtime graphs, calibrated on real images.
+    """INT8 versions of a captioner's runtime graphs, calibrated on real images.
+
+    Each role is quantised with its preset policy's scheme: the encoder with calibrated static QDQ, the step with
+    static QDQ, ``dynamic`` or ``weight-only`` (``edgecap.calibration.schemes``, no calibration; docs/int8.md).
 
     Args:
         fp32_models: ``{"encoder": ..., "step": ...}`` FP32 runtime graphs (``ExportResult.runtime_models("fp32")``).

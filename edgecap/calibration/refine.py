@@ -2,9 +2,9 @@
 are recorded while the FP32 graphs run mask-predict on the calibration images at every length level, so the
 quantiser sees the token/level mixtures (all-[MASK] first pass, partly masked later passes) that deployment sees.
 
-Each graph goes through :func:`~edgecap.calibration.quantize.quantize_graph` (ONNX Runtime's ``quantize_static``, QDQ)
-with the preset's policy of the matching role: ``encoder`` for the visual embedding, ``step`` (the decoder policy)
-for ``refine``.
+Each graph goes through :func:`~edgecap.calibration.quantize.quantize_graph` with the preset's policy of the matching
+role: ``encoder`` for the visual embedding, ``refine`` for the refine graph (a preset without a ``refine`` policy uses
+its default role, static QDQ: a refine pass runs every position at once, not one token per weight read).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.calibration.presets import QuantPreset
 from edgecap.calibration.quantize import GraphInt8, Int8Result, quantize_graph
 from edgecap.calibration.source import CalibrationError
 from edgecap.decoding import DecodeCfg, decode
@@ -73,7 +74,7 @@ def quantize_labert_int8(
     fp32_models: Mapping[str, Any],
     encoder_feeds: Iterable[Mapping[str, Any]],
     decode_cfg: DecodeCfg,
-    preset: str = "cpu-auto",
+    preset: str | QuantPreset = "cpu-auto",
     *,
     max_refine_feeds: int = 256,
     progress: bool = False,
@@ -84,7 +85,7 @@ def quantize_labert_int8(
         fp32_models: ``ExportResult.runtime_models("fp32")`` of a LaBERT export.
         encoder_feeds: batches of visual inputs (``features``, ``boxes``, ``feature_mask``) from real images.
         decode_cfg: a mask-predict config (token ids; ``length_level`` is overridden: every level is decoded).
-        preset: an ``edgecap.calibration.presets`` name.
+        preset: an ``edgecap.calibration.presets`` name or a :class:`QuantPreset`.
         max_refine_feeds: cap on recorded ``refine`` feeds (the first ones, spread over levels and batches).
 
     Raises:
@@ -109,6 +110,7 @@ def quantize_labert_int8(
     encoder = [{k: np.asarray(v) for k, v in b.items()} for b in batches]
     graphs = {
         "encoder": quantize_graph(fp32_models["encoder"], encoder, preset, role="encoder", progress=progress),
-        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="step", progress=progress),
+        # its own role: a refine pass runs every position at once (not a one-token step), static QDQ by default
+        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="refine", progress=progress),
     }
     return LabertInt8({role: g.model for role, g in graphs.items()}, graphs)

@@ -29,6 +29,20 @@ class _PresetChoice(click.Choice):
         pass
 
 
+class _StepSchemeChoice(_PresetChoice):
+    """The named step schemes of ``edgecap.calibration.presets.STEP_SCHEMES``."""
+
+    @property
+    def choices(self) -> Sequence[str]:
+        from edgecap.calibration.presets import STEP_SCHEMES
+
+        return tuple(STEP_SCHEMES)
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        pass
+
+
 _VARIANTS = option_group(
     click.option("--fp16", is_flag=True, help="Also export float16 graphs (GPU/NPU targets)."),
     click.option("--int8", is_flag=True, help="Also export INT8 (QDQ) graphs calibrated on --calib."),
@@ -48,6 +62,14 @@ _VARIANTS = option_group(
     ),
     click.option(
         "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
+    ),
+    click.option(
+        "--int8-step",
+        type=_StepSchemeChoice(),
+        default=None,
+        help="How the decoder step (LaBERT: refine) graph is quantised: static (calibrated QDQ), dynamic "
+        "(MatMulInteger), weight-only (8-bit MatMulNBits) or weight-only-4. [default: the target preset's choice; "
+        "docs/int8.md]",
     ),
 )
 _GRAPHS = option_group(
@@ -103,6 +125,8 @@ def export(model: str, out: Path | None, quiet: bool, threads: int, **options: A
         raise click.UsageError("--int8 needs calibration images: --calib DIR")
     if options["calib"] is not None and not options["int8"]:
         raise click.UsageError("--calib is only used with --int8")
+    if options["int8_step"] is not None and not options["int8"]:
+        raise click.UsageError("--int8-step is only used with --int8")
     apply_threads(threads)
     from edgecap.bundle.export import ExportRequest, default_bundle_out, export_request
     from edgecap.bundle.reader import is_bundle, load_bundle

@@ -614,6 +614,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     }
     if plan is not None:
         info["threads"] = plan.as_dict()
+    if precision == "int8":
+        info["int8_schemes"] = {role: r["scheme"] for role, r in bundle.int8_schemes().items()}
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
 
 

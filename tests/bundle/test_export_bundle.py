@@ -96,7 +96,9 @@ def test_int8_calibration_artefacts(bundle: Path, tiny_data):
     assert int8["calibration"]["images"] == 8 and int8["calibration"]["set"].startswith("train split of dataset")
     ranges = json.loads((bundle / int8["artefacts"]["ranges"]).read_text())
     assert ranges["preset"] == int8["preset"] and set(ranges["ranges"]) == {"encoder", "step"}
-    lo, hi = next(iter(ranges["ranges"]["step"].values()))
+    calibrated = [role for role, record in int8["schemes"].items() if record["scheme"] == "static"]
+    assert calibrated and all(bool(ranges["ranges"][role]) == (role in calibrated) for role in ranges["ranges"])
+    lo, hi = next(iter(ranges["ranges"][calibrated[0]].values()))  # dynamic/weight-only roles have no ranges
     assert lo <= hi
     assert set(int8["artefacts"]) == {"ranges"}  # no TensorRT calibration table: engines build from the QDQ graphs
     assert not list(bundle.glob("calibration/*.cache"))
@@ -350,3 +352,81 @@ def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_dat
     int8 = load_bundle(out).variant("int8")
     assert int8["target"] == "edge-npu" and int8["preset"] == "edge-npu"
     assert int8["deployment"] == {"provider": "cpu", "runs_on_any_cpu": True}  # cpu-avx2's, as registered
+
+
+# -- INT8 step schemes -----------------------------------------------------------------------------------------------
+def _region_inputs(tiny_data) -> dict:
+    from edgecap.data.datasets import load_dataset
+    from edgecap.data.sources import open_feature_source
+    from edgecap.training.batches import FeatureBank
+
+    data, feats = tiny_data
+    records = load_dataset(data).split("val")
+    bank = FeatureBank(open_feature_source(feats), [r.image_id for r in records])
+    return bank.batch(list(range(len(records)))).as_inputs()
+
+
+def test_the_manifest_records_each_int8_roles_scheme_and_ops(bundle: Path):
+    from edgecap.calibration import get_preset
+
+    loaded = load_bundle(bundle)
+    int8 = loaded.variant("int8")
+    expected = get_preset(int8["preset"]).role("step")
+    step = int8["schemes"]["step"]
+    assert step["scheme"] == expected.scheme and step["bits"] == expected.bits
+    op = {"static": "MatMul", "dynamic": "MatMulInteger", "weight-only": "MatMulNBits"}[expected.scheme]
+    assert step["ops"][op] > 0
+    graph = onnx.load(str(loaded.graph_path("int8", "step")))
+    assert step["ops"][op] == sum(n.op_type == op for n in graph.graph.node) or expected.scheme == "static"
+    encoder = int8["schemes"]["encoder"]
+    assert encoder["scheme"] == "static" and encoder["qdq"]["DequantizeLinear"] > 0
+    assert loaded.int8_schemes() == {role: int8["schemes"][role] for role in int8["files"]}
+
+
+def test_a_bundle_without_scheme_records_reads_as_static_and_still_decodes(bundle: Path, tiny_data, tmp_path: Path):
+    """Bundles exported before the per-role schemes hold static QDQ graphs and keep loading."""
+    from edgecap import Captioner
+    from edgecap.bundle.reader import MANIFEST_NAME
+    from tests.bundle.helpers import copy_bundle
+
+    old = copy_bundle(bundle, tmp_path / "old")
+    manifest = json.loads((old / MANIFEST_NAME).read_text())
+    del manifest["variants"]["int8"]["schemes"]
+    (old / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+    loaded = load_bundle(old)
+    assert loaded.int8_schemes() == {
+        "encoder": {"scheme": "static", "bits": 8},
+        "step": {"scheme": "static", "bits": 8},
+    }
+    with Captioner.load(old, runtime="onnxruntime", precision="int8") as cap:
+        assert cap.runtime_info["int8_schemes"] == {"encoder": "static", "step": "static"}
+        captions = cap.caption_inputs(_region_inputs(tiny_data))
+        assert len(captions) == 4 and any(captions)  # a tiny run may end a caption at once
+
+
+def test_a_weight_only_step_goes_through_the_task_check_and_decodes(
+    run: Path, bundle: Path, tiny_data, tmp_path, monkeypatch
+):
+    from edgecap import Captioner
+
+    monkeypatch.setattr(edgecap.export, "export_onnx", _graphs_of(bundle))
+    out = export_bundle(
+        run, tmp_path / "b", int8=True, calib=tiny_data[0], calib_size=4, int8_step="weight-only", progress=False
+    )
+    loaded = load_bundle(out)
+    step = loaded.variant("int8")["schemes"]["step"]
+    assert step["scheme"] == "weight-only" and step["bits"] == 8 and step["ops"]["MatMulNBits"] > 0
+    assert step["block_size"] == 128 and step["accuracy_level"] == 4
+    quality = loaded.quality("int8")  # judged on the task like every INT8 variant
+    assert quality["images"] == 4 and 0.0 <= quality["token_agreement"] <= 1.0
+    with Captioner.load(out, runtime="onnxruntime", precision="int8") as cap:
+        assert cap.runtime_info["int8_schemes"]["step"] == "weight-only"
+        captions = cap.caption_inputs(_region_inputs(tiny_data))
+        assert len(captions) == 4 and any(captions)  # a tiny run may end a caption at once
+
+
+def test_an_unknown_step_scheme_or_one_without_int8_is_refused(run: Path, tmp_path: Path):
+    with pytest.raises(BundleExportError, match="unknown INT8 step scheme 'int4'"):
+        export_bundle(run, tmp_path / "out", int8=True, calib=tmp_path, int8_step="int4")
+    with pytest.raises(BundleExportError, match="int8_step= is only used for INT8"):
+        export_bundle(run, tmp_path / "out", int8_step="dynamic")

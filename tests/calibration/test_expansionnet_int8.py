@@ -1,4 +1,4 @@
-"""INT8 (QDQ) graphs of an ExpansionNet captioner: calibration runs on the cached step, and INT8 decodes like FP32."""
+"""INT8 graphs of an ExpansionNet captioner: every step scheme quantises the cached step, and INT8 decodes like FP32."""
 
 from __future__ import annotations
 
@@ -26,13 +26,24 @@ def expansionnet(region_feeds):
     return result, vocab
 
 
-def test_int8_calibrates_the_cached_step_and_decodes_like_fp32(expansionnet, region_feeds) -> None:
+#: step scheme -> the op its weight matmuls become (the x86 presets' default step scheme is dynamic)
+STEP_OPS = {"static": "DequantizeLinear", "dynamic": "MatMulInteger", "weight-only": "MatMulNBits"}
+
+
+@pytest.mark.parametrize("scheme", list(STEP_OPS))
+def test_int8_quantises_the_cached_step_and_decodes_like_fp32(expansionnet, region_feeds, scheme) -> None:
+    from edgecap.calibration import get_preset
+    from edgecap.calibration.schemes import float_weight_matmuls
+
     result, vocab = expansionnet
     fp32 = result.runtime_models("fp32")
     cfg = DecodeCfg.for_vocab(vocab, strategy="beam", beam_size=2, max_len=6)
-    int8 = quantize_int8(fp32, result.spec, region_feeds(4, batch=4, seed=1), cfg, "cpu-avx2", progress=False)
+    preset = get_preset("cpu-avx2").with_step_scheme(scheme)
+    int8 = quantize_int8(fp32, result.spec, region_feeds(4, batch=4, seed=1), cfg, preset, progress=False)
     step_ops = {n.op_type for n in int8.models["step"].graph.node}
-    assert "DequantizeLinear" in step_ops  # the step's weight matmuls really are quantised
+    assert STEP_OPS[scheme] in step_ops  # the step's weight matmuls really are quantised
+    if scheme != "static":
+        assert float_weight_matmuls(int8.models["step"]) == []
     with (
         create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
         create_ort_step_model(int8.models["encoder"], int8.models["step"]) as cand,

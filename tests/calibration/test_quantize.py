@@ -1,4 +1,4 @@
-"""quantize_int8 / quantize_graph: QDQ graphs per preset, float attention, exclusions, errors, the range cache."""
+"""quantize_int8 / quantize_graph: static QDQ graphs per preset, float attention, exclusions, errors, range cache."""
 
 from __future__ import annotations
 
@@ -29,6 +29,10 @@ from edgecap.calibration.presets import ENCODER_ROLE  # noqa: E402
 from edgecap.runtimes.onnxruntime_session import OrtRuntime, create_ort_step_model  # noqa: E402
 
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
+#: The CPU presets with their step kept on static QDQ (what this module tests; the default step schemes are in
+#: test_schemes.py).
+STATIC_AVX2 = get_preset("cpu-avx2").with_step_scheme("static")
+STATIC_VNNI = get_preset("cpu-vnni").with_step_scheme("static")
 
 
 # -- graph inspection helpers ----------------------------------------------------------------------------------------
@@ -75,7 +79,7 @@ def calib(region_feeds):
 
 @pytest.fixture(scope="module")
 def avx2(acort, calib):
-    return quantize_int8(acort.fp32, acort.spec, calib, acort.cfg("beam", beam_size=2), "cpu-avx2", progress=False)
+    return quantize_int8(acort.fp32, acort.spec, calib, acort.cfg("beam", beam_size=2), STATIC_AVX2, progress=False)
 
 
 @pytest.fixture(scope="module")
@@ -176,7 +180,7 @@ def test_report_and_ranges_are_json(avx2, calib) -> None:
 
 def test_workdir_keeps_the_intermediate_graphs(acort, calib, tmp_path) -> None:
     result = quantize_int8(
-        acort.fp32, acort.spec, iter(calib[:2]), acort.cfg(), "cpu-vnni", workdir=tmp_path, progress=False
+        acort.fp32, acort.spec, iter(calib[:2]), acort.cfg(), STATIC_VNNI, workdir=tmp_path, progress=False
     )
     names = {p.name for p in tmp_path.iterdir()}
     assert {"encoder.int8.onnx", "step.int8.onnx", "step.fp32-pre.onnx", "int8_calibration.json"} <= names
@@ -198,7 +202,7 @@ def test_excluded_nodes_and_op_types_stay_float(acort, calib) -> None:
         acort.spec,
         calib[:2],
         acort.cfg(),
-        "cpu-avx2",
+        STATIC_AVX2,
         exclude_nodes=[f"step:{first}", glob],
         exclude_op_types=["step:Gemm"],
         progress=False,
@@ -217,30 +221,30 @@ def test_excluded_nodes_and_op_types_stay_float(acort, calib) -> None:
 
 def test_an_exclusion_matching_nothing_is_an_error(acort, calib) -> None:
     with pytest.raises(CalibrationError, match=r"\['nodee_MatMul_\*'\] match no node"):
-        quantize_int8(acort.fp32, acort.spec, calib, acort.cfg(), "cpu-avx2", exclude_nodes=["nodee_MatMul_*"])
+        quantize_int8(acort.fp32, acort.spec, calib, acort.cfg(), STATIC_AVX2, exclude_nodes=["nodee_MatMul_*"])
 
 
 # -- bad calibration sets --------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("empty", [[], iter(())], ids=["list", "generator"])
 def test_an_empty_calibration_set_is_an_error(acort, empty) -> None:
     with pytest.raises(CalibrationError, match="empty calibration set"):
-        quantize_int8(acort.fp32, acort.spec, empty, acort.cfg(), "cpu-avx2", progress=False)
+        quantize_int8(acort.fp32, acort.spec, empty, acort.cfg(), STATIC_AVX2, progress=False)
 
 
 def test_feed_names_must_match_the_encoder_inputs(acort, calib) -> None:
     bad = [{k: v for k, v in calib[0].items() if k != "feature_mask"}]
     with pytest.raises(CalibrationError, match=r"#0: names do not match.*missing \['feature_mask'\]"):
-        quantize_int8(acort.fp32, acort.spec, bad, acort.cfg(), "cpu-avx2", progress=False)
+        quantize_int8(acort.fp32, acort.spec, bad, acort.cfg(), STATIC_AVX2, progress=False)
     extra = [{**calib[0], "pixel_values": np.zeros((4, 3, 8, 8), np.float32)}]
     with pytest.raises(CalibrationError, match=r"unexpected \['pixel_values'\]"):
-        quantize_int8(acort.fp32, acort.spec, extra, acort.cfg(), "cpu-avx2", progress=False)
+        quantize_int8(acort.fp32, acort.spec, extra, acort.cfg(), STATIC_AVX2, progress=False)
 
 
 def test_missing_or_unknown_roles_are_an_error(acort, calib) -> None:
     with pytest.raises(CalibrationError, match=r"lacks role\(s\) \['step'\]"):
-        quantize_int8({"encoder": acort.fp32["encoder"]}, acort.spec, calib, acort.cfg(), "cpu-avx2")
+        quantize_int8({"encoder": acort.fp32["encoder"]}, acort.spec, calib, acort.cfg(), STATIC_AVX2)
     with pytest.raises(CalibrationError, match=r"quantise \['refine'\] with quantize_graph"):
-        quantize_int8({**acort.fp32, "refine": acort.fp32["step"]}, acort.spec, calib, acort.cfg(), "cpu-avx2")
+        quantize_int8({**acort.fp32, "refine": acort.fp32["step"]}, acort.spec, calib, acort.cfg(), STATIC_AVX2)
 
 
 # -- one graph, and the range cache ----------------------------------------------------------------------------------
@@ -272,14 +276,14 @@ def tiny_feeds(count: int, seed: int = 0, varying: bool = False) -> list[dict[st
 
 def test_range_cache_is_written_then_reused_without_calibrating(tmp_path) -> None:
     cache = tmp_path / "ranges.json"
-    first = quantize_graph(tiny_graph(), CalibrationSource(tiny_feeds(5), cache=cache), "cpu-avx2")
+    first = quantize_graph(tiny_graph(), CalibrationSource(tiny_feeds(5), cache=cache), STATIC_AVX2)
     assert cache.is_file() and first.info["cache"] == {"path": str(cache), "reused": False} and first.info["feeds"] == 5
 
     def never():
         raise AssertionError("the feeds must not be read when the cache exists")
         yield  # pragma: no cover
 
-    second = quantize_graph(tiny_graph(), CalibrationSource(never(), cache=cache), "cpu-avx2")
+    second = quantize_graph(tiny_graph(), CalibrationSource(never(), cache=cache), STATIC_AVX2)
     assert second.info["cache"]["reused"] and second.info["feeds"] == 0
     assert second.ranges == first.ranges
     assert second.model.graph.SerializeToString() == first.model.graph.SerializeToString()
@@ -289,18 +293,18 @@ def test_range_cache_is_written_then_reused_without_calibrating(tmp_path) -> Non
 def test_a_tensorrt_table_is_not_an_ort_range_cache(tmp_path) -> None:
     (tmp_path / "t.cache").write_text("TRT-100300-EntropyCalibration2\nx: 3c010204\n")  # an old bundle's table
     with pytest.raises(CalibrationError, match="not an ONNX Runtime tensor-range cache"):
-        quantize_graph(tiny_graph(), CalibrationSource(tiny_feeds(2), cache=tmp_path / "t.cache"), "cpu-avx2")
+        quantize_graph(tiny_graph(), CalibrationSource(tiny_feeds(2), cache=tmp_path / "t.cache"), STATIC_AVX2)
 
 
 def test_quantize_graph_errors() -> None:
     with pytest.raises(CalibrationError, match="empty calibration set"):
-        quantize_graph(tiny_graph(), [], "cpu-avx2")
+        quantize_graph(tiny_graph(), [], STATIC_AVX2)
     with pytest.raises(CalibrationError, match=r"missing \['x'\]"):
-        quantize_graph(tiny_graph(), [{"y": np.zeros((2, 8), np.float32)}], "cpu-avx2")
+        quantize_graph(tiny_graph(), [{"y": np.zeros((2, 8), np.float32)}], STATIC_AVX2)
     with pytest.raises(CalibrationError, match="leaves nothing to quantise"):
-        quantize_graph(tiny_graph(), tiny_feeds(1), "cpu-avx2", exclude_op_types=["MatMul", "Gemm"])
+        quantize_graph(tiny_graph(), tiny_feeds(1), STATIC_AVX2, exclude_op_types=["MatMul", "Gemm"])
     with pytest.raises(CalibrationError, match=r"\['fc9'\] match no node"):
-        quantize_graph(tiny_graph(), tiny_feeds(1), "cpu-avx2", exclude_nodes=["fc9"])
+        quantize_graph(tiny_graph(), tiny_feeds(1), STATIC_AVX2, exclude_nodes=["fc9"])
 
 
 @pytest.mark.parametrize("method", ["entropy", "percentile"])

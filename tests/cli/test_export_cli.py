@@ -78,6 +78,16 @@ def test_export_flags_are_checked(tmp_path: Path):
     args = ["export", "--model", "x", "--calib", str(tmp_path), "--out", str(tmp_path / "b")]
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2 and "--calib is only used with --int8" in result.output
+    result = CliRunner().invoke(
+        main, ["export", "--model", "x", "--int8-step", "dynamic", "--out", str(tmp_path / "b")]
+    )
+    assert result.exit_code == 2 and "--int8-step is only used with --int8" in result.output
+    args = ["export", "--model", "x", "--int8", "--calib", str(tmp_path), "--int8-step", "int4"]
+    result = CliRunner().invoke(main, args)
+    assert (
+        result.exit_code == 2
+        and "'int4' is not one of 'static', 'dynamic', 'weight-only', 'weight-only-4'" in result.output
+    )
 
 
 def test_export_refuses_an_empty_calibration_set(tiny_data, tmp_path_factory, tmp_path: Path):

@@ -68,7 +68,7 @@ def test_int8_graphs_run_mask_predict_close_to_fp32() -> None:
     fp32_models = exported_fp32().runtime_models("fp32")
     calib = [random_images(4, regions=7, seed=s) for s in (21, 22)]
     int8 = quantize_labert_int8(fp32_models, calib, _cfg(1), preset="cpu-avx2", max_refine_feeds=32)
-    assert int8.info["refine"]["role"] == "step" and int8.info["refine"]["feeds"] == 32
+    assert int8.info["refine"]["role"] == "refine" and int8.info["refine"]["feeds"] == 32  # its own role: static QDQ
     images = random_images(6, regions=7, seed=11)
     tokens = torch.randint(0, WORD_VOCAB + 1, (6, 14), generator=torch.Generator().manual_seed(5)).numpy()
     levels = np.full(6, 2, dtype=np.int64)

@@ -4,7 +4,7 @@ of it."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +14,7 @@ from edgecap.bundle.exporting.images import CalibImage, InputMaker, calibration_
 from edgecap.bundle.exporting.source import ExportSource
 from edgecap.bundle.writer import BundleBuilder
 
-__all__ = ["Int8Job", "Int8Variant", "build_int8_variant"]
+__all__ = ["Int8Job", "Int8Variant", "build_int8_variant", "scheme_records"]
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,7 @@ class Int8Job:
         calib_size: calibrate on at most this many (a seeded sample spread over ``images``).
         target: the INT8 preset name.
         progress: show progress bars.
+        step_scheme: a name of ``STEP_SCHEMES`` for the decoder's loop graph, or None for the preset's own.
     """
 
     source: ExportSource
@@ -42,6 +43,16 @@ class Int8Job:
     calib_size: int
     target: str
     progress: bool
+    step_scheme: str | None = None
+
+    def preset(self) -> Any:
+        """The target preset, with the requested step scheme on the loop role (``step``, LaBERT's ``refine``)."""
+        from edgecap.calibration.presets import get_preset
+
+        preset = get_preset(self.target)
+        if self.step_scheme is None:
+            return preset
+        return preset.with_step_scheme(self.step_scheme, "refine" if self.spec.decoding == "mask_predict" else "step")
 
 
 @dataclass(frozen=True)
@@ -52,17 +63,38 @@ class Int8Variant:
     models: dict[str, Any]
 
 
+_QDQ_KEYS = {"QuantizeLinear": "quantize_linear", "DequantizeLinear": "dequantize_linear"}
+
+
+def scheme_records(calibration: Mapping[str, Any], roles: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Per runtime role, how its INT8 graph was quantised, for the manifest: ``scheme``, ``bits``, the weight-only
+    block options and the integer ops in the graph (``quantized_ops``), from the calibration report."""
+    reports = calibration.get("roles") or calibration.get("graphs") or {}
+    keys = ("scheme", "bits", "block_size", "accuracy_level")
+    out = {}
+    for role in roles:
+        report = reports.get(role, {})
+        out[role] = {
+            **{"scheme": "static", "bits": 8},
+            **{k: report[k] for k in keys if k in report},
+            "ops": dict(report.get("quantized_ops", {})),
+        }
+        if out[role]["scheme"] == "static":
+            out[role]["qdq"] = {op: report.get(key, 0) for op, key in _QDQ_KEYS.items()}
+    return out
+
+
 def _quantize(job: Int8Job, batches: list[Any]) -> Any:
     """INT8 graphs of every runtime role: mask-predict graphs are calibrated by decoding every length level."""
     if job.spec.decoding == "mask_predict":
         from edgecap.calibration.refine import quantize_labert_int8
 
-        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.target, progress=job.progress).result(
+        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.preset(), progress=job.progress).result(
             job.target
         )
     from edgecap.calibration import quantize_int8
 
-    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.target, progress=job.progress)
+    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.preset(), progress=job.progress)
 
 
 def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> Int8Variant:
@@ -106,6 +138,7 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         "target": job.target,
         "preset": quantized.preset,
         "deployment": get_preset(quantized.preset).deployment(),
+        "schemes": scheme_records(quantized.calibration, spec.runtime_graphs),
         "calibration": calibration,
         "artefacts": {"ranges": ranges_file},
     }

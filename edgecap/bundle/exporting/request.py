@@ -42,11 +42,18 @@ class ExportRequest:
     progress: bool = True
     backbone_weights: Path | None = None
     quality_images: int = DEFAULT_QUALITY_IMAGES
+    int8_step: str | None = None
 
     def __post_init__(self) -> None:
+        from edgecap.calibration.presets import STEP_SCHEMES
+
         targets = int8_targets()
         if self.target not in targets:
             raise BundleExportError(f"unknown INT8 target {self.target!r}; choose one of {targets}")
+        if self.int8_step is not None and self.int8_step not in STEP_SCHEMES:
+            raise BundleExportError(f"unknown INT8 step scheme {self.int8_step!r}; choose one of {list(STEP_SCHEMES)}")
+        if self.int8_step is not None and not self.int8:
+            raise BundleExportError("int8_step= is only used for INT8: pass int8=True (--int8) or drop it")
         if self.int8 and self.calib is None:
             raise BundleExportError("INT8 export needs calibration images: pass calib=DIR (--calib DIR)")
         if self.calib is not None and not self.int8:
