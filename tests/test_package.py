@@ -53,6 +53,7 @@ def test_readme_test_command_is_what_ci_runs():
 def test_a_training_command_without_the_training_stack_says_what_to_install(monkeypatch):
     """In a runtime-only install a [train]-only import fails inside the command; the CLI turns it into one line."""
     import builtins
+    import importlib.util
 
     from click.testing import CliRunner
 
@@ -65,7 +66,13 @@ def test_a_training_command_without_the_training_stack_says_what_to_install(monk
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
         return real_import(name, *args, **kwargs)
 
+    real_find_spec = importlib.util.find_spec
+
+    def no_torch_spec(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        return None if name.split(".")[0] == "torch" else real_find_spec(name, *args, **kwargs)
+
     monkeypatch.setattr(builtins, "__import__", no_torch)
+    monkeypatch.setattr(importlib.util, "find_spec", no_torch_spec)
     result = CliRunner().invoke(main, ["zoo"])
     assert result.exit_code == 1 and "`edgecap zoo` needs the training stack" in result.output
     assert "pip install 'edgecap[train]'" in result.output and "Traceback" not in result.output

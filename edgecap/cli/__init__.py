@@ -7,6 +7,7 @@ never pays for torch, onnxruntime or TensorRT imports.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 import click
 
@@ -68,8 +69,8 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except ModuleNotFoundError as exc:
             missing = (exc.name or "").split(".")[0]
-            if missing not in TRAIN_ONLY:
-                raise
+            if missing not in TRAIN_ONLY or importlib.util.find_spec(missing) is not None:
+                raise  # not a missing extra: a broken or partial install must show its own traceback
             command = ctx.invoked_subcommand or "this command"
             raise click.ClickException(
                 f"`edgecap {command}` needs the training stack ({missing} is not installed): "
