@@ -346,6 +346,20 @@ class GraphInt8:
     info: dict[str, Any]
 
 
+def _prepared(
+    model: Any, tmp: Path, role: str, exclude_nodes: Sequence[str], strict_exclusions: bool
+) -> tuple[Any, str, list[str], list[str]]:
+    """The graph after onnxruntime's quantisation pre-processing, how it was pre-processed, the node names that
+    ``exclude_nodes`` (names or patterns) match in it and the patterns that match none (which raise when
+    ``strict_exclusions``)."""
+    pre_model, pre_mode = _preprocess(model, tmp / "pre.onnx", role)
+    matches = _match_nodes(pre_model, list(exclude_nodes))
+    unmatched = [p for p, names in matches.items() if not names]
+    if strict_exclusions and unmatched:
+        _check_exclusions({role: pre_model}, unmatched)
+    return pre_model, pre_mode, sorted({name for names in matches.values() for name in names}), unmatched
+
+
 def quantize_graph(
     model: Any,
     feeds: CalibrationSource | Iterable[Mapping[str, Any]],
@@ -407,12 +421,7 @@ def quantize_graph(
 
     with tempfile.TemporaryDirectory(prefix="edgecap-int8-") as tmp_name:
         tmp = Path(tmp_name)
-        pre_model, pre_mode = _preprocess(model, tmp / "pre.onnx", role)
-        matches = _match_nodes(pre_model, list(exclude_nodes))
-        unmatched = [p for p, names in matches.items() if not names]
-        if strict_exclusions and unmatched:
-            _check_exclusions({role: pre_model}, unmatched)
-        excluded = sorted({name for names in matches.values() for name in names})
+        pre_model, pre_mode, excluded, unmatched = _prepared(model, tmp, role, exclude_nodes, strict_exclusions)
         activation_matmuls = _activation_matmuls(pre_model) if policy.weight_matmuls_only else []
         unfused = _unfused_activations(pre_model, policy.fused_activations)
         qdq, ranges, ort_method, served = _calibrate_and_quantize(
@@ -492,12 +501,7 @@ def _quantize_uncalibrated(
 
     with tempfile.TemporaryDirectory(prefix="edgecap-int8-") as tmp_name:
         tmp = Path(tmp_name)
-        pre_model, pre_mode = _preprocess(model, tmp / "pre.onnx", role)
-        matches = _match_nodes(pre_model, list(exclude_nodes))
-        unmatched = [p for p, names in matches.items() if not names]
-        if strict_exclusions and unmatched:
-            _check_exclusions({role: pre_model}, unmatched)
-        excluded = sorted({name for names in matches.values() for name in names})
+        pre_model, pre_mode, excluded, unmatched = _prepared(model, tmp, role, exclude_nodes, strict_exclusions)
         activation_matmuls = _activation_matmuls(pre_model)
         quantized = quantize_uncalibrated(
             pre_model, preset, policy, role, tmp, sorted({*excluded, *activation_matmuls})
