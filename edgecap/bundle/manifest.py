@@ -306,6 +306,11 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
         missing_roles = [r for r in interface["runtime_graphs"] if r not in runtime_files]
         if missing_roles:
             raise BundleError(f"{vwhere}: no graph file for runtime role(s) {missing_roles}")
+        schemes = variant.get("schemes", {})
+        if not isinstance(schemes, dict) or not all(
+            isinstance(r, dict) and isinstance(r.get("scheme"), str) for r in schemes.values()
+        ):
+            raise BundleError(f"{vwhere}: field 'schemes' must map each role to an object with a 'scheme' name")
         graphs = variant.get("graphs", {})
         if not isinstance(graphs, dict):
             raise BundleError(f"{vwhere}: field 'graphs' must be dict, got {type(graphs).__name__}")

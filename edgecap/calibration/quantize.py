@@ -503,8 +503,12 @@ def _quantize_uncalibrated(
         tmp = Path(tmp_name)
         pre_model, pre_mode, excluded, unmatched = _prepared(model, tmp, role, exclude_nodes, strict_exclusions)
         activation_matmuls = _activation_matmuls(pre_model)
+        # weight matmuls of an op type the caller took out of the policy (``exclude_op_types``) stay float
+        excluded_types = [
+            n.name for n in pre_model.graph.node if n.op_type in ("MatMul", "Gemm") and n.op_type not in policy.op_types
+        ]
         quantized = quantize_uncalibrated(
-            pre_model, preset, policy, role, tmp, sorted({*excluded, *activation_matmuls})
+            pre_model, preset, policy, role, tmp, sorted({*excluded, *activation_matmuls, *excluded_types})
         )
     _prune_opset_imports(quantized)
     portable = not non_portable_nodes(quantized)
@@ -528,7 +532,7 @@ def _quantize_uncalibrated(
         "role": role,
         "method": None,
         "feeds": 0,
-        "op_types": ["MatMul"],
+        "op_types": [op for op in ("MatMul", "Gemm") if op in policy.op_types],
         "excluded_nodes": excluded,
         "unmatched_exclusions": unmatched,
         "float_activation_matmuls": len(activation_matmuls),
@@ -719,7 +723,12 @@ def quantize_int8(
     if levels:  # each image at the level its feed carries (decode would otherwise force one level on all)
         decode_cfg = decode_cfg.replace(length_level=None)
     source = as_source(encoder_feeds, "encoder calibration feeds")
-    bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
+    # Only a static (QDQ) step is calibrated on recorded step inputs; a dynamic or weight-only step reads none, so the
+    # FP32 decode of every calibration image that records them is skipped.
+    step_static = resolved.role("step").scheme == "static"
+    bar = None
+    if step_static:
+        bar = _progress_bar(progress, source.length_hint(), "int8: decoding calibration images (fp32)")
     if levels:
         source = _with_levels(source, levels)
     kept: list[dict[str, np.ndarray]] | None = None if source.reiterable else []
@@ -736,32 +745,37 @@ def quantize_int8(
         if bar is not None:
             bar.update()
 
-    step_model = RuntimeStepModel(
-        OrtRuntime(fp32_models["encoder"], name="fp32-encoder", providers="cpu"),
-        OrtRuntime(fp32_models["step"], name="fp32-step", providers="cpu"),
-        spec.state_names,
-        tokens_name=spec.tokens_name,
-        logprobs_name=spec.logprobs_name,
-        state_output_names=spec.state_output_names,
-        updated_state_names=spec.step_state_names,
-    )
-    try:
-        with step_model:
-            record_decoder_feeds(
-                step_model,
-                CalibrationSource(lambda: checked(source), name=source.name),
-                decode_cfg,
-                spec.state_names,
-                recorder=recorder,
-                tokens_name=spec.tokens_name,
-                token_dtype=step_inputs[spec.tokens_name],
-                on_batch=on_batch,
-            )
-    finally:
-        if bar is not None:
-            bar.close()
-    images = source.count or 0
-    encoder_source = CalibrationSource(kept, source.cache, name=source.name) if kept is not None else source
+    if step_static:
+        step_model = RuntimeStepModel(
+            OrtRuntime(fp32_models["encoder"], name="fp32-encoder", providers="cpu"),
+            OrtRuntime(fp32_models["step"], name="fp32-step", providers="cpu"),
+            spec.state_names,
+            tokens_name=spec.tokens_name,
+            logprobs_name=spec.logprobs_name,
+            state_output_names=spec.state_output_names,
+            updated_state_names=spec.step_state_names,
+        )
+        try:
+            with step_model:
+                record_decoder_feeds(
+                    step_model,
+                    CalibrationSource(lambda: checked(source), name=source.name),
+                    decode_cfg,
+                    spec.state_names,
+                    recorder=recorder,
+                    tokens_name=spec.tokens_name,
+                    token_dtype=step_inputs[spec.tokens_name],
+                    on_batch=on_batch,
+                )
+        finally:
+            if bar is not None:
+                bar.close()
+        images = source.count or 0
+        encoder_source = CalibrationSource(kept, source.cache, name=source.name) if kept is not None else source
+    else:
+        images = 0
+        once = source if source.reiterable else source.materialize()
+        encoder_source = CalibrationSource(lambda: checked(once), source.cache, name=source.name)
 
     root = Path(workdir) if workdir is not None else None
     results: dict[str, GraphInt8] = {}
@@ -787,12 +801,14 @@ def quantize_int8(
             if _split_role(item, roles)[0] in (None, r)
         )
     ]
+    if not step_static:
+        images = encoder_source.count or 0
     if lost:  # matched the FP32 graph, but pre-processing renamed or fused those nodes
         raise CalibrationError(f"exclude_nodes pattern(s) {lost} match no node of the pre-processed graphs")
     calibration = {
         "preset": resolved.name,
         "preset_requested": preset if isinstance(preset, str) else resolved.name,
-        "quant_format": "QDQ",
+        "quant_format": {role: "QDQ" if resolved.role(role).scheme == "static" else "QOperator" for role in results},
         "encoder_feeds": images,
         "decoder_feeds": len(recorder),
         "decoder_recording": {**recorder.stats(), "decode_strategy": getattr(decode_cfg, "strategy", None)},

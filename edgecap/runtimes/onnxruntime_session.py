@@ -27,6 +27,7 @@ import importlib.util
 import logging
 import operator
 import os
+import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -642,12 +643,34 @@ def _deployment(variant: Mapping[str, Any]) -> Mapping[str, Any]:
     return {"provider": "tensorrt" if preset == "tensorrt" else "cpu", "runs_on_any_cpu": preset == "cpu-avx2"}
 
 
+#: (step scheme, bits) -> the first onnxruntime release with CPU kernels for its ops (8-bit ``MatMulNBits``: 1.22).
+SCHEME_MIN_ONNXRUNTIME: dict[tuple[str, int], tuple[int, int]] = {("weight-only", 8): (1, 22)}
+
+
+def _ort_too_old_for(variant: Mapping[str, Any]) -> str | None:
+    """Why this onnxruntime cannot run the INT8 variant's recorded schemes, or None when it can."""
+    version = tuple(int(p) for p in re.findall(r"\d+", _ort().__version__)[:2])
+    for role, record in (variant.get("schemes") or {}).items():
+        if not isinstance(record, Mapping):
+            continue
+        need = SCHEME_MIN_ONNXRUNTIME.get((record.get("scheme"), record.get("bits")))
+        if need and version < need:
+            return (
+                f"the INT8 {role} graph is {record.get('bits')}-bit {record.get('scheme')}, which needs onnxruntime >= "
+                f"{need[0]}.{need[1]} (installed: {_ort().__version__})"
+            )
+    return None
+
+
 def _cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     """Whether this CPU runs the INT8 variant's preset correctly: a preset built for VNNI (no ``reduce_range``) or for
     ARM (S8S8) saturates on a CPU without those instructions, and a TensorRT (S8S8 symmetric) graph likewise; a
     preset that records ``runs_on_any_cpu`` (``cpu-avx2``) is safe everywhere."""
     from edgecap.runtimes.cpu import detect_cpu_preset
 
+    too_old = _ort_too_old_for(variant)
+    if too_old:
+        return False, too_old
     preset = str(variant.get("preset") or variant.get("target") or "")
     here = detect_cpu_preset()
     deployment = _deployment(variant)

@@ -430,3 +430,6 @@ def test_an_unknown_step_scheme_or_one_without_int8_is_refused(run: Path, tmp_pa
         export_bundle(run, tmp_path / "out", int8=True, calib=tmp_path, int8_step="int4")
     with pytest.raises(BundleExportError, match="int8_step= is only used for INT8"):
         export_bundle(run, tmp_path / "out", int8_step="dynamic")
+    with pytest.raises(BundleExportError, match="--int8-step dynamic with --target tensorrt"):  # before any export
+        export_bundle(run, tmp_path / "out", int8=True, calib=tmp_path, target="tensorrt", int8_step="dynamic")
+    assert not (tmp_path / "out").exists()

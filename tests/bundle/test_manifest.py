@@ -105,6 +105,10 @@ def test_newer_format_version_is_refused_with_both_versions_named(tmp_path: Path
             {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {"encoder": 3}}},
             "interface.runtime_graphs must map",
         ),
+        (
+            {"variants": {"fp32": {"files": {"encoder": "onnx/fp32/init.onnx"}, "schemes": {"step": "dynamic"}}}},
+            "'schemes' must map each role",
+        ),
     ],
 )
 def test_malformed_manifests_name_the_field(tmp_path: Path, change: dict, needle: str):

@@ -266,3 +266,21 @@ def test_int8_auto_choice_reads_the_recorded_deployment_not_the_preset_name(monk
     assert _auto_precision(["fp32", "int8"], cpu, engine)[0] == "fp32"
     assert _auto_precision(["fp32", "int8"], cpu, {"preset": "cpu-avx2"})[0] == "int8"  # no record: by name
     assert _auto_precision(["fp32", "int8"], trt, {"preset": "tensorrt"})[0] == "int8"
+
+
+def test_int8_auto_choice_skips_a_scheme_the_installed_onnxruntime_cannot_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8-bit weight-only steps (``MatMulNBits`` bits=8) have CPU kernels from onnxruntime 1.22 on: older runtimes
+    take FP32, saying why."""
+    import types
+
+    import edgecap.runtimes.onnxruntime_session as session
+
+    variant = {"preset": "cpu-avx2", "schemes": {"step": {"scheme": "weight-only", "bits": 8}}}
+    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.21.1"))
+    precision, reason = session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)
+    assert precision == "fp32" and "onnxruntime >= 1.22" in reason and "1.21.1" in reason
+    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.22.0"))
+    assert session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)[0] == "int8"
+    four_bit = {"preset": "cpu-avx2", "schemes": {"step": {"scheme": "weight-only", "bits": 4}}}
+    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.21.1"))
+    assert session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", four_bit)[0] == "int8"

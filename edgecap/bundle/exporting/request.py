@@ -54,6 +54,13 @@ class ExportRequest:
             raise BundleExportError(f"unknown INT8 step scheme {self.int8_step!r}; choose one of {list(STEP_SCHEMES)}")
         if self.int8_step is not None and not self.int8:
             raise BundleExportError("int8_step= is only used for INT8: pass int8=True (--int8) or drop it")
+        if self.int8_step is not None:  # a scheme the target cannot run fails now, not after the FP32 export
+            from edgecap.calibration import CalibrationError, get_preset
+
+            try:
+                get_preset(self.target).with_step_scheme(self.int8_step)
+            except CalibrationError as exc:
+                raise BundleExportError(f"--int8-step {self.int8_step} with --target {self.target}: {exc}") from exc
         if self.int8 and self.calib is None:
             raise BundleExportError("INT8 export needs calibration images: pass calib=DIR (--calib DIR)")
         if self.calib is not None and not self.int8:
