@@ -131,7 +131,25 @@ def restore_float_weights(model: Any, original: Any, names: Sequence[str]) -> in
                 have.add(copy)
             node.input[k] = copy
             restored += 1
+    if restored:
+        _drop_unused(model)
     return restored
+
+
+def _drop_unused(model: Any) -> None:
+    """Remove nodes none of whose outputs is read (a ``DequantizeLinear`` left without readers by
+    :func:`restore_float_weights`) and initialisers nothing reads, until none is left."""
+    outputs = {o.name for o in model.graph.output}
+    while True:
+        read = outputs | {i for n in model.graph.node for i in n.input}
+        dead = [n for n in model.graph.node if not any(o in read for o in n.output if o)]
+        if not dead:
+            break
+        for node in dead:
+            model.graph.node.remove(node)
+    read = outputs | {i for n in model.graph.node for i in n.input}
+    for tensor in [t for t in model.graph.initializer if t.name not in read]:
+        model.graph.initializer.remove(tensor)
 
 
 def float_weight_matmuls(model: Any) -> list[str]:
@@ -210,7 +228,9 @@ def quantize_uncalibrated(
     from edgecap.calibration.quantize import _quiet_ort_logging
 
     model = onnx.ModelProto.FromString(model.SerializeToString())
-    gemm_to_matmul(model, keep=exclude)
+    # Every plain Gemm becomes MatMul (+ Add) under its own name, excluded ones too: quantize_dynamic rewrites Gemms
+    # itself under new names, which its nodes_to_exclude would no longer match; an excluded one stays a float MatMul.
+    gemm_to_matmul(model)
     try:
         with _quiet_ort_logging(), contextlib.redirect_stdout(io.StringIO()):
             if policy.scheme == "dynamic":

@@ -141,6 +141,43 @@ def test_excluded_nodes_stay_float_matmuls(acort) -> None:
     assert float_weight_matmuls(graph.model) == [first]
 
 
+def test_excluded_op_types_stay_float_under_uncalibrated_schemes(acort) -> None:
+    """``exclude_op_types`` means the same for every scheme: the step's output ``Gemm`` keeps float weights (as a
+    float MatMul + Add under the Gemm's name)."""
+    gemms = [n.name for n in acort.fp32["step"].graph.node if n.op_type == "Gemm"]
+    assert gemms, "the acort step graph has its output projection as a Gemm"
+    for scheme in ("dynamic", "weight-only-8"):
+        graph = quantize_graph(acort.fp32["step"], [], _preset(scheme), role="step", exclude_op_types=["Gemm"])
+        assert set(gemms) <= set(float_weight_matmuls(graph.model)), scheme
+        assert graph.info["op_types"] == ["MatMul"]
+
+
+def test_a_shared_weight_restored_for_an_excluded_node_leaves_no_dead_nodes() -> None:
+    """One initialiser read by two MatMuls (ACORT's sharing); excluding one must neither fake-quantise it nor leave
+    an unread DequantizeLinear behind."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="first"),
+             helper.make_node("MatMul", ["h", "w"], ["y"], name="second")]  # fmt: skip
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 16])], [w],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = quantize_graph(model, [], _preset("dynamic"), role="step", exclude_nodes=["second"]).model
+    read = {i for n in out.graph.node for i in n.input} | {o.name for o in out.graph.output}
+    assert all(any(o in read for o in n.output) for n in out.graph.node)
+    second = next(n for n in out.graph.node if n.name == "second")
+    assert second.op_type == "MatMul" and second.input[1] in {t.name for t in out.graph.initializer}
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    with OrtRuntime(out, name="q", providers="cpu") as runtime:
+        got = runtime.infer({"x": x})["y"]
+    ref = (x @ numpy_helper.to_array(w)) @ numpy_helper.to_array(w)
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+
+
 # -- rules and errors ------------------------------------------------------------------------------------------------
 def test_a_standard_ops_only_preset_refuses_contrib_schemes() -> None:
     trt = get_preset("tensorrt")
