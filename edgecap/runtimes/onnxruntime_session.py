@@ -627,7 +627,9 @@ def _thread_options(request: Any, primary: str, graphs: Mapping[str, Path]) -> t
     if isinstance(request.threads, int) and request.threads > 0:
         options["intra_op_threads"] = request.threads
     if request.spin is not None:
-        options["session_config"] = plan_threads(request.threads, request.spin, streams=request.streams).session_config()
+        options["session_config"] = plan_threads(
+            request.threads, request.spin, streams=request.streams
+        ).session_config()
     return None, options
 
 
