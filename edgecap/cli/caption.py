@@ -65,7 +65,7 @@ from edgecap.runtimes.registry import get_runtime, list_runtimes
     help="Caption the images that load; report each one that does not (missing, truncated, not an image) on stderr "
     "(null in --json) and exit with status 1.",
 )
-@ort_threads_options
+@ort_threads_options()
 @device_option
 def caption(
     images: tuple[Path, ...],
