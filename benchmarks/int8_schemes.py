@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import statistics
 import sys
 import time
@@ -30,6 +29,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cache import random_setup  # noqa: E402
 
+from edgecap._io import atomic_write_json  # noqa: E402
 from edgecap.calibration import get_preset, quantize_graph, quantize_int8  # noqa: E402
 from edgecap.decoding import decode  # noqa: E402
 from edgecap.export import export_onnx  # noqa: E402
@@ -125,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{b16['median_s'] * 1e3:.1f} | {b16['x_fp32']:.2f} | {row['ops']} |"
         )
     if args.json is not None:
-        args.json.write_text(json.dumps(out, indent=2))
+        atomic_write_json(args.json, out)
     return 0
 
 

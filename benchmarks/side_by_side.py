@@ -304,12 +304,13 @@ class _Capture:
 
 
 def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
-    return {
-        "providers": "cpu",
-        "intra_op_threads": threads,
-        "inter_op_threads": 1,
-        "session_config": dict(session_config),
-    }
+    """The settings ``Captioner.load(threads=N)`` gives a session (edgecap's thread plan: N intra-op threads, one
+    inter-op thread, sequential, no spinning), with the ``--ort-config`` entries on top (an explicit entry wins)."""
+    from edgecap.runtimes.threads import plan_threads
+
+    options = plan_threads(threads).runtime_options()
+    options["session_config"] = {**options["session_config"], **session_config}
+    return {"providers": "cpu", **options}
 
 
 @contextlib.contextmanager
@@ -521,6 +522,7 @@ def aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "rounds": values,
         "tokens_sha1": sorted({s["tokens_sha1"] for s in good}),
         "errors": [s["error"] for s in samples if "error" in s],
+        **({"ort_options": good[0]["ort_options"]} if "ort_options" in good[0] else {}),
     }
 
 
@@ -657,6 +659,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--limit-only and --no-limit exclude each other")
     if args.rounds < 1 or args.repeats < 1 or args.warmup < 0:
         p.error("--rounds and --repeats must be >= 1, --warmup >= 0")
+    for flag in ("threads", "batch", "beam"):
+        bad = [v for v in getattr(args, flag) or [] if v < 1]
+        if bad:
+            p.error(f"--{flag} must be >= 1, got {bad[0]}")
     try:
         args.variant_list = [v for v in args.variants.split(",") if v]
         for variant in args.variant_list:
@@ -723,6 +729,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "columns": columns,
         "column_labels": {c: COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns},
         "session_config": args.session_config,
+        "ort_options": {str(t): _ort_options(t, args.session_config) for t in sorted({r.threads for r in rows})},
         "variants": {name: m["variants"] for name, m in manifests.items()},
     }
     samples: dict[tuple[Row, str], list[dict[str, Any]]] = {}

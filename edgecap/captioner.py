@@ -174,11 +174,9 @@ class Captioner:
         if precision != "auto" and precision not in PRECISIONS:
             raise CaptionerError(f"precision must be 'auto' or one of {list(PRECISIONS)}, got {precision!r}")
         try:
-            check_threads(threads, spin)
+            check_threads(threads, spin, streams)
         except ThreadSettingError as exc:
             raise CaptionerError(str(exc)) from None
-        if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
-            raise CaptionerError(f"streams must be an integer >= 1, got {streams!r}")
         try:
             if runtime == "auto":
                 spec, runtime_reason = auto_runtime()

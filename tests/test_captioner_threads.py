@@ -89,3 +89,26 @@ def test_the_caption_command_passes_threads_and_spin(bundle, images):
     assert captions == [line for line in chosen.output.splitlines() if not line.startswith("runtime:")]
     bad = CliRunner().invoke(main, [*base, "--threads", "lots"])
     assert bad.exit_code != 0 and "auto, dedicated" in bad.output
+
+
+def test_an_explicit_count_sets_torch_threads_only_where_torch_runs(bundle, images):
+    import torch
+
+    from edgecap.cli import main
+
+    base = ["caption", *map(str, images[:1]), "--model", str(bundle), "--precision", "fp32"]
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        on_ort = CliRunner().invoke(main, [*base, "--runtime", "onnxruntime", "--threads", "1"])
+        assert on_ort.exit_code == 0, on_ort.output
+        assert torch.get_num_threads() == 2  # ONNX Runtime alone: torch is not this command's to change
+        on_torch = CliRunner().invoke(main, [*base, "--runtime", "torch", "--threads", "1"])
+        assert on_torch.exit_code == 0, on_torch.output
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        policy = CliRunner().invoke(main, [*base, "--runtime", "torch", "--threads", "auto"])
+        assert policy.exit_code == 0, policy.output
+        assert torch.get_num_threads() == 2  # a policy names ONNX Runtime's threads, not a torch count
+    finally:
+        torch.set_num_threads(before)

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import ThreadsValue, fail, option_group
+from edgecap.cli.options import fail, option_group, ort_threads_options
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.runtimes.registry import list_runtimes
 
@@ -144,16 +144,7 @@ _TIMING = option_group(
     ),
 )
 _WHERE = option_group(
-    click.option(
-        "--threads",
-        type=ThreadsValue(),
-        default=None,
-        help="ONNX Runtime threads on CPU: auto (default), dedicated, or an intra-op count (0 = ONNX Runtime's own "
-        "default; a count >= 1 also sets torch's threads); docs/cpu.md.",
-    ),
-    click.option(
-        "--spin/--no-spin", default=None, help="ONNX Runtime's idle pool threads spin [default: the policy's]."
-    ),
+    ort_threads_options(default=None),
     click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available)."),
     click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available)."),
     click.option(

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import RuntimeName, beam_option, device_option, fail, ort_threads_options
+from edgecap.cli.options import (
+    RuntimeName,
+    apply_threads,
+    beam_option,
+    device_option,
+    fail,
+    ort_threads_options,
+    torch_thread_count,
+)
 from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.registry import get_runtime, list_runtimes
 
@@ -57,7 +65,7 @@ from edgecap.runtimes.registry import get_runtime, list_runtimes
     help="Caption the images that load; report each one that does not (missing, truncated, not an image) on stderr "
     "(null in --json) and exit with status 1.",
 )
-@ort_threads_options
+@ort_threads_options()
 @device_option
 def caption(
     images: tuple[Path, ...],
@@ -99,6 +107,8 @@ def caption(
                 spin=spin,
                 device=None if device == "auto" else device,
             )
+            if get_runtime(captioner.runtime_info["runtime"]).torch or captioner.backbone is not None:
+                apply_threads(torch_thread_count(threads))  # torch already runs here, and the CLI owns its process
             if not as_json:
                 click.echo(f"runtime: {captioner.runtime_info['summary']}", err=True)
         else:
@@ -113,7 +123,6 @@ def caption(
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
                     "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
-            from edgecap.cli.options import apply_threads, torch_thread_count
             from edgecap.runtimes.torch import resolve_device
 
             apply_threads(torch_thread_count(threads))  # the CLI owns its process: torch's thread count is process-wide

@@ -111,15 +111,19 @@ class ThreadsValue(click.ParamType):
         self.fail(f"{value!r} is not {', '.join(THREAD_POLICIES)} or a thread count >= 0", param, ctx)
 
 
-def ort_threads_options(fn: Callable) -> Callable:
-    """``--threads`` and ``--spin/--no-spin``: ONNX Runtime's threading on CPU (``docs/cpu.md``)."""
+def ort_threads_options(default: str | None = "auto") -> Callable[[Callable], Callable]:
+    """``--threads`` and ``--spin/--no-spin``: ONNX Runtime's threading on CPU (``docs/cpu.md``).
+
+    ``default`` is what ``--threads`` gives a command when it is not passed; None lets the command tell "not given"
+    from ``auto`` (``edgecap bench`` records only what was asked) and then means ``auto``.
+    """
     return option_group(
         click.option(
             "--threads",
             type=ThreadsValue(),
-            default="auto",
-            show_default=True,
-            help="ONNX Runtime threads on CPU: auto (one thread that never spins: right on a shared or small CPU), "
+            default=default,
+            help="ONNX Runtime threads on CPU: auto (the default: one thread that never spins, right on a shared or "
+            "small CPU), "
             "dedicated (cores this process owns: large models use them, spinning), or an intra-op count "
             "(0 = ONNX Runtime's own default). A count >= 1 also sets torch's threads where torch runs.",
         ),
@@ -128,7 +132,7 @@ def ort_threads_options(fn: Callable) -> Callable:
             default=None,
             help="Let ONNX Runtime's idle pool threads spin (faster hand-off, burns the core) [default: the policy's].",
         ),
-    )(fn)
+    )
 
 
 def torch_thread_count(threads: int | str) -> int:

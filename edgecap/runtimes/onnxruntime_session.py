@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
-from edgecap.runtimes.threads import plan_threads
+from edgecap.runtimes.threads import ThreadPlan, plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -580,14 +580,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         bundle.verify(bundle.used_files(precision))
     roles = bundle.interface["runtime_graphs"]
     graphs = {role: bundle.graph_path(precision, role) for role in roles}
-    plan = None
-    options: dict[str, Any] = {"providers": chosen}
-    if primary == "CPUExecutionProvider":  # on CUDA/TensorRT the CPU threads only feed the device
-        plan = plan_threads(request.threads, request.spin, streams=request.streams, step_bytes=_step_bytes(graphs))
-        options.update(plan.runtime_options())
-        log.info("ONNX Runtime threads: %s (%s)", plan.describe(), plan.reason)
-    elif isinstance(request.threads, int) and request.threads > 0:
-        options["intra_op_threads"] = request.threads
+    plan, thread_options = _thread_options(request, primary, graphs)
+    options: dict[str, Any] = {"providers": chosen, **thread_options}
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
         options["trt_profile_dims"] = bundle.interface.get("dims")
@@ -618,6 +612,26 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     if precision == "int8":
         info["int8_schemes"] = {role: r["scheme"] for role, r in bundle.int8_schemes().items()}
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
+
+
+def _thread_options(request: Any, primary: str, graphs: Mapping[str, Path]) -> tuple[ThreadPlan | None, dict[str, Any]]:
+    """The thread plan (None off the CPU) and the :class:`OrtRuntime` keyword arguments of a load request.
+
+    On CPU the whole plan applies. On CUDA/TensorRT the CPU threads only feed the device, so the policy does not
+    run; an explicit thread count >= 1 or an explicit ``spin`` still applies (an explicit value always wins).
+    """
+    if primary == "CPUExecutionProvider":
+        plan = plan_threads(request.threads, request.spin, streams=request.streams, step_bytes=_step_bytes(graphs))
+        log.info("ONNX Runtime threads: %s (%s)", plan.describe(), plan.reason)
+        return plan, plan.runtime_options()
+    options: dict[str, Any] = {}
+    if isinstance(request.threads, int) and request.threads > 0:
+        options["intra_op_threads"] = request.threads
+    if request.spin is not None:
+        options["session_config"] = plan_threads(
+            request.threads, request.spin, streams=request.streams
+        ).session_config()
+    return None, options
 
 
 def _step_bytes(graphs: Mapping[str, Path]) -> int:

@@ -138,12 +138,12 @@ def _physical_cores() -> int | None:
     return psutil.cpu_count(logical=False)
 
 
-def check_threads(threads: Any, spin: Any = None) -> None:
+def check_threads(threads: Any, spin: Any = None, streams: Any = 1) -> None:
     """Refuse what :func:`plan_threads` cannot take, with a message that says what it can.
 
     Raises:
-        ThreadSettingError: ``threads`` is not ``"auto"``, ``"dedicated"``, None or an int >= 0, or ``spin`` is not
-            None or a bool.
+        ThreadSettingError: ``threads`` is not ``"auto"``, ``"dedicated"``, None or an int >= 0, ``spin`` is not
+            None or a bool, or ``streams`` is not an int >= 1.
     """
     count = isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0
     if not (threads is None or count or threads in THREAD_POLICIES):
@@ -153,6 +153,8 @@ def check_threads(threads: Any, spin: Any = None) -> None:
         )
     if spin is not None and not isinstance(spin, bool):
         raise ThreadSettingError(f"spin must be True, False or None (the policy's choice), got {spin!r}")
+    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+        raise ThreadSettingError(f"streams must be an integer >= 1, got {streams!r}")
 
 
 def plan_threads(
@@ -175,9 +177,7 @@ def plan_threads(
     Raises:
         ThreadSettingError: a value outside those above, or ``streams < 1``.
     """
-    check_threads(threads, spin)
-    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
-        raise ThreadSettingError(f"streams must be an integer >= 1, got {streams!r}")
+    check_threads(threads, spin, streams)
     threads = "auto" if threads is None else threads
     if isinstance(threads, int):
         if threads == 0:

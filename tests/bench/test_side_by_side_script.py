@@ -197,6 +197,7 @@ def test_quick_run_measures_every_cell_in_fresh_processes(script, tmp_path: Path
     assert {s["variant"] for s in report["limit"]["steps"]} == {"fp32", "int8"}
     assert all(t["median_s"] > 0 for s in report["limit"]["steps"] for t in s["timing"].values())
     assert "| acort-test, beam 3 | 1 | 1 |" in (out / "side_by_side.md").read_text()
+    assert report["ort_options"]["1"] == row["cells"]["ort-fp32"]["ort_options"] == script._ort_options(1, {})
 
 
 def test_exported_stands_for_every_variant_in_the_export_folders(script) -> None:  # type: ignore[no-untyped-def]
@@ -215,3 +216,20 @@ def test_limit_only_report_has_no_side_by_side_table(script) -> None:  # type: i
     assert "re-run-prefix baseline" not in text and text.startswith("Weight-read limit")
     with pytest.raises(SystemExit):
         script.parse_args(["--limit-only", "--no-limit"])
+
+
+@pytest.mark.parametrize("flag", ["--threads", "--batch", "--beam"])
+def test_axis_values_below_one_are_refused(script, flag, capsys) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(SystemExit) as exc:
+        script.parse_args([flag, "1", flag, "0"])
+    assert exc.value.code == 2 and f"{flag} must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_ort_cells_get_edgecaps_thread_plan_and_explicit_entries_win(script) -> None:  # type: ignore[no-untyped-def]
+    from edgecap.runtimes.threads import SPIN_KEYS
+
+    options = script._ort_options(2, {})
+    assert (options["intra_op_threads"], options["inter_op_threads"], options["execution_mode"]) == (2, 1, "sequential")
+    assert options["session_config"] == dict.fromkeys(SPIN_KEYS, "0")  # as Captioner.load: no spinning
+    chosen = script._ort_options(2, {SPIN_KEYS[0]: "1", "session.x": "y"})
+    assert chosen["session_config"] == {SPIN_KEYS[0]: "1", SPIN_KEYS[1]: "0", "session.x": "y"}

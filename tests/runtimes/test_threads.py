@@ -111,3 +111,18 @@ def test_session_options_carry_the_plan(threads) -> None:
     assert settings["inter_op_threads"] == plan.inter_op and settings["execution_mode"] == "sequential"
     expected = None if plan.spin is None else ("1" if plan.spin else "0")
     assert [settings[key] for key in SPIN_KEYS] == [expected, expected]
+
+
+@pytest.mark.parametrize(("threads", "spin", "intra"), [("auto", False, 0), (2, True, 2), (None, None, 0)])
+def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin, intra) -> None:
+    from edgecap.runtimes.onnxruntime_session import _thread_options
+    from edgecap.runtimes.registry import LoadRequest
+
+    plan, options = _thread_options(LoadRequest(threads=threads, spin=spin), "CUDAExecutionProvider", {})
+    assert plan is None  # the policy only runs on CPU
+    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **options)
+    with runtime:
+        settings = runtime.session_settings
+    assert settings["intra_op_threads"] == intra
+    expected = None if spin is None else ("1" if spin else "0")
+    assert [settings[key] for key in SPIN_KEYS] == [expected, expected]
