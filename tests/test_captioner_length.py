@@ -61,6 +61,7 @@ def test_a_length_aware_bundle_decodes_at_its_recorded_default_level(
         int8=True,
         calib=tiny_data[0],
         calib_size=8,
+        int8_step="static",  # the step scheme calibrated on decoder feeds, recorded at every level
         quality_images=0,
         progress=False,
     )
