@@ -35,29 +35,33 @@ def _root(factory: pytest.TempPathFactory) -> Path:
     return _CACHE["root"]
 
 
-def region_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
-    """``ort-test`` trained for a few steps on region features (written once per session)."""
-    if "region_run" not in _CACHE:
-        from edgecap.training.config import TrainCfg
-        from edgecap.training.loop import train
+def train_region_run(model: str, tiny_data: tuple[Path, Path], out: Path) -> Path:
+    """``model`` trained for two epochs on ``tiny_data``'s region features: a real run with a held-out split."""
+    from edgecap.training.config import TrainCfg
+    from edgecap.training.loop import train
 
-        data, feats = tiny_data
-        cfg = TrainCfg(
-            model="ort-test",
-            data=str(data),
-            features=str(feats),
-            out=str(_root(factory) / "region-run"),
-            epochs=2,
-            batch_size=16,
-            optimizer="adamw",
-            lr=3e-3,
-            warmup_steps=2,
-            vocab_min_count=2,
-            max_words=12,
-            device="cpu",
-            save_every_steps=0,
-        )
-        _CACHE["region_run"] = train(cfg, progress=False)
+    data, feats = tiny_data
+    cfg = TrainCfg(
+        model=model,
+        data=str(data),
+        features=str(feats),
+        out=str(out),
+        epochs=2,
+        batch_size=16,
+        optimizer="adamw",
+        lr=3e-3,
+        warmup_steps=2,
+        vocab_min_count=2,
+        max_words=12,
+        device="cpu",
+        save_every_steps=0,
+    )
+    return train(cfg, progress=False)
+
+
+def region_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
+    if "region_run" not in _CACHE:
+        _CACHE["region_run"] = train_region_run("ort-test", tiny_data, _root(factory) / "region-run")
     return _CACHE["region_run"]
 
 

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 
 from edgecap.bench.report import load_report
 from edgecap.cli.bench import bench
+from tests.bundle.helpers import train_region_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 FAST = ["--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--threads", "1", "--quiet"]
@@ -20,28 +21,10 @@ FAST = ["--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--threads"
 @pytest.fixture(scope="module")
 def it_bundle(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     from edgecap.bundle import export_bundle
-    from edgecap.training.config import TrainCfg
-    from edgecap.training.loop import train
 
-    data, feats = tiny_data
     root = tmp_path_factory.mktemp("it-bundle")
-    cfg = TrainCfg(
-        model="image-transformer-test",
-        data=str(data),
-        features=str(feats),
-        out=str(root / "run"),
-        epochs=2,
-        batch_size=16,
-        optimizer="adamw",
-        lr=3e-3,
-        warmup_steps=2,
-        vocab_min_count=2,
-        max_words=12,
-        device="cpu",
-        save_every_steps=0,
-    )
-    run = train(cfg, progress=False)
-    return export_bundle(run, root / "bundle", fp16=True, int8=True, calib=data, calib_size=8, progress=False)
+    run = train_region_run("image-transformer-test", tiny_data, root / "run")
+    return export_bundle(run, root / "bundle", fp16=True, int8=True, calib=tiny_data[0], calib_size=8, progress=False)
 
 
 def test_bundle_has_every_precision_checked(it_bundle: Path) -> None:
