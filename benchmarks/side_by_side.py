@@ -423,26 +423,44 @@ def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- the weight-read limit -------------------------------------------------------------------------------------------
-def step_weight_bytes(path: Path) -> int:
-    """Bytes of the initializers the step graph's nodes read whole (each counted once), at their stored dtype.
+#: Ops that only re-type or re-shape a weight on its way to the matmul reading it: a use of their output is a use of
+#: the weight (a shared layer's QDQ weight has one DequantizeLinear feeding every position's MatMul).
+WEIGHT_PASS_THROUGH = frozenset({"DequantizeLinear", "Cast", "Transpose", "Reshape", "Identity"})
 
-    A table only indexed by ``Gather`` (token and position embeddings) is left out: a step reads one row of it per
-    hypothesis, not the table; a table a matmul also reads (tied output weights) counts whole."""
+
+def step_weight_bytes(path: Path) -> int:
+    """Bytes of weights one step graph run reads: each initializer at its stored dtype, once per node that reads it.
+
+    A weight shared by several nodes counts once per node (ACORT's decoder layer is shared by its two positions, so
+    a step reads it twice: it does not stay in the 1 MB L2 between the positions). A use through a node that only
+    re-types or re-shapes it (:data:`WEIGHT_PASS_THROUGH`, e.g. the DequantizeLinear of a QDQ weight) counts each
+    use of that node's output. A table only indexed by ``Gather`` (token and position embeddings) is left out: a
+    step reads one row of it per hypothesis, not the table; a table a matmul also reads (tied output weights)
+    counts for that matmul."""
     import onnx
     from onnx import helper
 
     model = onnx.load(str(path))
-    read_whole = {
-        name
-        for node in model.graph.node
-        for index, name in enumerate(node.input)
-        if not (node.op_type == "Gather" and index == 0)
-    }
+    consumers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    def uses(name: str) -> int:
+        count = 0
+        for node in consumers.get(name, ()):
+            if node.op_type == "Gather" and node.input[0] == name:
+                continue
+            if node.op_type in WEIGHT_PASS_THROUGH and node.input[0] == name:
+                count += sum(uses(out) for out in node.output)
+            else:
+                count += 1
+        return count
+
     total = 0
     for init in model.graph.initializer:
-        if init.name in read_whole:
-            itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
-            total += int(np.prod(init.dims, dtype=np.int64)) * itemsize
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+        total += int(np.prod(init.dims, dtype=np.int64)) * itemsize * uses(init.name)
     return total
 
 
@@ -591,7 +609,8 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
         "",
         f"Weight-read limit: read rate {rates['l3_GBps']:.1f} GB/s in the L3 "
         f"({'%.0f MB' % (l3 / 2**20) if l3 else 'size unknown'}), {rates['dram_GBps']:.1f} GB/s from DRAM; "
-        "step weights = initializers the step graph reads whole (embedding tables a Gather indexes left out); "
+        "step weights = the bytes of initializers the step graph reads, once per node reading them (a shared layer "
+        "counts once per position; embedding tables a Gather indexes left out); "
         "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs.",
         "",
         "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit |",

@@ -27,7 +27,7 @@ from edgecap.models._ort_cfg import ObjectRelationCfg
 from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import mask_to_bias
-from edgecap.models.layers.geometry import box_relational_embedding
+from edgecap.models.layers.geometry import box_relational_angles
 from edgecap.models.layers.position import TokenEmbedding
 from edgecap.models.layers.transformer import TransformerDecoder, TransformerEncoder
 
@@ -88,7 +88,7 @@ class ORTCaptioner(CaptionModel):
         x = self.feature_embed(features)
         geometry = None
         if self.cfg.geometry:
-            geometry = box_relational_embedding(boxes, self.cfg.geometry_dim, self.cfg.box_wh_offset)
+            geometry = box_relational_angles(boxes, self.cfg.geometry_dim, self.cfg.box_wh_offset)
         return self.encoder(x, mask_to_bias(feature_mask, x), geometry)
 
     def _start_impl(

@@ -110,6 +110,33 @@ def test_step_weight_bytes_count_what_nodes_read_whole_at_stored_width(script, t
     assert script.step_weight_bytes(_graph(tmp_path)) == 4 * 3 * 4 + 3 + 5 * 3 * 4
 
 
+def test_step_weight_bytes_count_a_shared_weight_once_per_reading_node(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A layer shared by two positions is read twice per step: directly (W by two MatMuls) or through one
+    DequantizeLinear whose output two MatMuls read (Q, int8, the QDQ form of a shared layer)."""
+    inits = {
+        "W": np.ones((3, 3), np.float32),
+        "Q": np.ones((3, 3), np.int8),
+        "s": np.ones((), np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h1"]),
+        helper.make_node("MatMul", ["h1", "W"], ["h2"]),
+        helper.make_node("DequantizeLinear", ["Q", "s"], ["qf"]),
+        helper.make_node("MatMul", ["h2", "qf"], ["h3"]),
+        helper.make_node("MatMul", ["h3", "qf"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3])],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    path = tmp_path / "shared.onnx"
+    onnx.save(helper.make_model(graph), str(path))
+    assert script.step_weight_bytes(path) == 2 * 9 * 4 + 2 * 9 + 4
+
+
 def test_l3_size_from_sysfs(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     for index, (level, size) in enumerate([("1", "32K"), ("2", "1024K"), ("3", "32768K")]):
         folder = tmp_path / f"index{index}"

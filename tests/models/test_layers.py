@@ -18,6 +18,7 @@ from edgecap.models.layers.attention import (
 from edgecap.models.layers.geometry import (
     LOG_MIN_WEIGHT,
     GeometricBias,
+    box_relational_angles,
     box_relational_embedding,
     box_relational_features,
 )
@@ -108,6 +109,43 @@ def test_box_relational_embedding_layout():
         box_relational_embedding(boxes, dim=60)
 
 
+def test_box_angles_are_the_elementwise_angles():
+    """Pair angles (Δx, Δy): the block-diagonal frequency matmul gives the reference's products bit for bit. Box
+    angles: 100 · log(size) per box at each frequency, whose differences are the Δw, Δh angles."""
+    torch.manual_seed(0)
+    xy = torch.rand(2, 7, 2) * 0.6
+    boxes = torch.cat([xy, xy + torch.rand(2, 7, 2) * 0.4 + 1e-3], -1)
+    angles = box_relational_angles(boxes)
+    freqs = 1000.0 ** (-torch.arange(8, dtype=torch.float32) / 8)
+    reference = (box_relational_features(boxes) * 100.0)[..., None] * freqs  # (B, N, N, 4, 8)
+    pair = reference[..., :2, :].flatten(-2).permute(0, 3, 1, 2)  # channel-major (B, 16, N, N)
+    assert angles.pair_sin.shape == angles.pair_cos.shape == (2, 16, 7, 7)
+    assert torch.equal(angles.pair_sin, pair.sin())
+    assert torch.equal(angles.pair_cos, pair.cos())
+    sizes = torch.stack([boxes[..., 2] - boxes[..., 0], boxes[..., 3] - boxes[..., 1]], 1).log() * 100.0
+    box = (sizes[:, :, None, :] * freqs[:, None]).flatten(1, 2)  # (B, 16, N)
+    assert angles.box_sin.shape == (2, 16, 7)
+    torch.testing.assert_close(angles.box_sin, box.sin(), atol=1e-4, rtol=0)
+    torch.testing.assert_close(angles.box_cos, box.cos(), atol=1e-4, rtol=0)
+
+
+def test_geometric_bias_is_the_reference_projection_of_the_embedding():
+    """The matmuls over :class:`BoxAngles` = ``log(max(ReLU(Linear(E)), 1e-6))`` on the paper's embedding."""
+    torch.manual_seed(0)
+    xy = torch.rand(2, 6, 2) * 0.6
+    boxes = torch.cat([xy, xy + torch.rand(2, 6, 2) * 0.4 + 1e-3], -1)
+    geo = GeometricBias(64, heads=4)
+    with torch.no_grad():
+        geo.proj.bias.add_(0.5)  # most weights positive: the comparison is not all floors
+        reference = torch.relu(geo.proj(box_relational_embedding(boxes))).clamp_min(1e-6).log().permute(0, 3, 1, 2)
+        bias = geo(box_relational_angles(boxes))
+    assert bias.shape == (2, 4, 6, 6)
+    assert (reference > LOG_MIN_WEIGHT).float().mean() > 0.5
+    # the Δw, Δh angle-difference identities round differently from sin/cos of the rounded difference (angles up
+    # to ~700 rad); log ω amplifies that where ω is small
+    torch.testing.assert_close(bias, reference, atol=2e-3, rtol=1e-3)
+
+
 def test_zero_geometric_weight_is_a_near_hard_mask():
     # Four boxes with the same centre and widths 0.1, 0.2, 0.4, 0.8. W_G reads only the lowest-frequency cos(Δw)
     # channel: ω = ReLU(100·cos − 99) is 1 for equal widths and 0 for any width ratio >= 2.
@@ -118,7 +156,7 @@ def test_zero_geometric_weight_is_a_near_hard_mask():
         geo.proj.weight.zero_()
         geo.proj.weight[:, 32 + 2 * 8 + 7] = 100.0
         geo.proj.bias.fill_(-99.0)
-    bias = geo(box_relational_embedding(boxes))
+    bias = geo(box_relational_angles(boxes))
     assert bias.shape == (1, 2, 4, 4)
     off_diag = ~torch.eye(4, dtype=torch.bool)
     assert torch.allclose(bias[0, :, off_diag], torch.full((2, 12), LOG_MIN_WEIGHT))
@@ -131,7 +169,7 @@ def test_zero_geometric_weight_is_a_near_hard_mask():
     with torch.no_grad():
         geo.proj.weight.zero_()
         geo.proj.bias.fill_(1.0)
-    assert torch.equal(geo(box_relational_embedding(boxes)), torch.zeros(1, 2, 4, 4))
+    assert torch.equal(geo(box_relational_angles(boxes)), torch.zeros(1, 2, 4, 4))
 
 
 def test_encoder_layer_geometry_changes_attention():
@@ -142,8 +180,8 @@ def test_encoder_layer_geometry_changes_attention():
     boxes_a = torch.cat([xy, xy + 0.3], -1)
     boxes_b = torch.cat([xy, xy + torch.rand(1, 5, 2) * 0.5 + 0.05], -1)
     bias = mask_to_bias(None, x)
-    out_a = layer(x, bias, box_relational_embedding(boxes_a))
-    out_b = layer(x, bias, box_relational_embedding(boxes_b))
+    out_a = layer(x, bias, box_relational_angles(boxes_a))
+    out_b = layer(x, bias, box_relational_angles(boxes_b))
     assert not torch.allclose(out_a, out_b, atol=1e-4)
     with pytest.raises(ValueError, match="box embedding"):
         layer(x, bias, None)

@@ -32,7 +32,10 @@ __all__ = ["ENCODER_TOLERANCES", "ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"
 
 _KEEP_FP32 = ("LayerNormalization", "ReduceMean", "Softmax", "LogSoftmax", "Log", "Exp", "Sin", "Cos", "Pow", "Sqrt")
 
-_ENCODER_FP16 = Fp16Policy(op_types=_KEEP_FP32, fp32_ancestors_of=("Sin", "Cos"))
+#: The box angles (up to ~700 rad; float16 resolves 0.5 rad there) stay float32 back to the boxes, including the
+#: frequency matmul that forms them (:func:`~edgecap.models.layers.geometry.box_relational_angles`): no learned
+#: projection lies on that path, so only ``Gemm``/``Conv`` end the walk.
+_ENCODER_FP16 = Fp16Policy(op_types=_KEEP_FP32, fp32_ancestors_of=("Sin", "Cos"), cone_stops=("Gemm", "Conv"))
 ORT_FP16: dict[str, Fp16Policy] = {
     "encoder": _ENCODER_FP16,
     "start": Fp16Policy(op_types=_KEEP_FP32),

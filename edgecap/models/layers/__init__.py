@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from edgecap.models.layers.attention import MASK_VALUE, MultiHeadAttention, causal_bias, mask_to_bias
-from edgecap.models.layers.geometry import GeometricBias, box_relational_embedding, box_relational_features
+from edgecap.models.layers.geometry import (
+    BoxAngles,
+    GeometricBias,
+    box_relational_angles,
+    box_relational_embedding,
+    box_relational_features,
+)
 from edgecap.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.models.layers.norm import AnnotatedLayerNorm, make_norm
 from edgecap.models.layers.position import SinusoidalPositions, TokenEmbedding, sinusoid_table
@@ -19,6 +25,7 @@ from edgecap.models.layers.transformer import (
 __all__ = [
     "MASK_VALUE",
     "AnnotatedLayerNorm",
+    "BoxAngles",
     "DecoderLayer",
     "EncoderLayer",
     "FeedForward",
@@ -30,6 +37,7 @@ __all__ = [
     "TokenEmbedding",
     "TransformerDecoder",
     "TransformerEncoder",
+    "box_relational_angles",
     "box_relational_embedding",
     "box_relational_features",
     "causal_bias",

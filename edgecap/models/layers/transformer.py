@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from edgecap.models.layers.attention import MultiHeadAttention, causal_bias
-from edgecap.models.layers.geometry import GeometricBias
+from edgecap.models.layers.geometry import BoxAngles, GeometricBias
 from edgecap.models.layers.layer_map import validate_layer_map
 from edgecap.models.layers.norm import make_norm
 
@@ -64,8 +64,8 @@ class EncoderLayer(nn.Module):
         self.norm1, self.norm2 = make_norm(norm, dim), make_norm(norm, dim)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` (B, N, d); ``bias`` (B, 1, 1, N) key padding; ``geometry`` (B, N, N, d_g) box embedding."""
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: BoxAngles | None = None) -> torch.Tensor:
+        """``x`` (B, N, d); ``bias`` (B, 1, 1, N) key padding; ``geometry`` the box angles (B, d_g / 2, N, N)."""
         if self.geometric_bias is not None:
             if geometry is None:
                 raise ValueError("this encoder layer uses box-relational attention and needs the box embedding")
@@ -166,8 +166,8 @@ class TransformerEncoder(nn.Module):
         self.layers = LayerStack(layer_map, lambda: EncoderLayer(dim, heads, d_ff, dropout, share, norm, geometry_dim))
         self.norm = make_norm(norm, dim)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` (B, N, d), key-padding ``bias`` (B, 1, 1, N), ``geometry`` (B, N, N, d_g) -> memory (B, N, d)."""
+    def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: BoxAngles | None = None) -> torch.Tensor:
+        """``x`` (B, N, d), key-padding ``bias`` (B, 1, 1, N), box ``geometry`` (:class:`BoxAngles`) -> (B, N, d)."""
         for layer in self.layers:
             x = layer(x, bias, geometry)
         return self.norm(x)
