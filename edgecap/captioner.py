@@ -412,4 +412,4 @@ def _describe(info: Mapping[str, Any]) -> str:
 def _threads_text(threads: Mapping[str, Any]) -> str:
     from edgecap.runtimes.threads import ThreadPlan
 
-    return ThreadPlan(**threads).describe()
+    return ThreadPlan.from_dict(threads).describe()
