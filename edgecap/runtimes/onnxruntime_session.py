@@ -197,8 +197,8 @@ class OrtRuntime(Runtime):
             default_name = "OrtRuntime(<bytes>)"
         elif hasattr(model, "SerializeToString"):
             self._source = model.SerializeToString()
-            role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
-            default_name = f"OrtRuntime({role or '<model>'})"
+            graph_role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
+            default_name = f"OrtRuntime({graph_role or '<model>'})"
         else:
             raise TypeError(f"OrtRuntime model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
         super().__init__(name or default_name)
@@ -243,6 +243,8 @@ class OrtRuntime(Runtime):
         self._wide_lock = threading.Lock()
         #: (input whose leading dimension counts the rows, rows from which a call runs wide); None = never wide.
         self._wide_rule: tuple[str, int] | None = None
+        #: Calls that ran on the wide session (of :attr:`inference_count`).
+        self.wide_inference_count = 0
         #: What the session was given, read back from its ``SessionOptions`` (filled when the session is made); the
         #: wide session's settings appear under ``"wide"`` once it exists.
         self.session_settings: dict[str, Any] = {}
@@ -431,6 +433,8 @@ class OrtRuntime(Runtime):
 
     def _infer(self, feed: Mapping[str, Array]) -> dict[str, Array]:
         wide = self._wide_or_none(feed) if self._wide_rule is not None else None
+        if wide is not None:
+            self.wide_inference_count += 1
         if self._binding is not None:
             return self._infer_bound(feed, wide)
         for value in feed.values():
