@@ -147,7 +147,9 @@ def markdown(result: Mapping[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", choices=sorted(PAPER_CASES), help="repeatable; default acort-xsmall")
+    parser.add_argument(
+        "--model", action="append", choices=sorted(PAPER_CASES), help="repeatable; default acort-xsmall"
+    )
     parser.add_argument("--rows", action="append", type=int, help="step rows, repeatable; default 3 6 12 24 48")
     parser.add_argument("--batch", action="append", type=int, help="encoder images, repeatable; default 1 2 4 8 16")
     parser.add_argument("--wide", type=int, default=2, help="intra-op threads of the wide session")
