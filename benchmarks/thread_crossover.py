@@ -40,10 +40,10 @@ from edgecap.runtimes.onnxruntime_session import OrtRuntime  # noqa: E402
 from edgecap.runtimes.threads import plan_threads, usable_cores  # noqa: E402
 
 
-def step_feed(model_name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
-    """A step-graph feed of ``rows`` hypotheses, its cache half the model's forced decode length long."""
+def step_feed(spec: Any, model_name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
+    """A step-graph feed of ``rows`` hypotheses (``spec``: the model's export spec), its cache half the model's forced
+    decode length long."""
     regions, steps = PAPER_CASES[model_name]
-    spec = get_export_spec(create_model(model_name, **paper_settings(model_name)))
     graph = spec.graph(spec.runtime_graphs["step"])
     sizes = spec.sizes_for(graph, {"batch": rows, "regions": regions, "past": steps // 2})
     made = graph.make_inputs(sizes, torch.Generator().manual_seed(seed))
@@ -88,6 +88,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         case = scratch / model_name
         case.mkdir()
         step_bytes = write_case(model_name, args.batch, args.seed, 3, case)
+        spec = get_export_spec(create_model(model_name, **paper_settings(model_name)))
         found: dict[str, int | None] = {}
         for role, sizes in (("encoder", args.batch), ("step", args.rows)):
             graph = case / f"{role}.onnx"
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
             with narrow, wide:
                 for size in sizes:
                     if role == "step":
-                        feed = step_feed(model_name, size, args.seed)
+                        feed = step_feed(spec, model_name, size, args.seed)
                     else:
                         with np.load(case / f"inputs_{size}.npz") as data:
                             feed = {name: data[name] for name in data.files}

@@ -36,3 +36,15 @@ def test_a_pair_of_sessions_is_timed_in_turn() -> None:
 def test_arguments_default_to_the_documented_grid() -> None:
     args = script.parse_args([])
     assert (args.model, args.rows, args.batch, args.wide) == (["acort-xsmall"], [3, 6, 12, 24, 48], [1, 2, 4, 8, 16], 2)
+
+
+def test_step_feeds_have_the_asked_rows_and_a_half_length_cache() -> None:
+    from edgecap.export.spec import get_export_spec
+    from edgecap.models import create_model, paper_settings
+
+    spec = get_export_spec(create_model("acort-xsmall", **paper_settings("acort-xsmall")))
+    feed = script.step_feed(spec, "acort-xsmall", 6, seed=0)
+    regions, steps = script.PAPER_CASES["acort-xsmall"]
+    assert set(feed) == set(spec.graph(spec.runtime_graphs["step"]).inputs)
+    assert all(value.shape[0] == 6 for value in feed.values())  # every input is per hypothesis
+    assert feed["self_k"].shape[3] == steps // 2 and feed["memory_bias"].shape[-1] == regions
