@@ -252,7 +252,7 @@ class OrtRuntime(Runtime):
     # -- lifecycle ---------------------------------------------------------------------------------------------------
     def _session_options(self, ort: Any, wide: WidePlan | None = None) -> Any:
         """The narrow session's options, or with ``wide`` the wide one's (its threads and spinning, one inter-op
-        thread, everything else alike)."""
+        thread, everything else alike, ``session_config`` included)."""
         options = ort.SessionOptions()
         intra, inter = (wide.intra_op, 1) if wide is not None else (self.intra_op_threads, self.inter_op_threads)
         if intra is not None:
@@ -268,7 +268,8 @@ class OrtRuntime(Runtime):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[self.graph_optimization_level]
-        config = {**self.session_config, **(wide.session_config() if wide is not None else {})}
+        # The wide session spins as its plan says, unless ``session_config`` names the entries (explicit values win).
+        config = {**(wide.session_config() if wide is not None else {}), **self.session_config}
         for key, value in config.items():
             options.add_session_config_entry(key, value)
         return options

@@ -38,10 +38,10 @@ __all__ = [
     "WIDE_FROM_ROWS",
     "ThreadPlan",
     "ThreadSettingError",
+    "WidePlan",
     "check_threads",
     "plan_threads",
     "usable_cores",
-    "WidePlan",
 ]
 
 #: The named thread policies (besides an explicit count).
@@ -53,10 +53,11 @@ THREAD_POLICIES = ("auto", "dedicated")
 LARGE_STEP_BYTES = 32 * 2**20
 
 #: Graph role -> the rows (the feed's leading dimension) from which a call of ``threads="auto"`` runs on the wide
-#: session. Measured with ``benchmarks/thread_crossover.py`` (acort-xsmall at the paper settings, 1 vs 2 threads
-#: without spinning, see ``docs/cpu.md``): the encoder gains from 2 images on; a decoder step gains only on
-#: many hypotheses (beam 3 × 16 images), where the second thread's wake-up per op is small next to each matmul. A role
-#: without an entry (LaBERT's ``refine``, not measured) keeps one thread.
+#: session (acort-xsmall at the paper settings, 1 vs 2 threads without spinning; ``docs/cpu.md``). The encoder gained
+#: from 2 images on in ``benchmarks/thread_crossover.py``, even next to a busy process (batch 1 stays narrow: its users
+#: pay nothing for the wide session). A decoder step is ~90 small kernels, each paying the second thread's wake-up: it
+#: lost at few hypotheses and gained ≈ 20 % per step at 48 (beam 3 × 16 images) on free cores
+#: (``benchmarks/ort_threads.py``). A role without an entry (LaBERT's ``refine``, not measured) keeps one thread.
 WIDE_FROM_ROWS: dict[str, int] = {"encoder": 2, "step": 48}
 
 #: ``SessionOptions`` config keys that allow ONNX Runtime's pool threads to spin while waiting.
