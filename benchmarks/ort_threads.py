@@ -9,9 +9,11 @@ ids, forced to a fixed length (every hypothesis runs every step: 26 radix tokens
 v2). Besides wall time each worker reports its CPU time per decode (all its threads): what the setting costs the
 other work on the machine, and a steadier number than wall time on a shared host.
 
-Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtimes.threads.plan_threads` picks here), ORT's own
-default (one spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``).
-Settings whose sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins).
+Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtimes.threads.plan_threads` picks here; ``auto`` chooses
+per call: one thread, plus on two or more usable cores a wide session for calls of many rows), ORT's own default (one
+spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``). Settings whose
+sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins; ``auto`` equals ``1``
+on a single core).
 Loads: ``quiet``, and ``busy`` (``--competitors`` child processes spinning ``while True: pass`` for the whole
 measurement; they inherit this process's CPU affinity).
 
@@ -71,6 +73,7 @@ class Setting:
         options = self.plan.runtime_options()
         if self.plan.intra_op == 1 and self.plan.execution_mode == "sequential":
             options["session_config"] = {}
+        options["wide"] = None if self.plan.wide is None else self.plan.wide.as_dict()
         return json.dumps(options, sort_keys=True)
 
 
@@ -168,7 +171,7 @@ def worker_main(case: Path, plan_json: str) -> int:
     """The worker loop: sessions per the plan, then one decode per batch size read from stdin."""
     from edgecap.decoding import DecodeCfg, RadixSpec, decode
 
-    plan = ThreadPlan(**json.loads(plan_json))
+    plan = ThreadPlan.from_dict(json.loads(plan_json))
     fields = json.loads((case / "decode.json").read_text())
     radix = fields.pop("radix")
     cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)

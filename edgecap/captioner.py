@@ -138,7 +138,8 @@ class Captioner:
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
             beam: beam size (1 = greedy); default the bundle's (3).
             threads: ONNX Runtime's threads on CPU (``docs/cpu.md``): ``"auto"`` (default: one intra-op thread per
-                stream, never spinning; right on a shared or small CPU), ``"dedicated"``
+                stream, never spinning, and on two or more usable cores per stream a second session with those cores
+                for calls of many rows, i.e. batch work; created on the first such call), ``"dedicated"``
                 (cores this process owns: a large step graph gets them, spinning), or an intra-op count (``0`` = ONNX
                 Runtime's own default).
                 The choice is in ``runtime_info["threads"]``. Process-wide settings (``torch.set_num_threads``) are
@@ -412,4 +413,4 @@ def _describe(info: Mapping[str, Any]) -> str:
 def _threads_text(threads: Mapping[str, Any]) -> str:
     from edgecap.runtimes.threads import ThreadPlan
 
-    return ThreadPlan(**threads).describe()
+    return ThreadPlan.from_dict(threads).describe()

@@ -112,3 +112,26 @@ def test_an_explicit_count_sets_torch_threads_only_where_torch_runs(bundle, imag
         assert torch.get_num_threads() == 2  # a policy names ONNX Runtime's threads, not a torch count
     finally:
         torch.set_num_threads(before)
+
+
+def test_auto_runs_large_calls_on_a_wide_session_with_the_same_captions(bundle, images, monkeypatch):
+    from edgecap.runtimes import threads as thread_policy
+
+    monkeypatch.setattr(thread_policy, "usable_cores", lambda: 4)  # four free cores, one stream
+    monkeypatch.setitem(thread_policy.WIDE_FROM_ROWS, "step", 6)  # 3 images x beam 3 = 9 rows reach it
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=1) as cap:
+        reference, single = cap.batch(images), cap.batch(images[:1])
+        assert cap.runtime_info["threads"]["wide"] is None  # an explicit count never widens
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
+        threads = cap.runtime_info["threads"]
+        assert threads["wide"] == {"intra_op": 4, "spin": False, "from_rows": {"encoder": 2, "step": 6}}
+        assert "4 threads, no spinning, from 2 (encoder) / 6 (step) rows" in cap.runtime_info["summary"]
+        runtimes = (cap.step_model.encoder, cap.step_model.loop_runtime)
+        assert cap.batch(images[:1]) == single
+        assert all(runtime.wide_session is None for runtime in runtimes)  # batch 1 pays nothing for it
+        assert cap.batch(images) == reference
+        for settings in _session_settings(cap):
+            assert settings["intra_op_threads"] == 1
+            assert settings["wide"]["intra_op_threads"] == 4 and _spin(settings["wide"]) == ["0", "0"]
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", streams=4) as cap:
+        assert cap.runtime_info["threads"]["wide"] is None  # one core per stream: nothing to widen to

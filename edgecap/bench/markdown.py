@@ -78,11 +78,17 @@ def _power(r: ComboResult, read: Callable[[Any], float | None], digits: int) -> 
 
 
 def _ort_threads(r: ComboResult) -> str:
-    """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ORT's default; spinning)."""
+    """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ORT's default; spinning), plus
+    ``threads="auto"``'s wide session: ``1, no spin; 2 from encoder 2 / step 48 rows``."""
     if not r.threads:
         return "–"
     spin = {True: "spin", False: "no spin", None: "ORT spin"}[r.threads.get("spin")]
-    return f"{r.threads.get('intra_op')}, {spin}"
+    text = f"{r.threads.get('intra_op')}, {spin}"
+    wide = r.threads.get("wide")
+    if wide:
+        rows = " / ".join(f"{role} {n}" for role, n in dict(wide["from_rows"]).items())
+        text += f"; {wide['intra_op']}{' spin' if wide['spin'] else ''} from {rows} rows"
+    return text
 
 
 def _params(r: ComboResult) -> str:

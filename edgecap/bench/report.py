@@ -179,8 +179,8 @@ class ComboResult:
         length_level: the 1-based length level decoded at (LaBERT, ``*-len`` bundles; ``--length-level``), None for
             a bundle without length control. Reports written before the field read as None.
         threads: the ONNX Runtime threading the sessions ran with on CPU (``intra_op``, ``inter_op``, ``spin``,
-            ``execution_mode``, ``policy``, ``reason``; :class:`edgecap.runtimes.threads.ThreadPlan`); None for other
-            runtimes and in reports written before the field.
+            ``execution_mode``, ``policy``, ``reason``, ``wide``; :class:`edgecap.runtimes.threads.ThreadPlan`); None
+            for other runtimes and in reports written before the field.
     """
 
     bundle: str

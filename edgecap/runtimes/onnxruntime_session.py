@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
-from edgecap.runtimes.threads import ThreadPlan, plan_threads
+from edgecap.runtimes.threads import ThreadPlan, WidePlan, plan_threads
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,8 @@ def _ort() -> Any:
 
 
 class OrtRuntime(Runtime):
-    """One ONNX graph in one ``onnxruntime.InferenceSession`` (created once, on activation).
+    """One ONNX graph in one ``onnxruntime.InferenceSession`` (created once, on activation), plus on CPU an optional
+    *wide* session on the same graph for large calls (``wide=``; created on the first call that reaches its rows).
 
     Args:
         model: an ``.onnx`` path, serialized bytes or an ``onnx.ModelProto``.
@@ -158,6 +159,12 @@ class OrtRuntime(Runtime):
         trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
             ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
             (:func:`edgecap.runtimes.onnxruntime_gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
+        wide: a second, multi-threaded session for calls of at least ``wide.threshold(role)`` rows (the leading
+            dimension of the feed's ``batch`` input), created lazily on the first such call; ``threads="auto"`` sets
+            it on free cores (:class:`edgecap.runtimes.threads.WidePlan`). Same graph, same outputs. CPU only:
+            ignored when a CUDA-class provider is first.
+        role: the graph's role in a captioner (``"encoder"``, ``"step"``, ``"refine"``), which picks the wide
+            session's threshold; None = the graph's ``graph_role`` metadata (``"init"`` counts as the encoder).
         name: for messages; default the file name.
     """
 
@@ -175,6 +182,8 @@ class OrtRuntime(Runtime):
         io_binding: bool | None = None,
         device_id: int = 0,
         trt_profile_dims: Mapping[str, Mapping[str, int]] | None = None,
+        wide: WidePlan | None = None,
+        role: str | None = None,
         name: str | None = None,
     ) -> None:
         if isinstance(model, (str, os.PathLike)):
@@ -188,14 +197,16 @@ class OrtRuntime(Runtime):
             default_name = "OrtRuntime(<bytes>)"
         elif hasattr(model, "SerializeToString"):
             self._source = model.SerializeToString()
-            role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
-            default_name = f"OrtRuntime({role or '<model>'})"
+            graph_role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
+            default_name = f"OrtRuntime({graph_role or '<model>'})"
         else:
             raise TypeError(f"OrtRuntime model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
         super().__init__(name or default_name)
         for label, value in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
             if value is not None and (not isinstance(value, int) or value < 0):
                 raise ValueError(f"{label} must be an integer >= 0 (0 = ORT default), got {value!r}")
+        if wide is not None and not isinstance(wide, WidePlan):
+            raise TypeError(f"wide must be an edgecap.runtimes.threads.WidePlan or None, got {type(wide).__name__}")
         if execution_mode not in ("sequential", "parallel"):
             raise ValueError(f"execution_mode must be 'sequential' or 'parallel', got {execution_mode!r}")
         if graph_optimization_level not in ("disable", "basic", "extended", "all"):
@@ -226,16 +237,28 @@ class OrtRuntime(Runtime):
         self._output_list: list[str] = []
         self._inputs: dict[str, TensorMeta] = {}
         self._fast_checks: tuple[tuple[str, Any, Any, Any, int], ...] | None = None
-        #: What the session was given, read back from its ``SessionOptions`` (filled when the session is made).
+        self.wide = wide if self.device_type == "cpu" else None
+        self.role = role
+        self._wide_session: Any = None
+        self._wide_lock = threading.Lock()
+        #: (input whose leading dimension counts the rows, rows from which a call runs wide); None = never wide.
+        self._wide_rule: tuple[str, int] | None = None
+        #: Calls that ran on the wide session (of :attr:`inference_count`).
+        self.wide_inference_count = 0
+        #: What the session was given, read back from its ``SessionOptions`` (filled when the session is made); the
+        #: wide session's settings appear under ``"wide"`` once it exists.
         self.session_settings: dict[str, Any] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
-    def _session_options(self, ort: Any) -> Any:
+    def _session_options(self, ort: Any, wide: WidePlan | None = None) -> Any:
+        """The narrow session's options, or with ``wide`` the wide one's (its threads and spinning, one inter-op
+        thread, everything else alike, ``session_config`` included)."""
         options = ort.SessionOptions()
-        if self.intra_op_threads is not None:
-            options.intra_op_num_threads = self.intra_op_threads
-        if self.inter_op_threads is not None:
-            options.inter_op_num_threads = self.inter_op_threads
+        intra, inter = (wide.intra_op, 1) if wide is not None else (self.intra_op_threads, self.inter_op_threads)
+        if intra is not None:
+            options.intra_op_num_threads = intra
+        if inter is not None:
+            options.inter_op_num_threads = inter
         options.execution_mode = (
             ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
         )
@@ -245,9 +268,10 @@ class OrtRuntime(Runtime):
             "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
             "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[self.graph_optimization_level]
-        for key, value in self.session_config.items():
+        # The wide session spins as its plan says, unless ``session_config`` names the entries (explicit values win).
+        config = {**(wide.session_config() if wide is not None else {}), **self.session_config}
+        for key, value in config.items():
             options.add_session_config_entry(key, value)
-        self.session_settings = _read_settings(options)
         return options
 
     def _provider_entries(self, ort: Any = None) -> list[tuple[str, dict[str, Any]]]:
@@ -282,10 +306,10 @@ class OrtRuntime(Runtime):
 
     def _activate(self) -> None:
         ort = _ort()
+        options = self._session_options(ort)
+        self.session_settings = _read_settings(options)
         try:
-            self._session = ort.InferenceSession(
-                self._source, self._session_options(ort), providers=self._provider_entries(ort)
-            )
+            self._session = ort.InferenceSession(self._source, options, providers=self._provider_entries(ort))
         except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
             raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model: {exc}") from exc
         self._inputs = {
@@ -300,14 +324,65 @@ class OrtRuntime(Runtime):
         )
         # An input without a numpy dtype (bfloat16) always takes the full check.
         self._fast_checks = checks if all(check[1] is not None for check in checks) else None
+        self._wide_rule = self._rows_rule()
         # One IOBinding per thread: a binding holds the bound buffers of one run, and a Captioner may be called
         # from several threads at once (ORT sessions themselves are thread-safe).
         self._binding = threading.local() if self.io_binding else None
+
+    def _rows_rule(self) -> tuple[str, int] | None:
+        """(input counting the rows, threshold) of the wide session, or None: no wide plan, a role without a
+        threshold, or no input with a dynamic leading dimension (``batch`` preferred)."""
+        if self.wide is None:
+            return None
+        role = self.role
+        if role is None:  # still activating: read the session directly
+            role = self._session.get_modelmeta().custom_metadata_map.get("graph_role")
+            role = "encoder" if role == "init" else role
+        threshold = self.wide.threshold(role)
+        leading = [m.name for m in self._inputs.values() if m.shape and not isinstance(m.shape[0], int)]
+        named = [m.name for m in self._inputs.values() if m.shape and m.shape[0] == "batch"]
+        if threshold is None or not leading:
+            return None
+        return (named or leading)[0], threshold
+
+    def _wide_or_none(self, feed: Mapping[str, Array]) -> Any:
+        """The wide session when this call's rows reach its threshold (created on first need), else None."""
+        rule = self._wide_rule
+        if rule is None:
+            return None
+        value = feed.get(rule[0])
+        shape = getattr(value, "shape", None)
+        if not shape or int(shape[0]) < rule[1]:
+            return None
+        session = self._wide_session
+        if session is None:
+            with self._wide_lock:  # several decoding threads may reach the threshold at once: create it once
+                session = self._wide_session
+                if session is None:
+                    session = self._wide_session = self._open_wide(rule[1])
+        return session
+
+    def _open_wide(self, rows: int) -> Any:
+        ort, wide = _ort(), self.wide
+        if wide is None:  # a rows rule exists only with a wide plan
+            raise RuntimeError(f"{self.name}: no wide plan")
+        options = self._session_options(ort, wide)
+        settings = _read_settings(options)
+        try:
+            session = ort.InferenceSession(self._source, options, providers=self._provider_entries(ort))
+        except Exception as exc:
+            raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model (wide session): {exc}") from exc
+        self.session_settings = {**self.session_settings, "wide": settings}
+        log.info("%s: wide session (%d threads) for calls from %d rows", self.name, wide.intra_op, rows)
+        return session
 
     def _close(self) -> None:
         self._binding = None
         self._fast_checks = None
         self._session = None
+        self._wide_session = None
+        self._wide_rule = None
+        self.session_settings.pop("wide", None)
 
     # -- queries -----------------------------------------------------------------------------------------------------
     def _input_metadata(self) -> Mapping[str, TensorMeta]:
@@ -324,6 +399,12 @@ class OrtRuntime(Runtime):
         """The underlying ``InferenceSession`` (for profiling or provider queries)."""
         self._require_active("session")
         return self._session
+
+    @property
+    def wide_session(self) -> Any:
+        """The wide ``InferenceSession``, or None until a call has needed it (or without a wide plan)."""
+        self._require_active("wide_session")
+        return self._wide_session
 
     def providers_in_use(self) -> list[str]:
         """The providers the session actually registered (ORT drops ones that failed to initialise)."""
@@ -352,21 +433,26 @@ class OrtRuntime(Runtime):
         super().check_feed(feed)
 
     def _infer(self, feed: Mapping[str, Array]) -> dict[str, Array]:
+        wide = self._wide_or_none(feed) if self._wide_rule is not None else None
+        if wide is not None:
+            self.wide_inference_count += 1
         if self._binding is not None:
-            return self._infer_bound(feed)
+            return self._infer_bound(feed, wide)
         for value in feed.values():
             if type(value) is not np.ndarray:  # e.g. torch tensors (an unchecked feed): convert every input
                 feed = {name: _as_numpy(v) for name, v in feed.items()}
                 break
-        outputs = self._session.run(self._output_list, feed)
+        outputs = (wide or self._session).run(self._output_list, feed)
         return dict(zip(self._output_names, outputs, strict=True))
 
-    def _infer_bound(self, feed: Mapping[str, Array]) -> dict[str, Array]:
+    def _infer_bound(self, feed: Mapping[str, Array], wide: Any = None) -> dict[str, Array]:
         import torch
 
-        binding = getattr(self._binding, "value", None)
-        if binding is None:
-            binding = self._binding.value = self._session.io_binding()
+        session, slot = (wide, "wide") if wide is not None else (self._session, "value")
+        binding = getattr(self._binding, slot, None)
+        if binding is None:  # one per thread and session
+            binding = session.io_binding()
+            setattr(self._binding, slot, binding)
         binding.clear_binding_inputs()
         binding.clear_binding_outputs()
         device = torch.device(self.device_type, self.device_id) if self.device_type == "cuda" else torch.device("cpu")
@@ -387,7 +473,7 @@ class OrtRuntime(Runtime):
             binding.bind_output(name, self.device_type, self.device_id)
         if device.type == "cuda":
             torch.cuda.current_stream(device).synchronize()  # inputs written by torch kernels must be complete
-        self._session.run_with_iobinding(binding)
+        session.run_with_iobinding(binding)
         binding.synchronize_outputs()
         values = binding.get_outputs()
         return {name: _to_torch(value, device) for name, value in zip(self._output_names, values, strict=True)}
@@ -516,8 +602,8 @@ def create_ort_step_model(
         state_names = meta_names if state_names is None else state_names
         updated_state_names = meta_updated if updated_state_names is None else updated_state_names
     return RuntimeStepModel(
-        OrtRuntime(encoder, name="ort-encoder", **runtime_options),
-        OrtRuntime(step, name="ort-step", **runtime_options),
+        OrtRuntime(encoder, name="ort-encoder", role="encoder", **runtime_options),
+        OrtRuntime(step, name="ort-step", role="step", **runtime_options),
         tuple(state_names),
         updated_state_names=updated_state_names,
     )

@@ -155,8 +155,8 @@ def create_ort_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -
     if absent:
         raise RuntimeInputError(f"the refine graph's metadata lacks {absent}; export it with edgecap.export")
     return RuntimeRefineModel(
-        OrtRuntime(encoder, name="ort-encoder", **runtime_options),
-        OrtRuntime(refine, name="ort-refine", **runtime_options),
+        OrtRuntime(encoder, name="ort-encoder", role="encoder", **runtime_options),
+        OrtRuntime(refine, name="ort-refine", role="refine", **runtime_options),
         meta["state_names"].split(","),
         length_levels=json.loads(meta["length_levels"]),
         refine_steps=json.loads(meta["refine_steps"]),

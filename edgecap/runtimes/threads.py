@@ -7,30 +7,38 @@ doing the work as soon as the machine is busy or small. :func:`plan_threads` tur
 decoding streams, the cores this process may use, the size of the step graph, what the user asked for) into the
 settings, and says why.
 
-The policy (measured with ``benchmarks/ort_threads.py``; numbers in ``docs/cpu.md``):
+The policy (measured with ``benchmarks/ort_threads.py`` and ``benchmarks/thread_crossover.py``; numbers in
+``docs/cpu.md``):
 
-- ``threads="auto"`` (the default): one intra-op thread per stream, no spinning, sequential execution, one
-  inter-op thread. One thread has no pool to wake or spin: the cheapest setting in CPU time, and the fastest or
-  within a few per cent of it wherever the core was not crowded by other jobs.
+- ``threads="auto"`` (the default) chooses per call. Each session has one intra-op thread (per stream), no spinning,
+  sequential execution, one inter-op thread: one thread has no pool to wake or spin, the cheapest setting in CPU time
+  and the fastest for small calls (a decoder step on a few hypotheses: ~90 tiny kernels, where a second thread only
+  adds a wake-up per op). When the process may use at least two cores per stream, each graph also gets a *wide*
+  session (:class:`WidePlan`: the usable cores ÷ streams, no spinning), created on the first call whose rows (the
+  feed's leading dimension: images for the encoder, hypotheses for the step) reach :data:`WIDE_FROM_ROWS`; those
+  calls run on it, since their matmuls are large enough to split between threads.
 - ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
   :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
   thread (the cheapest in CPU time).
 - an int ``N >= 1``: exactly ``N`` intra-op threads; ``0``: ONNX Runtime's own default (one per physical core).
-- ``spin=True/False`` overrides the spinning choice of any of these. An explicit value always wins.
+- ``spin=True/False`` overrides the spinning choice of any of these (the wide session's too). An explicit value
+  always wins, and only ``"auto"`` has a wide session.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "LARGE_STEP_BYTES",
     "THREAD_POLICIES",
+    "WIDE_FROM_ROWS",
     "ThreadPlan",
     "ThreadSettingError",
+    "WidePlan",
     "check_threads",
     "plan_threads",
     "usable_cores",
@@ -44,12 +52,66 @@ THREAD_POLICIES = ("auto", "dedicated")
 #: (≈ 8 MB) below: a step that reads its weights from the last-level cache has too little work to share out.
 LARGE_STEP_BYTES = 32 * 2**20
 
+#: Graph role -> the rows (the feed's leading dimension) from which a call of ``threads="auto"`` runs on the wide
+#: session (acort-xsmall at the paper settings, 1 vs 2 threads without spinning; ``docs/cpu.md``). The encoder gained
+#: from 2 images on in ``benchmarks/thread_crossover.py``, even next to a busy process (batch 1 stays narrow: its users
+#: pay nothing for the wide session). A decoder step is ~90 small kernels, each paying the second thread's wake-up: it
+#: lost at few hypotheses and gained ≈ 20 % per step at 48 (beam 3 × 16 images) on free cores
+#: (``benchmarks/ort_threads.py``). A role without an entry (LaBERT's ``refine``, not measured) keeps one thread.
+WIDE_FROM_ROWS: dict[str, int] = {"encoder": 2, "step": 48}
+
 #: ``SessionOptions`` config keys that allow ONNX Runtime's pool threads to spin while waiting.
 SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
 class ThreadSettingError(ValueError):
     """A thread or spinning setting that is not one edgecap understands."""
+
+
+@dataclass(frozen=True)
+class WidePlan:
+    """The second session ``threads="auto"`` gives each graph for large calls (created on the first one).
+
+    Attributes:
+        intra_op: its intra-op threads (the usable cores ÷ streams, >= 2).
+        spin: whether its pool threads spin while waiting (off unless ``spin=True`` was asked for).
+        from_rows: ``(graph role, rows)`` pairs: a call of that graph whose feed has at least that many rows runs here.
+    """
+
+    intra_op: int
+    spin: bool
+    from_rows: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        if isinstance(self.intra_op, bool) or not isinstance(self.intra_op, int) or self.intra_op < 2:
+            raise ThreadSettingError(f"a wide session needs at least 2 intra-op threads, got {self.intra_op!r}")
+        rows = dict(self.from_rows)
+        if any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in rows.values()):
+            raise ThreadSettingError(f"wide session thresholds must be integers >= 1, got {rows!r}")
+        object.__setattr__(self, "from_rows", tuple(sorted(rows.items())))
+
+    def threshold(self, role: str | None) -> int | None:
+        """The rows from which a call of ``role`` runs on the wide session; None = never (a role not measured)."""
+        return dict(self.from_rows).get(role) if role is not None else None
+
+    def session_config(self) -> dict[str, str]:
+        """The wide session's spinning entries (always explicit: ORT's default would spin)."""
+        return dict.fromkeys(SPIN_KEYS, "1" if self.spin else "0")
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready record (inside :meth:`ThreadPlan.as_dict`)."""
+        return {"intra_op": self.intra_op, "spin": self.spin, "from_rows": dict(self.from_rows)}
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> WidePlan:
+        """The plan back from :meth:`as_dict` (benchmark workers, report summaries)."""
+        return cls(int(record["intra_op"]), bool(record["spin"]), tuple(dict(record["from_rows"]).items()))
+
+    def describe(self) -> str:
+        """A few words: ``"2 threads, no spinning, from 2 rows (encoder) / 48 (step)"``."""
+        spinning = "spinning" if self.spin else "no spinning"
+        rows = " / ".join(f"{n} ({role})" for role, n in self.from_rows)
+        return f"{self.intra_op} threads, {spinning}, from {rows} rows"
 
 
 @dataclass(frozen=True)
@@ -63,6 +125,7 @@ class ThreadPlan:
         execution_mode: ``"sequential"`` (a decoder step is a chain of ops: nothing to run side by side).
         policy: what was asked: ``"auto"``, ``"dedicated"``, ``"explicit"`` or ``"ort-default"``.
         reason: why these values, for logs and benchmark reports.
+        wide: the second session large calls run on (``"auto"`` with >= 2 cores per stream); None = none.
     """
 
     intra_op: int
@@ -71,6 +134,7 @@ class ThreadPlan:
     execution_mode: str
     policy: str
     reason: str
+    wide: WidePlan | None = None
 
     def session_config(self) -> dict[str, str]:
         """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ORT's default)."""
@@ -85,6 +149,7 @@ class ThreadPlan:
             "inter_op_threads": self.inter_op,
             "execution_mode": self.execution_mode,
             "session_config": self.session_config(),
+            "wide": self.wide,
         }
 
     def as_dict(self) -> dict[str, Any]:
@@ -96,13 +161,23 @@ class ThreadPlan:
             "execution_mode": self.execution_mode,
             "policy": self.policy,
             "reason": self.reason,
+            "wide": None if self.wide is None else self.wide.as_dict(),
         }
 
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> ThreadPlan:
+        """The plan back from :meth:`as_dict` (``runtime_info["threads"]``, benchmark rows; records written before
+        the wide session existed have no ``wide``)."""
+        fields = dict(record)
+        wide = fields.pop("wide", None)
+        return cls(**fields, wide=None if wide is None else WidePlan.from_dict(wide))
+
     def describe(self) -> str:
-        """A few words for summaries: ``"1 thread, no spinning"``."""
+        """A few words for summaries: ``"1 thread, no spinning"`` (plus the wide session's, when there is one)."""
         count = "ORT's default threads" if self.intra_op == 0 else f"{self.intra_op} thread" + "s" * (self.intra_op > 1)
         spinning = {None: "ORT's spinning", True: "spinning", False: "no spinning"}[self.spin]
-        return f"{count}, {spinning}"
+        wide = "" if self.wide is None else f"; {self.wide.describe()}"
+        return f"{count}, {spinning}{wide}"
 
 
 def usable_cores(
@@ -185,11 +260,19 @@ def plan_threads(
         return ThreadPlan(
             threads, 1, False if spin is None else spin, "sequential", "explicit", f"requested {threads} thread(s)"
         )
-    if threads == "auto":
-        why = "one thread per stream: no pool to wake or spin, the cheapest in CPU time and never far from the fastest"
-        return _plan(1, spin, False, "auto", why)
     cores = usable_cores() if cores is None else max(1, int(cores))
     share = max(1, cores // streams)
+    if threads == "auto":
+        why = "one thread per stream for small calls: no pool to wake or spin, the cheapest in CPU time"
+        if share < 2:
+            return _plan(1, spin, False, "auto", why + f" ({cores} usable core(s) / {streams} stream(s))")
+        wide = WidePlan(share, False if spin is None else spin, tuple(WIDE_FROM_ROWS.items()))
+        rows = ", ".join(f"{role} from {n} rows" for role, n in wide.from_rows)
+        why += (
+            f"; large calls ({rows}) on a second session of {share} threads ({cores} usable cores / {streams} "
+            "stream(s)), created on the first such call"
+        )
+        return _plan(1, spin, False, "auto", why, wide)
     if step_bytes is None or step_bytes < LARGE_STEP_BYTES:
         size = "unknown size" if step_bytes is None else f"{step_bytes / 2**20:.1f} MB"
         return _plan(1, spin, False, "dedicated", f"dedicated cores, but a small step graph ({size}): one thread")
@@ -197,7 +280,9 @@ def plan_threads(
     return _plan(share, spin, share > 1, "dedicated", why)
 
 
-def _plan(intra: int, spin: bool | None, spin_default: bool, policy: str, reason: str) -> ThreadPlan:
+def _plan(
+    intra: int, spin: bool | None, spin_default: bool, policy: str, reason: str, wide: WidePlan | None = None
+) -> ThreadPlan:
     if spin is not None:
         reason += f"; spinning {'on' if spin else 'off'} as requested"
-    return ThreadPlan(intra, 1, spin_default if spin is None else spin, "sequential", policy, reason)
+    return ThreadPlan(intra, 1, spin_default if spin is None else spin, "sequential", policy, reason, wide)

@@ -22,8 +22,11 @@ def test_the_grid_measures_each_distinct_session_once() -> None:
     labels = [s.label for s in chosen]
     assert labels == ["auto", "dedicated", "ort-default", "1", "1 spin", "2", "2 spin"]
     keys = {s.label: s.key for s in chosen}
-    assert keys["auto"] == keys["1"] == keys["1 spin"] == keys["dedicated"]  # one thread has no pool: nothing spins
-    assert len({keys["ort-default"], keys["2 spin"], keys["2"], keys["1"]}) == 4
+    assert keys["1"] == keys["1 spin"] == keys["dedicated"]  # one thread has no pool: nothing spins
+    assert keys["auto"] != keys["1"]  # two cores: auto runs large calls on a wide session (the per-call default)
+    assert len({keys["ort-default"], keys["2 spin"], keys["2"], keys["1"], keys["auto"]}) == 5
+    single = {s.label: s.key for s in script.settings([1], LARGE_STEP_BYTES // 4, cores=1)}
+    assert single["auto"] == single["1"]  # one core: auto has no wide session
 
 
 def test_forced_decoding_settings() -> None:

@@ -259,3 +259,18 @@ def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp
     report = load_report(path)
     assert [r.runtime for r in report.results] == ["onnxruntime", "torch"]
     assert report.config["runtimes"] == ["torch", "onnxruntime"]
+
+
+def test_the_ort_threads_column_shows_the_wide_session() -> None:
+    from edgecap.bench.markdown import _ort_threads
+    from edgecap.runtimes.threads import plan_threads
+
+    result = make_result(runtime="onnxruntime")
+    per_call = dataclasses.replace(result, threads=plan_threads("auto", cores=2).as_dict())
+    explicit = dataclasses.replace(result, threads=plan_threads(1).as_dict())
+    assert _ort_threads(explicit) == "1, no spin"
+    rows = " / ".join(f"{role} {n}" for role, n in sorted(per_call.threads["wide"]["from_rows"].items()))
+    assert _ort_threads(per_call) == f"1, no spin; 2 from {rows} rows"
+    assert BenchReport.from_dict(json.loads(json.dumps(make_report([per_call]).to_dict()))).results[0].threads == (
+        per_call.threads
+    )

@@ -6,8 +6,11 @@ on ONNX Runtime fp32 gives identical beam-3 token sequences and scores within 1e
 
 from __future__ import annotations
 
+import concurrent.futures
 import subprocess
 import sys
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +19,7 @@ import torch
 from edgecap.decoding import decode
 from edgecap.runtimes import RuntimeInputError, RuntimeStateError, TorchStepModel, get_runtime_class, load_runtime
 from edgecap.runtimes.onnxruntime_session import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
+from edgecap.runtimes.threads import SPIN_KEYS, WIDE_FROM_ROWS, WidePlan, plan_threads
 from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
@@ -284,3 +288,114 @@ def test_int8_auto_choice_skips_a_scheme_the_installed_onnxruntime_cannot_run(mo
     four_bit = {"preset": "cpu-avx2", "schemes": {"step": {"scheme": "weight-only", "bits": 4}}}
     monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.21.1"))
     assert session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", four_bit)[0] == "int8"
+
+
+# -- the wide session (threads="auto" on free cores) -----------------------------------------------------------------
+def _wide(step_rows: int = 6, encoder_rows: int = 2) -> WidePlan:
+    return WidePlan(2, False, (("encoder", encoder_rows), ("step", step_rows)))
+
+
+def test_the_wide_session_gives_the_narrow_sessions_outputs() -> None:
+    """Same graph on 1 and 2 threads: every output within 1e-6, and the rows threshold decides which runs."""
+    model = exported(TEST_CONFIGS[0]).model("step")
+    narrow = OrtRuntime(model, providers=["cpu"], intra_op_threads=1)
+    both = OrtRuntime(model, providers=["cpu"], intra_op_threads=1, wide=_wide(step_rows=6))
+    with narrow, both:
+        assert both.wide_session is None  # nothing needed it yet
+        for rows in (1, 3, 5):
+            small = _step_feed(TEST_CONFIGS[0], batch=rows)
+            for name, value in both.infer(small).items():
+                np.testing.assert_array_equal(value, narrow.infer(small)[name])
+        assert both.wide_session is None and both.wide_inference_count == 0 and "wide" not in both.session_settings
+        for rows in (6, 9):
+            large = _step_feed(TEST_CONFIGS[0], batch=rows)
+            expected, got = narrow.infer(large), both.infer(large)
+            for name, value in expected.items():
+                np.testing.assert_allclose(got[name], value, rtol=0, atol=1e-6)
+        assert both.wide_inference_count == 2 and both.inference_count == 5
+        wide = both.session_settings["wide"]
+        assert (wide["intra_op_threads"], wide["inter_op_threads"], wide["execution_mode"]) == (2, 1, "sequential")
+        assert [wide[key] for key in SPIN_KEYS] == ["0", "0"]
+        assert both.session_settings["intra_op_threads"] == 1  # the narrow session's own, unchanged
+        assert both.wide_session.get_session_options().intra_op_num_threads == 2
+    assert "wide" not in both.session_settings  # closed with the runtime
+
+
+@pytest.mark.parametrize("io_binding", [False, True])
+def test_decoding_on_the_wide_sessions_gives_the_same_tokens(io_binding: bool) -> None:
+    config = TEST_CONFIGS[0]
+    models = exported(config).runtime_models("fp32")
+    cfg = decode_cfg(config, min_len=3, n_best=3)
+    images = random_images(4, seed=5)
+    with create_ort_step_model(**models, intra_op_threads=1) as narrow:
+        expected = decode(narrow, images, cfg)
+    options = {"intra_op_threads": 1, "wide": _wide(step_rows=12, encoder_rows=2), "io_binding": io_binding}
+    with create_ort_step_model(**models, **options) as step_model:
+        single = decode(step_model, {k: v[:1] for k, v in images.items()}, cfg)  # 1 image, 3 hypotheses
+        assert step_model.encoder.wide_session is None and step_model.loop_runtime.wide_session is None
+        got = decode(step_model, images, cfg)  # 4 images, 12 hypotheses: both graphs run wide
+        assert step_model.encoder.wide_inference_count == 1 and step_model.loop_runtime.wide_inference_count > 0
+    assert [h.tokens for h in single[0]] == [h.tokens for h in expected[0]]
+    for want, have in zip(expected, got, strict=True):
+        assert [h.tokens for h in have] == [h.tokens for h in want]
+        for h_want, h_have in zip(want, have, strict=True):
+            assert h_have.score == pytest.approx(h_want.score, abs=1e-5)
+
+
+def test_the_wide_session_is_created_once_under_concurrent_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streams call one runtime from several threads: the first large calls race to create the wide session."""
+    opened = []
+    original = OrtRuntime._open_wide
+
+    def slow_open(self, rows):  # type: ignore[no-untyped-def]
+        opened.append(rows)
+        time.sleep(0.05)  # widen the window in which other threads see no wide session yet
+        return original(self, rows)
+
+    monkeypatch.setattr(OrtRuntime, "_open_wide", slow_open)
+    feed = _step_feed(TEST_CONFIGS[0], batch=6)
+    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], intra_op_threads=1, wide=_wide())
+    barrier = threading.Barrier(4)
+
+    def call() -> dict[str, np.ndarray]:
+        barrier.wait()
+        return runtime.infer(feed)
+
+    with runtime, concurrent.futures.ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda _: call(), range(4)))
+        assert opened == [6] and runtime.wide_session is not None and runtime.wide_inference_count == 4
+    for result in results[1:]:
+        np.testing.assert_array_equal(result["logprobs"], results[0]["logprobs"])
+
+
+def test_the_role_picks_the_threshold() -> None:
+    result = exported(TEST_CONFIGS[0])
+    init, step = result.runtime_models("fp32")["encoder"], result.model("step")
+    wide = WidePlan(2, False, (("encoder", 2),))  # no step threshold: the step never runs wide
+    with OrtRuntime(step, providers=["cpu"], wide=wide) as runtime:
+        runtime.infer(_step_feed(TEST_CONFIGS[0], batch=8))
+        assert runtime.wide_session is None
+    images = {k: v.numpy() for k, v in random_images(2).items()}
+    with OrtRuntime(init, providers=["cpu"], wide=wide) as encoder:  # graph_role "init" counts as the encoder
+        encoder.infer({name: images[name] for name in encoder.input_metadata()})
+        assert encoder.wide_session is not None
+    with OrtRuntime(init, providers=["cpu"], wide=wide, role="refine") as other:  # an explicit role wins
+        other.infer({name: images[name] for name in other.input_metadata()})
+        assert other.wide_session is None
+    with pytest.raises(TypeError, match="WidePlan"):
+        OrtRuntime(step, wide={"intra_op": 2})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("threads", "wide"), [("auto", True), ("dedicated", False), (1, False), (0, False)])
+def test_only_auto_on_two_cores_gets_a_wide_session(threads: int | str, wide: bool) -> None:
+    from edgecap.runtimes.onnxruntime_session import _thread_options
+    from edgecap.runtimes.registry import LoadRequest
+
+    plan = plan_threads(threads, cores=2)
+    assert (plan.wide is not None) is wide
+    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **plan.runtime_options())
+    with runtime:
+        runtime.infer(_step_feed(TEST_CONFIGS[0], batch=max(WIDE_FROM_ROWS.values())))
+        assert (runtime.wide_session is not None) is wide
+    gpu_plan, options = _thread_options(LoadRequest(threads=threads), CUDA, {})
+    assert gpu_plan is None and "wide" not in options  # CUDA/TensorRT: the CPU threads only feed the device

@@ -9,7 +9,10 @@ from edgecap.runtimes.onnxruntime_session import OrtRuntime
 from edgecap.runtimes.threads import (
     LARGE_STEP_BYTES,
     SPIN_KEYS,
+    WIDE_FROM_ROWS,
+    ThreadPlan,
     ThreadSettingError,
+    WidePlan,
     check_threads,
     plan_threads,
     usable_cores,
@@ -20,26 +23,49 @@ SMALL, LARGE = LARGE_STEP_BYTES // 4, 2 * LARGE_STEP_BYTES
 
 
 @pytest.mark.parametrize(
-    ("threads", "streams", "cores", "step_bytes", "intra", "spin", "policy"),
+    ("threads", "streams", "cores", "step_bytes", "intra", "spin", "policy", "wide"),
     [
-        ("auto", 1, 2, SMALL, 1, False, "auto"),
-        ("auto", 1, 16, LARGE, 1, False, "auto"),  # auto never assumes the cores are free
-        (None, 4, 8, SMALL, 1, False, "auto"),  # None = auto; one thread per stream
-        ("dedicated", 1, 8, SMALL, 1, False, "dedicated"),  # a small step gains nothing from more threads
-        ("dedicated", 1, 8, None, 1, False, "dedicated"),  # unknown size: treated as small
-        ("dedicated", 1, 8, LARGE, 8, True, "dedicated"),
-        ("dedicated", 3, 8, LARGE, 2, True, "dedicated"),  # cores shared out among the streams
-        ("dedicated", 8, 4, LARGE, 1, False, "dedicated"),  # more streams than cores: one each, no spinning
-        ("dedicated", 1, 1, LARGE, 1, False, "dedicated"),
-        (3, 1, 2, SMALL, 3, False, "explicit"),
-        (0, 1, 2, SMALL, 0, None, "ort-default"),  # ORT's own defaults: nothing set
+        ("auto", 1, 2, SMALL, 1, False, "auto", 2),  # one thread, a 2-thread session for large calls
+        ("auto", 1, 16, LARGE, 1, False, "auto", 16),  # every usable core, but only for calls of many rows
+        ("auto", 1, 1, SMALL, 1, False, "auto", 0),  # one core: nothing to widen to
+        (None, 4, 8, SMALL, 1, False, "auto", 2),  # None = auto; the cores divided among the streams
+        ("auto", 3, 4, SMALL, 1, False, "auto", 0),  # fewer than 2 cores per stream: no wide session
+        ("dedicated", 1, 8, SMALL, 1, False, "dedicated", 0),  # a small step gains nothing from more threads
+        ("dedicated", 1, 8, None, 1, False, "dedicated", 0),  # unknown size: treated as small
+        ("dedicated", 1, 8, LARGE, 8, True, "dedicated", 0),
+        ("dedicated", 3, 8, LARGE, 2, True, "dedicated", 0),  # cores shared out among the streams
+        ("dedicated", 8, 4, LARGE, 1, False, "dedicated", 0),  # more streams than cores: one each, no spinning
+        ("dedicated", 1, 1, LARGE, 1, False, "dedicated", 0),
+        (3, 1, 2, SMALL, 3, False, "explicit", 0),
+        (1, 1, 8, SMALL, 1, False, "explicit", 0),  # an explicit count is exactly that, at every call size
+        (0, 1, 2, SMALL, 0, None, "ort-default", 0),  # ORT's own defaults: nothing set
     ],
 )
-def test_policy_decisions(threads, streams, cores, step_bytes, intra, spin, policy) -> None:
+def test_policy_decisions(threads, streams, cores, step_bytes, intra, spin, policy, wide) -> None:
     plan = plan_threads(threads, streams=streams, cores=cores, step_bytes=step_bytes)
     assert (plan.intra_op, plan.spin, plan.policy) == (intra, spin, policy)
     assert plan.execution_mode == "sequential" and plan.reason
     assert plan.inter_op == (0 if policy == "ort-default" else 1)
+    assert (plan.wide.intra_op if plan.wide else 0) == wide
+    if plan.wide:
+        assert plan.wide.spin is False and dict(plan.wide.from_rows) == WIDE_FROM_ROWS
+        assert "second session" in plan.reason
+
+
+def test_the_wide_session_never_serves_a_batch_of_one() -> None:
+    wide = plan_threads("auto", cores=2).wide
+    assert wide is not None
+    assert min(dict(wide.from_rows).values()) >= 2  # batch-1 users pay no memory or start-up for it
+    assert wide.threshold("encoder") == WIDE_FROM_ROWS["encoder"] and wide.threshold("step") == WIDE_FROM_ROWS["step"]
+    assert wide.threshold("refine") is None and wide.threshold(None) is None  # not measured: never wide
+
+
+@pytest.mark.parametrize(
+    ("intra", "rows"), [(1, {"step": 4}), (2, {"step": 0}), (True, {"step": 4}), (2, {"step": 2.5})]
+)
+def test_bad_wide_plans_are_refused(intra, rows) -> None:
+    with pytest.raises(ThreadSettingError):
+        WidePlan(intra, False, tuple(rows.items()))
 
 
 @pytest.mark.parametrize("threads", ["auto", "dedicated", 1, 4, 0])
@@ -48,6 +74,8 @@ def test_an_explicit_spin_always_wins(threads, spin) -> None:
     plan = plan_threads(threads, spin, cores=8, step_bytes=LARGE)
     assert plan.spin is spin
     assert plan.session_config() == dict.fromkeys(SPIN_KEYS, "1" if spin else "0")
+    if plan.wide is not None:  # the wide session too
+        assert plan.wide.spin is spin and plan.wide.session_config() == plan.session_config()
 
 
 def test_an_explicit_count_wins_over_the_facts() -> None:
@@ -56,16 +84,30 @@ def test_an_explicit_count_wins_over_the_facts() -> None:
 
 
 def test_runtime_options_and_record() -> None:
-    plan = plan_threads("auto", streams=3)
+    plan = plan_threads("auto", streams=3, cores=2)
     assert plan.runtime_options() == {
         "intra_op_threads": 1,
         "inter_op_threads": 1,
         "execution_mode": "sequential",
         "session_config": dict.fromkeys(SPIN_KEYS, "0"),
+        "wide": None,
     }
     record = plan.as_dict()
-    assert (record["intra_op"], record["spin"], record["policy"]) == (1, False, "auto")
+    assert (record["intra_op"], record["spin"], record["policy"], record["wide"]) == (1, False, "auto", None)
     assert plan.describe() == "1 thread, no spinning"
+    assert ThreadPlan.from_dict(record) == plan
+
+
+def test_the_wide_setting_is_recorded_and_read_back() -> None:
+    plan = plan_threads("auto", cores=4, streams=2)
+    assert plan.runtime_options()["wide"] is plan.wide
+    record = plan.as_dict()
+    assert record["wide"] == {"intra_op": 2, "spin": False, "from_rows": WIDE_FROM_ROWS}
+    assert ThreadPlan.from_dict(record) == plan
+    rows = " / ".join(f"{n} ({role})" for role, n in sorted(WIDE_FROM_ROWS.items()))
+    assert plan.describe() == f"1 thread, no spinning; 2 threads, no spinning, from {rows} rows"
+    legacy = {k: v for k, v in record.items() if k != "wide"}  # a record from before the wide session
+    assert ThreadPlan.from_dict(legacy).wide is None
     ort_default = plan_threads(0)
     assert ort_default.session_config() == {} and ort_default.describe() == "ORT's default threads, ORT's spinning"
 
