@@ -4,7 +4,8 @@ The ORT/ACORT step graph takes the self-attention cache as one (B, L, H, T, d_k)
 position, so each step copies the whole cache three times inside the graph (a Split into layers, a Concat per
 layer, the Concat that stacks the layers again) and once more in the beam reorder. Candidates:
 
-- ``stacked``: the exported graph as it is (the reference);
+- ``stacked``: one stacked (B, L, H, T, d_k) cache, the model's own state (the reference; the export's layout
+  before per-layer caches became its default for ORT/ACORT);
 - ``per-layer``: one cache input and output per decoder position (``self_k0``, ``self_k1`` …), so the graph's only
   cache copy is each layer's Concat (the Split and the stack are gone): ``ort_export_spec(model,
   cache_layout="per-layer")`` (:mod:`edgecap.export.specs.layer_caches`; the arithmetic of a step is unchanged).
@@ -48,11 +49,12 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.
 
 def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
     """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
-    the family's own export (any family), ``per-layer`` the ORT/ACORT spec's option."""
+    the model's own state (any family), ``per-layer`` the ORT/ACORT export's default."""
     from edgecap.export import export_onnx
+    from edgecap.export.specs.layer_caches import PerLayerCaches
     from edgecap.export.specs.ort import ort_export_spec
 
-    if name == "stacked":
+    if name == "stacked" and not PerLayerCaches.applies_to(model):  # another family: its own export
         return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
     spec = ort_export_spec(model.eval(), cache_layout=name)
     return export_onnx(spec=spec, precisions=["fp32"], parity=False).runtime_models("fp32")

@@ -47,4 +47,4 @@ def test_step_feeds_have_the_asked_rows_and_a_half_length_cache() -> None:
     regions, steps = script.PAPER_CASES["acort-xsmall"]
     assert set(feed) == set(spec.graph(spec.runtime_graphs["step"]).inputs)
     assert all(value.shape[0] == 6 for value in feed.values())  # every input is per hypothesis
-    assert feed["self_k"].shape[3] == steps // 2 and feed["memory_bias"].shape[-1] == regions
+    assert feed["self_k0"].shape[2] == steps // 2 and feed["memory_bias"].shape[-1] == regions

@@ -51,7 +51,8 @@ def _export(name: str, vocab: Any, **kw: Any) -> Exported:
 
 @pytest.fixture(scope="session")
 def acort() -> Exported:
-    """acort-test: radix vocabulary (base 16, 2 digits per word), Share-KV state (memory_bias, cross_k, self_k)."""
+    """acort-test: radix vocabulary (base 16, 2 digits per word), Share-KV state (memory_bias, cross_k, and one
+    self_k{i} per decoder position)."""
     vocab = RadixVocab([f"w{i}" for i in range(40)], base=RADIX_BASE)
     return _export("acort-test", vocab, radix_base=RADIX_BASE)
 

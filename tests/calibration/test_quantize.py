@@ -366,7 +366,16 @@ def test_a_word_vocabulary_model_with_separate_values(ort_word, region_feeds) ->
         report = compare_decoders(ref, cand, test, refs, ort_word.vocab, cfg)
     assert report["images"] == 12 and report["token_agreement_pct"] >= 70.0
     assert np.isfinite(report["cider_d_delta"])
-    assert set(ort_word.spec.state_names) == {"memory_bias", "cross_k", "cross_v", "self_k", "self_v"}
+    # separate values: a value cache beside each key cache, one of each per decoder position
+    assert set(ort_word.spec.state_names) == {
+        "memory_bias",
+        "cross_k",
+        "cross_v",
+        "self_k0",
+        "self_k1",
+        "self_v0",
+        "self_v1",
+    }
 
 
 # -- length-controllable models (LaBERT §3.1) ------------------------------------------------------------------------

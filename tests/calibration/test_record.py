@@ -115,7 +115,7 @@ def test_greedy_recording_on_onnx_runtime_is_realistic(acort, fp32_step_model, r
 
     per_batch, start = [], 0
     for i, f in enumerate(feeds):  # split the recording at each BOS step
-        if i and f["self_k"].shape[3] == 0:
+        if i and f["self_k0"].shape[2] == 0:  # one (B, H, T, d_k) cache per decoder position
             per_batch.append(feeds[start:i])
             start = i
     per_batch.append(feeds[start:])
@@ -123,8 +123,8 @@ def test_greedy_recording_on_onnx_runtime_is_realistic(acort, fp32_step_model, r
 
     for batch, steps in zip(batches, per_batch, strict=True):
         assert steps[0]["tokens"].tolist() == [cfg.bos_id] * 3
-        assert [s["self_k"].shape[3] for s in steps] == list(range(len(steps)))  # cache length = step
-        assert all(np.abs(s["self_k"]).max() > 0 for s in steps[1:])  # real keys, not zeros
+        assert [s["self_k0"].shape[2] for s in steps] == list(range(len(steps)))  # cache length = step
+        assert all(np.abs(s["self_k0"]).max() > 0 for s in steps[1:])  # real keys, not zeros
         encoded = fp32_step_model.encode(batch)
         np.testing.assert_allclose(steps[-1]["cross_k"], encoded["cross_k"], rtol=1e-6, atol=1e-6)
         hypotheses = decode(fp32_step_model, {k: torch.from_numpy(v) for k, v in batch.items()}, cfg)
@@ -141,8 +141,8 @@ def test_beam_recording_is_capped_and_covers_long_caches(acort, fp32_step_model,
     assert len(recorder) == 6 and recorder.offered > 6
     rows = {int(f["tokens"].shape[0]) for f in recorder.feeds}
     assert rows <= {2, 4, 6} and max(rows) > 2  # B images at step 0, up to B·K beams afterwards
-    stats = recorder.stats(("self_k", 3))
-    assert stats["kept"] == 6 and stats["self_k_axis3"][1] >= 3
+    stats = recorder.stats(("self_k0", 2))
+    assert stats["kept"] == 6 and stats["self_k0_axis2"][1] >= 3
 
 
 def test_recorder_subsamples_rows_and_respects_a_byte_budget() -> None:

@@ -25,8 +25,11 @@ def test_ort_step_plan_bytes(family_graphs) -> None:
         "memory_bias": ((rows, 1, 1, 50), "float32", 2),
         "cross_k": ((rows, 2, 2, 50, 16), "float32", 2),
         "cross_v": ((rows, 2, 2, 50, 16), "float32", 2),
-        "self_k": ((rows, 2, 2, past, 16), "float32", 2),
-        "self_v": ((rows, 2, 2, past, 16), "float32", 2),
+        # one cache per decoder position (the export's per-layer layout), each (rows, heads, past, d_k)
+        "self_k0": ((rows, 2, past, 16), "float32", 2),
+        "self_k1": ((rows, 2, past, 16), "float32", 2),
+        "self_v0": ((rows, 2, past, 16), "float32", 2),
+        "self_v1": ((rows, 2, past, 16), "float32", 2),
         "tokens": ((rows,), "int64", 1),
         "logprobs": ((rows, 40), "float32", 1),
         "index": ((rows,), "int32", 1),
@@ -35,7 +38,7 @@ def test_ort_step_plan_bytes(family_graphs) -> None:
     assert got == expected
     total = sum(int(np.prod(s)) * np.dtype(d).itemsize * c for s, d, c in expected.values())
     assert plan.total_bytes == total
-    assert plan["self_k"].total_bytes == 2 * rows * 2 * 2 * past * 16 * 4
+    assert plan["self_k0"].total_bytes == 2 * rows * 2 * past * 16 * 4
     assert {r["name"]: r["bytes"] for r in plan.rows()}["cross_k"] == 2 * rows * 2 * 2 * 50 * 16 * 4
 
 

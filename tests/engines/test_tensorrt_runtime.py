@@ -164,7 +164,9 @@ def test_engines_that_disagree_on_a_state_dtype_are_refused(bundle: Path, simula
         return self
 
     monkeypatch.setattr(trt_runtime._EngineSet, "__enter__", half_cache)
-    with pytest.raises(trt_runtime.TrtEngineError, match=r"state 'self_k' has different dtypes .*step:self_k float16"):
+    with pytest.raises(
+        trt_runtime.TrtEngineError, match=r"state 'self_k0' has different dtypes .*step:self_k0 float16"
+    ):
         Captioner.load(bundle, runtime="tensorrt", beam=2)
 
 

@@ -65,7 +65,7 @@ def test_non_portable_nodes_finds_control_flow_and_contrib_ops() -> None:
 def test_step_graph_interface(config: str) -> None:
     result = exported(config)
     model = tiny_model(config)
-    names = tuple(model.state_names)
+    names = result.spec.state_names  # the model's own, or one cache per decoder position (ORT/ACORT's export)
     step = result.model("step")
     inputs = {vi.name: vi for vi in step.graph.input}
     outputs = {vi.name: vi for vi in step.graph.output}
@@ -81,10 +81,10 @@ def test_step_graph_interface(config: str) -> None:
     assert inputs["tokens"].type.tensor_type.elem_type == TensorProto.INT64
     assert _dims(inputs["tokens"]) == ["batch"]
     assert _dims(outputs["logprobs"]) == ["batch", model.vocab_size]
-    if "self_k" in inputs:  # ORT/ACORT: (B, L, H, past, d_k)
-        assert _dims(inputs["self_k"])[3] == "past"
+    if "self_k0" in inputs:  # ORT/ACORT: one (B, H, past, d_k) cache per decoder position
+        assert set(names) - set(model.state_names) == {n for n in names if n.startswith(("self_k", "self_v"))}
+        assert _dims(inputs["self_k0"])[2] == "past"
     assert _dims(inputs["memory_bias"]) == ["batch", 1, 1, "regions"]
-    assert result.spec.state_names == names
     init = result.model("init")
     level_input = ["length_level"] if model.length_levels else []
     assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask", *level_input]
@@ -103,16 +103,18 @@ def test_step_runs_with_empty_and_grown_cache() -> None:
         state = model.encode(features, boxes, mask)
     with OrtRuntime(result.model("init")) as init, OrtRuntime(result.model("step")) as step:
         ort_state = init.infer({"features": features.numpy(), "boxes": boxes.numpy(), "feature_mask": mask.numpy()})
-        assert ort_state["self_k"].shape[3] == 0
+        positions = state["self_k"].shape[1]  # the model's stacked cache; the graph has one per decoder position
+        assert ort_state["self_k0"].shape[2] == 0
         for t in range(4):
             tokens = torch.tensor([3 + t, 5])
             with torch.no_grad():
                 logprobs, state = model.step(tokens, state)
-            out = step.infer({"tokens": tokens.numpy(), **{n: ort_state[n] for n in model.state_names}})
+            out = step.infer({"tokens": tokens.numpy(), **{n: ort_state[n] for n in result.spec.state_names}})
             ort_state = {**ort_state, **{n: out[f"{n}_out"] for n in result.spec.step_state_names}}
-            assert ort_state["self_k"].shape[3] == t + 1
+            assert ort_state["self_k0"].shape[2] == t + 1
             np.testing.assert_allclose(out["logprobs"], logprobs.numpy(), atol=1e-4)
-            np.testing.assert_allclose(ort_state["self_k"], state["self_k"].numpy(), atol=1e-4)
+            for i in range(positions):
+                np.testing.assert_allclose(ort_state[f"self_k{i}"], state["self_k"][:, i].numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -127,7 +129,7 @@ def test_metadata_is_recorded(precision: str) -> None:
         assert meta["model_name"] == config
         assert meta["precision"] == precision
         assert meta["graph_role"] == graph
-        assert meta["state_names"] == ",".join(tiny_model(config).state_names)
+        assert meta["state_names"] == ",".join(exported(config).spec.state_names)
         assert model.producer_name == "edgecap"
 
 

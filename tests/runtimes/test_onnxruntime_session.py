@@ -67,7 +67,7 @@ def test_session_settings_and_lifecycle() -> None:
         assert runtime.metadata()["graph_role"] == "step"
         meta = runtime.input_metadata()
         assert meta["tokens"].dtype == "int64" and meta["tokens"].shape == ("batch",)
-        assert meta["self_k"].shape[3] == "past" and meta["memory_bias"].dtype == "float32"
+        assert meta["self_k0"].shape[2] == "past" and meta["memory_bias"].dtype == "float32"
         feed = _step_feed(TEST_CONFIGS[0])
         first = runtime.infer(feed)
         runtime.activate()  # no-op: the session is created once
@@ -95,7 +95,7 @@ def test_bad_inputs_get_named_errors(tmp_path) -> None:
         with pytest.raises(RuntimeInputError, match="missing \\['tokens'\\]"):
             runtime.infer({k: v for k, v in feed.items() if k != "tokens"})
         with pytest.raises(RuntimeInputError, match="rank"):
-            runtime.infer({**feed, "self_k": feed["self_k"][0]})
+            runtime.infer({**feed, "self_k0": feed["self_k0"][0]})
 
 
 def test_the_plain_path_runs_through_the_public_session_run(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,9 +128,9 @@ def test_fast_feed_check_defers_every_mismatch_to_the_full_check() -> None:
     feed = _step_feed(TEST_CONFIGS[0])
     with OrtRuntime(exported(TEST_CONFIGS[0]).model("step")) as runtime:
         runtime.check_feed(feed)
-        heads = feed["self_k"].shape[2]
-        with pytest.raises(RuntimeInputError, match=f"'self_k' has size {heads - 1} on axis 2, expected {heads}"):
-            runtime.check_feed({**feed, "self_k": feed["self_k"][:, :, 1:]})
+        heads = feed["self_k0"].shape[1]
+        with pytest.raises(RuntimeInputError, match=f"'self_k0' has size {heads - 1} on axis 1, expected {heads}"):
+            runtime.check_feed({**feed, "self_k0": feed["self_k0"][:, 1:]})
         with pytest.raises(RuntimeInputError, match="'memory_bias' has dtype float64"):
             runtime.check_feed({**feed, "memory_bias": feed["memory_bias"].astype(np.float64)})
         with pytest.raises(RuntimeInputError, match=r"missing \['tokens'\], unexpected \['token'\]"):
@@ -150,8 +150,8 @@ def test_step_model_checks_the_feed_of_every_step() -> None:
         assert isinstance(logprobs, np.ndarray) and logprobs.dtype == np.float32 and logprobs.shape[0] == 3
         with pytest.raises(RuntimeInputError, match="'tokens' has rank 2"):
             step_model.step(tokens[:, None], state)
-        with pytest.raises(RuntimeInputError, match="'self_k' has rank"):
-            step_model.step(tokens, {**state, "self_k": state["self_k"][0]})
+        with pytest.raises(RuntimeInputError, match="'self_k0' has rank"):
+            step_model.step(tokens, {**state, "self_k0": state["self_k0"][0]})
         logprobs_again, _ = step_model.step(tokens, state)  # the state is untouched by the failed calls
     np.testing.assert_array_equal(logprobs_again, _plain_step_logprobs(result, state, tokens))
 
@@ -186,7 +186,7 @@ def test_beam_search_identical_to_torch(config: str) -> None:
     images = random_images(6)
     expected = decode(TorchStepModel(model), images, cfg)
     with create_ort_step_model(**result.runtime_models("fp32"), intra_op_threads=1) as step_model:
-        assert step_model.state_names == tuple(model.state_names)  # read from the graph's metadata
+        assert step_model.state_names == result.spec.state_names  # read from the graph's metadata
         got = decode(step_model, images, cfg)
         single = decode(step_model, {k: v[:1] for k, v in images.items()}, cfg)  # batch 1 (B = beams = 3)
     assert len(got) == 6

@@ -38,11 +38,15 @@ class PerLayerCaches(nn.Module):
 
     def __init__(self, model: nn.Module) -> None:
         super().__init__()
-        decoder = getattr(model, "decoder", None)
-        if not hasattr(decoder, "layers") or "self_k" not in getattr(model, "state_names", ()):
+        if not self.applies_to(model):
             raise ValueError(f"per-layer caches are written for the ORT/ACORT decoder, not {type(model).__name__}")
         self.model = model
-        self.positions = len(decoder.layers)
+        self.positions = len(model.decoder.layers)
+
+    @staticmethod
+    def applies_to(model: nn.Module) -> bool:
+        """Whether ``model`` has the ORT/ACORT decoder with its stacked ``self_k`` cache (what this layout splits)."""
+        return hasattr(getattr(model, "decoder", None), "layers") and "self_k" in getattr(model, "state_names", ())
 
     # -- the contract captioning_spec reads ----------------------------------------------------------------------------
     @property

@@ -63,15 +63,18 @@ def ort_export_spec(
     *,
     backbone: nn.Module | None = None,
     name: str | None = None,
-    cache_layout: str = "stacked",
+    cache_layout: str | None = None,
     **options: Any,
 ) -> ExportSpec:
     """The spec of an ``ORTCaptioner`` (ORT or ACORT); ``options`` go to :func:`captioning_spec`.
 
-    ``cache_layout``: ``"stacked"`` (one (B, L, H, T, d_k) cache state, the model's own) or ``"per-layer"`` (one
-    cache state per decoder position, fewer copies per step on ONNX Runtime's CPU provider;
-    :mod:`edgecap.export.specs.layer_caches`).
+    ``cache_layout``: ``"per-layer"`` (one cache state per decoder position: fewer copies per step on ONNX Runtime's
+    CPU provider, :mod:`edgecap.export.specs.layer_caches`), ``"stacked"`` (one (B, L, H, T, d_k) cache state, the
+    model's own), or None (the default): per-layer for a model with the stacked self-attention cache, else the
+    model's own state (a wrapper such as :class:`~edgecap.runtimes.prefix.PrefixRerunModel` has no cache).
     """
+    if cache_layout is None:
+        cache_layout = "per-layer" if PerLayerCaches.applies_to(model) else "stacked"
     if cache_layout not in CACHE_LAYOUTS:
         raise ValueError(f"unknown cache_layout {cache_layout!r}; choose one of {CACHE_LAYOUTS}")
     return captioning_spec(
