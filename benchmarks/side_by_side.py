@@ -304,13 +304,25 @@ class _Capture:
 
 
 def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
-    """The settings ``Captioner.load(threads=N)`` gives a session (edgecap's thread plan: N intra-op threads, one
-    inter-op thread, sequential, no spinning), with the ``--ort-config`` entries on top (an explicit entry wins)."""
+    """The settings ``Captioner.load()`` gives its sessions by default (``threads="auto"``) on a budget of ``threads``
+    cores: one non-spinning intra-op thread, one inter-op thread, sequential; from 2 cores also a *wide* session of
+    ``threads`` non-spinning threads for large calls (``docs/cpu.md``). The ``--ort-config`` entries go on top (an
+    explicit entry wins). JSON-ready: the wide plan is its dict (``_runtime_options`` turns it back)."""
     from edgecap.runtimes.threads import plan_threads
 
-    options = plan_threads(threads).runtime_options()
+    plan = plan_threads("auto", cores=threads)
+    options = plan.runtime_options()
     options["session_config"] = {**options["session_config"], **session_config}
+    options["wide"] = plan.wide.as_dict() if plan.wide is not None else None
     return {"providers": "cpu", **options}
+
+
+def _runtime_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`_ort_options` as ``OrtRuntime`` keyword arguments (the wide plan as a ``WidePlan``)."""
+    from edgecap.runtimes.threads import WidePlan
+
+    wide = options.get("wide")
+    return {**options, "wide": WidePlan.from_dict(wide) if wide is not None else None}
 
 
 @contextlib.contextmanager
@@ -335,7 +347,8 @@ def _step_model(
                 f"error: {directory / MANIFEST} has no variant {variant!r} (has {list(manifest['variants'])})"
             )
         files = record["files"]
-        with create_ort_step_model(directory / files["encoder"], directory / files["step"], **options) as sm:
+        runtime_options = _runtime_options(options)
+        with create_ort_step_model(directory / files["encoder"], directory / files["step"], **runtime_options) as sm:
             yield sm
     else:
         raise SystemExit(f"error: unknown column {column!r}")
