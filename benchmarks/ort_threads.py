@@ -36,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -331,15 +331,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["--worker"]:
         return worker_main(Path(argv[1]), argv[2])
-    args = parse_args(argv)
-    torch.set_num_threads(1)  # the export's torch work only; the sessions get their own threads
-    with tempfile.TemporaryDirectory(prefix="ort-threads-") as scratch:
-        result = run(args, Path(scratch))
-    table = markdown(result)
+    return run_and_report(parse_args(argv), run, markdown, "ort_threads")
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    stem: str,
+) -> int:
+    """Run ``measure`` in a scratch folder (torch on one thread: the export's work only, the sessions get their own
+    threads), print ``render``'s table and, with ``--out``, write ``STEM.json`` and ``STEM.md`` there."""
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix=stem.replace("_", "-") + "-") as scratch:
+        result = measure(args, Path(scratch))
+    table = render(result)
     print(table)
     if args.out is not None:
-        atomic_write_json(args.out / "ort_threads.json", result)
-        atomic_write_text(args.out / "ort_threads.md", table)
+        atomic_write_json(args.out / f"{stem}.json", result)
+        atomic_write_text(args.out / f"{stem}.md", table)
     return 0
 
 

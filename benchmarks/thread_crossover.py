@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -31,9 +30,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ort_threads import PAPER_CASES, write_case  # noqa: E402  (a sibling script)
+from ort_threads import PAPER_CASES, run_and_report, write_case  # noqa: E402  (a sibling script)
 
-from edgecap._io import atomic_write_json, atomic_write_text  # noqa: E402
 from edgecap.export.spec import get_export_spec  # noqa: E402
 from edgecap.models import create_model, paper_settings  # noqa: E402
 from edgecap.runtimes.onnxruntime_session import OrtRuntime  # noqa: E402
@@ -168,16 +166,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    torch.set_num_threads(1)  # the export's torch work only
-    with tempfile.TemporaryDirectory(prefix="thread-crossover-") as scratch:
-        result = run(args, Path(scratch))
-    table = markdown(result)
-    print(table)
-    if args.out is not None:
-        atomic_write_json(args.out / "thread_crossover.json", result)
-        atomic_write_text(args.out / "thread_crossover.md", table)
-    return 0
+    return run_and_report(parse_args(argv), run, markdown, "thread_crossover")
 
 
 if __name__ == "__main__":

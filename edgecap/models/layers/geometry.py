@@ -64,6 +64,13 @@ def _centre_offsets(cx: torch.Tensor, cy: torch.Tensor, w: torch.Tensor, h: torc
     return torch.stack((dx, dy), dim=1)
 
 
+def _frequencies_per_feature(dim: int) -> int:
+    """``dim // 8``: each of the 4 features gets that many frequencies, each a sine and a cosine."""
+    if dim % 8:
+        raise ValueError(f"geometry embedding dim must be a multiple of 8 (4 features × sin/cos), got {dim}")
+    return dim // 8
+
+
 def _frequency_matrix(features: int, n_freq: int, wave_len: float, device: torch.device) -> torch.Tensor:
     """``(features · n_freq, features)``: row ``k · n_freq + j`` holds frequency ``1 / wave_len^(j / n_freq)`` in
     column ``k``. A matmul with it forms every feature × frequency product; each output is one product plus exact
@@ -106,9 +113,7 @@ def box_relational_angles(
     matmul with a block-diagonal frequency matrix instead of a broadcast multiply over 8-wide spans. Computed in
     float32 whatever the box dtype: the angles reach ~700 rad, where float16 has a resolution of 0.5 rad.
     """
-    if dim % 8:
-        raise ValueError(f"geometry embedding dim must be a multiple of 8 (4 features × sin/cos), got {dim}")
-    n_freq = dim // 8
+    n_freq = _frequencies_per_feature(dim)
     cx, cy, w, h = _box_sizes(boxes.float(), wh_offset)
     offsets = _centre_offsets(cx, cy, w, h) * scale  # (B, 2, N, N)
     frequencies = _frequency_matrix(2, n_freq, wave_len, boxes.device)  # (2F, 2)
@@ -127,9 +132,7 @@ def box_relational_embedding(
     """The paper's embedding ``(B, N, N, dim)`` = ``[sin(angles), cos(angles)]``, computed directly from
     :func:`box_relational_features` (ORT §3.2): the reference layout ``W_G`` weights port in, and what
     :class:`GeometricBias` on :func:`box_relational_angles` is tested against."""
-    if dim % 8:
-        raise ValueError(f"geometry embedding dim must be a multiple of 8 (4 features × sin/cos), got {dim}")
-    n_freq = dim // 8
+    n_freq = _frequencies_per_feature(dim)
     freqs = wave_len ** (-torch.arange(n_freq, device=boxes.device, dtype=torch.float32) / n_freq)
     angles = ((box_relational_features(boxes.float(), wh_offset) * scale)[..., None] * freqs).flatten(-2)
     return torch.cat((angles.sin(), angles.cos()), dim=-1)
