@@ -64,6 +64,11 @@ WIDE_FROM_ROWS: dict[str, int] = {"encoder": 2, "step": 48}
 SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
 
 
+def _spin_config(spin: bool | None) -> dict[str, str]:
+    """The ``SPIN_KEYS`` session config entries of a spinning choice; None = none (ONNX Runtime's default)."""
+    return {} if spin is None else dict.fromkeys(SPIN_KEYS, "1" if spin else "0")
+
+
 class ThreadSettingError(ValueError):
     """A thread or spinning setting that is not one edgecap understands."""
 
@@ -96,7 +101,7 @@ class WidePlan:
 
     def session_config(self) -> dict[str, str]:
         """The wide session's spinning entries (always explicit: ORT's default would spin)."""
-        return dict.fromkeys(SPIN_KEYS, "1" if self.spin else "0")
+        return _spin_config(self.spin)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (inside :meth:`ThreadPlan.as_dict`)."""
@@ -138,9 +143,7 @@ class ThreadPlan:
 
     def session_config(self) -> dict[str, str]:
         """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ORT's default)."""
-        if self.spin is None:
-            return {}
-        return dict.fromkeys(SPIN_KEYS, "1" if self.spin else "0")
+        return _spin_config(self.spin)
 
     def runtime_options(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` that apply this plan."""

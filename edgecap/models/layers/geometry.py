@@ -71,11 +71,16 @@ def _frequencies_per_feature(dim: int) -> int:
     return dim // 8
 
 
+def _frequencies(n_freq: int, wave_len: float, device: torch.device) -> torch.Tensor:
+    """The ``n_freq`` frequencies ``1 / wave_len^(j / n_freq)`` of each feature (float32)."""
+    return wave_len ** (-torch.arange(n_freq, device=device, dtype=torch.float32) / n_freq)
+
+
 def _frequency_matrix(features: int, n_freq: int, wave_len: float, device: torch.device) -> torch.Tensor:
-    """``(features · n_freq, features)``: row ``k · n_freq + j`` holds frequency ``1 / wave_len^(j / n_freq)`` in
-    column ``k``. A matmul with it forms every feature × frequency product; each output is one product plus exact
-    zeros, so the angles equal the elementwise products bit for bit."""
-    freqs = wave_len ** (-torch.arange(n_freq, device=device, dtype=torch.float32) / n_freq)
+    """``(features · n_freq, features)``: row ``k · n_freq + j`` holds :func:`_frequencies`' ``j``-th in column
+    ``k``. A matmul with it forms every feature × frequency product; each output is one product plus exact zeros, so
+    the angles equal the elementwise products bit for bit."""
+    freqs = _frequencies(n_freq, wave_len, device)
     return torch.eye(features, device=device).repeat_interleave(n_freq, dim=0) * freqs.repeat(features)[:, None]
 
 
@@ -132,8 +137,7 @@ def box_relational_embedding(
     """The paper's embedding ``(B, N, N, dim)`` = ``[sin(angles), cos(angles)]``, computed directly from
     :func:`box_relational_features` (ORT §3.2): the reference layout ``W_G`` weights port in, and what
     :class:`GeometricBias` on :func:`box_relational_angles` is tested against."""
-    n_freq = _frequencies_per_feature(dim)
-    freqs = wave_len ** (-torch.arange(n_freq, device=boxes.device, dtype=torch.float32) / n_freq)
+    freqs = _frequencies(_frequencies_per_feature(dim), wave_len, boxes.device)
     angles = ((box_relational_features(boxes.float(), wh_offset) * scale)[..., None] * freqs).flatten(-2)
     return torch.cat((angles.sin(), angles.cos()), dim=-1)
 

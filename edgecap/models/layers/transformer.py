@@ -65,7 +65,7 @@ class EncoderLayer(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: BoxAngles | None = None) -> torch.Tensor:
-        """``x`` (B, N, d); ``bias`` (B, 1, 1, N) key padding; ``geometry`` the box angles (B, d_g / 2, N, N)."""
+        """``x`` (B, N, d); ``bias`` (B, 1, 1, N) key padding; ``geometry`` the box angles (:class:`BoxAngles`)."""
         if self.geometric_bias is not None:
             if geometry is None:
                 raise ValueError("this encoder layer uses box-relational attention and needs the box embedding")
