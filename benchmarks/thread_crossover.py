@@ -34,16 +34,24 @@ from ort_threads import PAPER_CASES, run_and_report, write_case  # noqa: E402  (
 
 from edgecap.export.spec import get_export_spec  # noqa: E402
 from edgecap.models import create_model, paper_settings  # noqa: E402
+from edgecap.runtimes.base import IMAGE_DIM  # noqa: E402
 from edgecap.runtimes.onnxruntime_session import OrtRuntime  # noqa: E402
 from edgecap.runtimes.threads import plan_threads, usable_cores  # noqa: E402
+
+#: Hypotheses per image in the step feeds (the decode the thresholds are for: beam 3).
+BEAM = 3
 
 
 def step_feed(spec: Any, model_name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
     """A step-graph feed of ``rows`` hypotheses (``spec``: the model's export spec), its cache half the model's forced
-    decode length long."""
+    decode length long; image states once per image of ``BEAM`` hypotheses, as beam search feeds them (once per
+    hypothesis when ``rows`` is no multiple of ``BEAM``)."""
     regions, steps = PAPER_CASES[model_name]
     graph = spec.graph(spec.runtime_graphs["step"])
-    sizes = spec.sizes_for(graph, {"batch": rows, "regions": regions, "past": steps // 2})
+    sizes = {"batch": rows, "regions": regions, "past": steps // 2}
+    if IMAGE_DIM in spec.dims:
+        sizes[IMAGE_DIM] = rows // BEAM if rows % BEAM == 0 else rows
+    sizes = spec.sizes_for(graph, sizes)
     made = graph.make_inputs(sizes, torch.Generator().manual_seed(seed))
     return {name: made[name].numpy() for name in graph.inputs}
 

@@ -23,7 +23,7 @@ import numpy as np
 
 from edgecap.engines.graphs import GraphIO
 from edgecap.engines.profiles import ROW_DIM, eval_dim
-from edgecap.runtimes.base import TensorMeta
+from edgecap.runtimes.base import IMAGE_DIM, TensorMeta
 
 __all__ = ["INDEX_NAME", "BufferPlan", "BufferSpec", "plan_buffers"]
 
@@ -108,7 +108,7 @@ def plan_buffers(
     per_hypothesis = loop_role == "step"
     rows = images * (beam if per_hypothesis else 1)
     image_sizes = {**dims, ROW_DIM: images}
-    row_sizes = {**dims, ROW_DIM: rows}
+    row_sizes = {**dims, ROW_DIM: rows, IMAGE_DIM: rows}  # image states: one row per hypothesis here
     if per_hypothesis and "past" in dims:
         row_sizes["past"] = dims["past"] + 1  # the step writes one more position than it reads
     buffers = [BufferSpec(s.name, _at(s, image_sizes), s.dtype) for s in encoder.inputs]

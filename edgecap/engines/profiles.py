@@ -6,6 +6,9 @@ records each dimension's range (``interface.dims``). A profile maps those names 
 - ``batch``: the rows a graph sees. The encoder and LaBERT's ``refine`` run once per image (1 .. ``max_batch``); the
   autoregressive ``step`` runs once per hypothesis, ``batch × beam`` rows (1 .. ``max_batch · beam``). ``opt`` is the
   maximum: engines are tuned for the large-batch throughput they exist for, and smaller batches still run.
+- ``images``: the leading dimension of the step graph's image states (the cross-attention keys and the memory bias),
+  which ONNX Runtime is fed once per image. The TensorRT runtime gathers every state once per hypothesis on the
+  device (its ``expand`` engine), so the range is the step's rows.
 - ``past``: the cache length, the manifest's range (0 at the first step, empty caches, to the longest caption minus
   one); ``opt`` is its middle, where an average caption spends its steps.
 - ``regions``: region features of a features-in bundle (1 .. the manifest's maximum, or ``max_regions``); a pixels-in
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgecap.engines.graphs import GraphIO
-from edgecap.runtimes.base import TensorMeta
+from edgecap.runtimes.base import IMAGE_DIM, TensorMeta
 
 __all__ = [
     "ROW_DIM",
@@ -121,6 +124,8 @@ def dim_ranges(
                     "graphs were exported for; lower --max-batch/--beam or re-export with a larger max batch"
                 )
             out[name] = (max(low, 1), rows, rows)
+        elif name == IMAGE_DIM:  # once per hypothesis on TensorRT (see the module docstring)
+            out[name] = (max(low, 1), *(min(high, rows_for_role(role, request)),) * 2)
         elif low == high:
             out[name] = (low, low, low)
         elif name == "regions":

@@ -67,6 +67,15 @@ class CaptionModel(nn.Module, abc.ABC):
         """Names of the state tensors in a fixed order (export flattens the state dict in this order)."""
 
     @property
+    def image_state_names(self) -> tuple[str, ...]:
+        """The states :meth:`step` also takes with one row per image: G rows for R = G·k hypotheses, image g's row
+        serving its k consecutive hypotheses (its beams). Only states a step reads and never changes qualify (the
+        cross-attention keys and the padding bias); a runtime then keeps one copy per image instead of one per beam
+        and the step attends per image (:meth:`~edgecap.models.layers.MultiHeadAttention.cross_attend`). Default:
+        none."""
+        return ()
+
+    @property
     def max_len(self) -> int:
         """Longest token sequence the decoder accepts (BOS + generated tokens)."""
         return int(self.cfg.max_len)

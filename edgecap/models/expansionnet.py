@@ -117,8 +117,7 @@ class _DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def _cross_and_ffn(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        q = self.cross_attn.project_query(self.norm2(x))
-        x = x + self.dropout(self.cross_attn.attend(q, k, v, bias))
+        x = x + self.dropout(self.cross_attn.cross_attend(self.norm2(x), k, v, bias))
         return x + self.dropout(self.ffn(self.norm3(x)))
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
@@ -138,7 +137,8 @@ class ExpansionNetCaptioner(CaptionModel):
     State (batch-first; ``L`` decoder layers, ``T`` tokens decoded so far, ``E`` = N_E slots):
 
     - ``memory_bias`` (B, 1, 1, N): 0 for valid regions, −1e4 for padding;
-    - ``cross_k``, ``cross_v`` (B, L, H, N, d_k): cross-attention keys/values, computed once per image;
+    - ``cross_k``, ``cross_v`` (B, L, H, N, d_k): cross-attention keys/values, computed once per image; these and
+      ``memory_bias`` may also come with one row per image for R = G·k hypotheses (:attr:`image_state_names`);
     - per decoder layer ``i``: ``exp_c_i``, ``exp_k_i``, ``exp_v1_i``, ``exp_v2_i`` (B, T, d): the Dynamic
       Expansion's conditioning, key and two value projections of every past token, and ``exp_r1_i``, ``exp_r2_i``
       (B, T, E, T): the forward coefficients of the past slots of both paths, which never change once written
@@ -177,6 +177,10 @@ class ExpansionNetCaptioner(CaptionModel):
     def state_names(self) -> tuple[str, ...]:
         names = ("memory_bias", "cross_k", "cross_v", *self._cache_names)
         return self._with_level_state(names)
+
+    @property
+    def image_state_names(self) -> tuple[str, ...]:
+        return ("memory_bias", "cross_k", "cross_v")
 
     @property
     def _cache_names(self) -> tuple[str, ...]:

@@ -42,6 +42,7 @@ class ORTCaptioner(CaptionModel):
     - ``memory_bias`` (B, 1, 1, N): 0 for valid regions, −1e4 for padding;
     - ``cross_k`` (B, U, H, N, d_k) and, unless Share-KV, ``cross_v``: cross-attention keys/values, computed once
       per image and per unique layer (positions sharing a layer would hold identical copies);
+    - these three may also come with one row per image for R = G·k hypotheses (:attr:`image_state_names`);
     - ``self_k`` (B, L, H, T, d_k) and, unless Share-KV, ``self_v``: the self-attention cache, one entry per
       layer position; T = 0 after :meth:`start`, and the next token's position is T.
     """
@@ -81,6 +82,10 @@ class ORTCaptioner(CaptionModel):
         if not self._separate_values:
             names = ("memory_bias", "cross_k", "self_k")
         return self._with_level_state(names)
+
+    @property
+    def image_state_names(self) -> tuple[str, ...]:
+        return tuple(n for n in ("memory_bias", "cross_k", "cross_v") if n in self.state_names)
 
     def _encode_memory_impl(
         self, features: torch.Tensor, boxes: torch.Tensor, feature_mask: torch.Tensor | None

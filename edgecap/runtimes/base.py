@@ -20,6 +20,11 @@ Array = Any
 Dim = int | str | None
 
 
+#: The leading dimension of a step graph's *image states* (``CaptionModel.image_state_names``): one row per image,
+#: each serving its consecutive hypotheses; the other inputs' leading dimension is ``batch`` (one row per hypothesis).
+IMAGE_DIM = "images"
+
+
 class RuntimeInputError(ValueError):
     """A feed does not match the runtime's inputs (names, dtypes, ranks or fixed dimensions)."""
 

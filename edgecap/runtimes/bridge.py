@@ -22,7 +22,7 @@ import numpy as np
 
 from edgecap.decoding.arrays import to_numpy
 from edgecap.decoding.protocol import DecodeInputError, State
-from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
+from edgecap.runtimes.base import IMAGE_DIM, Array, Runtime, RuntimeInputError
 
 
 class ArrayOps(ABC):
@@ -171,6 +171,11 @@ class RuntimeStepModel(GraphPair):
     Inputs are cast to the dtype each graph declares (e.g. fp32 features into an fp16 engine, int64 tokens into an
     int32 graph), so the search stays backend-agnostic.
 
+    *Image states*: a carried state whose step input has the leading dimension ``images`` (instead of ``batch``) is
+    kept with one row per image while every image's hypotheses sit in consecutive rows, as beam search keeps them;
+    the step graph attends per image (``docs/decoding.md``). :meth:`select` falls back to one row per hypothesis for
+    any other order, which the graph also takes.
+
     Args:
         encoder: the encoder runtime.
         step: the decoder-step runtime.
@@ -208,6 +213,7 @@ class RuntimeStepModel(GraphPair):
         self.tokens_name, self.logprobs_name = tokens_name, logprobs_name
         self._state_outputs = tuple(zip(self.updated_state_names, self.state_output_names, strict=True))
         self._carried = frozenset(self.state_names) - frozenset(self.updated_state_names)
+        self._image_states: tuple[str, ...] | None = None  # read from the step graph on first use
         # carried state name -> (the array select() last returned for it, the row of the array it was gathered
         # from that each of its rows copies); see select()
         self._origins: dict[str, tuple[Array, tuple[int, ...]]] = {}
@@ -219,6 +225,7 @@ class RuntimeStepModel(GraphPair):
 
     def __enter__(self) -> RuntimeStepModel:
         self._token_dtype = None
+        self._image_states = None
         self._origins.clear()
         return super().__enter__()
 
@@ -256,9 +263,25 @@ class RuntimeStepModel(GraphPair):
             raise DecodeInputError(f"{self.step_runtime.name}: outputs lack {absent} (got {sorted(outputs)})") from None
         return logprobs, new_state
 
+    @property
+    def image_states(self) -> tuple[str, ...]:
+        """The carried states the step graph takes once per image (leading dimension ``images``); empty for graphs
+        exported before image states, which take every state once per hypothesis."""
+        names = self._image_states
+        if names is None:
+            meta = self.step_runtime.input_metadata()
+            names = tuple(
+                n for n in self.state_names if n in self._carried and n in meta and meta[n].shape[:1] == (IMAGE_DIM,)
+            )
+            if len(names) == len(self.state_names):  # nothing left to count the hypotheses by
+                names = ()
+            self._image_states = names
+        return names
+
     def select(self, state: State, index: np.ndarray) -> State:
-        """Rows ``index`` of every state array; a carried state (one the step graph does not update, e.g. the
-        cross-attention keys) is returned as it is when the gather would not change its content.
+        """Rows ``index`` of every state array; image states (see the class docstring) stay one row per image;
+        another carried state (one the step graph does not update) is returned as it is when the gather would not
+        change its content.
 
         After the first expansion (B images -> B·K beams) every beam of an image holds an identical copy of the
         image's rows in a carried state, and reordering beams within an image leaves it as it was. So each carried
@@ -272,8 +295,10 @@ class RuntimeStepModel(GraphPair):
         ops, origins, carried = self._loop_ops, self._origins, self._carried
         gather = functools.partial(ops.take, index=index)
         rows = index.tolist()
-        out: State = {}
+        out: State = self._select_image_states(state, index)
         for name, value in state.items():
+            if name in out:
+                continue
             if name not in carried:
                 out[name] = gather(value)
                 continue
@@ -292,3 +317,40 @@ class RuntimeStepModel(GraphPair):
             if source is not None:
                 origins[name] = (out[name], source)
         return out
+
+    def _select_image_states(self, state: State, index: np.ndarray) -> State:
+        """The image states after ``select(state, index)``: one row per image while ``index`` keeps every image's
+        hypotheses consecutive and equally many, else one row per hypothesis."""
+        names = self.image_states
+        if not names:
+            return {}
+        images = int(state[names[0]].shape[0])
+        hypotheses = next(int(v.shape[0]) for n, v in state.items() if n not in names)
+        if images < 1 or hypotheses % images or any(int(state[n].shape[0]) != images for n in names):
+            raise DecodeInputError(
+                f"{self.step_runtime.name}: {hypotheses} hypotheses cannot share the image states "
+                f"{ {n: tuple(state[n].shape) for n in names} } (one row per image, or per hypothesis)"
+            )
+        sources = index // (hypotheses // images)  # the image row each new hypothesis reads
+        grouped = image_groups(sources)
+        if grouped is not None:
+            sources = grouped
+        if sources.shape[0] == images and np.array_equal(sources, np.arange(images)):
+            return {n: state[n] for n in names}  # the same images in the same order: nothing to gather
+        return {n: self._loop_ops.take(state[n], sources) for n in names}
+
+
+def image_groups(sources: np.ndarray) -> np.ndarray | None:
+    """The image of each group when ``sources`` (the image of every hypothesis) lists k copies of each image in a
+    row, k the same for all (beam search's order), else None."""
+    count = sources.shape[0]
+    if count == 0:
+        return None
+    change = np.flatnonzero(sources[1:] != sources[:-1])
+    width = int(change[0]) + 1 if change.size else count
+    if count % width:
+        return None
+    blocks = sources.reshape(-1, width)
+    if width > 1 and not (blocks == blocks[:, :1]).all():
+        return None
+    return blocks[:, 0]

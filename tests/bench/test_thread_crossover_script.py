@@ -46,5 +46,7 @@ def test_step_feeds_have_the_asked_rows_and_a_half_length_cache() -> None:
     feed = script.step_feed(spec, "acort-xsmall", 6, seed=0)
     regions, steps = script.PAPER_CASES["acort-xsmall"]
     assert set(feed) == set(spec.graph(spec.runtime_graphs["step"]).inputs)
-    assert all(value.shape[0] == 6 for value in feed.values())  # every input is per hypothesis
+    image_states = set(spec.state_names) & {"memory_bias", "cross_k", "cross_v"}
+    assert image_states and all(feed[n].shape[0] == 2 for n in image_states)  # once per image of 3 beams
+    assert all(value.shape[0] == 6 for name, value in feed.items() if name not in image_states)
     assert feed["self_k0"].shape[2] == steps // 2 and feed["memory_bias"].shape[-1] == regions

@@ -84,7 +84,11 @@ def test_step_graph_interface(config: str) -> None:
     if "self_k0" in inputs:  # ORT/ACORT: one (B, H, past, d_k) cache per decoder position
         assert set(names) - set(model.state_names) == {n for n in names if n.startswith(("self_k", "self_v"))}
         assert _dims(inputs["self_k0"])[2] == "past"
-    assert _dims(inputs["memory_bias"]) == ["batch", 1, 1, "regions"]
+    # the image states (cross-attention keys, memory bias) take one row per image or per hypothesis: dim "images"
+    image_states = set(model.image_state_names)
+    assert all(_dims(inputs[n])[0] == ("images" if n in image_states else "batch") for n in names)
+    leading = "images" if "memory_bias" in image_states else "batch"
+    assert _dims(inputs["memory_bias"]) == [leading, 1, 1, "regions"]
     init = result.model("init")
     level_input = ["length_level"] if model.length_levels else []
     assert [vi.name for vi in init.graph.input] == ["features", "boxes", "feature_mask", *level_input]

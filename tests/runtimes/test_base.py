@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.decoding import DecodeCfg, beam_search, greedy, sample
+from edgecap.decoding import DecodeCfg, DecodeInputError, beam_search, greedy, sample
 from edgecap.runtimes import (
     Runtime,
     RuntimeInputError,
@@ -303,6 +303,77 @@ def test_select_with_skipping_matches_plain_gathers(ops: str) -> None:
         got = beam_search(model, inputs(), cfg)
         model.select = lambda state, index: model._loop_ops.take_all(state, index)  # type: ignore[method-assign]
         assert got == beam_search(model, inputs(), cfg)
+
+
+def image_step_model(images_dim: bool = True, ops: str = "numpy") -> RuntimeStepModel:
+    """``carried_step_model`` whose step graph takes h0 once per image (leading dimension ``images``, each image's
+    hypotheses consecutive), as an exported ORT/ACORT step takes its cross-attention keys; ``images_dim=False``
+    declares h0 per hypothesis instead (a bundle exported before image states)."""
+    model = carried_step_model(ops)
+
+    def step_fn(tokens: np.ndarray, h: np.ndarray, h0: np.ndarray) -> dict:
+        h, h0 = np.asarray(h), np.asarray(h0)
+        assert h.shape[0] % h0.shape[0] == 0, (h.shape, h0.shape)
+        per_row = np.repeat(h0, h.shape[0] // h0.shape[0], axis=0)
+        out = np_step(np.asarray(tokens).astype(np.int64), h + per_row, np.zeros((h.shape[0], 0), np.int64))
+        result = {"logprobs": out["logprobs"], "h_out": out["h_out"]}
+        return {k: torch.from_numpy(v) for k, v in result.items()} if ops == "torch" else result
+
+    meta = dict(model.step_runtime.inputs)
+    meta["h0"] = TensorMeta.of("h0", "float32", ("images" if images_dim else "batch", HIDDEN))
+    step = FunctionRuntime(step_fn, meta, "step")
+    step.array_type = ops  # type: ignore[misc]
+    return RuntimeStepModel(model.encoder, step, ["h", "h0"], updated_state_names=["h"])
+
+
+def test_image_states_stay_once_per_image_while_beams_stay_together() -> None:
+    with image_step_model() as model:
+        state = model.encode(inputs())  # 3 images
+        assert model.image_states == ("h0",)
+        images = state["h0"]
+        expanded = model.select(state, np.array([0, 0, 1, 1, 2, 2]))  # B -> B·K: no gather, k = 2
+        assert expanded["h0"] is images and expanded["h"].shape[0] == 6
+        reordered = model.select(expanded, np.array([1, 0, 2, 2, 5, 4]))  # beams reordered within images
+        assert reordered["h0"] is images
+        pruned = model.select(reordered, np.array([0, 1, 4, 5]))  # image 1 done: its rows leave
+        np.testing.assert_array_equal(pruned["h0"], images[[0, 2]])
+        mixed = model.select(pruned, np.array([0, 2, 2, 3]))  # not k consecutive rows per image: per hypothesis
+        np.testing.assert_array_equal(mixed["h0"], images[[0, 2, 2, 2]])
+        back = model.select(mixed, np.array([1, 1, 2, 2]))  # groups again: one row per group of 2
+        np.testing.assert_array_equal(back["h0"], images[[2, 2]])
+        logprobs, _ = model.step(np.zeros(4, dtype=np.int64), back)
+        assert logprobs.shape[0] == 4
+        with pytest.raises(DecodeInputError, match="cannot share the image states"):
+            model.select({"h": np.zeros((5, HIDDEN), np.float32), "h0": images[:2]}, np.arange(5))
+    with image_step_model(images_dim=False) as per_row:
+        per_row.encode(inputs())
+        assert per_row.image_states == ()
+
+
+@pytest.mark.parametrize("ops", ["numpy", "torch"])
+def test_image_states_decode_like_per_hypothesis_states(ops: str) -> None:
+    """Random reorders and prunes keep the image states equal to the per-hypothesis gather once expanded; beam
+    search, greedy decoding and sampling give the same hypotheses as a graph fed per hypothesis."""
+    rng = np.random.default_rng(7)
+    with image_step_model(ops=ops) as model:
+        state = model.encode(inputs())
+        truth = {k: np.asarray(v) for k, v in state.items()}
+        for _ in range(40):
+            rows = int(np.asarray(state["h"]).shape[0])
+            size = rows if rng.random() < 0.8 else int(rng.integers(1, rows + 3))
+            base = rng.integers(0, rows, size=size)
+            index = np.where(rng.random(size) < 0.7, base - base % 2, base)
+            state = model.select(state, index)
+            truth = {k: v[index] for k, v in truth.items()}
+            h0 = np.asarray(state["h0"])
+            np.testing.assert_array_equal(np.repeat(h0, size // h0.shape[0], axis=0), truth["h0"])
+            np.testing.assert_array_equal(np.asarray(state["h"]), truth["h"])
+    cfg = DecodeCfg(beam_size=3, n_best=3, max_len=6, prune_finished=True)
+    with image_step_model(ops=ops) as grouped, image_step_model(images_dim=False, ops=ops) as per_row:
+        assert beam_search(grouped, inputs(), cfg) == beam_search(per_row, inputs(), cfg)
+        assert greedy(grouped, inputs(), cfg) == greedy(per_row, inputs(), cfg)
+        sampling = cfg.replace(num_samples=4, seed=3)
+        assert sample(grouped, inputs(), sampling) == sample(per_row, inputs(), sampling)
 
 
 def test_numpy_ops_feed_is_a_view_when_it_can_be() -> None:

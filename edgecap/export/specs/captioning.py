@@ -12,7 +12,10 @@ zero-length cache instead of a second decoder or an ``If`` node, which TensorRT 
 - ``step``: ``tokens`` (B,) int64 + the state (``state_names`` order) -> ``logprobs`` (B, V) + ``<state>_out`` for
   each state a step changes (the caches). States a step returns unchanged (cross-attention keys/values, the memory
   bias) are not outputs: the runtime carries them, which saves a copy of them per step. The cache length ``past`` is
-  dynamic from 0 (first step) to ``max_len - 1``.
+  dynamic from 0 (first step) to ``max_len - 1``. The model's ``image_state_names`` (the cross-attention keys/values
+  and the memory bias of the ORT/ACORT and ExpansionNet families) have their own leading dimension ``images``: a
+  runtime may pass them once per image for ``batch`` = images × beams hypotheses, each image's beams consecutive,
+  or once per hypothesis (``images`` = ``batch``); the step then attends per image.
 
 A length-controllable model (``model.length_levels``; LaBERT §3.1) adds one input, ``length_level`` (B,) int64, to
 ``start`` and ``init`` (and so to the decode inputs); the level embedding then rides in the state like the rest.
@@ -30,6 +33,7 @@ import torch
 from torch import nn
 
 from edgecap.export.spec import DimSpec, ExportSpec, Fp16Policy, GraphSpec, Tolerance
+from edgecap.runtimes.base import IMAGE_DIM
 
 __all__ = [
     "EncoderGraph",
@@ -148,6 +152,7 @@ class _Inputs:
     def __init__(self, model: nn.Module, backbone: nn.Module | None) -> None:
         self.model, self.backbone = model, backbone
         self.levels = getattr(model, "length_levels", None)
+        self.image_states = image_state_names(model)
 
     def _level(self, batch: int, g: torch.Generator) -> dict[str, torch.Tensor]:
         if not self.levels:
@@ -184,17 +189,35 @@ class _Inputs:
 
     @torch.no_grad()
     def step(self, sizes: Mapping[str, int], g: torch.Generator) -> dict[str, torch.Tensor]:
-        memory, mask = self._encode_state(self.visual(sizes, g))
-        level = self._level(memory.shape[0], g)
+        """A step's feed after ``past`` steps on random tokens: ``images`` images with ``batch / images`` hypotheses
+        each (every hypothesis its own tokens and cache), the image states once per image."""
+        rows = sizes["batch"]
+        images = sizes.get(IMAGE_DIM, rows) if self.image_states else rows
+        if rows % images:  # e.g. an odd batch completed with the example image count: one image per hypothesis
+            images = rows
+        memory, mask = self._encode_state(self.visual({**sizes, "batch": images}, g))
+        level = self._level(images, g)
         state = self.model.start(memory, mask, level[LEVEL_INPUT]) if level else self.model.start(memory, mask)
+        per_row = {n: v.repeat_interleave(rows // images, 0) for n, v in state.items()}
         vocab = self.model.vocab_size
         for _ in range(sizes["past"]):
-            _, state = self.model.step(torch.randint(0, vocab, (memory.shape[0],), generator=g), state)
-        tokens = torch.randint(0, vocab, (memory.shape[0],), generator=g)
-        return {"tokens": tokens, **{n: state[n].contiguous() for n in self.model.state_names}}
+            _, per_row = self.model.step(torch.randint(0, vocab, (rows,), generator=g), per_row)
+        tokens = torch.randint(0, vocab, (rows,), generator=g)
+        feed = {n: (state[n] if n in self.image_states else per_row[n]).contiguous() for n in self.model.state_names}
+        return {"tokens": tokens, **feed}
 
 
 # -- the spec --------------------------------------------------------------------------------------------------------
+def image_state_names(model: nn.Module) -> tuple[str, ...]:
+    """The states the model's step also takes once per image (``model.image_state_names``; none if it has no such
+    attribute); checked against ``state_names``."""
+    names = tuple(getattr(model, "image_state_names", ()))
+    unknown = [n for n in names if n not in model.state_names]
+    if unknown:
+        raise ValueError(f"image_state_names {unknown} are not state names {list(model.state_names)}")
+    return names
+
+
 def _probe_state(
     model: nn.Module, start: StartGraph, inputs: _Inputs, regions: DimSpec
 ) -> tuple[dict[str, dict[int, str]], tuple[str, ...]]:
@@ -219,6 +242,14 @@ def _probe_state(
         axes[name] = entry
     updated = tuple(n for n in model.state_names if after[n] is not states[0][n])
     return axes, updated
+
+
+def _with_images(sizes: Mapping[str, int], image_states: Sequence[str]) -> dict[str, int]:
+    """Parity sizes with ``images`` only where the model has image states, one per hypothesis unless given."""
+    out = {k: v for k, v in sizes.items() if k != IMAGE_DIM}
+    if image_states and "batch" in out:
+        out[IMAGE_DIM] = int(sizes.get(IMAGE_DIM, out["batch"]))
+    return out
 
 
 def captioning_spec(
@@ -258,10 +289,14 @@ def captioning_spec(
     max_past = int(model.max_len) - 1
     if max_past < 2:
         raise ValueError(f"model max_len={model.max_len} is too short to export a cached step (need >= 3)")
+    image_states = image_state_names(model)
     dims: dict[str, DimSpec] = {
-        "batch": DimSpec("batch", 1, max_batch, 2),
+        # with image states the step traces 2 images × 2 hypotheses: distinct sizes keep the two dimensions apart
+        "batch": DimSpec("batch", 1, max_batch, 4 if image_states else 2),
         "past": DimSpec("past", 0, max_past, min(3, max_past)),
     }
+    if image_states:
+        dims[IMAGE_DIM] = DimSpec(IMAGE_DIM, 1, max_batch, 2)
     if backbone is None:
         dims["regions"] = DimSpec("regions", 1, max_regions, 5)
         encoder_module: nn.Module = EncoderGraph(model)
@@ -284,6 +319,7 @@ def captioning_spec(
     start_inputs = (*(("memory", "feature_mask") if backbone is None else ("memory",)), *level_inputs)
     state_axes, updated = _probe_state(model, start_module, inputs, dims["regions"])
     start_state_axes = {n: {a: d for a, d in axes.items() if d != "past"} for n, axes in state_axes.items()}
+    step_state_axes = {n: ({**axes, 0: IMAGE_DIM} if n in image_states else axes) for n, axes in state_axes.items()}
     names = tuple(model.state_names)
     out_names = tuple(f"{n}_out" for n in updated)
 
@@ -346,18 +382,20 @@ def captioning_spec(
             StepGraph(model, updated),
             ("tokens", *names),
             ("logprobs", *out_names),
-            {"tokens": {0: "batch"}, **state_axes, "logprobs": {0: "batch"}},
+            {"tokens": {0: "batch"}, **step_state_axes, "logprobs": {0: "batch"}},
             inputs.step,
             "one token per hypothesis with an explicit cache (length 0 at the first step)",
         ),
     )
-    if parity_sizes is None:
+    if parity_sizes is None:  # image states: once per hypothesis, 1 image × 3 beams, 2 images × 3 beams
         parity_sizes = (
-            {"batch": 1, "regions": 7, "past": 0},
-            {"batch": 3, "regions": 4, "past": 1},
-            {"batch": 6, "regions": 9, "past": max_past},
+            {"batch": 1, "regions": 7, "past": 0, IMAGE_DIM: 1},
+            {"batch": 3, "regions": 4, "past": 1, IMAGE_DIM: 1},
+            {"batch": 6, "regions": 9, "past": max_past, IMAGE_DIM: 2},
+            {"batch": 3, "regions": 5, "past": 2, IMAGE_DIM: 3},
         )
     parity_sizes = pixel_parity_sizes(parity_sizes, backbone)
+    parity_sizes = tuple(_with_images(s, image_states) for s in parity_sizes)
     meta = {
         "state_names": ",".join(names),
         "updated_state_names": ",".join(updated),

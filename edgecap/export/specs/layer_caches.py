@@ -78,6 +78,10 @@ class PerLayerCaches(nn.Module):
                 names.extend(f"{name}{i}" for i in range(self.positions))
         return tuple(names)
 
+    @property
+    def image_state_names(self) -> tuple[str, ...]:
+        return tuple(self.model.image_state_names)
+
     def encode_memory(self, *inputs: torch.Tensor | None) -> torch.Tensor:
         return self.model.encode_memory(*inputs)
 

@@ -127,6 +127,22 @@ class MultiHeadAttention(nn.Module):
         out = scaled_dot_product(q, k, v, bias, self.dropout)
         return self.out_proj(out.transpose(1, 2).flatten(2))
 
+    def cross_attend(
+        self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Cross-attention of the rows of ``x`` (R, T, d) to the keys/values (G, H, S, d_k) of G sources, G dividing R:
+        source g serves the R/G consecutive rows g·R/G … (g+1)·R/G − 1 -> (R, T, d). ``bias`` broadcasts to
+        (G, H, R/G·T, S).
+
+        The beams of an image share its keys, so a decoder step can pass them once per image: each source and head
+        then runs one (R/G·T × d_k)·(d_k × S) product instead of R/G one-row products (ONNX Runtime's CPU matmul pays
+        per product; ``docs/decoding.md``). With G = R this is :meth:`project_query` + :meth:`attend` exactly.
+        """
+        rows, length, dim = x.shape
+        q = self.q_proj(x).reshape(k.shape[0], -1, self.heads, dim // self.heads).transpose(1, 2)
+        out = scaled_dot_product(q, k, v, bias, self.dropout)
+        return self.out_proj(out.transpose(1, 2).reshape(rows, length, dim))
+
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None
     ) -> torch.Tensor:

@@ -88,8 +88,7 @@ class DecoderLayer(nn.Module):
     def _cross_and_ffn(
         self, x: torch.Tensor, cross_k: torch.Tensor, cross_v: torch.Tensor, memory_bias: torch.Tensor
     ) -> torch.Tensor:
-        q = self.cross_attn.project_query(self.norm2(x))
-        x = x + self.dropout(self.cross_attn.attend(q, cross_k, cross_v, memory_bias))
+        x = x + self.dropout(self.cross_attn.cross_attend(self.norm2(x), cross_k, cross_v, memory_bias))
         return x + self.dropout(self.ffn(self.norm3(x)))
 
     def forward(
