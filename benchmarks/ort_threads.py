@@ -74,6 +74,7 @@ class Setting:
         if self.plan.intra_op == 1 and self.plan.execution_mode == "sequential":
             options["session_config"] = {}
         options["wide"] = None if self.plan.wide is None else self.plan.wide.as_dict()
+        options["decode_workers"] = self.plan.decode_workers
         return json.dumps(options, sort_keys=True)
 
 
@@ -176,7 +177,8 @@ def worker_main(case: Path, plan_json: str) -> int:
     radix = fields.pop("radix")
     cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)
     inputs: dict[int, dict[str, np.ndarray]] = {}
-    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **plan.runtime_options()) as step_model:
+    options = {**plan.runtime_options(), "decode_workers": plan.decode_workers}
+    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **options) as step_model:
         print("ready", flush=True)
         for line in sys.stdin:
             batch = int(line)

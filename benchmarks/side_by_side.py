@@ -305,8 +305,9 @@ class _Capture:
 
 def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
     """The settings ``Captioner.load()`` gives its sessions by default (``threads="auto"``) on a budget of ``threads``
-    cores: one non-spinning intra-op thread, one inter-op thread, sequential; from 2 cores also a *wide* session of
-    ``threads`` non-spinning threads for large calls (``docs/cpu.md``). The ``--ort-config`` entries go on top (an
+    cores: one non-spinning intra-op thread, one inter-op thread, sequential; from 2 cores a batch decodes as
+    ``threads`` concurrent chunks of images, and a *wide* session of ``threads`` non-spinning threads takes other
+    large calls (``docs/cpu.md``). The ``--ort-config`` entries go on top (an
     explicit entry wins). JSON-ready: the wide plan is its dict (``_runtime_options`` turns it back)."""
     from edgecap.runtimes.threads import plan_threads
 
@@ -314,6 +315,7 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
     options = plan.runtime_options()
     options["session_config"] = {**options["session_config"], **session_config}
     options["wide"] = plan.wide.as_dict() if plan.wide is not None else None
+    options["decode_workers"] = plan.decode_workers
     return {"providers": "cpu", **options}
 
 

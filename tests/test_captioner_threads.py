@@ -118,19 +118,23 @@ def test_auto_runs_large_calls_on_a_wide_session_with_the_same_captions(bundle, 
     from edgecap.runtimes import threads as thread_policy
 
     monkeypatch.setattr(thread_policy, "usable_cores", lambda: 4)  # four free cores, one stream
-    monkeypatch.setitem(thread_policy.WIDE_FROM_ROWS, "step", 6)  # 3 images x beam 3 = 9 rows reach it
+    monkeypatch.setitem(thread_policy.WIDE_FROM_ROWS, "step", 3)  # one image x beam 3 reaches it
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=1) as cap:
         reference, single = cap.batch(images), cap.batch(images[:1])
         assert cap.runtime_info["threads"]["wide"] is None  # an explicit count never widens
+        assert cap.runtime_info["threads"]["decode_workers"] == cap.step_model.decode_workers == 1  # nor splits
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as cap:
         threads = cap.runtime_info["threads"]
-        assert threads["wide"] == {"intra_op": 4, "spin": False, "from_rows": {"encoder": 2, "step": 6}}
-        assert "4 threads, no spinning, from 2 (encoder) / 6 (step) rows" in cap.runtime_info["summary"]
+        assert threads["wide"] == {"intra_op": 4, "spin": False, "from_rows": {"encoder": 2, "step": 3}}
+        assert threads["decode_workers"] == cap.step_model.decode_workers == 4
+        assert "4 threads, no spinning, from 2 (encoder) / 3 (step) rows" in cap.runtime_info["summary"]
         runtimes = (cap.step_model.encoder, cap.step_model.loop_runtime)
-        assert cap.batch(images[:1]) == single
-        assert all(runtime.wide_session is None for runtime in runtimes)  # batch 1 pays nothing for it
-        assert cap.batch(images) == reference
-        for settings in _session_settings(cap):
+        assert cap.batch(images) == reference  # three images: three concurrent chunks of one image each ...
+        assert all(runtime.wide_session is None for runtime in runtimes)  # ... on the one-thread sessions
+        assert cap.batch(images[:1]) == single  # one image: nothing to split; its 3-row steps go wide
+        assert cap.step_model.loop_runtime.wide_session is not None and cap.step_model.encoder.wide_session is None
+        assert cap.step_model.loop_runtime.wide_inference_count > 0
+        for settings in _session_settings(cap)[1:]:  # the step runtime's
             assert settings["intra_op_threads"] == 1
             assert settings["wide"]["intra_op_threads"] == 4 and _spin(settings["wide"]) == ["0", "0"]
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", streams=4) as cap:

@@ -11,6 +11,7 @@ from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.greedy import greedy
 from edgecap.decoding.mask_predict import mask_predict
+from edgecap.decoding.parallel import SPLIT_STRATEGIES, decode_workers_of, in_decode_chunk, split_decode
 from edgecap.decoding.processors import LogitsProcessor
 from edgecap.decoding.protocol import Hypothesis, StepModel
 from edgecap.decoding.sampling import sample
@@ -46,6 +47,9 @@ def decode(
         cfg: the decoding configuration.
         processors: replaces the processors built from ``cfg`` (see :func:`build_processors`).
 
+    A step model with ``decode_workers`` > 1 (ONNX Runtime on spare CPU cores) decodes greedy and beam batches as
+    that many concurrent chunks of images (:mod:`edgecap.decoding.parallel`); the hypotheses are the same.
+
     Returns:
         B lists of hypotheses: 1 (greedy), ``n_best`` (beam, best first) or ``num_samples`` (sample, draw order).
     """
@@ -54,6 +58,9 @@ def decode(
         raise DecodeCfgError(f"unknown decoding strategy {cfg.strategy!r}; known: {sorted(STRATEGY_FNS)}")
     if cfg.length_level is not None and cfg.strategy != "mask_predict":
         inputs = {**inputs, LENGTH_LEVEL_INPUT: _levels_like(inputs, cfg.length_level)}
+    workers = decode_workers_of(step_model)
+    if workers > 1 and processors is None and cfg.strategy in SPLIT_STRATEGIES and not in_decode_chunk() and inputs:
+        return split_decode(lambda chunk: fn(step_model, chunk, cfg, None), inputs, workers)
     return fn(step_model, inputs, cfg, processors)
 
 

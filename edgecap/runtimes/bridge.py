@@ -14,6 +14,7 @@ torch.
 from __future__ import annotations
 
 import functools
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -184,6 +185,9 @@ class RuntimeStepModel(GraphPair):
         tokens_name: the step graph's token input.
         logprobs_name: the step graph's log-prob output.
         state_output_names: step outputs holding the new state; default ``f"{name}_out"`` per updated state.
+        decode_workers: decodes that may run on this model at once, each on a chunk of a batch's images
+            (:func:`~edgecap.decoding.decode` splits greedy and beam batches; ``ThreadPlan.decode_workers``). The
+            runtimes must take concurrent calls, as ONNX Runtime sessions do.
     """
 
     def __init__(
@@ -196,8 +200,12 @@ class RuntimeStepModel(GraphPair):
         logprobs_name: str = "logprobs",
         state_output_names: Sequence[str] | None = None,
         updated_state_names: Sequence[str] | None = None,
+        decode_workers: int = 1,
     ) -> None:
         super().__init__(encoder, step, state_names)
+        if isinstance(decode_workers, bool) or not isinstance(decode_workers, int) or decode_workers < 1:
+            raise ValueError(f"decode_workers must be an integer >= 1, got {decode_workers!r}")
+        self.decode_workers = decode_workers
         updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
         unknown = [n for n in updated if n not in self.state_names]
         if unknown:
@@ -214,9 +222,16 @@ class RuntimeStepModel(GraphPair):
         self._state_outputs = tuple(zip(self.updated_state_names, self.state_output_names, strict=True))
         self._carried = frozenset(self.state_names) - frozenset(self.updated_state_names)
         self._image_states: tuple[str, ...] | None = None  # read from the step graph on first use
-        # carried state name -> (the array select() last returned for it, the row of the array it was gathered
-        # from that each of its rows copies); see select()
-        self._origins: dict[str, tuple[Array, tuple[int, ...]]] = {}
+        # per thread (decodes of a split batch run at once): carried state name -> (the array select() last
+        # returned for it, the row of the array it was gathered from that each of its rows copies); see select()
+        self._local = threading.local()
+
+    @property
+    def _origins(self) -> dict[str, tuple[Array, tuple[int, ...]]]:
+        origins = getattr(self._local, "origins", None)
+        if origins is None:
+            origins = self._local.origins = {}
+        return origins
 
     @property
     def step_runtime(self) -> Runtime:
@@ -230,7 +245,7 @@ class RuntimeStepModel(GraphPair):
         return super().__enter__()
 
     def __exit__(self, *exc: object) -> None:
-        self._origins.clear()  # holds carried state arrays: let them go with the sessions
+        self._local = threading.local()  # holds carried state arrays: let them go with the sessions
         super().__exit__(*exc)
 
     # -- StepModel ---------------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.decoding.parallel import in_decode_chunk
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
 from edgecap.runtimes.threads import ThreadPlan, WidePlan, plan_threads
 
@@ -346,9 +347,10 @@ class OrtRuntime(Runtime):
         return (named or leading)[0], threshold
 
     def _wide_or_none(self, feed: Mapping[str, Array]) -> Any:
-        """The wide session when this call's rows reach its threshold (created on first need), else None."""
+        """The wide session when this call's rows reach its threshold (created on first need), else None; never
+        inside one chunk of a split decode (the other chunks hold the other cores)."""
         rule = self._wide_rule
-        if rule is None:
+        if rule is None or in_decode_chunk():
             return None
         value = feed.get(rule[0])
         shape = getattr(value, "shape", None)
@@ -577,6 +579,8 @@ def create_ort_step_model(
     step: ModelSource,
     state_names: Sequence[str] | None = None,
     updated_state_names: Sequence[str] | None = None,
+    *,
+    decode_workers: int = 1,
     **runtime_options: Any,
 ) -> Any:
     """A :class:`~edgecap.runtimes.bridge.RuntimeStepModel` over the exported ``init`` (encoder + start) and ``step``
@@ -590,6 +594,7 @@ def create_ort_step_model(
             else its inputs other than ``tokens``.
         updated_state_names: the states the step graph outputs; default read from its ``updated_state_names``
             metadata, else all.
+        decode_workers: concurrent chunks a batch decodes in (``ThreadPlan.decode_workers``; 1 = one decode).
         **runtime_options: :class:`OrtRuntime` options for both sessions (``providers``, ``intra_op_threads`` …).
 
     Use it as a context manager (``with create_ort_step_model(...) as sm: decode(sm, inputs, cfg)``); both sessions
@@ -606,6 +611,7 @@ def create_ort_step_model(
         OrtRuntime(step, name="ort-step", role="step", **runtime_options),
         tuple(state_names),
         updated_state_names=updated_state_names,
+        decode_workers=decode_workers,
     )
 
 
@@ -671,6 +677,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     if "TensorrtExecutionProvider" in chosen:
         options["provider_options"] = {"tensorrt": _tensorrt_options(bundle, precision)}
         options["trt_profile_dims"] = bundle.interface.get("dims")
+    if plan is not None and plan.decode_workers > 1 and set(graphs) == {"encoder", "step"}:
+        options["decode_workers"] = plan.decode_workers
     step_model = create_ort_decoder(
         graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
     )

@@ -16,7 +16,10 @@ The policy (measured with ``benchmarks/ort_threads.py`` and ``benchmarks/thread_
   adds a wake-up per op). When the process may use at least two cores per stream, each graph also gets a *wide*
   session (:class:`WidePlan`: the usable cores ÷ streams, no spinning), created on the first call whose rows (the
   feed's leading dimension: images for the encoder, hypotheses for the step) reach :data:`WIDE_FROM_ROWS`; those
-  calls run on it, since their matmuls are large enough to split between threads.
+  calls run on it, since their matmuls are large enough to split between threads. On those cores a batch of images
+  also decodes as concurrent chunks, one per core (``decode_workers``; :mod:`edgecap.decoding.parallel`), each on
+  the one-thread sessions: every image's search is independent, and a chunk wakes no other thread per kernel. The
+  wide session then serves what cannot be split (one image with many beams).
 - ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
   :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
   thread (the cheapest in CPU time).
@@ -131,6 +134,9 @@ class ThreadPlan:
         policy: what was asked: ``"auto"``, ``"dedicated"``, ``"explicit"`` or ``"ort-default"``.
         reason: why these values, for logs and benchmark reports.
         wide: the second session large calls run on (``"auto"`` with >= 2 cores per stream); None = none.
+        decode_workers: concurrent chunks of images a greedy or beam batch decodes in (``"auto"``: the usable cores
+            ÷ streams); 1 = one decode. Applied by the step model, not the sessions
+            (``create_ort_step_model(decode_workers=...)``).
     """
 
     intra_op: int
@@ -140,6 +146,7 @@ class ThreadPlan:
     policy: str
     reason: str
     wide: WidePlan | None = None
+    decode_workers: int = 1
 
     def session_config(self) -> dict[str, str]:
         """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ORT's default)."""
@@ -165,12 +172,13 @@ class ThreadPlan:
             "policy": self.policy,
             "reason": self.reason,
             "wide": None if self.wide is None else self.wide.as_dict(),
+            "decode_workers": self.decode_workers,
         }
 
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> ThreadPlan:
         """The plan back from :meth:`as_dict` (``runtime_info["threads"]``, benchmark rows; records written before
-        the wide session existed have no ``wide``)."""
+        the wide session or split decodes existed have no ``wide`` or ``decode_workers``)."""
         fields = dict(record)
         wide = fields.pop("wide", None)
         return cls(**fields, wide=None if wide is None else WidePlan.from_dict(wide))
@@ -180,7 +188,8 @@ class ThreadPlan:
         count = "ORT's default threads" if self.intra_op == 0 else f"{self.intra_op} thread" + "s" * (self.intra_op > 1)
         spinning = {None: "ORT's spinning", True: "spinning", False: "no spinning"}[self.spin]
         wide = "" if self.wide is None else f"; {self.wide.describe()}"
-        return f"{count}, {spinning}{wide}"
+        split = "" if self.decode_workers < 2 else f"; batches in {self.decode_workers} concurrent chunks"
+        return f"{count}, {spinning}{wide}{split}"
 
 
 def usable_cores(
@@ -272,10 +281,10 @@ def plan_threads(
         wide = WidePlan(share, False if spin is None else spin, tuple(WIDE_FROM_ROWS.items()))
         rows = ", ".join(f"{role} from {n} rows" for role, n in wide.from_rows)
         why += (
-            f"; large calls ({rows}) on a second session of {share} threads ({cores} usable cores / {streams} "
-            "stream(s)), created on the first such call"
+            f"; a batch decodes as {share} concurrent chunks of images ({cores} usable cores / {streams} stream(s)); "
+            f"other large calls ({rows}) on a second session of {share} threads, created on the first such call"
         )
-        return _plan(1, spin, False, "auto", why, wide)
+        return _plan(1, spin, False, "auto", why, wide, share)
     if step_bytes is None or step_bytes < LARGE_STEP_BYTES:
         size = "unknown size" if step_bytes is None else f"{step_bytes / 2**20:.1f} MB"
         return _plan(1, spin, False, "dedicated", f"dedicated cores, but a small step graph ({size}): one thread")
@@ -284,8 +293,15 @@ def plan_threads(
 
 
 def _plan(
-    intra: int, spin: bool | None, spin_default: bool, policy: str, reason: str, wide: WidePlan | None = None
+    intra: int,
+    spin: bool | None,
+    spin_default: bool,
+    policy: str,
+    reason: str,
+    wide: WidePlan | None = None,
+    decode_workers: int = 1,
 ) -> ThreadPlan:
     if spin is not None:
         reason += f"; spinning {'on' if spin else 'off'} as requested"
-    return ThreadPlan(intra, 1, spin_default if spin is None else spin, "sequential", policy, reason, wide)
+    spinning = spin_default if spin is None else spin
+    return ThreadPlan(intra, 1, spinning, "sequential", policy, reason, wide, decode_workers)

@@ -253,8 +253,9 @@ def test_axis_values_below_one_are_refused(script, flag, capsys) -> None:  # typ
 
 
 def test_ort_cells_get_edgecaps_thread_plan_and_explicit_entries_win(script) -> None:  # type: ignore[no-untyped-def]
-    """An ORT cell runs ``Captioner.load()``'s default on the row's core budget: one thread, and from 2 cores a wide
-    session of that many threads for large calls; no spinning unless an ``--ort-config`` entry says so."""
+    """An ORT cell runs ``Captioner.load()``'s default on the row's core budget: one thread, and from 2 cores a batch
+    split into that many concurrent chunks and a wide session of that many threads for other large calls; no
+    spinning unless an ``--ort-config`` entry says so."""
     from edgecap.runtimes.threads import SPIN_KEYS, WIDE_FROM_ROWS, WidePlan
 
     single = script._ort_options(1, {})
@@ -263,6 +264,7 @@ def test_ort_cells_get_edgecaps_thread_plan_and_explicit_entries_win(script) -> 
     assert (options["intra_op_threads"], options["inter_op_threads"], options["execution_mode"]) == (1, 1, "sequential")
     assert options["session_config"] == dict.fromkeys(SPIN_KEYS, "0")  # as Captioner.load: no spinning
     assert options["wide"] == {"intra_op": 2, "spin": False, "from_rows": WIDE_FROM_ROWS}
+    assert (single["decode_workers"], options["decode_workers"]) == (1, 2)  # from 2 cores a batch splits in two
     json.dumps(options)  # recorded in the report as it is
     wide = script._runtime_options(options)["wide"]
     assert isinstance(wide, WidePlan) and wide.intra_op == 2 and wide.threshold("step") == WIDE_FROM_ROWS["step"]

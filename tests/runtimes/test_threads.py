@@ -94,6 +94,7 @@ def test_runtime_options_and_record() -> None:
     }
     record = plan.as_dict()
     assert (record["intra_op"], record["spin"], record["policy"], record["wide"]) == (1, False, "auto", None)
+    assert record["decode_workers"] == 1  # 2 cores / 3 streams: one decode per stream
     assert plan.describe() == "1 thread, no spinning"
     assert ThreadPlan.from_dict(record) == plan
 
@@ -105,9 +106,12 @@ def test_the_wide_setting_is_recorded_and_read_back() -> None:
     assert record["wide"] == {"intra_op": 2, "spin": False, "from_rows": WIDE_FROM_ROWS}
     assert ThreadPlan.from_dict(record) == plan
     rows = " / ".join(f"{n} ({role})" for role, n in sorted(WIDE_FROM_ROWS.items()))
-    assert plan.describe() == f"1 thread, no spinning; 2 threads, no spinning, from {rows} rows"
-    legacy = {k: v for k, v in record.items() if k != "wide"}  # a record from before the wide session
-    assert ThreadPlan.from_dict(legacy).wide is None
+    assert plan.describe() == (
+        f"1 thread, no spinning; 2 threads, no spinning, from {rows} rows; batches in 2 concurrent chunks"
+    )
+    assert record["decode_workers"] == plan.decode_workers == 2  # 4 cores / 2 streams
+    legacy = {k: v for k, v in record.items() if k not in ("wide", "decode_workers")}  # before both existed
+    assert ThreadPlan.from_dict(legacy).wide is None and ThreadPlan.from_dict(legacy).decode_workers == 1
     ort_default = plan_threads(0)
     assert ort_default.session_config() == {} and ort_default.describe() == "ORT's default threads, ORT's spinning"
 
