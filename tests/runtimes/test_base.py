@@ -282,6 +282,14 @@ def test_select_skips_a_carried_gather_only_when_it_changes_nothing() -> None:
         np.testing.assert_array_equal(pruned["h0"], expanded["h0"][[2, 3]])
 
 
+def random_select_index(rng: np.random.Generator, rows: int) -> np.ndarray:
+    """A random ``select`` index over ``rows`` rows: mostly a reorder within pairs of rows (the beams of an "image"),
+    sometimes another count of rows (a prune, or rows repeated)."""
+    size = rows if rng.random() < 0.8 else int(rng.integers(1, rows + 3))
+    base = rng.integers(0, rows, size=size)
+    return np.where(rng.random(size) < 0.7, base - base % 2, base)
+
+
 @pytest.mark.parametrize("ops", ["numpy", "torch"])
 def test_select_with_skipping_matches_plain_gathers(ops: str) -> None:
     """Random beam reorders and prunes: every selected state equals the plain gather of the original rows, and
@@ -291,10 +299,7 @@ def test_select_with_skipping_matches_plain_gathers(ops: str) -> None:
         state = model.encode(inputs())
         truth = {k: np.asarray(v) for k, v in state.items()}
         for _ in range(40):
-            rows = int(np.asarray(state["h"]).shape[0])
-            size = rows if rng.random() < 0.8 else int(rng.integers(1, rows + 3))
-            base = rng.integers(0, rows, size=size)
-            index = np.where(rng.random(size) < 0.7, base - base % 2, base)  # mostly rows of a same "image"
+            index = random_select_index(rng, int(np.asarray(state["h"]).shape[0]))
             state = model.select(state, torch.from_numpy(index))
             truth = {k: v[index] for k, v in truth.items()}
             for name, value in state.items():
@@ -359,10 +364,8 @@ def test_image_states_decode_like_per_hypothesis_states(ops: str) -> None:
         state = model.encode(inputs())
         truth = {k: np.asarray(v) for k, v in state.items()}
         for _ in range(40):
-            rows = int(np.asarray(state["h"]).shape[0])
-            size = rows if rng.random() < 0.8 else int(rng.integers(1, rows + 3))
-            base = rng.integers(0, rows, size=size)
-            index = np.where(rng.random(size) < 0.7, base - base % 2, base)
+            index = random_select_index(rng, int(np.asarray(state["h"]).shape[0]))
+            size = index.shape[0]
             state = model.select(state, index)
             truth = {k: v[index] for k, v in truth.items()}
             h0 = np.asarray(state["h0"])
