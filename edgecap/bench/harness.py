@@ -15,6 +15,7 @@ calls are excluded and percentiles are right, never absolute speed.
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -266,6 +267,9 @@ class TimedStepModel:
     Decoding code is unchanged: the search sees a step model, the proxy forwards every call and adds its duration to
     a running total (read with :meth:`times`, cleared with :meth:`reset`). On a GPU pass ``sync`` so each call's time
     covers its kernels; that adds one synchronisation per call, which the end-to-end latency then includes too.
+    It forwards the wrapped model's ``decode_workers``, so a batch decodes as concurrent chunks as it would unwrapped
+    (``edgecap.decoding.parallel``); the totals then add up every chunk's calls (one ``encode`` per chunk), under a
+    lock.
 
     Args:
         inner: the step model to time.
@@ -277,7 +281,13 @@ class TimedStepModel:
         self.inner = inner
         self.clock = clock
         self.sync = sync
+        self._lock = threading.Lock()
         self.reset()
+
+    @property
+    def decode_workers(self) -> int:
+        """The wrapped model's (1 when it has none)."""
+        return getattr(self.inner, "decode_workers", 1)
 
     def reset(self) -> None:
         """Zero the totals (call before each query)."""
@@ -306,18 +316,21 @@ class TimedStepModel:
     def encode(self, inputs: Mapping[str, Any]) -> State:
         start = self.clock()
         state = self.inner.encode(inputs)
-        self._encode += self._elapsed(start)
-        self._encodes += 1
+        elapsed = self._elapsed(start)
+        with self._lock:
+            self._encode += elapsed
+            self._encodes += 1
         return state
 
     def _count_step(self, start: float, rows: int) -> None:
         """Book one decoder call (a step, or a refinement pass) that began at ``start`` and advanced ``rows``."""
         elapsed = self._elapsed(start)
-        self._step += elapsed
-        if self._first_step is None:
-            self._first_step = elapsed
-        self._steps += 1
-        self._rows += rows
+        with self._lock:
+            self._step += elapsed
+            if self._first_step is None:
+                self._first_step = elapsed
+            self._steps += 1
+            self._rows += rows
 
     def step(self, tokens: np.ndarray, state: State) -> tuple[Any, State]:
         start = self.clock()
@@ -328,8 +341,10 @@ class TimedStepModel:
     def select(self, state: State, index: np.ndarray) -> State:
         start = self.clock()
         result = self.inner.select(state, index)
-        self._select += self._elapsed(start)
-        self._selects += 1
+        elapsed = self._elapsed(start)
+        with self._lock:
+            self._select += elapsed
+            self._selects += 1
         return result
 
 

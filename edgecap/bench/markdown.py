@@ -79,11 +79,15 @@ def _power(r: ComboResult, read: Callable[[Any], float | None], digits: int) -> 
 
 def _ort_threads(r: ComboResult) -> str:
     """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ORT's default; spinning), plus
-    ``threads="auto"``'s wide session: ``1, no spin; 2 from encoder 2 / step 48 rows``."""
+    ``threads="auto"``'s split decodes and wide session: ``1, no spin; batches in 2 chunks; 2 from encoder 2 / step 48
+    rows``."""
     if not r.threads:
         return "–"
     spin = {True: "spin", False: "no spin", None: "ORT spin"}[r.threads.get("spin")]
     text = f"{r.threads.get('intra_op')}, {spin}"
+    chunks = int(r.threads.get("decode_workers") or 1)  # absent in reports written before split decodes
+    if chunks > 1:
+        text += f"; batches in {chunks} chunks"
     wide = r.threads.get("wide")
     if wide:
         rows = " / ".join(f"{role} {n}" for role, n in dict(wide["from_rows"]).items())

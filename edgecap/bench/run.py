@@ -323,17 +323,20 @@ def _breakdown(times_s: Sequence[float], queries: Sequence[_Query], preprocess_s
     images = sum(q.images for q in queries) or 1
     backbone = [q.backbone_s for q in queries if q.backbone_s is not None]
     backbone_ms = 1e3 * sum(backbone) / n if backbone else None
-    encoder = 1e3 * sum(q.steps.encode_s for q in queries) / n
-    decoder = 1e3 * sum(q.steps.step_s for q in queries) / n
-    select = 1e3 * sum(q.steps.select_s for q in queries) / n
-    steps = sum(q.steps.steps for q in queries)
+    # a batch split into concurrent chunks (one encode each) reports each phase as the mean over its chunks
+    chunks = [max(1, q.steps.encodes) for q in queries]
+    encoder = 1e3 * sum(q.steps.encode_s / c for q, c in zip(queries, chunks, strict=True)) / n
+    decoder = 1e3 * sum(q.steps.step_s / c for q, c in zip(queries, chunks, strict=True)) / n
+    select = 1e3 * sum(q.steps.select_s / c for q, c in zip(queries, chunks, strict=True)) / n
+    calls = sum(q.steps.steps for q in queries)
+    steps = sum(q.steps.steps / c for q, c in zip(queries, chunks, strict=True))
     first = [q.steps.first_step_s for q in queries if q.steps.first_step_s is not None]
     total = 1e3 * sum(times_s) / n
     return Breakdown(
         backbone_ms=backbone_ms,
         encoder_ms=encoder,
         decoder_ms=decoder,
-        decoder_step_ms=1e3 * sum(q.steps.step_s for q in queries) / steps if steps else None,
+        decoder_step_ms=1e3 * sum(q.steps.step_s for q in queries) / calls if calls else None,
         select_ms=select,
         search_overhead_ms=max(0.0, total - (backbone_ms or 0.0) - encoder - decoder - select),
         ttft_ms=(backbone_ms or 0.0) + encoder + 1e3 * sum(first) / len(first) if first else None,

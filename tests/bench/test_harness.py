@@ -274,3 +274,28 @@ def test_timed_refine_model_times_refinement_passes_as_decoder_steps() -> None:
     assert times.encodes == 1 and times.encode_s == pytest.approx(5.0)
     assert times.steps == 4 and times.step_s == pytest.approx(12.0)  # T = 4 passes of 3 s
     assert times.first_step_s == pytest.approx(3.0) and times.step_rows == 8 and times.selects == 0
+
+
+def test_timed_step_model_keeps_split_decodes_and_counts_every_chunk() -> None:
+    """A model that decodes batches as concurrent chunks does so through the proxy too; the totals add up the
+    chunks (one encode each), and the report's breakdown takes their mean (they ran at the same time)."""
+    from edgecap.bench.harness import StepTimes
+    from edgecap.bench.run import _breakdown, _Query
+
+    clock = FakeClock()
+    inner = ClockedStepModel(clock, encode_s=0.0, step_s=0.0, select_s=0.0)  # the fake clock is not per thread
+    inner.decode_workers = 2  # type: ignore[attr-defined]
+    timed = TimedStepModel(inner, clock=clock)
+    assert timed.decode_workers == 2 and TimedStepModel(ClockedStepModel(clock)).decode_workers == 1
+    cfg = DecodeCfg(strategy="greedy", max_len=10, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    result = decode(timed, {"features": torch.zeros(4, 4, 3)}, cfg)
+    assert [h[0].tokens for h in result] == [[3, 4, 5]] * 4
+    times = timed.times()
+    assert (times.encodes, times.steps, times.step_rows) == (2, 8, 16)  # two chunks of 2 images, 4 steps each
+    split = StepTimes(encode_s=0.2, step_s=0.8, select_s=0.1, first_step_s=0.1, encodes=2, steps=8, step_rows=16)
+    query = _Query(backbone_s=None, steps=split, images=4, captions=4, tokens=16, words=12)
+    breakdown = _breakdown([0.6], [query], None)
+    assert breakdown.encoder_ms == pytest.approx(100.0) and breakdown.decoder_ms == pytest.approx(400.0)
+    assert breakdown.select_ms == pytest.approx(50.0) and breakdown.steps == pytest.approx(4.0)
+    assert breakdown.decoder_step_ms == pytest.approx(100.0)  # the mean step call
+    assert breakdown.search_overhead_ms == pytest.approx(50.0)  # 600 ms of wall time, 550 in the chunks' phases

@@ -270,7 +270,9 @@ def test_the_ort_threads_column_shows_the_wide_session() -> None:
     explicit = dataclasses.replace(result, threads=plan_threads(1).as_dict())
     assert _ort_threads(explicit) == "1, no spin"
     rows = " / ".join(f"{role} {n}" for role, n in sorted(per_call.threads["wide"]["from_rows"].items()))
-    assert _ort_threads(per_call) == f"1, no spin; 2 from {rows} rows"
+    assert _ort_threads(per_call) == f"1, no spin; batches in 2 chunks; 2 from {rows} rows"
+    legacy = dataclasses.replace(result, threads={k: v for k, v in per_call.threads.items() if k != "decode_workers"})
+    assert _ort_threads(legacy) == f"1, no spin; 2 from {rows} rows"  # a report from before split decodes
     assert BenchReport.from_dict(json.loads(json.dumps(make_report([per_call]).to_dict()))).results[0].threads == (
         per_call.threads
     )
