@@ -323,13 +323,17 @@ def _breakdown(times_s: Sequence[float], queries: Sequence[_Query], preprocess_s
     images = sum(q.images for q in queries) or 1
     backbone = [q.backbone_s for q in queries if q.backbone_s is not None]
     backbone_ms = 1e3 * sum(backbone) / n if backbone else None
-    # a batch split into concurrent chunks (one encode each) reports each phase as the mean over its chunks
-    chunks = [max(1, q.steps.encodes) for q in queries]
-    encoder = 1e3 * sum(q.steps.encode_s / c for q, c in zip(queries, chunks, strict=True)) / n
-    decoder = 1e3 * sum(q.steps.step_s / c for q, c in zip(queries, chunks, strict=True)) / n
-    select = 1e3 * sum(q.steps.select_s / c for q, c in zip(queries, chunks, strict=True)) / n
+
+    def per_chunk(read: Callable[[StepTimes], float]) -> float:
+        """Summed over the queries, each query's total divided by its chunks: a batch split into concurrent chunks
+        (one encode each) reports each phase as the mean over its chunks, which ran at the same time."""
+        return sum(read(q.steps) / max(1, q.steps.encodes) for q in queries)
+
+    encoder = 1e3 * per_chunk(lambda t: t.encode_s) / n
+    decoder = 1e3 * per_chunk(lambda t: t.step_s) / n
+    select = 1e3 * per_chunk(lambda t: t.select_s) / n
     calls = sum(q.steps.steps for q in queries)
-    steps = sum(q.steps.steps / c for q, c in zip(queries, chunks, strict=True))
+    steps = per_chunk(lambda t: t.steps)
     first = [q.steps.first_step_s for q in queries if q.steps.first_step_s is not None]
     total = 1e3 * sum(times_s) / n
     return Breakdown(

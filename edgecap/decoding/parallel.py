@@ -21,7 +21,7 @@ from typing import Any
 
 from edgecap.decoding.protocol import Hypothesis
 
-__all__ = ["SPLIT_STRATEGIES", "decode_workers_of", "in_decode_chunk", "split_decode"]
+__all__ = ["SPLIT_STRATEGIES", "check_decode_workers", "decode_workers_of", "in_decode_chunk", "split_decode"]
 
 #: Strategies whose hypotheses of an image do not depend on the other images of the batch.
 SPLIT_STRATEGIES = frozenset({"greedy", "beam"})
@@ -34,12 +34,16 @@ def in_decode_chunk() -> bool:
     return bool(getattr(_chunk, "active", False))
 
 
-def decode_workers_of(step_model: Any) -> int:
-    """The chunks a decode on ``step_model`` may run at once: its ``decode_workers``, 1 when it has none."""
-    workers = getattr(step_model, "decode_workers", 1)
+def check_decode_workers(workers: Any) -> int:
+    """``workers`` when it is an integer >= 1, else a ``ValueError`` that says so."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"decode_workers must be an integer >= 1, got {workers!r}")
     return workers
+
+
+def decode_workers_of(step_model: Any) -> int:
+    """The chunks a decode on ``step_model`` may run at once: its ``decode_workers``, 1 when it has none."""
+    return check_decode_workers(getattr(step_model, "decode_workers", 1))
 
 
 def split_decode(
@@ -49,6 +53,8 @@ def split_decode(
     entry), concurrently, the first in the calling thread; the hypotheses in image order."""
     images = int(next(iter(inputs.values())).shape[0])
     count = min(workers, images)
+    if count < 2:
+        return decode_one(inputs)
     bounds = [images * i // count for i in range(count + 1)]
     chunks = [{k: v[a:b] for k, v in inputs.items()} for a, b in zip(bounds, bounds[1:], strict=False)]
 
@@ -59,8 +65,6 @@ def split_decode(
         finally:
             _chunk.active = False
 
-    if count < 2:
-        return decode_one(inputs)
     with ThreadPoolExecutor(count - 1, thread_name_prefix="edgecap-decode") as pool:
         futures = [pool.submit(run, chunk) for chunk in chunks[1:]]
         out = run(chunks[0])

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgecap.decoding.arrays import to_numpy
+from edgecap.decoding.parallel import check_decode_workers
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import IMAGE_DIM, Array, Runtime, RuntimeInputError
 
@@ -203,9 +204,7 @@ class RuntimeStepModel(GraphPair):
         decode_workers: int = 1,
     ) -> None:
         super().__init__(encoder, step, state_names)
-        if isinstance(decode_workers, bool) or not isinstance(decode_workers, int) or decode_workers < 1:
-            raise ValueError(f"decode_workers must be an integer >= 1, got {decode_workers!r}")
-        self.decode_workers = decode_workers
+        self.decode_workers = check_decode_workers(decode_workers)
         updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
         unknown = [n for n in updated if n not in self.state_names]
         if unknown:

@@ -289,7 +289,7 @@ def captioning_spec(
     max_past = int(model.max_len) - 1
     if max_past < 2:
         raise ValueError(f"model max_len={model.max_len} is too short to export a cached step (need >= 3)")
-    image_states = image_state_names(model)
+    image_states = inputs.image_states
     dims: dict[str, DimSpec] = {
         # with image states the step traces 2 images × 2 hypotheses: distinct sizes keep the two dimensions apart
         "batch": DimSpec("batch", 1, max_batch, 4 if image_states else 2),
