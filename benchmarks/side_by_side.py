@@ -27,6 +27,8 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   ``/sys/devices/system/cpu/cpu0/cache``) and the limit = bytes / rate (the L3 rate when the weights fit the L3,
   else the DRAM rate). The step graph alone is timed with ONNX Runtime on one thread, at batch 1, on the inputs of a
   mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit (``--limit-only``: this part alone).
+  Beside it, the floor ONNX Runtime's kernels set (``kernel_floor.py``): the step's weight matmuls alone, in one
+  graph, on the same inputs.
 
 Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
 
@@ -407,7 +409,10 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The step graph of one ORT variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of a
-    decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step."""
+    decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step; and the floor its
+    weight matmuls put under it on these inputs (``kernel_floor.py``)."""
+    from kernel_floor import kernel_floor
+
     from edgecap.decoding import decode
 
     out = {}
@@ -433,7 +438,13 @@ def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
                 times.append(time.perf_counter() - start)
                 if len(times) >= 20 * int(spec["iters"]):
                     break
-        out[str(beam)] = {"rows": int(tokens.shape[0]), "median_s": statistics.median(times), "runs": len(times)}
+        floor = kernel_floor(directory / manifest["variants"][spec["variant"]]["files"]["step"], feed, runs=300)
+        out[str(beam)] = {
+            "rows": int(tokens.shape[0]),
+            "median_s": statistics.median(times),
+            "runs": len(times),
+            "kernel_floor": floor,
+        }
     return out
 
 
@@ -626,22 +637,29 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
         f"({'%.0f MB' % (l3 / 2**20) if l3 else 'size unknown'}), {rates['dram_GBps']:.1f} GB/s from DRAM; "
         "step weights = the bytes of initializers the step graph reads, once per node reading them (a shared layer "
         "counts once per position; embedding tables a Gather indexes left out); "
-        "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs.",
+        "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs; weight matmuls = the step's "
+        "matmuls with a weight, as ORT runs them, together in one graph with nothing else on the same inputs "
+        "(`kernel_floor.py`): no layout of the rest of the step goes below it on these kernels.",
         "",
-        "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit |",
-        "|---|---|---:|---|---:|---:|---:|",
+        "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit "
+        "| weight matmuls µs | matmuls / limit |",
+        "|---|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for item in limit["steps"]:
         if "error" in item:
-            lines.append(f"| {item['model']} | {item['variant']} | | | | {item['error']} | |")
+            lines.append(f"| {item['model']} | {item['variant']} | | | | {item['error']} | | | |")
             continue
         lim = item["limit"]
         for timing in item["timing"].values():
+            floor = timing.get("kernel_floor")
+            floor_cells = (
+                f"{1e6 * floor['floor_s']:.0f} | {floor['floor_s'] / lim['limit_s']:.1f}×" if floor else "– | –"
+            )
             lines.append(
                 f"| {item['model']} | {item['variant']} | {lim['weight_bytes'] / 1e6:.2f} "
                 f"| {'yes' if lim['fits_l3'] else 'no'} | {1e6 * lim['limit_s']:.0f} "
                 f"| {1e6 * timing['median_s']:.0f} ({timing['rows']}) "
-                f"| {timing['median_s'] / lim['limit_s']:.1f}× |"
+                f"| {timing['median_s'] / lim['limit_s']:.1f}× | {floor_cells} |"
             )
     return lines
 
@@ -837,6 +855,7 @@ def measure_limits(
                 item["timing"] = timing
                 for t in timing.values():
                     t["ratio_to_limit"] = t["median_s"] / limit["limit_s"]
+                    t["kernel_floor"]["ratio_to_limit"] = t["kernel_floor"]["floor_s"] / limit["limit_s"]
             steps.append(item)
             print(f"   {name} {variant}: {json.dumps(item)}", flush=True)
     return {"memory": rates, "steps": steps}

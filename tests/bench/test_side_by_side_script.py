@@ -192,7 +192,10 @@ def _report(script, same: bool = True):  # type: ignore[no-untyped-def]
                 "model": "acort-xsmall",
                 "variant": "fp32",
                 "limit": script.weight_limit(5_000_000, {"l3_bytes": 32 << 20, "l3_GBps": 50.0, "dram_GBps": 10.0}),
-                "timing": {"1": {"rows": 1, "median_s": 2e-4}},
+                "timing": {
+                    "1": {"rows": 1, "median_s": 2e-4, "kernel_floor": {"floor_s": 1.5e-4}},
+                    "3": {"rows": 3, "median_s": 3e-4},
+                },
             }
         ],
     }
@@ -205,7 +208,8 @@ def test_markdown_shows_ratios_to_the_baseline_and_the_limit(script) -> None:  #
     assert "re-run-prefix baseline (how the official code decodes)" in text
     assert "| acort-xsmall, beam 3 | 1 | 1 | 5.00 | 10.0 (2.0×) | 40.0 (8.0×) | 45.0 (9.0×) |" in text
     assert "every FP32 column decoded the baseline's tokens" in text  # INT8's other tokens are not a mismatch
-    assert "| acort-xsmall | fp32 | 5.00 | yes | 100 | 200 (1) | 2.0× |" in text
+    assert "| acort-xsmall | fp32 | 5.00 | yes | 100 | 200 (1) | 2.0× | 150 | 1.5× |" in text
+    assert "| acort-xsmall | fp32 | 5.00 | yes | 100 | 300 (3) | 3.0× | – | – |" in text  # a report without a floor
     assert "Tokens differ between FP32 columns in: acort-xsmall, beam 3" in script.markdown(_report(script, False))
 
 
@@ -223,6 +227,8 @@ def test_quick_run_measures_every_cell_in_fresh_processes(script, tmp_path: Path
     assert manifest["variants"]["int8"]["preset"] == "cpu-auto" and manifest["variants"]["int8"]["resolved_preset"]
     assert {s["variant"] for s in report["limit"]["steps"]} == {"fp32", "int8"}
     assert all(t["median_s"] > 0 for s in report["limit"]["steps"] for t in s["timing"].values())
+    floors = [t["kernel_floor"] for s in report["limit"]["steps"] for t in s["timing"].values()]
+    assert all(f["matmuls"] > 0 and f["floor_s"] > 0 and f["ratio_to_limit"] > 0 for f in floors)
     assert "| acort-test, beam 3 | 1 | 1 |" in (out / "side_by_side.md").read_text()
     assert report["ort_options"]["1"] == row["cells"]["ort-fp32"]["ort_options"] == script._ort_options(1, {})
 
