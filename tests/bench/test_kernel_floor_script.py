@@ -109,4 +109,4 @@ def test_floor_of_a_dynamically_quantised_step(script, tmp_path: Path) -> None: 
     assert floor["matmuls"] == 2 == len(floor["nodes"])
     assert {n["op"] for n in floor["nodes"]} <= script.WEIGHT_MATMUL_OPS - {"MatMul"}
     assert sorted(tuple(n["weight_shape"]) for n in floor["nodes"]) == [(8, 16), (16, 8)]
-    assert floor["floor_s"] > 0 and floor["run_overhead_s"] > 0 and floor["hot_floor_s"] >= floor["run_overhead_s"]
+    assert floor["floor_s"] > 0 and floor["run_overhead_s"] > 0 and all(n["alone_s"] > 0 for n in floor["nodes"])
