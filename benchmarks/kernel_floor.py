@@ -22,14 +22,15 @@ import json
 import statistics
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-#: Ops that multiply an input by a weight (an initializer input) on ONNX Runtime's CPU provider, after its fusions.
-WEIGHT_MATMUL_OPS = frozenset(
+#: Ops ONNX Runtime's CPU provider runs a matrix product as, after its fusions; one reading an initializer multiplies
+#: by a weight.
+MATMUL_OPS = frozenset(
     {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
     | {"QGemm", "QLinearMatMul", "MatMulNBits", "MatMulBnb4"}
 )
@@ -47,17 +48,50 @@ PROFILE_DTYPES = {
 def weight_matmuls(model: Any) -> list[Any]:
     """The nodes of an (ORT-optimised) ``onnx.ModelProto`` that multiply by an initializer."""
     weights = {t.name for t in model.graph.initializer}
-    return [n for n in model.graph.node if n.op_type in WEIGHT_MATMUL_OPS and any(i in weights for i in n.input)]
+    return [n for n in model.graph.node if n.op_type in MATMUL_OPS and any(i in weights for i in n.input)]
+
+
+def session_options(threads: int = 1) -> Any:
+    """ONNX Runtime session options for measuring: ``threads`` intra-op threads, one inter-op thread, no spinning."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return options
+
+
+def profile_runs(path: Path, feed: Mapping[str, Any], runs: int, threads: int = 1) -> tuple[list[Any], Any]:
+    """ORT profiler events of ``runs`` runs of the graph at ``path`` on ``feed``, and the graph as ORT optimised it
+    (an ``onnx.ModelProto``: ORT renames and fuses nodes, and the events name the optimised nodes)."""
+    import onnx
+    import onnxruntime as ort
+
+    with tempfile.TemporaryDirectory(prefix="edgecap-profile-") as tmp:
+        options = session_options(threads)
+        options.enable_profiling = True
+        options.profile_file_prefix = str(Path(tmp) / "run")
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for _ in range(runs):
+            session.run(None, dict(feed))
+        events = json.loads(Path(session.end_profiling()).read_text())
+        return events, onnx.load(options.optimized_model_filepath)
+
+
+def kernel_events(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """``(node name, event)`` for each node-kernel event of an ORT profile (one per node and run)."""
+    for event in events:
+        name = str(event.get("name", ""))
+        if event.get("cat") == "Node" and name.endswith("_kernel_time"):
+            yield name[: -len("_kernel_time")], event
 
 
 def profiled_input_shapes(events: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
     """Node name -> ``[(type, shape), ...]`` of its inputs in the first profiled run (ORT's ``input_type_shape``)."""
     shapes: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
-    for event in events:
-        name = str(event.get("name", ""))
-        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
-            continue
-        node = name[: -len("_kernel_time")]
+    for node, event in kernel_events(events):
         if node in shapes:
             continue
         entries = event.get("args", {}).get("input_type_shape", [])
@@ -135,10 +169,7 @@ def matmuls_model(model: Any, nodes: Sequence[Any], shapes: Mapping[str, Any]) -
 def _session(model_bytes: bytes, optimise: bool) -> Any:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options = session_options()
     if not optimise:  # the node is already what ORT runs; keep it so
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
@@ -178,21 +209,8 @@ def kernel_floor(step_path: Path, feed: Mapping[str, Any], runs: int = 300) -> d
 
     Returns ``floor_s`` (the weight matmuls together), ``hot_floor_s`` (each alone), ``run_overhead_s``, ``matmuls``
     (their count) and ``nodes``: per node its name, op type, weight shape and seconds alone (``alone_s``)."""
-    import onnx
-    import onnxruntime as ort
-
-    with tempfile.TemporaryDirectory(prefix="edgecap-floor-") as tmp:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.enable_profiling = True
-        options.profile_file_prefix = str(Path(tmp) / "step")
-        options.optimized_model_filepath = str(Path(tmp) / "step.optimized.onnx")
-        session = ort.InferenceSession(str(step_path), options, providers=["CPUExecutionProvider"])
-        session.run(None, dict(feed))
-        profile = Path(session.end_profiling())
-        shapes = profiled_input_shapes(json.loads(profile.read_text()))
-        optimised = onnx.load(options.optimized_model_filepath)
+    events, optimised = profile_runs(step_path, feed, runs=1)
+    shapes = profiled_input_shapes(events)
     overhead = run_overhead_s()
     weights = {t.name: tuple(t.dims) for t in optimised.graph.initializer}
     matmuls = weight_matmuls(optimised)

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import collections
 import contextlib
-import json
 import os
 import shlex
 import statistics
@@ -47,6 +46,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decode_cache import random_setup  # noqa: E402  (sibling scripts)
+from kernel_floor import MATMUL_OPS, kernel_events, profile_runs  # noqa: E402
 from step_layouts import CLOCKS, LAYOUTS, export_layout  # noqa: E402
 
 from edgecap.bench.harness import TimedStepModel  # noqa: E402
@@ -54,10 +54,6 @@ from edgecap.decoding import decode  # noqa: E402
 
 #: Node kinds, in report order; see the module docstring.
 KINDS = ("linear", "attention", "copy", "elementwise", "other")
-MATMUL_OPS = frozenset(
-    {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
-    | {"QGemm", "QLinearMatMul", "MatMulNBits", "MatMulBnb4"}
-)
 COPY_OPS = frozenset(
     {"Concat", "Split", "Gather", "GatherElements", "GatherND", "Slice", "Squeeze", "Unsqueeze", "Transpose"}
     | {"Expand", "Tile", "Identity", "Reshape", "Flatten", "ScatterND", "ScatterElements", "Pad"}
@@ -98,12 +94,9 @@ def aggregate_profile(events: Iterable[Mapping[str, Any]], kinds: Mapping[str, s
     node missing from ``kinds`` (ORT names some nodes only at run time) is
     classified by its op type alone."""
     durations: dict[tuple[str, str], list[float]] = collections.defaultdict(list)
-    for event in events:
-        name = str(event.get("name", ""))
-        if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
-            continue
+    for node, event in kernel_events(events):
         op = str(event.get("args", {}).get("op_name", ""))
-        durations[(name[: -len("_kernel_time")], op)].append(float(event["dur"]))
+        durations[(node, op)].append(float(event["dur"]))
     by_kind: collections.Counter[str] = collections.Counter({k: 0.0 for k in KINDS})
     by_op: collections.Counter[str] = collections.Counter()
     for (node, op), values in durations.items():
@@ -120,44 +113,23 @@ def shares(values: Mapping[str, float]) -> dict[str, float]:
 
 
 # -- measuring ---------------------------------------------------------------------------------------------------------
-def _session_options(ort: Any, threads: int) -> Any:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return options
-
-
 def profile_step(
-    step_path: Path, state: Mapping[str, np.ndarray], pasts: Sequence[int], threads: int, runs: int, work: Path
+    step_path: Path, state: Mapping[str, np.ndarray], pasts: Sequence[int], threads: int, runs: int
 ) -> dict[int, dict[str, dict[str, float]]]:
     """Per-kind kernel time of the step graph at each cache length in ``pasts`` (see the module docstring).
 
     ``state`` is a real initial state (cache length 0) of R rows; the caches get ``past`` random positions."""
-    import onnx
-    import onnxruntime as ort
-
     tokens = np.full(next(iter(state.values())).shape[0], 5, dtype=np.int64)
     out: dict[int, dict[str, dict[str, float]]] = {}
     for past in pasts:
-        options = _session_options(ort, threads)
-        options.enable_profiling = True
-        options.profile_file_prefix = str(work / f"step_past{past}")
-        options.optimized_model_filepath = str(work / "step.optimized.onnx")
-        session = ort.InferenceSession(str(step_path), options, providers=["CPUExecutionProvider"])
         feed: dict[str, np.ndarray] = {"tokens": tokens}
         for name, value in state.items():
             if 0 in value.shape[1:]:  # a self-attention cache: its empty axis is the cache length
                 shape = tuple(past if size == 0 else size for size in value.shape)
                 value = np.random.default_rng(past).standard_normal(shape, dtype=np.float32)
             feed[name] = value
-        for _ in range(runs):
-            session.run(None, feed)
-        profile = Path(session.end_profiling())
-        events = json.loads(profile.read_text())
-        profile.unlink()
-        kinds = node_kinds(onnx.load(options.optimized_model_filepath, load_external_data=False))
-        out[past] = aggregate_profile(events, kinds)
+        events, optimised = profile_runs(step_path, feed, runs, threads)
+        out[past] = aggregate_profile(events, node_kinds(optimised))
     return out
 
 
@@ -217,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rows = np.repeat(np.arange(batch), args.beam)
                 state = {k: np.ascontiguousarray(v) for k, v in step_model.select(state, rows).items()}
                 results["step_nodes"][batch] = profile_step(
-                    paths["step"], state, args.past, args.threads, args.profile_runs, work
+                    paths["step"], state, args.past, args.threads, args.profile_runs
                 )
     return results
 

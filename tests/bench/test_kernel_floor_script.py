@@ -107,6 +107,6 @@ def test_floor_of_a_dynamically_quantised_step(script, tmp_path: Path) -> None: 
     feed = {"x": np.ones((3, 8), np.float32), "k": np.ones((8, 5), np.float32)}
     floor = script.kernel_floor(path, feed, runs=5)
     assert floor["matmuls"] == 2 == len(floor["nodes"])
-    assert {n["op"] for n in floor["nodes"]} <= script.WEIGHT_MATMUL_OPS - {"MatMul"}
+    assert {n["op"] for n in floor["nodes"]} <= script.MATMUL_OPS - {"MatMul"}
     assert sorted(tuple(n["weight_shape"]) for n in floor["nodes"]) == [(8, 16), (16, 8)]
     assert floor["floor_s"] > 0 and floor["run_overhead_s"] > 0 and all(n["alone_s"] > 0 for n in floor["nodes"])
