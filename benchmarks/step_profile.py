@@ -118,8 +118,9 @@ def profile_step(
 ) -> dict[int, dict[str, dict[str, float]]]:
     """Per-kind kernel time of the step graph at each cache length in ``pasts`` (see the module docstring).
 
-    ``state`` is a real initial state (cache length 0) of R rows; the caches get ``past`` random positions."""
-    tokens = np.full(next(iter(state.values())).shape[0], 5, dtype=np.int64)
+    ``state`` is a real initial state (cache length 0) of R hypotheses; the caches get ``past`` random positions.
+    Image states (the cross-attention keys, once per image) have fewer rows, so R is the largest leading dimension."""
+    tokens = np.full(max(value.shape[0] for value in state.values()), 5, dtype=np.int64)
     out: dict[int, dict[str, dict[str, float]]] = {}
     for past in pasts:
         feed: dict[str, np.ndarray] = {"tokens": tokens}

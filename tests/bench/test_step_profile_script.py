@@ -59,3 +59,24 @@ def test_a_cache_length_outside_the_forced_steps_is_refused() -> None:
     with pytest.raises(SystemExit):
         profile.parse_args(["--steps", "10", "--past", "10"])
     assert profile.parse_args(["--past", "3"]).batch == [1, 16]
+
+
+def test_profiling_a_beam_step_feeds_a_token_per_hypothesis_with_image_states_once_per_image(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """After a beam expansion the image states (cross-attention keys, memory bias) keep one row per image; the
+    profiled step still gets one token per hypothesis, not per image."""
+    import numpy as np
+
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+
+    setup = profile.random_setup("acort-test", 2, 0)
+    paths = {}
+    for role, graph in profile.export_layout(setup.model, "per-layer").items():
+        paths[role] = tmp_path / f"{role}.onnx"
+        paths[role].write_bytes(graph.SerializeToString())
+    with create_ort_step_model(paths["encoder"], paths["step"], intra_op_threads=1) as step_model:
+        state = step_model.select(step_model.encode(setup.batches[0]), np.repeat(np.arange(2), 3))
+        assert step_model.image_states and all(state[n].shape[0] == 2 for n in step_model.image_states)
+        state = {k: np.ascontiguousarray(v) for k, v in state.items()}
+        out = profile.profile_step(paths["step"], state, [0, 2], threads=1, runs=2)
+    assert sorted(out) == [0, 2]
+    assert all(out[past]["kinds"]["linear"] > 0 for past in out)
