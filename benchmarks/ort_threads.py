@@ -70,11 +70,10 @@ class Setting:
     @property
     def key(self) -> str:
         """Equal for settings whose sessions behave alike: one intra-op thread has no pool, so nothing to spin."""
-        options = self.plan.runtime_options()
+        options = self.plan.step_model_options()
         if self.plan.intra_op == 1 and self.plan.execution_mode == "sequential":
             options["session_config"] = {}
         options["wide"] = None if self.plan.wide is None else self.plan.wide.as_dict()
-        options["decode_workers"] = self.plan.decode_workers
         return json.dumps(options, sort_keys=True)
 
 
@@ -177,8 +176,7 @@ def worker_main(case: Path, plan_json: str) -> int:
     radix = fields.pop("radix")
     cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)
     inputs: dict[int, dict[str, np.ndarray]] = {}
-    options = {**plan.runtime_options(), "decode_workers": plan.decode_workers}
-    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **options) as step_model:
+    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **plan.step_model_options()) as step_model:
         print("ready", flush=True)
         for line in sys.stdin:
             batch = int(line)

@@ -314,10 +314,9 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
     from edgecap.runtimes.threads import plan_threads
 
     plan = plan_threads("auto", cores=threads)
-    options = plan.runtime_options()
+    options = plan.step_model_options()
     options["session_config"] = {**options["session_config"], **session_config}
     options["wide"] = plan.wide.as_dict() if plan.wide is not None else None
-    options["decode_workers"] = plan.decode_workers
     return {"providers": "cpu", **options}
 
 

@@ -162,6 +162,11 @@ class ThreadPlan:
             "wide": self.wide,
         }
 
+    def step_model_options(self) -> dict[str, Any]:
+        """Keyword arguments of :func:`~edgecap.runtimes.onnxruntime_session.create_ort_step_model` that apply this
+        plan: the sessions' (:meth:`runtime_options`) and the step model's ``decode_workers``."""
+        return {**self.runtime_options(), "decode_workers": self.decode_workers}
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready record (``Captioner.runtime_info["threads"]``, benchmark rows)."""
         return {

@@ -172,3 +172,15 @@ def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin
     assert settings["intra_op_threads"] == intra
     expected = None if spin is None else ("1" if spin else "0")
     assert [settings[key] for key in SPIN_KEYS] == [expected, expected]
+
+
+def test_step_model_options_apply_the_plan_to_a_step_model() -> None:
+    """The sessions' options and the step model's concurrent chunks, as one set of keyword arguments."""
+    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+
+    plan = plan_threads("auto", cores=4, streams=2)
+    options = plan.step_model_options()
+    assert options == {**plan.runtime_options(), "decode_workers": 2}
+    with create_ort_step_model(**exported(TEST_CONFIGS[0]).runtime_models("fp32"), **options) as step_model:
+        assert step_model.decode_workers == 2
+        assert step_model.step_runtime.session.get_session_options().intra_op_num_threads == plan.intra_op
