@@ -125,7 +125,8 @@ def dim_ranges(
                 )
             out[name] = (max(low, 1), rows, rows)
         elif name == IMAGE_DIM:  # once per hypothesis on TensorRT (see the module docstring)
-            out[name] = (max(low, 1), *(min(high, rows_for_role(role, request)),) * 2)
+            top = min(high, rows_for_role(role, request))
+            out[name] = (max(low, 1), top, top)
         elif low == high:
             out[name] = (low, low, low)
         elif name == "regions":
