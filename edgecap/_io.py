@@ -8,9 +8,10 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 
 def _umask() -> int:
@@ -114,6 +115,167 @@ def remove_stale_partials(path: str | Path) -> list[Path]:
     return removed
 
 
+# -- checking an output location before the work -------------------------------------------------------------------
+#: Bytes a name must leave free for the temporary siblings an atomic directory uses beside it
+#: (``.NAME.<pid>-<8 random>.partial``, ``.NAME.old``, ``.NAME.lock``; a pid has at most 7 digits on Linux).
+SIBLING_RESERVE = len(".") + len(".4194304-abcdefgh.partial")
+
+#: What an existing output is to the command writing it: ``refuse`` it (an error), ``replace`` it (a swap in its
+#: parent: both must be writable) or write ``into`` it (an existing directory files are added to).
+Existing = Literal["refuse", "replace", "into"]
+
+
+class OutputLocationError(ValueError):
+    """An output location that cannot take the output: not writable, too long a name, or a file where a directory
+    must go. Raised by :func:`check_output_location` before any work, so nothing is computed only to be lost."""
+
+
+def _name_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_NAME_MAX"))
+    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or a filesystem that does not say
+        return 255
+
+
+def _path_max(directory: Path) -> int:
+    try:
+        return int(os.pathconf(directory, "PC_PATH_MAX"))
+    except (OSError, ValueError, AttributeError):
+        return 4096
+
+
+def _probe_write(directory: Path) -> OSError | None:
+    """Create and remove a file in ``directory``: the only test a read-only mount or a root-owned folder cannot
+    fool (``os.access`` says yes to root on a read-only filesystem). None when it worked."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".edgecap-probe-", dir=directory)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
+
+
+def _nearest_existing(path: Path) -> Path:
+    for parent in (path, *path.parents):
+        if os.path.lexists(parent):
+            return parent
+    return Path(path.anchor or ".")
+
+
+def check_output_location(
+    path: str | Path, *, existing: Existing = "refuse", what: str = "", reserve: int = SIBLING_RESERVE
+) -> Path:
+    """Check, before any work, that a directory can be written at ``path``; returns ``path``.
+
+    Every command that writes an output directory calls this first (export, bench, data synth, features, train,
+    import), so a bad location fails in a second with one clear line instead of a traceback after the work.
+
+    Args:
+        path: the output directory (created later, parents included, by the writer).
+        existing: what an existing ``path`` is to the writer (:data:`Existing`).
+        what: how the error names the location (``"--out"``); empty: by its path alone.
+        reserve: bytes the last name must leave free for temporary siblings (0 when written in place).
+
+    Raises:
+        FileExistsError: ``path`` exists and ``existing="refuse"``.
+        OutputLocationError: a name too long for its filesystem, a file where a directory must be, or a directory
+            that cannot be written (read-only filesystem, permissions).
+    """
+    path = Path(os.path.abspath(path))
+    what = f"{what}: " if what else ""
+    anchor = _nearest_existing(path)
+    limit = _name_max(anchor if anchor.is_dir() else anchor.parent)
+    for i, part in enumerate(path.parts[1:], start=1):
+        size = len(os.fsencode(part))
+        room = limit - (reserve if i == len(path.parts) - 1 else 0)
+        if size > room:
+            shown = part if len(part) <= 40 else f"{part[:37]}..."
+            allows = f"{room} ({limit} less {reserve} for an atomic write's siblings)" if room < limit else room
+            raise OutputLocationError(
+                f"{what}the name {shown!r} is {size} bytes; this filesystem allows {allows}: choose a shorter name"
+            )
+    if len(os.fsencode(str(path))) + reserve > _path_max(anchor if anchor.is_dir() else anchor.parent):
+        raise OutputLocationError(f"{what}the path {str(path)[:60]}... is too long for this filesystem")
+    if anchor != path and not anchor.is_dir():
+        raise OutputLocationError(f"{what}cannot create {path}: {anchor} is a file, not a directory")
+    if anchor == path:
+        if not path.is_dir():
+            raise OutputLocationError(f"{what}{path} exists and is not a directory")
+        if existing == "refuse":
+            raise FileExistsError(f"{what}{path} already exists; pass --overwrite (overwrite=True) to replace it")
+    where = [anchor] if anchor != path else ([path] if existing == "into" else [path.parent, path])
+    for directory in where:
+        error = _probe_write(directory)
+        if error is not None:
+            reason = error.strerror or str(error)
+            raise OutputLocationError(f"{what}cannot write to {directory} ({reason}): choose another location")
+    return path
+
+
+class OutputBusyError(FileExistsError):
+    """Another live process is writing the same output (its lock file is beside the target)."""
+
+
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
+def _take_lock(lock: Path) -> None:
+    """Create ``lock`` holding this pid, atomically (``os.link`` of a complete file: it fails if ``lock`` exists),
+    taking over a lock whose process is gone."""
+    fd, tmp = tempfile.mkstemp(prefix=f"{lock.name}.", suffix=".tmp", dir=lock.parent)
+    try:
+        os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+        os.close(fd)
+        for _ in range(2):
+            try:
+                os.link(tmp, lock)
+                return
+            except FileExistsError:
+                try:
+                    pid = int(lock.read_text(encoding="ascii").strip())
+                except (OSError, ValueError):
+                    pid = None
+                if pid is not None and (pid == os.getpid() or _pid_alive(pid)):
+                    target = lock.with_name(lock.name[1 : -len(".lock")])
+                    raise OutputBusyError(
+                        f"{lock.parent / target} is being written by another process (pid {pid}); wait for it, or "
+                        f"remove {lock} if that process is not edgecap"
+                    ) from None
+                lock.unlink(missing_ok=True)  # its writer was killed: take it over
+        raise OutputBusyError(f"could not take the lock {lock}: another writer keeps taking it")
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+#: Locks this process holds: lock path -> the thread holding it (a thread may take its own lock again).
+_HELD: dict[Path, int] = {}
+
+
+@contextlib.contextmanager
+def output_lock(path: str | Path) -> Iterator[None]:
+    """Hold ``.NAME.lock`` beside ``path`` while writing it: a second writer to the same place (another process, or
+    another thread of this one) fails at once (:class:`OutputBusyError`) instead of computing its output and
+    replacing the first one's. Re-entrant within a thread (``export`` holds it around ``create_bundle``)."""
+    lock = _lock_path(Path(os.path.abspath(path)))
+    me = threading.get_ident()
+    if _HELD.get(lock) == me:
+        yield
+        return
+    if lock in _HELD:
+        raise OutputBusyError(f"{path} is being written by another thread of this process")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    _take_lock(lock)
+    _HELD[lock] = me
+    try:
+        yield
+    finally:
+        _HELD.pop(lock, None)
+        lock.unlink(missing_ok=True)
+
+
 def _recover_interrupted_swap(path: Path, old: Path) -> None:
     # A writer killed between its two renames leaves the previous directory at .NAME.old and nothing at NAME.
     if old.exists():
@@ -127,27 +289,37 @@ def _recover_interrupted_swap(path: Path, old: Path) -> None:
 def atomic_directory(path: str | Path, overwrite: bool = False) -> Iterator[Path]:
     """Build a directory in a temporary sibling and move it into place only when complete.
 
-    Leftovers of earlier writers to the same place that were killed (stale ``.NAME.*.partial`` folders, a
-    ``.NAME.old`` from a swap cut in half) are cleaned up first.
+    The location is checked first (:func:`check_output_location`), and a lock beside it (:func:`output_lock`) keeps
+    a second writer to the same place out for the whole build. Leftovers of earlier writers to the same place that
+    were killed (stale ``.NAME.*.partial`` folders, a ``.NAME.old`` from a swap cut in half) are cleaned up first.
+    Without ``overwrite``, the move refuses a ``path`` that appeared meanwhile (nothing is replaced).
     """
     path = Path(path)
-    old = path.with_name(f".{path.name}.old")
-    _recover_interrupted_swap(path, old)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+    check_output_location(path, existing="replace" if overwrite else "refuse")
     path.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_partials(path)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".partial", dir=path.parent))
-    _apply_default_mode(tmp, 0o777)
-    try:
-        yield tmp
-        _apply_default_modes(tmp)
-        if path.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    with output_lock(path):
+        old = path.with_name(f".{path.name}.old")
+        _recover_interrupted_swap(path, old)
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} already exists; pass overwrite=True to replace it")
+        remove_stale_partials(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{os.getpid()}-", suffix=".partial", dir=path.parent))
+        _apply_default_mode(tmp, 0o777)
+        try:
+            yield tmp
+            _apply_default_modes(tmp)
+            _swap_into_place(tmp, path, old, overwrite)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _swap_into_place(tmp: Path, path: Path, old: Path, overwrite: bool) -> None:
+    if os.path.lexists(path) and not overwrite:  # appeared while this one was built (a writer without the lock)
+        raise FileExistsError(f"{path} appeared while this output was being written; nothing was replaced")
+    if os.path.lexists(path):
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.rename(tmp, path)  # onto a non-empty directory that appeared since the check this fails: nothing lost

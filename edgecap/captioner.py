@@ -94,16 +94,19 @@ class Captioner:
     # -- constructors ----------------------------------------------------------------------------------------------
     @classmethod
     def from_run(
-        cls, run: str | Path, device: str = "cpu", beam: int = 3, backbone_weights: str | Path | None = None
+        cls, run: str | Path, device: str = "cpu", beam: int | None = None, backbone_weights: str | Path | None = None
     ) -> Captioner:
-        """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier)."""
+        """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier);
+        ``beam`` default 3 (a mask-predict model, LaBERT, takes none: see :meth:`load`)."""
         from edgecap.captioning import decode_cfg_for, decoder_for, model_decoding_overrides
         from edgecap.runs import load_run
 
-        _check_beam(beam)
+        _check_beam(3 if beam is None else beam)
         trained = load_run(run, device=device)
-        backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
         overrides = model_decoding_overrides(trained.model)  # the family's decoding (LaBERT: mask-predict, §3.2)
+        _check_beam_applies(beam, overrides.get("strategy"))
+        beam = 3 if beam is None else beam
+        backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
         cfg = decode_cfg_for(trained.vocab, beam_size=beam, max_words=trained.max_words, **overrides)
         info = {"runtime": "torch", "device": str(device), "precision": "fp32", "run": str(trained.path)}
         return cls(
@@ -136,7 +139,9 @@ class Captioner:
                 registered name (:func:`edgecap.runtimes.list_runtimes`: ``"onnxruntime"``, ``"torch"``, …).
             precision: ``"auto"`` (best for the runtime and provider: INT8 on a CPU its preset suits, FP16 on
                 CUDA/TensorRT, else FP32), or ``"fp32"``/``"fp16"``/``"int8"``.
-            beam: beam size (1 = greedy); default the bundle's (3).
+            beam: beam size (1 = greedy); default the bundle's (3). A mask-predict bundle (LaBERT) refines one
+                hypothesis: a beam above 1 is refused (:data:`NO_BEAM_SEARCH`), as a length level is on a model
+                without length control.
             threads: ONNX Runtime's threads on CPU (``docs/cpu.md``): ``"auto"`` (default: one intra-op thread per
                 stream, never spinning, and on two or more usable cores per stream a second session with those cores
                 for calls of many rows, i.e. batch work; created on the first such call), ``"dedicated"``
@@ -200,6 +205,7 @@ class Captioner:
                 f"need runtime={' or '.join(repr(n) for n in able) or 'none registered'}"
             )
         opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
+        _check_beam_applies(beam, opened.decoding)
         beam = opened.beam if beam is None else beam
         _check_beam(beam)
         request = LoadRequest(
@@ -354,6 +360,19 @@ def _check_beam(beam: Any) -> None:
 
     if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
         raise CaptionerError(f"beam must be an integer in 1..{MAX_BEAM} (MAX_BEAM), got {beam!r}")
+
+
+#: What ``Captioner.load``/``from_run`` and ``edgecap caption`` say when a beam is asked of a mask-predict model.
+NO_BEAM_SEARCH = (
+    "this model decodes by mask-predict (LaBERT): it refines one caption in place, so a beam does not apply; leave "
+    "beam unset (--beam off) and choose the caption's length with length_level (--length-level)"
+)
+
+
+def _check_beam_applies(beam: int | None, decoding: str | None) -> None:
+    """Refuse an explicit beam above 1 for a model that does not search (mask-predict), instead of ignoring it."""
+    if decoding == "mask_predict" and beam is not None and beam != 1:
+        raise CaptionerError(f"beam={beam}: {NO_BEAM_SEARCH}")
 
 
 def _check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:

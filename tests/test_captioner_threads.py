@@ -68,7 +68,13 @@ def test_dedicated_keeps_a_small_step_graph_on_one_thread(bundle):
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"threads": -1}, "threads"), ({"threads": "all"}, "threads"), ({"spin": 1}, "spin"), ({"streams": 0}, "streams")],
+    [
+        ({"threads": -1}, "threads"),
+        ({"threads": "all"}, "threads"),
+        ({"threads": 10**6}, "at most"),
+        ({"spin": 1}, "spin"),
+        ({"streams": 0}, "streams"),
+    ],
 )
 def test_bad_thread_settings_are_refused(bundle, kwargs, match):
     with pytest.raises(CaptionerError, match=match):
@@ -139,3 +145,24 @@ def test_auto_runs_large_calls_on_a_wide_session_with_the_same_captions(bundle, 
             assert settings["wide"]["intra_op_threads"] == 4 and _spin(settings["wide"]) == ["0", "0"]
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", streams=4) as cap:
         assert cap.runtime_info["threads"]["wide"] is None  # one core per stream: nothing to widen to
+
+
+def test_thread_counts_are_bounded_by_the_cpus(monkeypatch):
+    import os
+
+    from edgecap.runtimes.threads import MAX_THREADS_PER_CPU, ThreadSettingError, check_threads, max_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert max_threads() == 2 * MAX_THREADS_PER_CPU
+    check_threads(max_threads())  # a little oversubscription is a measurement someone may want
+    with pytest.raises(ThreadSettingError, match=f"at most {max_threads()}"):
+        check_threads(max_threads() + 1)
+
+
+@pytest.mark.parametrize("command", [["caption", "x.jpg"], ["export", "--model", "m"], ["bench", "--bundle", "b"]])
+def test_the_commands_refuse_thousands_of_threads_before_starting_them(command):
+    from edgecap.cli import main
+
+    result = CliRunner().invoke(main, [*command, "--threads", "3000"])
+    assert result.exit_code == 2, result.output
+    assert "--threads" in result.output and "at most" in result.output

@@ -143,6 +143,15 @@ class LatencyStats:
 
 
 # -- the repeat loop -------------------------------------------------------------------------------------------------
+#: Upper bounds of a benchmark's numbers, far above any real measurement: beyond them a typo (``--batch 10**9``,
+#: ``--min-seconds 1e9``) would allocate or loop for hours before failing. ``BenchCfg`` and ``LoopCfg`` refuse more.
+MAX_BATCH = 4096
+MAX_SYNTHETIC = 4096
+MAX_WARMUP = 10_000
+MAX_REPEATS = 1_000_000
+MAX_MIN_SECONDS = 3600.0
+
+
 @dataclass(frozen=True)
 class LoopCfg:
     """How many times a measurement runs.
@@ -161,12 +170,14 @@ class LoopCfg:
     max_repeats: int = 10_000
 
     def __post_init__(self) -> None:
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if not 0 <= self.warmup <= MAX_WARMUP:
+            raise ValueError(f"warmup must be in 0..{MAX_WARMUP} (MAX_WARMUP), got {self.warmup}")
         if self.min_repeats < 1:
             raise ValueError(f"min_repeats must be >= 1, got {self.min_repeats}")
-        if not (math.isfinite(self.min_seconds) and self.min_seconds >= 0):
-            raise ValueError(f"min_seconds must be a finite number >= 0, got {self.min_seconds}")
+        if not (math.isfinite(self.min_seconds) and 0 <= self.min_seconds <= MAX_MIN_SECONDS):
+            raise ValueError(f"min_seconds must be in 0..{MAX_MIN_SECONDS:g} (MAX_MIN_SECONDS), got {self.min_seconds}")
+        if self.max_repeats > MAX_REPEATS:
+            raise ValueError(f"max_repeats must be at most {MAX_REPEATS} (MAX_REPEATS), got {self.max_repeats}")
         if self.max_repeats < self.min_repeats:
             raise ValueError(f"max_repeats ({self.max_repeats}) must be >= min_repeats ({self.min_repeats})")
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._process import terminate
+from edgecap.bench import harness
 from edgecap.bench.harness import LatencyStats, LoopCfg, StepTimes, run_loop, timed_decoder
 from edgecap.bench.report import (
     SCHEMA_VERSION,
@@ -73,10 +74,8 @@ class BenchCfg:
         batches: images per query; batch 1 is the single-stream scenario, larger ones the offline scenario.
         beams: beam sizes (1 = greedy, at most ``MAX_BEAM``); None = each bundle's default. Mask-predict bundles
             (LaBERT) decode one hypothesis and are measured at beam 1 only.
-        length_levels: 1-based length levels to measure length-controllable bundles (LaBERT, ``*-len``) at, or
-            ``"all"`` (every level of each bundle's plan); None = each bundle's default level. Explicit levels for a
-            bundle without length control are refused before anything is measured; with ``"all"`` it is measured
-            once.
+        length_levels: 1-based levels to measure length-controllable bundles (LaBERT, ``*-len``) at, or ``"all"``
+            (each plan's every level); None = each one's default. Any for a bundle without length control is refused.
         images: a directory of images for the timing pool (bundles that caption images); None = synthetic inputs.
         synthetic: number of distinct synthetic inputs in the pool (when ``images`` is None).
         synthetic_regions: regions per synthetic input for bundles that caption region features.
@@ -158,14 +157,15 @@ class BenchCfg:
             if not value or any(not isinstance(v, int) or isinstance(v, bool) or v < 1 for v in value):
                 raise BenchCfgError(f"{name}: need positive integers, got {list(value)}")
             object.__setattr__(self, name, tuple(dict.fromkeys(value)))  # dedupe, keep order
-        if self.beams is not None and max(self.beams) > MAX_BEAM:
-            raise BenchCfgError(f"beams: at most MAX_BEAM ({MAX_BEAM}), got {max(self.beams)}")
+        for name, top, label in (("beams", MAX_BEAM, "MAX_BEAM"), ("batches", harness.MAX_BATCH, "MAX_BATCH")):
+            if getattr(self, name) and max(getattr(self, name)) > top:  # a typo would allocate for hours
+                raise BenchCfgError(f"{name}: at most {label} ({top}), got {max(getattr(self, name))}")
         if self.batches is None:
             raise BenchCfgError("batches: give at least one batch size")
         self._check_length_levels()
-        for name, low in (("synthetic", 1), ("synthetic_regions", 1), ("max_images", 1), ("quality_batch", 1)):
-            if getattr(self, name) < low:
-                raise BenchCfgError(f"{name} must be >= {low}, got {getattr(self, name)}")
+        for name in ("synthetic", "synthetic_regions", "max_images", "quality_batch"):
+            if not 1 <= getattr(self, name) <= harness.MAX_SYNTHETIC:  # pool sizes
+                raise BenchCfgError(f"{name} must be in 1..{harness.MAX_SYNTHETIC}, got {getattr(self, name)}")
         if self.quality_images < 0:
             raise BenchCfgError(f"quality_images must be >= 0, got {self.quality_images}")
         try:
@@ -191,12 +191,12 @@ class BenchCfg:
         """The levels to measure ``bundle`` at, and why any asked-for level is not (beyond its plan).
 
         ``(None,)`` for a bundle without length control: it is measured once at its own decoding (asking it for
-        explicit levels raises :class:`~edgecap.length.LengthLevelError`, before anything is measured).
+        levels, ``"all"`` too, raises :class:`~edgecap.length.LengthLevelError`, before anything is measured).
         """
         plan = bundle.length_levels
         default = bundle.default_length_level
         if default is None:
-            if self.length_levels not in (None, ALL_LEVELS):  # refused up front, as `edgecap caption` does
+            if self.length_levels is not None:  # refused up front, as `edgecap caption` does
                 raise LengthLevelError(f"{bundle.path}: {NO_LENGTH_CONTROL}")
             return (None,), []
         if self.length_levels is None:

@@ -30,6 +30,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from edgecap._io import check_output_location, output_lock
 from edgecap.bundle.exporting import BundleExportError
 from edgecap.bundle.exporting import quality as _quality
 from edgecap.bundle.exporting.console import Stages
@@ -124,7 +125,9 @@ def export_bundle(
 
     Raises:
         FileExistsError: an explicit ``out`` exists and ``overwrite`` is False, or the default ``out`` exists and
-            is not a bundle (before any work).
+            is not a bundle (before any work), or another process is exporting to ``out``.
+        edgecap._io.OutputLocationError: ``out`` cannot be written (read-only, a name too long, a file in the way),
+            checked before any work.
         RunError: no trained run under that name/path.
         BundleExportError: bad arguments, an empty calibration set, or a failed FP32/FP16 parity check (nothing is
             left on disk).
@@ -146,8 +149,8 @@ def export_bundle(
 
 
 def _resolve_out(model_or_run: Any, out: str | Path | None, overwrite: bool) -> tuple[Path, bool]:
-    """``(out, replacing)``: the bundle directory, and whether an existing bundle at the default location is replaced
-    (checked before any work)."""
+    """``(out, replacing)``: the bundle directory, and whether an existing bundle at the default location is replaced;
+    the location is checked before any work (writable, a name the filesystem takes)."""
     replacing = False
     if out is None:
         out = default_bundle_out(model_or_run)
@@ -158,8 +161,7 @@ def _resolve_out(model_or_run: Any, out: str | Path | None, overwrite: bool) -> 
             )
         replacing = is_bundle(out)
     out = Path(out)
-    if out.exists() and not (overwrite or replacing):
-        raise FileExistsError(f"{out} already exists; pass overwrite=True (--overwrite) to replace it")
+    check_output_location(out, existing="replace" if overwrite or replacing else "refuse", what="bundle out")
     return out, replacing
 
 
@@ -168,10 +170,15 @@ def export_request(model_or_run: Any, out: str | Path | None, request: ExportReq
     from edgecap.export import require_onnx_stack
 
     require_onnx_stack()
+    out, replacing = _resolve_out(model_or_run, out, request.overwrite)
+    with output_lock(out):  # a second export to the same place fails now, not after its work
+        return _export_to(model_or_run, out, replacing, request)
+
+
+def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportRequest) -> Path:
     from edgecap.captioning import decode_cfg_for, decoder_for, decoding_overrides
     from edgecap.export import export_onnx
 
-    out, replacing = _resolve_out(model_or_run, out, request.overwrite)
     calib_images, calib_description = calibration_images(request.calib) if request.int8 else ([], "")
     source = load_source(model_or_run, request.backbone_weights)
     with_backbone = backbone_in_graph(source, request.with_backbone)

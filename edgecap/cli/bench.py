@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import fail, option_group, ort_threads_options
+from edgecap.cli.options import check_out, fail, option_group, ort_threads_options
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.runtimes.registry import list_runtimes
 
@@ -242,6 +242,8 @@ def bench(out: Path | None, compare: tuple[Path, Path] | None, quiet: bool, no_p
     if compare:
         if flags["bundles"]:
             fail("--compare reads two existing reports; do not pass --bundle with it")
+        if out is not None:
+            check_out(out)
         _compare(compare, out)
         return
     if not flags["bundles"]:
@@ -250,6 +252,7 @@ def bench(out: Path | None, compare: tuple[Path, Path] | None, quiet: bool, no_p
         fail("--out DIR is required: where report.json, report.md and the plots go")
     if flags["images"] is not None and flags["synthetic"] is not None:
         fail("--images and --synthetic are exclusive: time on real images or on N synthetic inputs")
+    check_out(out)  # before the measuring: a report that cannot be written would lose it
     from edgecap.bench.report import write_report
     from edgecap.bench.run import run_benchmark
 

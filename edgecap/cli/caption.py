@@ -86,8 +86,13 @@ def caption(
     import json
     import warnings
 
+    from click.core import ParameterSource
+
     from edgecap.bundle.reader import find_bundle
     from edgecap.captioner import Captioner, SkippedImageWarning
+
+    # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)
+    asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
 
     if not skip_bad_images:  # before a model is loaded, not after
         missing = [str(p) for p in images if not p.is_file()]
@@ -102,7 +107,7 @@ def caption(
                 bundle,
                 runtime=runtime,
                 precision=precision,
-                beam=beam,
+                beam=asked_beam,
                 threads=threads,
                 spin=spin,
                 device=None if device == "auto" else device,
@@ -127,7 +132,7 @@ def caption(
 
             apply_threads(torch_thread_count(threads))  # the CLI owns its process: torch's thread count is process-wide
             captioner = Captioner.from_run(
-                model, device=str(resolve_device(device)), beam=beam, backbone_weights=backbone_weights
+                model, device=str(resolve_device(device)), beam=asked_beam, backbone_weights=backbone_weights
             )
         with captioner, warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SkippedImageWarning)

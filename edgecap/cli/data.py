@@ -34,7 +34,12 @@ def data() -> None:
     help="Directory to create (images/ + dataset.json).",
 )
 @click.option(
-    "--images", "num_images", type=click.IntRange(min=1), default=2000, show_default=True, help="Number of images."
+    "--images",
+    "num_images",
+    type=click.IntRange(1, 1_000_000),
+    default=2000,
+    show_default=True,
+    help="Number of images (at most 1,000,000).",
 )
 @click.option(
     "--seed",
@@ -46,10 +51,10 @@ def data() -> None:
 @click.option(
     "--size",
     "image_size",
-    type=click.IntRange(min=224),
+    type=click.IntRange(224, 4096),
     default=256,
     show_default=True,
-    help="Square image side in pixels.",
+    help="Square image side in pixels (at most 4096).",
 )
 @click.option(
     "--splits", default="0.8,0.1,0.1", show_default=True, callback=_parse_splits, help="Train,val,test fractions."
@@ -90,8 +95,10 @@ def synth(
     progress: bool,
 ) -> None:
     """Write the synthetic scene-captioning dataset (Karpathy format) to OUT."""
+    from edgecap.cli.options import check_out
     from edgecap.data.synthetic import generate_dataset
 
+    check_out(out_dir, existing="replace", atomic=True)
     start = time.perf_counter()
     try:
         json_path = generate_dataset(

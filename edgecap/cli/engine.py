@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from edgecap.bench.harness import MAX_BATCH
 from edgecap.cli.options import fail
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.precisions import PRECISIONS
@@ -20,7 +21,13 @@ from edgecap.precisions import PRECISIONS
     show_default=True,
     help="Which graphs to build from: FP16, or INT8 Q/DQ (a bundle exported with --int8 --target tensorrt).",
 )
-@click.option("--max-batch", type=click.IntRange(1), default=16, show_default=True, help="Images per call.")
+@click.option(
+    "--max-batch",
+    type=click.IntRange(1, MAX_BATCH),
+    default=16,
+    show_default=True,
+    help=f"Images per call (at most {MAX_BATCH}).",
+)
 @click.option(
     "--beam",
     type=click.IntRange(1, MAX_BEAM),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import fail
+from edgecap.cli.options import check_out, fail
 
 
 def default_cache_dir(data: Path, backbone: str, size: int) -> Path:
@@ -92,7 +92,7 @@ def features(
 
     from edgecap.data.feature_cache import CacheBusyError, extract_features
 
-    out = out or default_cache_dir(data, backbone, size)
+    out = check_out(out or default_cache_dir(data, backbone, size))
     was_complete = not overwrite and _is_complete(out)
     click.echo(f"features: {backbone}@{size} → {out} (torch threads: {torch.get_num_threads()})")
     start = time.perf_counter()

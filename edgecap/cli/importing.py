@@ -57,8 +57,10 @@ def importing(
 ) -> None:
     """Convert an official CHECKPOINT into the run directory OUT (weights, config, vocab) that `edgecap eval`,
     `caption`, `export` and `bench` take. See docs/import.md."""
+    from edgecap.cli.options import check_out
     from edgecap.interop import CheckpointError, import_checkpoint, parse_groups
 
+    check_out(out, existing="replace" if overwrite else "refuse", atomic=True)
     options: dict[str, object] = {}
     try:
         if source == "acort":

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import click
@@ -77,11 +78,36 @@ def fail(message: str) -> None:
     raise click.ClickException(message)
 
 
+def check_out(path: Path, flag: str = "--out", *, existing: str = "into", atomic: bool = False) -> Path:
+    """Check an output location before the command does any work (:func:`edgecap._io.check_output_location`):
+    a read-only place, a file in the way or a name too long stops the command with one line, not a traceback after
+    the work. ``existing`` is what an existing directory is to the command (``refuse``, ``replace``, ``into``);
+    ``atomic``: the directory is built in a temporary sibling and moved into place (its name needs room for that)."""
+    from edgecap._io import SIBLING_RESERVE, check_output_location
+
+    try:
+        check_output_location(path, existing=existing, what=flag, reserve=SIBLING_RESERVE if atomic else 0)  # type: ignore[arg-type]
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    return path
+
+
+def _bounded_threads(ctx: click.Context, param: click.Parameter, value: int) -> int:
+    from edgecap.runtimes.threads import ThreadSettingError, check_threads
+
+    try:
+        check_threads(value)
+    except ThreadSettingError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    return value
+
+
 def threads_option(fn: Callable) -> Callable:
     return click.option(
         "--threads",
         type=click.IntRange(0),
         default=0,
+        callback=_bounded_threads,
         help="torch intra-op threads (0 = torch's default). On a busy 2-core machine 1 can be several times faster.",
     )(fn)
 
@@ -99,15 +125,17 @@ class ThreadsValue(click.ParamType):
     name = "auto|dedicated|N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        from edgecap.runtimes.threads import THREAD_POLICIES
+        from edgecap.runtimes.threads import THREAD_POLICIES, ThreadSettingError, check_threads
 
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-            return value
         text = str(value).strip().lower()
         if text in THREAD_POLICIES:
             return text
-        if text.isdigit():
-            return int(text)
+        if (isinstance(value, int) and not isinstance(value, bool) and value >= 0) or text.isdigit():
+            try:
+                check_threads(int(value))
+            except ThreadSettingError as exc:
+                self.fail(str(exc), param, ctx)
+            return int(value)
         self.fail(f"{value!r} is not {', '.join(THREAD_POLICIES)} or a thread count >= 0", param, ctx)
 
 

@@ -6,7 +6,15 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import apply_threads, beam_option, device_option, fail, parse_overrides, threads_option
+from edgecap.cli.options import (
+    apply_threads,
+    beam_option,
+    check_out,
+    device_option,
+    fail,
+    parse_overrides,
+    threads_option,
+)
 
 
 @click.command("quickstart")
@@ -48,10 +56,13 @@ def quickstart(
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     apply_threads(threads)
     from edgecap.quickstart import QuickstartCfg, run_quickstart
-    from edgecap.runs import edgecap_home
+    from edgecap.runs import default_run_dir, edgecap_home
 
+    beam = _quickstart_beam(model, beam)
+    workdir = check_out(workdir or edgecap_home() / "quickstart", "--workdir")
+    check_out(run_dir or default_run_dir(model))  # before the dataset, the features and the training
     cfg = QuickstartCfg(
-        workdir=workdir or edgecap_home() / "quickstart",
+        workdir=workdir,
         model=model,
         images=images,
         seed=seed,
@@ -66,3 +77,22 @@ def quickstart(
         run_quickstart(cfg)
     except (ValueError, FileNotFoundError, RuntimeError, ImportError) as exc:
         fail(str(exc))
+
+
+def _quickstart_beam(model: str, beam: int) -> int:
+    """The beam of a mask-predict model (LaBERT) is 1: an unset --beam becomes 1 (it refines one caption), a given
+    one above 1 is refused now rather than after the training."""
+    from click.core import ParameterSource
+
+    from edgecap.captioner import NO_BEAM_SEARCH
+    from edgecap.models import UnknownModelError, family_hooks, model_family
+
+    try:
+        decoding = family_hooks(model_family(model)).decoding
+    except UnknownModelError:
+        return beam  # the run reports the unknown model
+    if decoding != "mask_predict":
+        return beam
+    if beam != 1 and click.get_current_context().get_parameter_source("beam") != ParameterSource.DEFAULT:
+        fail(f"--beam {beam}: {NO_BEAM_SEARCH}")
+    return 1

@@ -10,7 +10,14 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from edgecap.cli.options import apply_threads, device_option, fail, parse_overrides, threads_option
+from edgecap.cli.options import (
+    apply_threads,
+    check_out,
+    device_option,
+    fail,
+    parse_overrides,
+    threads_option,
+)
 from edgecap.training.config import SCST_RECIPES, TrainCfg
 
 _DEFAULTS = TrainCfg()
@@ -161,7 +168,7 @@ def train(
     features = features or default_features_dir(data)
     if not features.exists():
         fail(f"no features at {features}: run `edgecap features --data {data}` first, or pass --features")
-    out = out or default_run_dir(model_name)
+    out = check_out(out or default_run_dir(model_name))
     options["backbone_weights"] = options["backbone_weights"] or ""
     cfg = TrainCfg(
         model=model_name,
@@ -213,6 +220,7 @@ def _train_from_run(
 
     if not options.get("scst_epochs"):
         fail("--init RUN runs self-critical training only: pass --scst-epochs N")
+    check_out(out or init_run)
     try:
         stored = TrainCfg.from_dict(ckpt.read_config(init_run)["train"])
     except (ValueError, KeyError) as exc:

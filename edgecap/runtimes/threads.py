@@ -23,7 +23,9 @@ The policy (measured with ``benchmarks/ort_threads.py`` and ``benchmarks/thread_
 - ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
   :data:`LARGE_STEP_BYTES` gets the usable cores shared out among the streams, spinning on; a smaller one gets one
   thread (the cheapest in CPU time).
-- an int ``N >= 1``: exactly ``N`` intra-op threads; ``0``: ONNX Runtime's own default (one per physical core).
+- an int ``N >= 1``: exactly ``N`` intra-op threads, at most :func:`max_threads` (:data:`MAX_THREADS_PER_CPU` per
+  CPU: beyond that threads only queue for the cores, and a typo such as 3000 would start them all); ``0``: ONNX
+  Runtime's own default (one per physical core).
 - ``spin=True/False`` overrides the spinning choice of any of these (the wide session's too). An explicit value
   always wins, and only ``"auto"`` has a wide session.
 """
@@ -37,12 +39,14 @@ from typing import Any
 
 __all__ = [
     "LARGE_STEP_BYTES",
+    "MAX_THREADS_PER_CPU",
     "THREAD_POLICIES",
     "WIDE_FROM_ROWS",
     "ThreadPlan",
     "ThreadSettingError",
     "WidePlan",
     "check_threads",
+    "max_threads",
     "plan_threads",
     "usable_cores",
 ]
@@ -62,6 +66,10 @@ LARGE_STEP_BYTES = 32 * 2**20
 #: lost at few hypotheses and gained ≈ 20 % per step at 48 (beam 3 × 16 images) on free cores
 #: (``benchmarks/ort_threads.py``). A role without an entry (LaBERT's ``refine``, not measured) keeps one thread.
 WIDE_FROM_ROWS: dict[str, int] = {"encoder": 2, "step": 48}
+
+#: An explicit thread count may be at most this many times ``os.cpu_count()`` (:func:`max_threads`): oversubscribing
+#: a little is a measurement someone may want (``benchmarks/thread_crossover.py``), thousands of threads never are.
+MAX_THREADS_PER_CPU = 4
 
 #: ``SessionOptions`` config keys that allow ONNX Runtime's pool threads to spin while waiting.
 SPIN_KEYS = ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning")
@@ -230,18 +238,29 @@ def _physical_cores() -> int | None:
     return psutil.cpu_count(logical=False)
 
 
+def max_threads(cpus: int | None = None) -> int:
+    """The largest explicit thread count edgecap accepts: :data:`MAX_THREADS_PER_CPU` × the CPUs (``cpus``, default
+    ``os.cpu_count()``)."""
+    return MAX_THREADS_PER_CPU * max(1, cpus if cpus is not None else os.cpu_count() or 1)
+
+
 def check_threads(threads: Any, spin: Any = None, streams: Any = 1) -> None:
     """Refuse what :func:`plan_threads` cannot take, with a message that says what it can.
 
     Raises:
-        ThreadSettingError: ``threads`` is not ``"auto"``, ``"dedicated"``, None or an int >= 0, ``spin`` is not
-            None or a bool, or ``streams`` is not an int >= 1.
+        ThreadSettingError: ``threads`` is not ``"auto"``, ``"dedicated"``, None or an int in 0..:func:`max_threads`,
+            ``spin`` is not None or a bool, or ``streams`` is not an int >= 1.
     """
     count = isinstance(threads, int) and not isinstance(threads, bool) and threads >= 0
     if not (threads is None or count or threads in THREAD_POLICIES):
         raise ThreadSettingError(
             f"threads must be {' or '.join(repr(p) for p in THREAD_POLICIES)} or an integer >= 0 "
             f"(0 = ONNX Runtime's own default), got {threads!r}"
+        )
+    if count and threads > max_threads():
+        raise ThreadSettingError(
+            f"threads={threads} is more than this machine can run: at most {max_threads()} "
+            f"({MAX_THREADS_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs); more only queue for the cores (docs/cpu.md)"
         )
     if spin is not None and not isinstance(spin, bool):
         raise ThreadSettingError(f"spin must be True, False or None (the policy's choice), got {spin!r}")

@@ -210,8 +210,9 @@ def test_bench_cfg_normalises_lists() -> None:
     assert json.loads(json.dumps(cfg.to_dict()))["batches"] == [1, 8]
 
 
+@pytest.mark.parametrize("level", ["9", "all"])
 def test_length_level_on_a_bundle_without_length_control_is_refused_before_measuring(
-    tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str
 ) -> None:
     from edgecap.bench import run as bench_run
     from edgecap.length import NO_LENGTH_CONTROL
@@ -221,7 +222,7 @@ def test_length_level_on_a_bundle_without_length_control_is_refused_before_measu
 
     monkeypatch.setattr(bench_run, "_run_in_process", no_measuring)
     monkeypatch.setattr(bench_run, "_run_isolated", no_measuring)
-    args = ["--bundle", str(tiny_bundle), "--runtime", "torch", "--length-level", "9", "--no-isolate"]
+    args = ["--bundle", str(tiny_bundle), "--runtime", "torch", "--length-level", level, "--no-isolate"]
     result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "o"), *FAST])
     assert result.exit_code != 0
     assert NO_LENGTH_CONTROL in result.output
