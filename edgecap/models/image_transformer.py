@@ -1,19 +1,22 @@
 """Image Transformer (He, Liao et al., "Image Captioning through Image Transformer", ACCV 2020).
 
-Architecture (§3.2-3.3; where the paper is silent, as its released code):
+Architecture (§3.2-3.3; where the paper is silent, as its released code, dropout included):
 
 - visual features (B, N, C) -> ``ReLU(Linear(C, d))`` -> dropout; with ``grid_scales`` the encoder appends coarse
-  grid cells (:func:`~edgecap.models.layers.spatial_graph.multiscale_cells`) so a backbone grid has nested cells;
+  grid cells (:func:`~edgecap.models.layers.spatial_graph.multiscale_cells`) so a backbone grid has nested cells,
+  by default only to images whose boxes tile the image (``grid_scales_on="grid"``): regions keep the paper's graph;
 - spatial-graph relations from the boxes (Eq. 5, ε = 0.9; :mod:`edgecap.models.layers.spatial_graph`);
 - ``enc_layers`` spatial-graph encoder layers (Eq. 6-7): one shared query, one key/value projection per relation,
-  the relation masks multiplied into the softmax weights (Eq. 6: a Hadamard product, no renormalisation), the three
-  relation outputs summed, then the AoA/GLU refinement ``GLU(W [att; q])``; pre-LN residual ``x + Drop(f(LN(x)))``, no
-  feed-forward sub-layer, a final LayerNorm;
+  the relation masks multiplied into the (dropped-out) softmax weights (Eq. 6: a Hadamard product, no
+  renormalisation), the three relation outputs summed, then the AoA/GLU refinement ``GLU(W Drop([att; q]))``;
+  pre-LN residual ``x + Drop(f(LN(x)))``, no feed-forward sub-layer, a final LayerNorm;
 - decoder (Eq. 8-11): ``x_t = [E y_t ; Ā + c_{t−1}]`` -> LSTM -> ``q = W_Q LN(h_t)`` -> M implicit attention branches
   over the memory, each with its own key/value projection (Eq. 9), averaged -> ``c_t = GLU(W [att; h_t])`` (Eq. 10)
   -> ``Linear(d, V)`` -> log-softmax (Eq. 11).
 
-Departures, on purpose (``docs/image-transformer.md``): the overlap of disjoint boxes is clamped at zero; relations
+Departures, on purpose (``docs/image-transformer.md``; ``image-transformer-ref`` switches the first three back to
+the released code): ``nn.LayerNorm`` (``layer_norm``); the overlap of disjoint boxes is clamped at zero
+(``relation_labels``); coarse grid cells on grid features (``grid_scales``); relations
 are computed inside the model from the boxes (no offline per-image files) with tensor ops only, so the encoder runs
 on any device and exports; the branches' keys and values are projected once per image in :meth:`start` (the released
 code recomputes them every step); padding is masked with −1e4 (fp16-safe); the multi-scale grid cells (edgecap's
@@ -32,7 +35,8 @@ from edgecap.models._image_transformer_cfg import ImageTransformerCfg
 from edgecap.models._registry import FamilyHooks, register_family, register_model
 from edgecap.models.base import CaptionModel, State
 from edgecap.models.layers.attention import attention_weights, mask_to_bias
-from edgecap.models.layers.spatial_graph import RELATIONS, multiscale_cells, spatial_relations
+from edgecap.models.layers.norm import make_norm
+from edgecap.models.layers.spatial_graph import RELATIONS, multiscale_cells, spatial_relations, tiles_image
 
 __all__ = ["ImageTransformerCaptioner", "ImageTransformerCfg", "SpatialGraphLayer"]
 
@@ -62,21 +66,32 @@ class AoAGate(nn.Module):
 
 
 class SpatialGraphLayer(nn.Module):
-    """One spatial-graph encoder layer (Eq. 6-7): ``x + Drop(AoA(Σ_r (Ω_r ∘ softmax(Q K_rᵀ/√d_k)) V_r, LN(x)))``.
+    """One spatial-graph encoder layer (Eq. 6-7): ``x + Drop(AoA(Σ_r (Ω_r ∘ Drop(softmax(Q K_rᵀ/√d_k))) V_r, LN(x)))``.
 
     Without relations (``masks`` None) the branches are unmasked and averaged, the paper's "w/o spatial relations"
-    ablation (§4.4).
+    ablation (§4.4). The three dropouts sit where the released code has them: on each relation's attention weights
+    (``attention_dropout``), on the AoA gate input (``gate_dropout``) and on the sub-layer output
+    (``residual_dropout``).
     """
 
-    def __init__(self, dim: int, heads: int, dropout: float) -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        gate_dropout: float,
+        attention_dropout: float,
+        residual_dropout: float,
+        layer_norm: str = "standard",
+    ) -> None:
         super().__init__()
         self.heads = heads
-        self.norm = nn.LayerNorm(dim)
+        self.norm = make_norm(layer_norm, dim)
         self.query = nn.Linear(dim, dim)
         self.keys = nn.ModuleList(nn.Linear(dim, dim) for _ in RELATIONS)
         self.values = nn.ModuleList(nn.Linear(dim, dim) for _ in RELATIONS)
-        self.gate = AoAGate(dim, dropout)
-        self.dropout = nn.Dropout(dropout)
+        self.attention_dropout = nn.Dropout(attention_dropout)
+        self.gate = AoAGate(dim, gate_dropout)
+        self.dropout = nn.Dropout(residual_dropout)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, masks: torch.Tensor | None) -> torch.Tensor:
         """``x`` (B, N, d), ``bias`` (B, 1, 1, N) padding bias, ``masks`` (B, 3, N, N) relation masks or None."""
@@ -84,7 +99,7 @@ class SpatialGraphLayer(nn.Module):
         q = _heads(self.query(h), self.heads)
         attended = None
         for r, (key, value) in enumerate(zip(self.keys, self.values, strict=True)):
-            weights = attention_weights(q, _heads(key(h), self.heads), bias)
+            weights = self.attention_dropout(attention_weights(q, _heads(key(h), self.heads), bias))
             if masks is not None:
                 weights = weights * masks[:, r : r + 1]  # Eq. 6: Hadamard product after the softmax
             out = torch.matmul(weights, _heads(value(h), self.heads))
@@ -114,13 +129,17 @@ class ImageTransformerCaptioner(CaptionModel):
         super().__init__(cfg, vocab_size, cfg.feature_dim)
         d = cfg.d_model
         self.feature_embed = nn.Sequential(nn.Linear(cfg.feature_dim, d), nn.ReLU(), nn.Dropout(cfg.feature_dropout))
-        self.encoder = nn.ModuleList(SpatialGraphLayer(d, cfg.heads, cfg.dropout) for _ in range(cfg.enc_layers))
-        self.encoder_norm = nn.LayerNorm(d)
+        self.encoder = nn.ModuleList(
+            SpatialGraphLayer(d, cfg.heads, cfg.dropout, cfg.attention_dropout, cfg.residual_dropout, cfg.layer_norm)
+            for _ in range(cfg.enc_layers)
+        )
+        self.encoder_norm = make_norm(cfg.layer_norm, d)
         self.embed = nn.Embedding(vocab_size, d)
         self.lstm = nn.LSTMCell(2 * d, d)  # parameters only: the cell is written out in _lstm so that it exports
-        self.query_norm = nn.LayerNorm(d)
+        self.query_norm = make_norm(cfg.layer_norm, d)
         self.query = nn.Linear(d, d)
         self.branches = nn.ModuleList(nn.Linear(d, 2 * d) for _ in range(cfg.branches))
+        self.attention_dropout = nn.Dropout(cfg.attention_dropout)  # on each branch's weights, as the released code
         self.context = nn.Linear(2 * d, 2 * d)
         self.output_dropout = nn.Dropout(cfg.output_dropout)
         self.output_proj = nn.Linear(d, vocab_size)
@@ -138,8 +157,12 @@ class ImageTransformerCaptioner(CaptionModel):
         x = self.feature_embed(features)
         mask = feature_mask
         if self.cfg.grid_scales:
-            x, boxes, mask = multiscale_cells(x, boxes.to(x.dtype), feature_mask, self.cfg.grid_scales)
-        masks = spatial_relations(boxes, self.cfg.overlap_eps).to(x.dtype) if self.cfg.relations else None
+            # grid features tile the image, so Eq. 5 finds no nesting there; regions nest already and keep the paper's
+            # graph: the coarse cells of an image whose boxes do not tile it are padding
+            active = tiles_image(boxes, feature_mask) if self.cfg.grid_scales_on == "grid" else None
+            x, boxes, mask = multiscale_cells(x, boxes.to(x.dtype), feature_mask, self.cfg.grid_scales, active)
+        cfg = self.cfg
+        masks = spatial_relations(boxes, cfg.overlap_eps, cfg.relation_labels).to(x.dtype) if cfg.relations else None
         bias = mask_to_bias(mask, x)
         for layer in self.encoder:
             x = layer(x, bias, masks)
@@ -193,7 +216,7 @@ class ImageTransformerCaptioner(CaptionModel):
         batch, dim = q.shape
         q = q.reshape(batch, 1, self.cfg.heads, 1, dim // self.cfg.heads)  # (B, 1, H, 1, d_k), shared by the branches
         scores = torch.matmul(q, state["branch_k"].transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-        weights = torch.softmax(scores + state["memory_bias"][:, None], dim=-1)  # (B, M, H, 1, N)
+        weights = self.attention_dropout(torch.softmax(scores + state["memory_bias"][:, None], dim=-1))  # (B,M,H,1,N)
         attended = torch.matmul(weights, state["branch_v"]).mean(dim=1)  # Eq. 10: the mean over the M branches
         context = F.glu(self.context(torch.cat((attended.reshape(batch, dim), h), dim=-1)), dim=-1)
         logprobs = torch.log_softmax(self.output_proj(self.output_dropout(context)), dim=-1)

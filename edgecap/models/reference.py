@@ -11,6 +11,11 @@ sharing, widths, vocabulary layout) stays the paper configuration:
 - ExpansionNet v2 (``expansionnet-v2-ref``): the default ``expansionnet-v2`` already follows the official code
   (layer reduce, ε = 1e-9, learned positions of 74); the reference config only fixes the input width to the Swin-L
   grid (1,536 channels) that the released end-to-end checkpoint was trained on.
+- Image Transformer (``image-transformer-ref``, ``image-transformer-test-ref``): the released ``AoAModel3_d1``'s
+  annotated LayerNorm (``layer_norm="annotated"``), its unclamped box intersection when labelling relations
+  (``relation_labels="official"``: boxes apart on both axes can be parent/child) and no multi-scale grid cells
+  (``grid_scales=()``: it ran on detector regions only). Our defaults: ``nn.LayerNorm``, Eq. 5's intersection, and
+  coarse cells on grid features (``docs/image-transformer.md``). Its dropouts are already the defaults'.
 """
 
 from __future__ import annotations
@@ -19,14 +24,26 @@ from typing import Any
 
 from edgecap.models._registry import register_model
 from edgecap.models.expansionnet import expansionnet_v2
+from edgecap.models.image_transformer import image_transformer, image_transformer_test
 from edgecap.models.ort import acort_base, acort_small, acort_test, acort_xsmall, ort_base, ort_test
 
-__all__ = ["EXPANSIONNET_REFERENCE_SWITCHES", "ORT_REFERENCE_SWITCHES", "REFERENCE_SUFFIX"]
+__all__ = [
+    "EXPANSIONNET_REFERENCE_SWITCHES",
+    "IMAGE_TRANSFORMER_REFERENCE_SWITCHES",
+    "ORT_REFERENCE_SWITCHES",
+    "REFERENCE_SUFFIX",
+]
 
 #: What an ORT/ACORT reference config changes relative to its default config.
 ORT_REFERENCE_SWITCHES: dict[str, Any] = {"layer_norm": "annotated", "box_wh_offset": 1.0}
 #: What ``expansionnet-v2-ref`` changes relative to ``expansionnet-v2``: Swin-L's 1,536-d grid (v2 §4.2).
 EXPANSIONNET_REFERENCE_SWITCHES: dict[str, Any] = {"feature_dim": 1536}
+#: What an Image Transformer reference config changes relative to its default config.
+IMAGE_TRANSFORMER_REFERENCE_SWITCHES: dict[str, Any] = {
+    "layer_norm": "annotated",
+    "relation_labels": "official",
+    "grid_scales": (),
+}
 REFERENCE_SUFFIX = "-ref"
 
 
@@ -70,3 +87,16 @@ def acort_test_ref() -> Any:
 def expansionnet_v2_ref() -> Any:
     """ExpansionNet v2 on the Swin-L grid, as the official end-to-end checkpoint (feature_dim 1,536)."""
     return expansionnet_v2().replace(**EXPANSIONNET_REFERENCE_SWITCHES)
+
+
+@register_model
+def image_transformer_ref() -> Any:
+    """The Image Transformer as the released ``AoAModel3_d1`` computes it (annotated LayerNorm, unclamped box
+    intersection, no grid cells); 82,121,858 parameters at the paper setting, as ``image-transformer``."""
+    return image_transformer().replace(**IMAGE_TRANSFORMER_REFERENCE_SWITCHES)
+
+
+@register_model
+def image_transformer_test_ref() -> Any:
+    """image-transformer-test with the released code's switches (reference and importer tests at toy size)."""
+    return image_transformer_test().replace(**IMAGE_TRANSFORMER_REFERENCE_SWITCHES)

@@ -19,6 +19,7 @@ from edgecap.models import (
     list_models,
     paper_settings,
 )
+from edgecap.models.backbone import grid_boxes
 from edgecap.runtimes.prefix import PrefixRerunStepModel
 from edgecap.runtimes.torch import TorchStepModel
 
@@ -154,14 +155,19 @@ def test_padded_regions_and_boxes_are_ignored() -> None:
 @torch.no_grad()
 def test_relations_change_the_encoding() -> None:
     """Eq. 6 masks: the relation-aware and the ablated ("w/o spatial relations") encoders differ on nested boxes;
-    the multi-scale cells change the memory of a grid but not its length."""
+    the multi-scale cells change the memory of a grid but not its length, and leave regions alone."""
     features, boxes, mask = visual()
     with_graph = small().encode_memory(features, boxes, mask)
     without = small(relations=False).encode_memory(features, boxes, mask)
     single = small(grid_scales=()).encode_memory(features, boxes, mask)
     assert with_graph.shape == without.shape == single.shape == (3, 6, 32)
     assert not torch.allclose(with_graph, without, atol=1e-3)
-    assert not torch.allclose(with_graph, single, atol=1e-3)
+    torch.testing.assert_close(with_graph, single, atol=1e-6, rtol=0)  # regions: the paper's graph, no coarse cells
+    cells = grid_boxes(3, 3).expand(3, 9, 4)
+    grid_features = torch.randn(3, 9, FEATURE_DIM, generator=torch.Generator().manual_seed(3))
+    multi = small().encode_memory(grid_features, cells, None)
+    assert multi.shape == (3, 9, 32)
+    assert not torch.allclose(multi, small(grid_scales=()).encode_memory(grid_features, cells, None), atol=1e-3)
 
 
 def test_gradients_reach_every_parameter() -> None:

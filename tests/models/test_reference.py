@@ -7,7 +7,11 @@ import torch
 
 from edgecap.models import create_model, get_model_cfg, list_models
 from edgecap.models.layers.norm import AnnotatedLayerNorm
-from edgecap.models.reference import EXPANSIONNET_REFERENCE_SWITCHES, ORT_REFERENCE_SWITCHES
+from edgecap.models.reference import (
+    EXPANSIONNET_REFERENCE_SWITCHES,
+    IMAGE_TRANSFORMER_REFERENCE_SWITCHES,
+    ORT_REFERENCE_SWITCHES,
+)
 
 PAIRS = {
     "ort-base-ref": ("ort-base", ORT_REFERENCE_SWITCHES),
@@ -17,6 +21,8 @@ PAIRS = {
     "ort-test-ref": ("ort-test", ORT_REFERENCE_SWITCHES),
     "acort-test-ref": ("acort-test", ORT_REFERENCE_SWITCHES),
     "expansionnet-v2-ref": ("expansionnet-v2", EXPANSIONNET_REFERENCE_SWITCHES),
+    "image-transformer-ref": ("image-transformer", IMAGE_TRANSFORMER_REFERENCE_SWITCHES),
+    "image-transformer-test-ref": ("image-transformer-test", IMAGE_TRANSFORMER_REFERENCE_SWITCHES),
 }
 
 
@@ -29,7 +35,7 @@ def test_a_reference_config_differs_from_its_default_only_in_the_switches(ref: s
     base, switches = PAIRS[ref]
     ours, theirs = get_model_cfg(base).to_dict(), get_model_cfg(ref).to_dict()
     assert {k for k in ours if ours[k] != theirs[k]} == set(switches)
-    assert {k: theirs[k] for k in switches} == switches
+    assert get_model_cfg(ref) == get_model_cfg(base).replace(**switches)
 
 
 def test_the_ort_switches_build_the_annotated_layernorm_and_change_the_function():

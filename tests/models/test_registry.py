@@ -90,6 +90,7 @@ def test_all_paper_and_test_configs_are_registered():
         "expansionnet-test-len",
         "image-transformer-test",
         "image-transformer-test-len",
+        "image-transformer-test-ref",
         "labert-test",
         "ort-test",
         "ort-test-ref",
