@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.bundle.limits import check_manifest_numbers
 from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
 
@@ -123,7 +124,9 @@ def check_relative_path(
     if not isinstance(name, str):
         raise error(f"{where}: {name!r} is not a relative path inside {inside} (not a string)")
     pure = PurePosixPath(name)
-    if not name or pure.is_absolute() or ".." in pure.parts or "\\" in name or (len(name) > 1 and name[1] == ":"):
+    if ".." in pure.parts:
+        raise error(f"{where}: {name!r} is not a relative path inside {inside} (its '..' escapes {inside})")
+    if not name or pure.is_absolute() or "\\" in name or (len(name) > 1 and name[1] == ":"):
         raise error(f"{where}: {name!r} is not a relative path inside {inside}")
     return name
 
@@ -320,6 +323,7 @@ def parse_manifest(data: Any, where: str) -> dict[str, Any]:
                 check_relative_path(name, fwhere)
                 if name not in files:
                     raise BundleError(f"{fwhere}: graph file {name!r} is not listed in 'files'")
+    check_manifest_numbers(data, where, BundleError)
     return data
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.bundle.limits import check_config_numbers
 from edgecap.bundle.manifest import (
     MANIFEST_NAME,
     PRECISION_ORDER,
@@ -83,7 +84,7 @@ def directory_kind(path: str | Path) -> str:
         return "neither"
     try:
         data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: bad JSON, a too-long number
         return "config-only"
     if isinstance(data, dict) and all(key in data for key in RUN_KEYS):
         return "run"
@@ -145,6 +146,10 @@ def _read_json(path: Path, what: str) -> Any:
         raise BundleError(f"{path}: cannot read the {what}: {exc}") from exc
     except json.JSONDecodeError as exc:
         raise BundleError(f"{path}: the {what} is not valid JSON: {exc}") from exc
+    except ValueError as exc:  # an integer longer than Python converts (sys.get_int_max_str_digits)
+        raise BundleError(f"{path}: the {what} holds a number too long to read: {exc}") from None
+    except RecursionError:
+        raise BundleError(f"{path}: the {what} nests its JSON too deeply to read") from None
 
 
 def _field(data: Mapping[str, Any], key: str, kinds: tuple[type, ...], where: str) -> Any:
@@ -168,14 +173,14 @@ def _parse_config(config: Any, where: str) -> dict[str, Any]:
     _field(vocab, "kind", (str,), f"{where} vocab")
     _field(vocab, "size", (int,), f"{where} vocab")
     decode = _field(config, "decode", (dict,), where)
-    for key in ("max_words", "beam"):
-        if _field(decode, key, (int,), f"{where} decode") < 1:
-            raise BundleConfigError(f"{where}: decode.{key} must be >= 1")
+    for key in ("max_words", "beam"):  # bounds: check_config_numbers
+        _field(decode, key, (int,), f"{where} decode")
     _field(config, "backbone", (dict, type(None)), where)
     _field(config, "backbone_in_graph", (bool,), where)
     _field(config, "backbone_weights", (str, type(None)), where)
     if config["backbone_in_graph"] and not config["backbone"]:
         raise BundleConfigError(f"{where}: backbone_in_graph is true but no backbone spec is recorded")
+    check_config_numbers(config, where, BundleConfigError)
     return config
 
 
@@ -347,7 +352,7 @@ class Bundle:
         path = self.file(self.vocab_file, f"{CONFIG_NAME} vocab.file")
         try:
             return load_vocab(path)
-        except (ValueError, FileNotFoundError) as exc:
+        except (ValueError, FileNotFoundError, RecursionError) as exc:
             raise BundleConfigError(f"bundle {self.path}: cannot load the vocabulary {path.name}: {exc}") from exc
 
     def load_torch_model(self, device: str = "cpu") -> Any:
@@ -479,6 +484,7 @@ def load_bundle(path: str | Path, *, verify: bool | str = True, graphs: str | Se
         raise BundleNotFoundError(f"bundle not found: {path} is not a directory")
     if not manifest_path.is_file():
         raise BundleNotFoundError(describe_directory(path, "bundle"))
+    bundle_file(path, MANIFEST_NAME, f"bundle {path}", error=BundleIntegrityError)  # a symlink may not leave it
     manifest = parse_manifest(_read_json(manifest_path, "bundle manifest"), str(manifest_path))
     if verify not in (True, False, "used"):
         raise ValueError(f"verify must be True, False or 'used', got {verify!r}")

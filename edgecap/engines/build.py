@@ -34,6 +34,7 @@ from edgecap.engines.store import (
     EngineEnv,
     EngineRecordError,
     check_record,
+    engine_file,
     engine_key,
     read_record,
     verify_plans,
@@ -234,7 +235,12 @@ def build_engines(
                 return EngineSet(folder, record, False)
         except EngineRecordError as exc:
             say(f"rebuilding {folder.name}: {exc}")
-    timing = (folder / TIMING_CACHE).read_bytes() if (folder / TIMING_CACHE).is_file() else b""
+    try:  # the cache is read only from inside the bundle (a symlink may not lead elsewhere)
+        cache = engine_file(folder, TIMING_CACHE, TIMING_CACHE)
+        timing = cache.read_bytes() if cache.is_file() else b""
+    except EngineRecordError as exc:
+        say(f"ignoring the timing cache: {exc}")
+        timing = b""
     say(f"{env.describe()}; {settings.reason}")
     engines: dict[str, Any] = {}
     gathers: dict[str, Any] = {}

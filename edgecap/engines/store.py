@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgecap.bundle.manifest import DERIVED_DIRS, sha256_file
+from edgecap.bundle.limits import MAX_BEAM, MAX_DIM
+from edgecap.bundle.manifest import DERIVED_DIRS, BundleError, bundle_file, sha256_file
 
 __all__ = [
     "ENGINES_DIR",
@@ -34,6 +35,7 @@ __all__ = [
     "EngineMismatchError",
     "EngineRecordError",
     "check_record",
+    "engine_file",
     "engine_folders",
     "engine_key",
     "find_engines",
@@ -90,6 +92,25 @@ def engine_key(
     return f"{precision}-b{max_batch}-k{beam}-{digest[:16]}"
 
 
+def engine_file(folder: Path, name: Any, what: str) -> Path:
+    """``folder / name`` for a file an engine set names (``what`` says which, for errors), under the bundle's one
+    path rule (:func:`~edgecap.bundle.manifest.bundle_file`): a relative path that stays inside the engine folder once
+    symlinks are resolved; and, for a bundle's engine set (``BUNDLE/engines/NAME``), inside the bundle too (the
+    folder itself may be a symlink leaving it).
+
+    Raises:
+        EngineRecordError: the name breaks the rule.
+    """
+    folder = Path(folder)
+    try:
+        path = bundle_file(folder, name, f"{folder}: {what}", inside="the engine folder")
+        if folder.parent.name == ENGINES_DIR:
+            bundle_file(folder.parent.parent, f"{ENGINES_DIR}/{folder.name}/{name}", f"{folder}: {what}")
+    except BundleError as exc:
+        raise EngineRecordError(str(exc)) from None
+    return path
+
+
 #: The fields every record has, with their JSON types.
 _RECORD_FIELDS: dict[str, type] = {"precision": str, "env": dict, "engines": dict}
 
@@ -101,13 +122,15 @@ def read_record(folder: Path) -> dict[str, Any]:
         EngineRecordError: missing, not JSON, or without the fields (of the types) a loader reads; the message names
             the file and the problem.
     """
-    path = folder / RECORD_NAME
+    path = engine_file(folder, RECORD_NAME, RECORD_NAME)
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise EngineRecordError(f"{folder}: no {RECORD_NAME} (an interrupted or foreign engine folder)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:  # json.JSONDecodeError is a ValueError
+    except (OSError, UnicodeDecodeError, ValueError) as exc:  # JSON errors, a too-long number: ValueErrors
         raise EngineRecordError(f"{path}: unreadable ({exc})") from None
+    except RecursionError:
+        raise EngineRecordError(f"{path}: unreadable (its JSON nests too deeply)") from None
     if not isinstance(record, dict):
         raise EngineRecordError(f"{path}: not an edgecap engine record (a JSON {type(record).__name__}, not an object)")
     if record.get("format") != RECORD_FORMAT:
@@ -129,11 +152,29 @@ def read_record(folder: Path) -> dict[str, Any]:
         for role, entry in record.get(group, {}).items():
             if not isinstance(entry, dict) or not isinstance(entry.get("plan"), str):
                 raise EngineRecordError(f"{path}: {group}[{role!r}] is not an object with a 'plan' file name")
-    for field in ("max_batch", "beam"):
+    for field, top in (("max_batch", MAX_DIM), ("beam", MAX_BEAM)):
         value = record.get("request", {}).get(field, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise EngineRecordError(f"{path}: request.{field} {value!r} is not a positive integer")
+        if value > top:
+            raise EngineRecordError(f"{path}: request.{field} is {value}, above the limit {top}")
+    for role, entry in record["engines"].items():  # buffers are sized by the profile's largest dimensions
+        _check_profile_dims(entry.get("profile"), f"{path}: engines[{role!r}].profile.dims")
     return record
+
+
+def _check_profile_dims(profile: Any, where: str) -> None:
+    dims = profile.get("dims", {}) if isinstance(profile, dict) else {}
+    if not isinstance(dims, dict):
+        raise EngineRecordError(f"{where} is not an object")
+    for name, sizes in dims.items():
+        if (
+            not isinstance(sizes, list)
+            or len(sizes) != 3
+            or any(isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DIM for v in sizes)
+            or sorted(sizes) != sizes
+        ):
+            raise EngineRecordError(f"{where}[{name!r}] {sizes!r} is not (min, opt, max) integers in 0..{MAX_DIM}")
 
 
 def check_record(
@@ -172,15 +213,16 @@ def check_record(
 
 
 def verify_plans(folder: Path, record: Mapping[str, Any]) -> None:
-    """Each plan file exists with its recorded SHA-256 (a truncated copy must never reach TensorRT).
+    """Each plan file stays inside the engine folder (:func:`engine_file`) and exists with its recorded SHA-256 (a
+    truncated copy, or a file from elsewhere, must never reach TensorRT).
 
     Raises:
-        EngineRecordError: naming the first missing or modified plan.
+        EngineRecordError: naming the first escaping, missing or modified plan.
     """
     entries = [*record.get("engines", {}).values(), *record.get("gathers", {}).values()]
     for entry in entries:
-        plan = folder / str(entry.get("plan", ""))
-        if not plan.is_file() or plan.parent != folder:
+        plan = engine_file(folder, entry.get("plan"), "plan")
+        if not plan.is_file():
             raise EngineRecordError(f"{folder}: plan {entry.get('plan')!r} is missing")
         if sha256_file(plan) != entry.get("plan_sha256"):
             raise EngineRecordError(

@@ -103,6 +103,9 @@ class RuntimeRefineModel(GraphPair):
         mask_id: int,
     ) -> None:
         super().__init__(encoder, refine, state_names)
+        from edgecap.bundle.limits import check_length_plan  # a hostile 10^9 passes would never finish
+
+        check_length_plan(length_levels, refine_steps, eos_decay, f"{refine.name}: length plan", RuntimeInputError)
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
         self.refine_steps = tuple(int(t) for t in refine_steps)
         self.eos_decay = tuple(float(g) for g in eos_decay)

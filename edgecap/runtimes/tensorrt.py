@@ -226,10 +226,13 @@ class _EngineSet:
 
         _use_device(self.device)  # the engines' weights are deserialised onto the current device
 
+        from edgecap.engines.store import engine_file
+
         runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
         entries = {**self.record["engines"], **self.record.get("gathers", {})}
         for role in self.roles:
-            self.engines[role] = _Engine(trt, runtime, (self.folder / entries[role]["plan"]).read_bytes(), role)
+            plan = engine_file(self.folder, entries[role]["plan"], "plan").read_bytes()  # inside the bundle only
+            self.engines[role] = _Engine(trt, runtime, plan, role)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -472,9 +475,13 @@ class TrtRefineModel(_TrtModel):
         absent = [k for k in needed if k not in metadata]
         if absent:
             raise TrtEngineError(f"the engine record lacks the refine graph's metadata {absent}; rebuild the engines")
-        self.length_levels = tuple((int(lo), int(hi)) for lo, hi in json.loads(metadata["length_levels"]))
-        self.refine_steps = tuple(int(t) for t in json.loads(metadata["refine_steps"]))
-        self.eos_decay = tuple(float(g) for g in json.loads(metadata["eos_decay"]))
+        from edgecap.bundle.limits import check_length_plan
+
+        plan = [json.loads(metadata[k]) for k in needed[:3]]
+        check_length_plan(*plan, f"{engines.folder}: the refine graph's metadata", TrtEngineError)
+        self.length_levels = tuple((int(lo), int(hi)) for lo, hi in plan[0])
+        self.refine_steps = tuple(int(t) for t in plan[1])
+        self.eos_decay = tuple(float(g) for g in plan[2])
         self.mask_id = int(metadata["mask_id"])
 
     def refine(self, tokens: np.ndarray, length_level: np.ndarray, state: State) -> np.ndarray:

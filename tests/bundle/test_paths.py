@@ -156,3 +156,26 @@ def test_a_run_directory_naming_a_file_outside_it_is_refused(tiny_data, tmp_path
     (copy / "vocab.json").symlink_to(tmp_path / "vocab.json")
     with pytest.raises(RunError, match="outside the run directory"):
         load_run(copy)
+
+
+def test_a_manifest_symlinked_outside_the_bundle_is_refused(copy: Path, image: Path):
+    """``manifest.json`` is opened under the same rule as every other file: a symlink leaving the bundle is refused
+    (it loaded and captioned, although vocabulary and graph symlinks were refused)."""
+    from edgecap.cli import main
+
+    outside = _outside(copy, MANIFEST_NAME)
+    (copy / MANIFEST_NAME).unlink()
+    (copy / MANIFEST_NAME).symlink_to(outside)
+    for verify in (True, False):
+        with pytest.raises(BundleError, match=r"'manifest.json' resolves to .*outside the bundle"):
+            load_bundle(copy, verify=verify, graphs="none")
+    with pytest.raises(BundleError, match="manifest.json"):
+        Captioner.load(copy, runtime="onnxruntime")
+    result = CliRunner().invoke(main, ["caption", str(image), "--model", str(copy), "--runtime", "onnxruntime"])
+    assert result.exit_code == 1 and "outside the bundle" in result.output, result.output
+
+
+def test_a_manifest_symlink_staying_inside_the_bundle_is_accepted(copy: Path):
+    (copy / MANIFEST_NAME).rename(copy / ".manifest-real.json")
+    (copy / MANIFEST_NAME).symlink_to(".manifest-real.json")
+    assert load_bundle(copy, graphs="none").name

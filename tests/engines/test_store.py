@@ -168,3 +168,80 @@ def test_find_engines_serves_the_decode_beam(tmp_path: Path) -> None:
     assert [f for f, _ in fitting_engines(tmp_path, "fp16", ENV, SHAS, beam=2)] == [beam3, beam5]
     with pytest.raises(EngineMismatchError, match=r"built for beam 5, decoding asks for beam 6.*--beam 6`"):
         find_engines(tmp_path, "fp16", ENV, SHAS, beam=6)
+
+
+# -- every file an engine set names resolves inside its folder and the bundle ------------------------------------------
+
+
+def test_a_plan_symlinked_outside_the_bundle_is_refused(tmp_path: Path) -> None:
+    """The plan's bytes match its recorded SHA-256, so only the path rule can catch it (it passed before)."""
+    folder = _store(tmp_path / "bundle", "fp16-b8-k3-y", record())
+    outside = tmp_path / "outside.plan"
+    outside.write_bytes((folder / "step.plan").read_bytes())
+    (folder / "step.plan").unlink()
+    (folder / "step.plan").symlink_to(outside)
+    with pytest.raises(EngineRecordError, match=r"'step.plan' resolves to .*outside the engine folder"):
+        verify_plans(folder, read_record(folder))
+
+
+def test_a_plan_with_dot_dot_is_refused_as_escaping(tmp_path: Path) -> None:
+    folder = _store(tmp_path / "bundle", "fp16-b8-k3-y", record())
+    data = read_record(folder)
+    (folder.parent / "step.plan").write_bytes((folder / "step.plan").read_bytes())
+    data["engines"]["step"]["plan"] = "../step.plan"
+    with pytest.raises(
+        EngineRecordError,
+        match=r"'\.\./step\.plan' is not a relative path inside the engine folder "
+        r"\(its '\.\.' escapes",
+    ):
+        verify_plans(folder, data)
+    data["engines"]["step"]["plan"] = str(folder / "step.plan")
+    with pytest.raises(EngineRecordError, match="not a relative path inside the engine folder"):
+        verify_plans(folder, data)
+
+
+def test_an_engine_folder_or_record_symlinked_outside_the_bundle_is_refused(tmp_path: Path) -> None:
+    elsewhere = _store(tmp_path / "elsewhere", "fp16-b8-k3-y", record())
+    bundle = tmp_path / "bundle"
+    (bundle / "engines").mkdir(parents=True)
+    (bundle / "engines" / "fp16-b8-k3-y").symlink_to(elsewhere, target_is_directory=True)
+    with pytest.raises(EngineRecordError, match="outside the bundle"):
+        read_record(bundle / "engines" / "fp16-b8-k3-y")
+    with pytest.raises(EngineMismatchError, match="outside the bundle"):
+        find_engines(bundle, "fp16", ENV, SHAS)
+    inside = _store(bundle, "fp16-b4-k3-z", record(request={"max_batch": 4, "beam": 3}))
+    assert find_engines(bundle, "fp16", ENV, SHAS)[0] == inside  # the escaping set gives way to a sound one
+    (inside / RECORD_NAME).unlink()
+    (inside / RECORD_NAME).symlink_to(elsewhere / RECORD_NAME)
+    with pytest.raises(EngineRecordError, match=r"'engine.json' resolves to .*outside the engine folder"):
+        read_record(inside)
+
+
+@pytest.mark.parametrize(
+    ("changes", "problem"),
+    [
+        ({"request": {"max_batch": 10**9, "beam": 3}}, "request.max_batch is 1000000000, above the limit"),
+        ({"request": {"max_batch": 8, "beam": 10**6}}, "request.beam is 1000000, above the limit"),
+        (
+            {"engines": {"step": {"plan": "step.plan", "profile": {"dims": {"batch": [1, 8, 10**12]}}}}},
+            r"engines\['step'\].profile.dims\['batch'\]",
+        ),
+        (
+            {"engines": {"step": {"plan": "step.plan", "profile": {"dims": {"past": [30, 3, 0]}}}}},
+            r"profile.dims\['past'\] \[30, 3, 0\] is not \(min, opt, max\)",
+        ),
+    ],
+)
+def test_unbounded_record_numbers_are_refused(tmp_path: Path, changes: dict, problem: str) -> None:
+    (tmp_path / RECORD_NAME).write_text(json.dumps(record(**changes)))
+    with pytest.raises(EngineRecordError, match=problem):
+        read_record(tmp_path)
+
+
+def test_a_record_with_an_unreadable_number_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / RECORD_NAME).write_text(json.dumps(record()).replace('"max_batch": 8', '"max_batch": ' + "9" * 5000))
+    with pytest.raises(EngineRecordError, match=rf"{RECORD_NAME}: unreadable"):
+        read_record(tmp_path)
+    (tmp_path / RECORD_NAME).write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(EngineRecordError, match=rf"{RECORD_NAME}: unreadable"):
+        read_record(tmp_path)
