@@ -276,7 +276,7 @@ def image_transformer_xsmall() -> ImageTransformerCfg:
 
 @register_model
 def image_transformer_test() -> ImageTransformerCfg:
-    """d 32, 2 heads, 2 layers, M = 2, 2×2 + 1×1 grid scales: every mechanism at toy size."""
+    """d 32, 2 heads, 2 layers, M = 2, 2×2 + 1×1 grid scales (on grid features): every mechanism at toy size."""
     return ImageTransformerCfg(d_model=32, heads=2, enc_layers=2, branches=2, grid_scales=(2, 1))
 
 
