@@ -113,6 +113,13 @@ def check_backbone_numbers(spec: Mapping[str, Any], where: str, error: type[Exce
             raise error(f"{where}.grid must be [height, width], got {grid!r}")
         for i, side in enumerate(grid):
             check_int(side, f"{where}.grid[{i}]", 1, MAX_GRID, error)
+    from edgecap.data.preprocess import PreprocessCfg  # Pillow, needed only by bundles with a backbone
+
+    if all(key in spec for key in PreprocessCfg.SPEC_FIELDS):  # its own rules: interpolation, crop mode
+        try:
+            PreprocessCfg.from_spec(spec)
+        except (ValueError, TypeError) as exc:
+            raise error(f"{where}: {exc}") from None
 
 
 def check_config_numbers(config: Mapping[str, Any], where: str, error: type[Exception]) -> None:

@@ -5,6 +5,8 @@
 - manifest is missing, malformed, or of a format version newer than this edgecap reads;
 - files are missing, unlisted, or differ from their recorded SHA-256 (truncated copy, bit rot, hand edits);
 - vocabulary disagrees with ``config.json`` (kind or number of classes: the weights would decode to nonsense);
+- numbers lie outside :mod:`edgecap.bundle.limits` (a caption of 10^9 words, a zero ``std``, an image of 10^6 px);
+- ``manifest.json`` or any file it names resolves outside the bundle (:func:`~edgecap.bundle.manifest.bundle_file`);
 - graphs do not have the inputs/outputs the manifest's interface promises, or need a newer ONNX opset than the
   installed ``onnx`` knows.
 

@@ -74,6 +74,8 @@ CONFIG_CASES = [
     ("backbone__mean", [0.5, math.inf, 0.5], "backbone.mean"),
     ("backbone__mean", ["0.5", 0.5, 0.5], "backbone.mean"),
     ("backbone__crop_pct", 0, "backbone.crop_pct"),
+    ("backbone__crop_mode", "bogus", "crop_mode 'bogus'"),
+    ("backbone__interpolation", 3, "interpolation '3'"),
     ("backbone__grid", [2, 10**9], "backbone.grid"),
     ("backbone__feature_dim", 10**9, "backbone.feature_dim"),
     ("model__feature_dim", 10**9, "model.feature_dim"),
