@@ -375,14 +375,24 @@ def verify_files(root: str | Path, manifest: Mapping[str, Any], hashed: Collecti
 
 
 # -- reports ---------------------------------------------------------------------------------------------------------
+def _number(value: Any) -> float | None:
+    """``value`` if it is a finite number, else None: a report shows a hand-edited field as unknown, never crashes."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None
+
+
+def _objects(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value.values() if isinstance(v, Mapping)] if isinstance(value, Mapping) else []
+
+
 def _worst_parity(parity: Mapping[str, Any]) -> tuple[float | None, float | None, bool | None]:
     """Largest ``max_abs / atol`` over every graph output: (max_abs, its atol, all passed)."""
     worst: tuple[float, float, float] | None = None
     passed = True
-    for report in parity.values():
+    for report in _objects(parity):
         passed = passed and bool(report.get("passed"))
-        for out in report.get("outputs", {}).values():
-            max_abs, atol = out.get("max_abs"), out.get("atol") or 0.0
+        for out in _objects(report.get("outputs")):
+            max_abs, atol = _number(out.get("max_abs")), _number(out.get("atol")) or 0.0
             if max_abs is None:
                 return None, None, False
             ratio = max_abs / atol if atol else math.inf
@@ -404,7 +414,7 @@ def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
             continue
         names = set(variant.get("files", {}).values())
         max_abs, atol, passed = _worst_parity(variant.get("parity") or {})
-        quality = variant.get("quality") or {}
+        quality = variant.get("quality") if isinstance(variant.get("quality"), Mapping) else {}
         rows.append(
             {
                 "precision": precision,
@@ -412,12 +422,12 @@ def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
                 "parity_passed": passed,
                 "parity_max_abs": max_abs,
                 "parity_atol": atol,
-                "cider_d_reference": quality.get("reference_cider_d"),
-                "cider_d": quality.get("candidate_cider_d"),
-                "cider_d_delta": quality.get("cider_d_delta"),
-                "agreement": quality.get("agreement"),
-                "images": quality.get("images"),
-                "quality_set": quality.get("set"),
+                "cider_d_reference": _number(quality.get("reference_cider_d")),
+                "cider_d": _number(quality.get("candidate_cider_d")),
+                "cider_d_delta": _number(quality.get("cider_d_delta")),
+                "agreement": _number(quality.get("agreement")),
+                "images": _number(quality.get("images")),
+                "quality_set": quality.get("set") if isinstance(quality.get("set"), str) else None,
             }
         )
     return rows

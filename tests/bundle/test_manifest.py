@@ -213,6 +213,26 @@ def test_summary_rows_report_the_worst_output_relative_to_its_tolerance():
     assert rows[1]["parity_passed"] is None and rows[1]["agreement"] == 0.9 and rows[1]["cider_d"] == 1.0
 
 
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"parity": {"step": {"passed": True, "outputs": {"logprobs": {"max_abs": "9e-5", "atol": 1e-4}}}}},
+        {"parity": {"step": {"passed": True, "outputs": {"logprobs": {"max_abs": 1e-5, "atol": [1]}}}}},
+        {"parity": {"step": {"passed": True, "outputs": ["logprobs"]}}},
+        {"parity": {"step": "passed"}},
+        {"parity": ["step"]},
+        {"quality": {"agreement": "all", "images": [4], "set": {"a": 1}, "cider_d_delta": 1e999}},
+        {"quality": "good"},
+    ],
+)
+def test_summary_rows_show_a_hand_edited_report_field_as_unknown(variant: dict):
+    """A manifest's reports are not parsed for loading, so ``edgecap info`` and benchmark reports read whatever
+    they hold: a malformed field is shown as unknown (None), never a TypeError."""
+    (row,) = summary_rows({"files": {}, "variants": {"fp32": {"files": {}, **variant}}})
+    assert row["parity_max_abs"] is None or row["parity_max_abs"] == 1e-5
+    assert all(row[k] is None for k in ("agreement", "images", "quality_set", "cider_d_delta"))
+
+
 def test_software_versions_and_version_order():
     versions = software_versions()
     assert versions["edgecap"] == __version__ and versions["torch"] and versions["onnxruntime"]
