@@ -100,7 +100,9 @@ def tensorrt_cache_dir(bundle_dir: str | Path, precision: str, digest: str, home
     bundle_dir = Path(bundle_dir)
     key = f"{precision}-{digest[:16]}"
     if os.access(bundle_dir, os.W_OK):
-        return bundle_dir / CACHE_DIRNAME / key
+        from edgecap.bundle.manifest import bundle_file  # a symlinked cache may not lead out of the bundle
+
+        return bundle_file(bundle_dir, f"{CACHE_DIRNAME}/{key}", "the TensorRT EP's engine cache")
     return Path(home) / "trt-engines" / f"{bundle_dir.name}-{key}"
 
 
