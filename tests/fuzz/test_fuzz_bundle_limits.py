@@ -107,6 +107,13 @@ def test_finding_cli_refuses_the_reported_bundles(copy: Path, image: Path, field
     assert result.exit_code == 1 and needle in result.output, result.output
 
 
+def test_finding_torch_runtime_refuses_an_unbounded_max_words(copy: Path) -> None:
+    """The torch runtime hung on it too: it opens the bundle through the same reader."""
+    _edit_config(copy, decode__max_words=10**9)
+    with pytest.raises(BundleError, match=r"config\.json: decode\.max_words is 1000000000, outside the limit 1\.\.256"):
+        Captioner.load(copy, runtime="torch")
+
+
 @pytest.fixture(scope="module")
 def shared_copy(bundle: Path, tmp_path_factory) -> Path:
     return copy_bundle(bundle, tmp_path_factory.mktemp("limits") / "copy")
