@@ -1,4 +1,5 @@
-"""Side by side: edgecap's runtimes against the re-run-prefix baseline, in captions/s, with one command.
+"""Side by side: edgecap's runtimes against the official ACORT / ExpansionNet v2 code and a re-run-prefix stand-in,
+in captions/s, with one command.
 
 Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
 
@@ -6,9 +7,12 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   vocabulary) with seeded random weights, a 7x7 grid of features (``decode_cache.random_setup``); ``acort-xsmall``
   decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``, ``max_len = steps``:
   no caption ends early). Each decode is the full path from features to token ids, encoder included.
-- **columns**: the *re-run-prefix baseline* (torch eager :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`:
-  no cache, the whole prefix re-run every step, which is how the official ORT/ExpansionNet code decodes; the official
-  code itself is not run), edgecap torch (:class:`~edgecap.runtimes.torch.TorchStepModel`), and one edgecap ONNX
+- **columns**: the *official code* (``--official-acort PATH``, ``--official-expansionnet PATH``: a checkout of the
+  official repository at the commit in ``official_code.OFFICIAL_CODE``; its model built at the row's architecture with
+  its own random init, its own decode function and beam search timed on the same features: ``official_code.py``;
+  skipped with a note when no path is given), the *re-run-prefix stand-in* (edgecap's model and search in torch eager
+  through :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every step),
+  edgecap torch (:class:`~edgecap.runtimes.torch.TorchStepModel`), and one edgecap ONNX
   Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
   :func:`edgecap.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
@@ -62,11 +66,13 @@ for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
 
 import numpy as np  # noqa: E402
 
+OFFICIAL = "official"
 BASELINE = "baseline"
 TORCH = "torch"
 ORT_PREFIX = "ort-"
 COLUMN_LABELS = {
-    BASELINE: "re-run-prefix baseline (how the official code decodes)",
+    OFFICIAL: "official code",
+    BASELINE: "re-run-prefix stand-in (no cache)",
     TORCH: "edgecap torch",
 }
 #: Forced decode steps per model (the issue's protocol): radix tokens for ACORT, words for ExpansionNet v2.
@@ -172,9 +178,11 @@ def ort_variants(requested: Sequence[str], manifests: Mapping[str, Mapping[str, 
     return out
 
 
-def columns_for(variants: Sequence[str], baseline: bool = True) -> list[str]:
-    """The table's columns: baseline, torch, then one ``ort-VARIANT`` per ORT variant."""
-    return [*([BASELINE] if baseline else []), TORCH, *(ORT_PREFIX + v for v in variants)]
+def columns_for(variants: Sequence[str], baseline: bool = True, official: bool = False) -> list[str]:
+    """The table's columns: the official code (when a checkout is given), the re-run-prefix stand-in, torch, then one
+    ``ort-VARIANT`` per ORT variant."""
+    head = [*([OFFICIAL] if official else []), *([BASELINE] if baseline else [])]
+    return [*head, TORCH, *(ORT_PREFIX + v for v in variants)]
 
 
 def round_cells(rows: Sequence[Row], columns: Sequence[str], round_index: int) -> list[tuple[Row, str]]:
@@ -375,26 +383,18 @@ def _cell_setup(spec: Mapping[str, Any]) -> tuple[Any, Any, Path, dict[str, Any]
     return setup, cfg, directory, manifest
 
 
-def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """Warm-ups then timed decodes of one cell; captions/s of the median, and a digest of the decoded tokens."""
-    import torch
-
-    from edgecap.decoding import decode
-
-    setup, cfg, directory, manifest = _cell_setup(spec)
-    inputs = setup.batches[0]
-    options = _ort_options(int(spec["threads"]), spec.get("session_config", {}))
-    times, digest = [], None
-    with torch.inference_mode(), _step_model(spec["column"], setup, directory, manifest, options) as step_model:
-        for i in range(int(spec["warmup"]) + int(spec["repeats"])):
-            start = time.perf_counter()
-            result = decode(step_model, inputs, cfg)
-            elapsed = time.perf_counter() - start
-            if i >= int(spec["warmup"]):
-                times.append(elapsed)
-                tokens = [hyps[0].tokens if hyps else [] for hyps in result]
-                digest = digest or hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:12]
-                lengths = [len(t) for t in tokens]
+def time_decodes(spec: Mapping[str, Any], decode_once: Any) -> dict[str, Any]:
+    """``spec["warmup"]`` untimed then ``spec["repeats"]`` timed calls of ``decode_once()`` (-> each image's token
+    ids); captions/s of the median, and a digest and the mean length of the decoded tokens. Every column's cell."""
+    times, digest, lengths = [], None, [0]
+    for i in range(int(spec["warmup"]) + int(spec["repeats"])):
+        start = time.perf_counter()
+        tokens = decode_once()
+        elapsed = time.perf_counter() - start
+        if i >= int(spec["warmup"]):
+            times.append(elapsed)
+            digest = digest or hashlib.sha1(json.dumps(tokens).encode()).hexdigest()[:12]
+            lengths = [len(t) for t in tokens]
     median = statistics.median(times)
     return {
         "times_s": times,
@@ -402,8 +402,48 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         "captions_per_s": int(spec["batch"]) / median,
         "tokens_sha1": digest,
         "mean_tokens": statistics.mean(lengths),
-        **({"ort_options": options} if spec["column"].startswith(ORT_PREFIX) else {}),
     }
+
+
+def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Warm-ups then timed decodes of one cell; captions/s of the median, and a digest of the decoded tokens."""
+    import torch
+
+    from edgecap.decoding import decode
+
+    if spec["column"] == OFFICIAL:
+        return run_official_cell(spec)
+    setup, cfg, directory, manifest = _cell_setup(spec)
+    inputs = setup.batches[0]
+    options = _ort_options(int(spec["threads"]), spec.get("session_config", {}))
+    with torch.inference_mode(), _step_model(spec["column"], setup, directory, manifest, options) as step_model:
+
+        def decode_once() -> list[list[int]]:
+            return [list(hyps[0].tokens) if hyps else [] for hyps in decode(step_model, inputs, cfg)]
+
+        result = time_decodes(spec, decode_once)
+    return {**result, **({"ort_options": options} if spec["column"].startswith(ORT_PREFIX) else {})}
+
+
+def run_official_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The official code's cell: its model for the row's config (``official_code.build``, random init from the
+    official code under ``--seed``) decoding the row's features (the same draw as the other columns') with its own
+    decode function (beam 1 = its greedy path), timed like every other cell."""
+    import decode_cache
+    import official_code
+    import torch
+
+    torch.set_num_threads(int(spec["threads"]))
+    inputs = decode_cache.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"]).batches[0]
+    kind, checkout = spec["official"]["kind"], Path(spec["official"]["path"])
+    official_code.check_checkout(kind, checkout)
+    settings = decode_cache.SETTINGS[spec["setting"]](spec["model"])
+    steps, beam = int(spec["steps"]), int(spec["beam"])
+    model = official_code.build(kind, checkout, spec["model"], settings, steps, int(spec["seed"]))
+    with torch.no_grad():
+        result = time_decodes(spec, official_code.decoder(kind, model, inputs, beam, steps))
+    code = official_code.OFFICIAL_CODE[kind]
+    return {**result, "official": {"repo": code.repo, "pinned_commit": code.commit, "function": code.function}}
 
 
 def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -575,8 +615,14 @@ def _fmt(value: float | None) -> str:
     return f"{value:.2f}" if value < 10 else f"{value:.1f}"
 
 
+def ratio_column(columns: Sequence[str]) -> str:
+    """The column the table's ratios divide by: the official code when it ran, else the re-run-prefix stand-in."""
+    return OFFICIAL if OFFICIAL in columns else BASELINE
+
+
 def markdown(report: Mapping[str, Any]) -> str:
-    """The side-by-side table (captions/s, ratio to the baseline column) and the weight-read limit table."""
+    """The side-by-side table (captions/s, ratio to the official code's column, or to the stand-in when the official
+    code did not run) and the weight-read limit table."""
     columns = report["columns"]
     head = [COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns]
     lines = []
@@ -594,14 +640,15 @@ def _table_lines(report: Mapping[str, Any], head: Sequence[str]) -> list[str]:
         "| model, strategy | batch | threads | " + " | ".join(head) + " |",
         "|---|---:|---:|" + "---:|" * len(columns),
     ]
+    base_column = ratio_column(columns)
     for row in report["rows"]:
         cells = row["cells"]
-        base = cells.get(BASELINE, {}).get("captions_per_s")
+        base = cells.get(base_column, {}).get("captions_per_s")
         out = []
         for column in columns:
             value = cells.get(column, {}).get("captions_per_s")
             text = _fmt(value)
-            if value is not None and base and column != BASELINE:
+            if value is not None and base and column != base_column:
                 text += f" ({value / base:.1f}×)"
             out.append(text)
         lines.append(f"| {row['label']} | {row['batch']} | {row['threads']} | " + " | ".join(out) + " |")
@@ -609,8 +656,10 @@ def _table_lines(report: Mapping[str, Any], head: Sequence[str]) -> list[str]:
     lines.append("")
     lines.append(
         f"captions/s, median of {report['rounds']} round(s) of a fresh process per cell ({report['warmup']} warm-ups, "
-        f"median of {report['repeats']} timed decodes); ratios vs the re-run-prefix baseline."
+        f"median of {report['repeats']} timed decodes); ratios vs the "
+        + ("official code." if base_column == OFFICIAL else "re-run-prefix stand-in (the official code did not run).")
     )
+    lines += [f"Official code: {note}" for note in report.get("official_notes", [])]
     if spreads and report["rounds"] > 1:
         lines.append(
             "Spread (max − min of a cell's round medians, over its median): "
@@ -620,7 +669,7 @@ def _table_lines(report: Mapping[str, Any], head: Sequence[str]) -> list[str]:
         r["label"] + f", batch {r['batch']}, threads {r['threads']}" for r in report["rows"] if not r["same_tokens"]
     ]
     lines.append(
-        "Tokens: every FP32 column decoded the baseline's tokens."
+        "Tokens: every edgecap FP32 column decoded the stand-in's tokens."
         if not mismatched
         else f"Tokens differ between FP32 columns in: {'; '.join(mismatched)}."
     )
@@ -664,11 +713,16 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
 
 
 def _same_tokens(cells: Mapping[str, Mapping[str, Any]], manifest: Mapping[str, Any]) -> bool:
-    """Whether the baseline, torch and every FP32 ORT column decoded the same tokens in every round."""
+    """Whether the re-run-prefix stand-in, torch and every FP32 ORT column decoded the same tokens in every round
+    (the official code's column has its own weights: not compared)."""
     fp32 = [
         c
         for c in cells
-        if not c.startswith(ORT_PREFIX) or manifest["variants"].get(c[len(ORT_PREFIX) :], {}).get("precision") == "fp32"
+        if c != OFFICIAL
+        and (
+            not c.startswith(ORT_PREFIX)
+            or manifest["variants"].get(c[len(ORT_PREFIX) :], {}).get("precision") == "fp32"
+        )
     ]
     digests = {d for c in fp32 for d in cells[c].get("tokens_sha1", [])}
     return len(digests) <= 1
@@ -690,7 +744,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=7, help="timed decodes per cell, median (7)")
     p.add_argument("--setting", choices=("paper", "edge"), default="paper", help="model settings (default paper)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-baseline", action="store_true", help="skip the re-run-prefix baseline column")
+    p.add_argument("--no-baseline", action="store_true", help="skip the re-run-prefix stand-in column")
+    p.add_argument(
+        "--official-acort",
+        type=Path,
+        metavar="PATH",
+        help="checkout of jiahuei/sparse-image-captioning: time the official ACORT code\n"
+        "(ort-family rows; commit pinned in official_code.OFFICIAL_CODE)",
+    )
+    p.add_argument(
+        "--official-expansionnet",
+        type=Path,
+        metavar="PATH",
+        help="checkout of jchenghu/ExpansionNet_v2: time the official ExpansionNet v2 code",
+    )
     p.add_argument("--no-limit", action="store_true", help="skip the weight-read limit")
     p.add_argument("--limit-only", action="store_true", help="only the weight-read limit (no side-by-side cells)")
     p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
@@ -768,7 +835,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         wanted = [v for v in args.variant_list if v != EXPORTED]
         manifests[name] = prepare_model(args.work, name, steps, wanted, args.seed, args.setting)
     variants = ort_variants(args.variant_list, manifests)
-    columns = columns_for(variants, baseline=not args.no_baseline)
+    official, notes = official_checkouts(args, models)
+    for note in notes:
+        print(f"   official code: {note}", flush=True)
+    columns = columns_for(variants, baseline=not args.no_baseline, official=bool(official))
     report: dict[str, Any] = {
         "command": command,
         "environment": _environment(),
@@ -782,6 +852,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "session_config": args.session_config,
         "ort_options": {str(t): _ort_options(t, args.session_config) for t in sorted({r.threads for r in rows})},
         "variants": {name: m["variants"] for name, m in manifests.items()},
+        "official": official,
+        "official_notes": notes,
     }
     samples: dict[tuple[Row, str], list[dict[str, Any]]] = {}
     for r in range(0 if args.limit_only else args.rounds):
@@ -791,10 +863,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             if column.startswith(ORT_PREFIX) and column[len(ORT_PREFIX) :] not in manifests[row.model]["variants"]:
                 samples.setdefault((row, column), [])  # "exported" listed a variant this model does not have
                 continue
+            if column == OFFICIAL and row.model not in official:
+                samples.setdefault((row, column), [])  # no checkout of this model's official code
+                continue
             payload = {
                 **asdict(row), "column": column, "dir": str(model_dir(args.work, row.model, args.setting, args.seed)),
                 "seed": args.seed, "setting": args.setting, "warmup": args.warmup, "repeats": args.repeats,
                 "session_config": args.session_config,
+                **({"official": official[row.model]} if column == OFFICIAL else {}),
             }  # fmt: skip
             result = _run_child(payload, "--cell", args.cell_timeout)
             samples.setdefault((row, column), []).append(result)
@@ -822,6 +898,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"wrote {args.out / 'side_by_side.json'} and {args.out / 'side_by_side.md'}", file=sys.stderr)
     failed = [c for r in report["rows"] for c in r["cells"].values() if c["errors"]]
     return 1 if failed else 0
+
+
+def official_checkouts(
+    args: argparse.Namespace, models: Sequence[tuple[str, int]]
+) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Model -> ``{"kind", "path"}`` of the official code that decodes it (from ``--official-acort`` /
+    ``--official-expansionnet``; each checked for the files a cell imports), and a note per model left out."""
+    import official_code
+
+    paths = {official_code.ACORT: args.official_acort, official_code.EXPANSIONNET: args.official_expansionnet}
+    found, notes = {}, []
+    for name, _ in models:
+        kind = official_code.official_kind(name)
+        if kind is None:
+            notes.append(f"{name}: no official code known; not run.")
+            continue
+        code = official_code.OFFICIAL_CODE[kind]
+        if paths[kind] is None:
+            notes.append(f"{name}: not run (no {code.flag} PATH, a checkout of {code.repo} at {code.commit[:12]}).")
+            continue
+        try:
+            official_code.check_checkout(kind, paths[kind])
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from exc
+        found[name] = {"kind": kind, "path": str(Path(paths[kind]).resolve())}
+        notes.append(f"{name}: {code.repo} (pinned {code.commit[:12]}), {code.function}.")
+    return found, notes
 
 
 def measure_limits(

@@ -205,9 +205,9 @@ def _report(script, same: bool = True):  # type: ignore[no-untyped-def]
 
 def test_markdown_shows_ratios_to_the_baseline_and_the_limit(script) -> None:  # type: ignore[no-untyped-def]
     text = script.markdown(_report(script))
-    assert "re-run-prefix baseline (how the official code decodes)" in text
+    assert "re-run-prefix stand-in (no cache)" in text and "ratios vs the re-run-prefix stand-in" in text
     assert "| acort-xsmall, beam 3 | 1 | 1 | 5.00 | 10.0 (2.0×) | 40.0 (8.0×) | 45.0 (9.0×) |" in text
-    assert "every FP32 column decoded the baseline's tokens" in text  # INT8's other tokens are not a mismatch
+    assert "every edgecap FP32 column decoded the stand-in's tokens" in text  # INT8's other tokens are not a mismatch
     assert "| acort-xsmall | fp32 | 5.00 | yes | 100 | 200 (1) | 2.0× | 150 | 1.5× |" in text
     assert "| acort-xsmall | fp32 | 5.00 | yes | 100 | 300 (3) | 3.0× | – | – |" in text  # a report without a floor
     assert "Tokens differ between FP32 columns in: acort-xsmall, beam 3" in script.markdown(_report(script, False))
@@ -246,7 +246,7 @@ def test_exported_stands_for_every_variant_in_the_export_folders(script) -> None
 def test_limit_only_report_has_no_side_by_side_table(script) -> None:  # type: ignore[no-untyped-def]
     report = {**_report(script), "rows": []}
     text = script.markdown(report)
-    assert "re-run-prefix baseline" not in text and text.startswith("Weight-read limit")
+    assert "re-run-prefix stand-in" not in text and text.startswith("Weight-read limit")
     with pytest.raises(SystemExit):
         script.parse_args(["--limit-only", "--no-limit"])
 
