@@ -246,3 +246,19 @@ def test_table_gives_ratios_against_the_official_code(script) -> None:  # type: 
     assert "| official code | re-run-prefix stand-in (no cache) | edgecap ORT fp32 |" in text
     assert "| 10.0 | 5.00 (0.5×) | 60.0 (6.0×) |" in text and "ratios vs the official code." in text
     assert "Official code: expansionnet-v2: not run" in text
+
+
+@pytest.mark.slow
+def test_quick_run_has_the_official_column_first(script, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    checkout = fake_acort(tmp_path / "sparse-image-captioning")
+    out, work = tmp_path / "out", tmp_path / "work"
+    argv = ["--quick", "--beam", "3", "--no-limit", "--variants", "fp32", "--official-acort", str(checkout)]
+    assert script.main([*argv, "--work", str(work), "--out", str(out)]) == 0
+    report = json.loads((out / "side_by_side.json").read_text())
+    assert report["columns"] == ["official", "baseline", "torch", "ort-fp32"]
+    assert report["official"] == {"acort-test": {"kind": "acort", "path": str(checkout.resolve())}}
+    (row,) = report["rows"]
+    assert row["cells"]["official"]["captions_per_s"] > 0 and row["same_tokens"]
+    config = _calls(checkout / "calls.json")[0]["config"]
+    assert (config["d_model"], config["max_seq_length"]) == (32, 6)  # acort-test's config, the quick length
+    assert "ratios vs the official code." in (out / "side_by_side.md").read_text()
