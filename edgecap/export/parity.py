@@ -23,6 +23,13 @@ __all__ = ["ParityError", "check_graph", "check_runtime", "compare_arrays", "tor
 
 ToleranceLike = Tolerance | Mapping[str, Tolerance] | Callable[[str], Tolerance]
 
+#: Reference values at or below this are "never" entries: the −1e4 bias of an output class a model cannot emit (an
+#: imported ORT model's PAD/BOS) or a −1e4 mask, and log-probabilities derived from them. Their probability is exactly
+#: 0 either way, and at that magnitude one float32 rounding step is ~1e-3, which would dominate ``max_abs`` and read as
+#: a failure beside an atol of 1e-4. They are compared on what they mean (both sides at or below this) and left out
+#: of the error statistics; the report counts them as ``never``.
+NEVER_BELOW = -5e3
+
 
 class ParityError(ValueError):
     """Outputs that cannot be compared at all (missing output, shape or dtype mismatch)."""
@@ -39,7 +46,9 @@ def compare_arrays(actual: Array, expected: Array, tolerance: Tolerance) -> dict
 
     Returns:
         ``max_abs`` and ``mean_abs`` error, ``max_rel`` (over elements with ``|expected| > atol``, where a relative
-        error means something), ``violations`` (elements outside ``atol + rtol * |expected|``), ``passed``.
+        error means something), ``violations`` (elements outside ``atol + rtol * |expected|``), ``passed`` and
+        ``never``: float elements whose reference is at or below :data:`NEVER_BELOW` (a −1e4 "never" logit); they
+        must be at or below it on both sides and are left out of the error statistics.
         Integer/bool outputs must match exactly; a NaN anywhere fails.
 
     Raises:
@@ -52,7 +61,9 @@ def compare_arrays(actual: Array, expected: Array, tolerance: Tolerance) -> dict
     if a.dtype != e.dtype:
         raise ParityError(f"dtype {a.dtype} != reference {e.dtype}")
     if a.size == 0:
-        return {"max_abs": 0.0, "mean_abs": 0.0, "max_rel": 0.0, "violations": 0, "elements": 0, "passed": True}
+        return {
+            "max_abs": 0.0, "mean_abs": 0.0, "max_rel": 0.0, "violations": 0, "elements": 0, "never": 0, "passed": True
+        }  # fmt: skip
     if not np.issubdtype(e.dtype, np.floating):
         mismatches = int(np.count_nonzero(a != e))
         return {
@@ -61,22 +72,26 @@ def compare_arrays(actual: Array, expected: Array, tolerance: Tolerance) -> dict
             "max_rel": float(mismatches > 0),
             "violations": mismatches,
             "elements": int(a.size),
+            "never": 0,
             "passed": mismatches == 0,
         }
     a64, e64 = a.astype(np.float64), e.astype(np.float64)
     diff = np.abs(a64 - e64)
     nan = np.isnan(diff)
-    finite = ~nan
+    never = (e64 <= NEVER_BELOW) & (a64 <= NEVER_BELOW)  # both "impossible": the values carry nothing more
+    counted = ~nan & ~never
     bound = tolerance.atol + tolerance.rtol * np.abs(e64)
-    violations = int(np.count_nonzero(nan | (diff > bound)))
-    significant = finite & (np.abs(e64) > max(tolerance.atol, 1e-12))
+    violations = int(np.count_nonzero(nan | (counted & (diff > bound))))
+    significant = counted & (np.abs(e64) > max(tolerance.atol, 1e-12))
     max_rel = float(np.max(diff[significant] / np.abs(e64[significant]))) if significant.any() else 0.0
+    empty = 0.0 if never.all() else float("nan")
     return {
-        "max_abs": float(np.max(diff[finite])) if finite.any() else float("nan"),
-        "mean_abs": float(np.mean(diff[finite])) if finite.any() else float("nan"),
+        "max_abs": float(np.max(diff[counted])) if counted.any() else empty,
+        "mean_abs": float(np.mean(diff[counted])) if counted.any() else empty,
         "max_rel": max_rel,
         "violations": violations,
         "elements": int(a.size),
+        "never": int(np.count_nonzero(never)),
         "passed": violations == 0 and not nan.any(),
     }
 
@@ -158,6 +173,7 @@ def _merge(outputs: dict[str, dict[str, Any]], name: str, stats: Mapping[str, An
     entry["mean_abs"] = max(entry["mean_abs"], stats["mean_abs"])
     entry["violations"] += stats["violations"]
     entry["elements"] += stats["elements"]
+    entry["never"] = entry.get("never", 0) + stats.get("never", 0)
     entry["passed"] = entry["passed"] and stats["passed"]
 
 

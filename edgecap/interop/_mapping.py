@@ -41,11 +41,23 @@ class OfficialState:
     def names(self) -> list[str]:
         return list(self._state)
 
-    def peek(self, key: str) -> torch.Tensor:
-        """The tensor ``key`` without consuming it."""
+    def peek(self, key: str, ndim: int | None = None) -> torch.Tensor:
+        """The tensor ``key`` without consuming it; with ``ndim``, its number of dimensions is checked first, so that a
+        flattened tensor is refused under its own name rather than where its shape is first used."""
         if key not in self._state:
             raise CheckpointError(f"{self.source}: missing tensor {key!r} (is this a checkpoint of the right model?)")
-        return self._state[key]
+        tensor = self._state[key]
+        if ndim is not None and tensor.dim() != ndim:
+            raise CheckpointError(
+                f"{self.source}: tensor {key!r} has shape {tuple(tensor.shape)} ({tensor.dim()}-d), expected {ndim}-d "
+                "(flattened or reshaped?)"
+            )
+        if not tensor.is_floating_point():
+            raise CheckpointError(
+                f"{self.source}: tensor {key!r} is {tensor.dtype}; the weights of this model are floating point "
+                "(a quantized or damaged export?)"
+            )
+        return tensor
 
     def take(self, key: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Consume ``key``; with ``shape``, check it (the message names the tensor and both shapes)."""
@@ -66,7 +78,8 @@ class OfficialState:
     def discard(self, keys: Iterable[str]) -> None:
         """Mark tensors as accounted for without using them (aliases already checked, derived buffers)."""
         for key in keys:
-            self.peek(key)
+            if key not in self._state:
+                self.peek(key)  # the missing-tensor error
             self._used.add(key)
 
     def finish(self) -> None:
@@ -129,4 +142,7 @@ def load_converted(model: nn.Module, converted: Mapping[str, torch.Tensor], sour
     problems = state_mismatch(converted, expected, found_label="converted")
     if problems:
         raise CheckpointError(f"{source}: the converted weights do not fit the model: {problems}")
+    integer = sorted(k for k, v in converted.items() if expected[k].is_floating_point() and not v.is_floating_point())
+    if integer:  # a backstop: the importers check dtypes under the official names when they take the tensors
+        raise CheckpointError(f"{source}: converted tensors {integer[:5]} are not floating point")
     model.load_state_dict({k: v.to(expected[k].dtype) for k, v in converted.items()}, strict=True)

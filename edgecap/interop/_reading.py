@@ -4,12 +4,15 @@
 pickled Python objects (an ``argparse.Namespace`` of options, a data-loader state) is refused with a
 :class:`CheckpointError` that names ``--trust-pickle``; with ``trust_pickle=True`` it is unpickled in full, which can
 run arbitrary code, so only for files the user trusts. Plain ``pickle`` vocabulary files go through an unpickler
-that refuses every class for the same reason.
+that refuses every class for the same reason. Text and JSON vocabulary files are read through
+:func:`read_vocab_text` / :func:`read_vocab_json`, so a binary or malformed file is a :class:`CheckpointError` naming
+it, never a decoding traceback.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import pickle
 from collections.abc import Mapping
 from pathlib import Path
@@ -19,7 +22,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-__all__ = ["CheckpointError", "read_checkpoint", "read_pickle"]
+__all__ = ["CheckpointError", "read_checkpoint", "read_pickle", "read_vocab_json", "read_vocab_text"]
 
 #: Wrappers training scripts put around the weights (ExpansionNet v2 saves ``model_state_dict``).
 _WRAPPERS = ("model_state_dict", "state_dict", "model")
@@ -53,7 +56,7 @@ def read_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict[str, t
     try:
         obj: Any = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        reason = next((line.strip() for line in str(exc).splitlines() if "Unsupported global" in line), "")
+        reason = _refused_global(exc)
         if not reason:  # not a class the safe loader refused: garbage, or not a torch file at all
             raise CheckpointError(f"{path}: not a readable torch checkpoint ({_first_line(exc)})") from exc
         if not trust_pickle:
@@ -67,10 +70,23 @@ def read_checkpoint(path: str | Path, trust_pickle: bool = False) -> dict[str, t
     return _state_dict(obj, path)
 
 
+def _refused_global(exc: BaseException) -> str:
+    """The line in which the weights-only loader names the class or function it refused to load (``Unsupported
+    global: …``, ``… unsupported GLOBAL posix.system …``; the wording varies by torch version), else ""."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    named = [line for line in lines if "unsupported global" in line.lower()]
+    return _sentence(named[0]) if named else ""
+
+
+def _sentence(text: str, limit: int = 300) -> str:
+    """``text`` cut to ``limit`` characters at a word boundary, marked with an ellipsis: never mid-word."""
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
+
+
 def _first_line(exc: BaseException) -> str:
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
     detail = [line for line in lines if line.startswith("Unsupported")]
-    return (detail or lines or [type(exc).__name__])[0][:300]
+    return _sentence((detail or lines or [type(exc).__name__])[0])
 
 
 def _load_trusted(path: Path) -> Any:
@@ -90,6 +106,9 @@ def _state_dict(obj: Any, path: Path) -> dict[str, torch.Tensor]:
     bad = sorted(str(k) for k, v in obj.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor))
     if bad:
         raise CheckpointError(f"{path}: the state dict has entries that are not named tensors: {bad[:5]}")
+    odd = sorted(k for k, v in obj.items() if v.dtype.is_complex or v.dtype == torch.bool)
+    if odd:
+        raise CheckpointError(f"{path}: tensors {odd[:5]} are complex or boolean; an official checkpoint has neither")
     state = dict(obj)
     if all(k.startswith("module.") for k in state):
         state = {k[len("module.") :]: v for k, v in state.items()}
@@ -126,3 +145,34 @@ def read_pickle(path: str | Path, trust_pickle: bool = False) -> Any:
         return pickle.loads(data)  # noqa: S301  (explicitly trusted by the caller)
     except Exception as exc:  # missing modules, corrupt payloads
         raise CheckpointError(f"{path}: cannot unpickle even with --trust-pickle: {exc}") from exc
+
+
+def read_vocab_text(path: str | Path) -> str:
+    """The text of a vocabulary file, or a :class:`CheckpointError` naming it (missing, binary, not UTF-8)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"vocabulary file not found: {path}")
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        kind = "a pickle" if data[:1] == b"\x80" else "binary"
+        raise CheckpointError(
+            f"{path}: not a UTF-8 text vocabulary (byte {exc.start} cannot be decoded; the file looks {kind}): "
+            "pass the source's text vocabulary file"
+        ) from exc
+    if "\x00" in text:
+        raise CheckpointError(f"{path}: not a text vocabulary (it holds NUL bytes; a binary file?)")
+    return text
+
+
+def read_vocab_json(path: str | Path) -> Any:
+    """A JSON vocabulary file, parsed, or a :class:`CheckpointError` naming it and the place it stops parsing."""
+    path = Path(path)
+    text = read_vocab_text(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from exc
+    except RecursionError as exc:
+        raise CheckpointError(f"{path}: not a usable JSON vocabulary (nested too deeply)") from exc

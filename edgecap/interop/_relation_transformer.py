@@ -55,7 +55,7 @@ def infer_relation_transformer(state: OfficialState, share_att: str) -> dict[str
 
     ``share_att`` resolves what shapes cannot tell apart: 3 projections per attention are Share-KV or Share-QK.
     """
-    weight = state.peek("att_embed.0.weight")
+    weight = state.peek("att_embed.0.weight", ndim=2)
     d_model, feature_dim = int(weight.shape[0]), int(weight.shape[1])
     counts = {
         "encoder": _linear_count(state, f"{_ENC}0.self_attn.linears."),
@@ -77,17 +77,17 @@ def infer_relation_transformer(state: OfficialState, share_att: str) -> dict[str
     else:
         raise CheckpointError(f"{state.source}: {count} projections per attention; expected 3 or 4")
     heads = layer_positions(state, f"{_ENC}0.self_attn.WGs.")
-    geometry_dim = int(state.peek(f"{_ENC}0.self_attn.WGs.0.weight").shape[1])
+    geometry_dim = int(state.peek(f"{_ENC}0.self_attn.WGs.0.weight", ndim=2).shape[1])
     return {
         "d_model": d_model,
         "feature_dim": feature_dim,
-        "d_ff": int(state.peek(f"{_ENC}0.feed_forward.w_1.weight").shape[0]),
+        "d_ff": int(state.peek(f"{_ENC}0.feed_forward.w_1.weight", ndim=2).shape[0]),
         "heads": heads,
         "geometry_dim": geometry_dim,
         "share_att": sharing,
         "enc_layer_map": shared_layer_map(state, _ENC),
         "dec_layer_map": shared_layer_map(state, _DEC),
-        "vocab_size": int(state.peek("model.generator.proj.weight").shape[0]),
+        "vocab_size": int(state.peek("model.generator.proj.weight", ndim=2).shape[0]),
     }
 
 
@@ -161,7 +161,8 @@ def _check_positions(state: OfficialState, pe: torch.Tensor, d: int, max_len: in
     """The official sinusoidal table is a saved buffer; ours is computed. They must agree on the rows we use."""
     if pe.dim() != 3 or pe.shape[0] != 1 or pe.shape[2] != d or pe.shape[1] < max_len:
         raise CheckpointError(
-            f"{state.source}: positional table of shape {tuple(pe.shape)}, expected (1, ≥{max_len}, {d})"
+            f"{state.source}: tensor 'model.tgt_embed.1.pe' (the positional table) has shape {tuple(pe.shape)}, "
+            f"expected (1, ≥{max_len}, {d})"
         )
     gap = float((pe[0, :max_len].float() - sinusoid_table(max_len, d)).abs().max())
     if gap > _PE_TOLERANCE:

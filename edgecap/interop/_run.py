@@ -17,7 +17,7 @@ from edgecap.models import CaptionModel, get_model_cfg, list_models
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.config import TrainCfg
 
-__all__ = ["BackboneFile", "IMPORT_RECORD", "ImportedRun", "choose_registered", "write_run"]
+__all__ = ["BackboneFile", "IMPORT_RECORD", "ImportedRun", "choose_registered", "official_max_words", "write_run"]
 
 #: Provenance of an imported run: the source, the checkpoint's name and SHA-256, the config chosen.
 IMPORT_RECORD = "import.json"
@@ -46,6 +46,20 @@ class ImportedRun:
     source: str
     notes: list[str] = field(default_factory=list)
     backbone: BackboneFile | None = None
+
+
+def official_max_words(max_tokens: int, tokens_per_word: int) -> int:
+    """The run's ``max_words`` that reproduces an official decoder's cap of ``max_tokens`` generated tokens (EOS
+    counted among them, BOS not).
+
+    edgecap decodes ``max_words · tokens_per_word + 1`` tokens (the words and their EOS). With one token per word that
+    is ``max_tokens - 1`` words: the same ``max_tokens`` tokens, so an unfinished caption has ``max_tokens`` words as
+    in the official code, not one more. With radix digits a word cannot be cut, so the cap is the official number of
+    complete words, ``max_tokens // tokens_per_word`` (ACORT: 26 tokens, 2 digits -> 13 words).
+    """
+    if max_tokens < 2 or tokens_per_word < 1:
+        raise ValueError(f"max_tokens must be >= 2 and tokens_per_word >= 1, got {max_tokens}, {tokens_per_word}")
+    return max_tokens - 1 if tokens_per_word == 1 else max(1, max_tokens // tokens_per_word)
 
 
 def choose_registered(cfg: Any, fallback: str) -> tuple[str, dict[str, Any]]:

@@ -49,6 +49,8 @@ def official_swin_to_timm(
     for key, value in state.items():
         if key.rsplit(".", 1)[-1] in DERIVED_BUFFERS:
             continue
+        if not value.is_floating_point():  # only the derived buffers above may be integers
+            raise CheckpointError(f"{source}: Swin tensor {key!r} is {value.dtype}; weights must be floating point")
         out[_DOWNSAMPLE.sub(lambda m: f"layers.{int(m.group(1)) + 1}.downsample.", key)] = value
     problems = state_mismatch(out, expected, found_label="official")
     if problems:

@@ -31,7 +31,6 @@ keeping the aspect ratio (bilinear), ImageNet mean/std; it is recorded in the ru
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -39,15 +38,17 @@ from typing import Any
 import torch
 
 from edgecap.data.vocab import WordVocab
+from edgecap.interop._families import check_layout
 from edgecap.interop._mapping import OfficialState, layer_positions, load_converted
-from edgecap.interop._reading import CheckpointError, read_checkpoint, read_pickle
-from edgecap.interop._run import BackboneFile, ImportedRun, choose_registered
+from edgecap.interop._reading import CheckpointError, read_checkpoint, read_pickle, read_vocab_json
+from edgecap.interop._run import BackboneFile, ImportedRun, choose_registered, official_max_words
 from edgecap.interop._swin import official_swin_to_timm, timm_feature_shapes
 from edgecap.interop._vocab import move_rows
 from edgecap.models import create_model, get_model_cfg
 from edgecap.models._expansionnet_cfg import V2_GROUPS
 
 __all__ = [
+    "EXPANSIONNET_MAX_TOKENS",
     "EXPANSIONNET_MAX_WORDS",
     "OFFICIAL_PREPROCESS",
     "SWIN_BACKBONE",
@@ -67,8 +68,11 @@ OFFICIAL_PREPROCESS: dict[str, Any] = {
     "crop_pct": 1.0,
     "crop_mode": "squash",
 }
-#: The official ONNX export and SCST sampling decode 20 steps.
-EXPANSIONNET_MAX_WORDS = 20
+#: The official ``beam_search`` default ``beam_max_seq_len=20`` counts the SOS it starts from (the sequence grows
+#: from ``[SOS, w1]`` while ``time_step < 20``): at most 19 generated tokens, EOS counted among them.
+EXPANSIONNET_MAX_TOKENS = 19
+#: The run's ``max_words`` for it: 18 words + EOS = 19 tokens (:func:`official_max_words`).
+EXPANSIONNET_MAX_WORDS = official_max_words(EXPANSIONNET_MAX_TOKENS, 1)
 _SPECIAL_KEYS = (("pad_str", "PAD"), ("sos_str", "SOS"), ("eos_str", "EOS"), ("unk_str", "UNK"))
 _STATIC_PARTS = ("key_embed", "class_a_embed", "class_b_embed", "selector_embed")
 _DYNAMIC_PARTS = ("cond_embed", "key_linear", "class_a_embed", "class_b_embed", "selector_embed")
@@ -83,9 +87,7 @@ def read_expansionnet_vocab(path: str | Path, trust_pickle: bool = False) -> tup
     """
     path = Path(path)
     if path.suffix == ".json":
-        if not path.is_file():
-            raise CheckpointError(f"vocabulary file not found: {path}")
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
+        data: Any = read_vocab_json(path)
     else:
         data = read_pickle(path, trust_pickle)
     if not isinstance(data, Mapping) or not isinstance(data.get("idx2word_list"), Sequence):
@@ -111,22 +113,38 @@ def _stacked(state: OfficialState, prefix: str, parts: Sequence[str], d: int) ->
     return {"in_proj.weight": weight, "in_proj.bias": bias}
 
 
-def _copy(state: OfficialState, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+def _copy_checked(
+    state: OfficialState, pairs: Sequence[tuple[str, str]], shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """Take ``official.{weight,bias}`` as ``ours.{weight,bias}``, each checked against the model's shape under the
+    official name (a flattened or transposed tensor is named as the checkpoint spells it)."""
     out = {}
     for official, ours in pairs:
         for suffix in ("weight", "bias"):
-            out[f"{ours}.{suffix}"] = state.take(f"{official}.{suffix}")
+            out[f"{ours}.{suffix}"] = state.take(f"{official}.{suffix}", shapes[f"{ours}.{suffix}"])
     return out
 
 
-def _convert(state: OfficialState, enc: int, dec: int, d: int) -> dict[str, torch.Tensor]:
+def _convert(
+    state: OfficialState, enc: int, dec: int, d: int, shapes: Mapping[str, tuple[int, ...]]
+) -> dict[str, torch.Tensor]:
+    """Official tensors -> edgecap names; ``shapes`` are the model's (vocabulary rows in the official order, the same
+    count)."""
+
+    def _copy(state: OfficialState, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        return _copy_checked(state, pairs, shapes)
+
     out = _copy(state, [("input_linear", "feature_embed.0")])
     for i in range(enc):
         src, dst = f"encoders.{i}", f"encoder.{i}"
         out.update(_copy(state, [(f"{src}.norm_1", f"{dst}.norm1"), (f"{src}.norm_2", f"{dst}.norm2")]))
         out.update(_copy(state, [(f"{src}.ff.linear_1", f"{dst}.ffn.fc1"), (f"{src}.ff.linear_2", f"{dst}.ffn.fc2")]))
-        out[f"{dst}.expansion.query"] = state.take(f"{src}.stc_exp.query_exp_vectors.weight")
-        out[f"{dst}.expansion.bias"] = state.take(f"{src}.stc_exp.bias_exp_vectors.weight")
+        out[f"{dst}.expansion.query"] = state.take(
+            f"{src}.stc_exp.query_exp_vectors.weight", shapes[f"{dst}.expansion.query"]
+        )
+        out[f"{dst}.expansion.bias"] = state.take(
+            f"{src}.stc_exp.bias_exp_vectors.weight", shapes[f"{dst}.expansion.bias"]
+        )
         out.update({f"{dst}.expansion.{k}": v for k, v in _stacked(state, f"{src}.stc_exp", _STATIC_PARTS, d).items()})
     for i in range(dec):
         src, dst = f"decoders.{i}", f"decoder.{i}"
@@ -134,8 +152,12 @@ def _convert(state: OfficialState, enc: int, dec: int, d: int) -> dict[str, torc
         ffn = [(f"{src}.ff.linear_1", f"{dst}.ffn.fc1"), (f"{src}.ff.linear_2", f"{dst}.ffn.fc2")]
         mha = [(f"{src}.mha.{a}", f"{dst}.cross_attn.{b}") for a, b in _MHA]
         out.update(_copy(state, [*norms, *ffn, *mha]))
-        out[f"{dst}.expansion.query"] = state.take(f"{src}.dyn_exp.query_exp_vectors.weight")
-        out[f"{dst}.expansion.bias"] = state.take(f"{src}.dyn_exp.bias_exp_vectors.weight")
+        out[f"{dst}.expansion.query"] = state.take(
+            f"{src}.dyn_exp.query_exp_vectors.weight", shapes[f"{dst}.expansion.query"]
+        )
+        out[f"{dst}.expansion.bias"] = state.take(
+            f"{src}.dyn_exp.bias_exp_vectors.weight", shapes[f"{dst}.expansion.bias"]
+        )
         out.update({f"{dst}.expansion.{k}": v for k, v in _stacked(state, f"{src}.dyn_exp", _DYNAMIC_PARTS, d).items()})
     out.update(
         _copy(
@@ -149,8 +171,8 @@ def _convert(state: OfficialState, enc: int, dec: int, d: int) -> dict[str, torc
             ],
         )
     )
-    out["embed.embed.weight"] = state.take("out_embedder.embed.weight")
-    out["embed.positions.weight"] = state.take("pos_encoder.weight")
+    out["embed.embed.weight"] = state.take("out_embedder.embed.weight", shapes["embed.embed.weight"])
+    out["embed.positions.weight"] = state.take("pos_encoder.weight", shapes["embed.positions.weight"])
     return out
 
 
@@ -196,38 +218,45 @@ def import_expansionnet_v2(
         )
     source = str(checkpoint)
     state = OfficialState(read_checkpoint(checkpoint, trust_pickle), source)
+    check_layout(state.names(), "expansionnet-v2", source, "ExpansionNet v2")
     swin = state.take_prefix("swin_transf.")
-    weight = state.peek("input_linear.weight")
+    weight = state.peek("input_linear.weight", ndim=2)
     d, feature_dim = int(weight.shape[0]), int(weight.shape[1])
     enc, dec = layer_positions(state, "encoders."), layer_positions(state, "decoders.")
-    groups = _groups(int(state.peek("encoders.0.stc_exp.query_exp_vectors.weight").shape[0]), enc_groups, source)
+    groups = _groups(
+        int(state.peek("encoders.0.stc_exp.query_exp_vectors.weight", ndim=2).shape[0]), enc_groups, source
+    )
     cfg = get_model_cfg("expansionnet-v2-ref").replace(
         d_model=d,
-        d_ff=int(state.peek("encoders.0.ff.linear_1.weight").shape[0]),
+        d_ff=int(state.peek("encoders.0.ff.linear_1.weight", ndim=2).shape[0]),
         heads=heads,
         enc_layers=enc,
         dec_layers=dec,
         enc_groups=groups,
-        dec_slots=int(state.peek("decoders.0.dyn_exp.query_exp_vectors.weight").shape[0]),
-        max_len=int(state.peek("pos_encoder.weight").shape[0]),
+        dec_slots=int(state.peek("decoders.0.dyn_exp.query_exp_vectors.weight", ndim=2).shape[0]),
+        max_len=int(state.peek("pos_encoder.weight", ndim=2).shape[0]),
         feature_dim=feature_dim,
     )
     name, overrides = choose_registered(cfg, "expansionnet-v2-ref")
-    converted = _convert(state, enc, dec, d)
+    classes = int(state.peek("vocab_linear.weight", ndim=2).shape[0])
+    model = create_model(name, vocab_size=classes, feature_dim=feature_dim, **overrides)
+    converted = _convert(state, enc, dec, d, {k: tuple(v.shape) for k, v in model.state_dict().items()})
     state.finish()
 
     words, specials = read_expansionnet_vocab(vocab, trust_pickle)
-    classes = int(converted["output_proj.weight"].shape[0])
     if len(words) != classes:
         raise CheckpointError(f"{vocab} has {len(words)} tokens but {checkpoint} has {classes} output classes")
     order = [*specials, *(i for i in range(len(words)) if i not in specials)]
     word_vocab = WordVocab([words[i] for i in order[4:]])
     for key in ("embed.embed.weight", "output_proj.weight", "output_proj.bias"):
         converted[key] = move_rows(converted[key], order)
-    model = create_model(name, vocab_size=word_vocab.size, feature_dim=feature_dim, **overrides)
     load_converted(model, converted, source)
 
-    notes = [f"official specials at {dict(zip(('PAD', 'SOS', 'EOS', 'UNK'), specials, strict=True))} -> 0-3"]
+    notes = [
+        f"official specials at {dict(zip(('PAD', 'SOS', 'EOS', 'UNK'), specials, strict=True))} -> 0-3",
+        f"decoding cap: beam_max_seq_len 20 = SOS + {EXPANSIONNET_MAX_TOKENS} tokens, EOS included -> max_words "
+        f"{EXPANSIONNET_MAX_WORDS}",
+    ]
     backbone_file = None
     if swin:
         backbone_file = _backbone(swin, backbone, image_size, feature_dim, source)

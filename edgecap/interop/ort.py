@@ -14,23 +14,27 @@ different function.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from edgecap.data.vocab import WordVocab
+from edgecap.interop._families import check_layout, looks_like_acort
 from edgecap.interop._mapping import OfficialState, load_converted
-from edgecap.interop._reading import CheckpointError, read_checkpoint, read_pickle
+from edgecap.interop._reading import CheckpointError, read_checkpoint, read_pickle, read_vocab_json
 from edgecap.interop._relation_transformer import convert_relation_transformer, infer_relation_transformer
-from edgecap.interop._run import ImportedRun, choose_registered
+from edgecap.interop._run import ImportedRun, choose_registered, official_max_words
 from edgecap.interop._vocab import NEVER_LOGIT, move_rows
 from edgecap.models import create_model, get_model_cfg
 
-__all__ = ["ORT_MAX_WORDS", "import_ort", "read_ix_to_word"]
+__all__ = ["ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort", "read_ix_to_word"]
 
-#: ORT's ``seq_length`` for COCO (the preprocessing's max_length 16).
-ORT_MAX_WORDS = 16
+#: ORT's ``seq_length`` for COCO (the preprocessing's max_length 16): ``_sample`` and ``beam_search`` generate at most
+#: 16 tokens, EOS counted among them (``for t in range(seq_length + 1)`` feeds BOS at ``t = 0`` and stops at
+#: ``t == seq_length``), so an unfinished caption has 16 words.
+ORT_MAX_TOKENS = 16
+#: The run's ``max_words`` for it: 15 words + EOS = 16 tokens (:func:`official_max_words`).
+ORT_MAX_WORDS = official_max_words(ORT_MAX_TOKENS, 1)
 _UNK_WORDS = ("UNK", "<unk>")
 
 
@@ -42,14 +46,11 @@ def read_ix_to_word(path: str | Path, trust_pickle: bool = False) -> list[str]:
         CheckpointError: unreadable file, no ``ix_to_word``, ids that are not exactly 1…V.
     """
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"vocabulary file not found: {path}")
     if path.suffix == ".json":
-        try:
-            data: Any = json.loads(path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise CheckpointError(f"{path}: not valid JSON: {exc}") from exc
+        data: Any = read_vocab_json(path)
     else:
+        if path.is_file() and path.read_bytes()[:6] == b"<pad>\t":
+            raise CheckpointError(f"{path} is a SentencePiece vocabulary (ACORT's word.vocab? then pass --from acort)")
         data = read_pickle(path, trust_pickle)
         data = vars(data) if hasattr(data, "__dict__") and not isinstance(data, Mapping) else data
     if isinstance(data, Mapping):
@@ -78,12 +79,23 @@ def import_ort(checkpoint: str | Path, vocab: str | Path | None, trust_pickle: b
             "ORT checkpoints do not hold their vocabulary: pass --vocab cocotalk.json (or infos_*.pkl)"
         )
     state = OfficialState(read_checkpoint(checkpoint, trust_pickle), str(checkpoint))
+    check_layout(state.names(), "relation-transformer", str(checkpoint), "ORT")
     arch = infer_relation_transformer(state, "kv")
+    acort = looks_like_acort(arch)
+    if acort:
+        raise CheckpointError(
+            f"{checkpoint} looks like an ACORT checkpoint, not ORT's ({acort}; ORT shares neither): pass --from acort"
+        )
     official_words = read_ix_to_word(vocab, trust_pickle)
     if len(official_words) + 1 != arch["vocab_size"]:
         raise CheckpointError(
             f"{vocab} has {len(official_words)} words but {checkpoint} has {arch['vocab_size']} output classes "
             "(words + 1): they do not belong together"
+            + (
+                f" ({arch['vocab_size']} - 3 = {arch['vocab_size'] - 3} would be an ACORT radix base: --from acort?)"
+                if arch["vocab_size"] - 3 < len(official_words)
+                else ""
+            )
         )
     fields = {k: arch[k] for k in ("d_model", "d_ff", "heads", "geometry_dim", "share_att")}
     cfg = get_model_cfg("ort-base-ref").replace(
@@ -110,6 +122,7 @@ def import_ort(checkpoint: str | Path, vocab: str | Path | None, trust_pickle: b
     load_converted(model, converted, str(checkpoint))
     notes = [
         f"{len(official_words)} ORT words; id 0 -> <bos> and <eos>; "
-        + (f"word {official_words[unk - 1]!r} -> <unk>" if unk else "no UNK word: <unk> is never emitted")
+        + (f"word {official_words[unk - 1]!r} -> <unk>" if unk else "no UNK word: <unk> is never emitted"),
+        f"decoding cap: the official seq_length {ORT_MAX_TOKENS} tokens, EOS included -> max_words {ORT_MAX_WORDS}",
     ]
     return ImportedRun(model, name, overrides, arch["feature_dim"], word_vocab, ORT_MAX_WORDS, "ort", notes)

@@ -37,7 +37,7 @@ def test_the_cli_writes_a_run_that_loads(acort_files, tmp_path: Path):
     from edgecap.runs import load_run
 
     trained = load_run(run)
-    assert trained.model.cfg.layer_norm == "annotated" and trained.vocab.size == 771 and trained.max_words == 12
+    assert trained.model.cfg.layer_norm == "annotated" and trained.vocab.size == 771 and trained.max_words == 13
     record = json.loads((run / IMPORT_RECORD).read_text())
     assert record["from"] == "acort" and len(record["checkpoint_sha256"]) == 64
     again = CliRunner().invoke(main, ["import", "--from", "acort", str(ckpt), "--vocab", str(vocab), "--out", str(run)])
