@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import check_out, fail
+from edgecap.cli.options import bounded_threads, check_out, fail
 
 
 def default_cache_dir(data: Path, backbone: str, size: int) -> Path:
@@ -43,7 +43,11 @@ def _is_complete(cache_dir: Path) -> bool:
 )
 @click.option("--backbone", default="tf_efficientnet_lite0", show_default=True, help="timm model name.")
 @click.option(
-    "--size", type=click.IntRange(min=16), default=224, show_default=True, help="Square input size (224 or 384)."
+    "--size",
+    type=click.IntRange(16, 4096),
+    default=224,
+    show_default=True,
+    help="Square input size (224 or 384; at most 4096).",
 )
 @click.option(
     "--weights",
@@ -72,7 +76,8 @@ def _is_complete(cache_dir: Path) -> bool:
     "--workers",
     type=click.IntRange(min=0),
     default=None,
-    help="Image-decoding threads [default: min(4, CPUs)]; 0 decodes in the main thread.",
+    callback=bounded_threads,
+    help="Image-decoding threads [default: min(4, CPUs)]; 0 decodes in the main thread; at most 4 per CPU.",
 )
 def features(
     data: Path,

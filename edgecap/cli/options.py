@@ -92,7 +92,8 @@ def check_out(path: Path, flag: str = "--out", *, existing: str = "into", atomic
     return path
 
 
-def _bounded_threads(ctx: click.Context, param: click.Parameter, value: int) -> int:
+def bounded_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A click callback: a thread count above :func:`edgecap.runtimes.threads.max_threads` is a usage error."""
     from edgecap.runtimes.threads import ThreadSettingError, check_threads
 
     try:
@@ -107,7 +108,7 @@ def threads_option(fn: Callable) -> Callable:
         "--threads",
         type=click.IntRange(0),
         default=0,
-        callback=_bounded_threads,
+        callback=bounded_threads,
         help="torch intra-op threads (0 = torch's default). On a busy 2-core machine 1 can be several times faster.",
     )(fn)
 

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from edgecap import Captioner
 from edgecap.captioner import NO_BEAM_SEARCH, CaptionerError
 from edgecap.cli import main
-from tests.bundle.helpers import labert_bundle
+from tests.bundle.helpers import labert_bundle, pixel_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
@@ -32,3 +32,18 @@ def test_caption_refuses_beam_on_a_mask_predict_bundle(bundle, tiny_data):
     refused = CliRunner().invoke(main, [*args, "--beam", "5"])
     assert refused.exit_code == 1 and NO_BEAM_SEARCH.split(":")[0] in refused.output, refused.output
     assert CliRunner().invoke(main, args).exit_code == 0  # no --beam: captions as before
+
+
+def test_from_run_refuses_a_beam_on_a_mask_predict_run(tiny_data, tmp_path_factory):
+    run, weights = pixel_run(tiny_data, tmp_path_factory, "labert-test")
+    with pytest.raises(CaptionerError, match="mask-predict"):
+        Captioner.from_run(run, beam=5)
+    assert Captioner.from_run(run, backbone_weights=weights).decode_cfg.strategy == "mask_predict"
+
+
+def test_quickstart_refuses_a_beam_for_a_mask_predict_model_before_any_work(tmp_path):
+    result = CliRunner().invoke(
+        main, ["quickstart", "--model", "labert-test", "--beam", "5", "--workdir", str(tmp_path)]
+    )
+    assert result.exit_code == 1 and "mask-predict" in result.output, result.output
+    assert list(tmp_path.iterdir()) == []
