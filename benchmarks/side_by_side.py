@@ -17,7 +17,9 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
   :func:`edgecap.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
   change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
-  export folders already hold. Every column runs the same beam search.
+  export folders already hold. Every edgecap column (stand-in, torch, ORT) runs the same beam search; the official
+  code runs its own, with its end token set to an id the model cannot emit so that it too decodes the forced length.
+  Table ratios are to the official code's column (to the stand-in's when no checkout was given).
 - **rows**: threads × batch × strategy (greedy, beam 3). One cell = one row × one column, run in a **fresh process**
   (``--cell``): 2 untimed warm-up decodes, then 7 timed ones, their median. Cells are interleaved in rounds
   (``--rounds``): every round runs every cell once, rotating the column order, so a drifting load hits all columns;
@@ -37,6 +39,8 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
 Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
 
     python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
+    python benchmarks/side_by_side.py --model acort-xsmall --beam 3 --threads 1 --no-limit \
+        --official-acort ~/src/sparse-image-captioning --official-expansionnet ~/src/ExpansionNet_v2
     python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
     python benchmarks/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
     python benchmarks/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
