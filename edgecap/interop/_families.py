@@ -39,7 +39,7 @@ def check_layout(names: Iterable[str], wanted: str, source: str, family: str) ->
         return
     markers, option = LAYOUTS[found]
     raise CheckpointError(
-        f"{source} is not a {family} checkpoint: its tensors ({', '.join(repr(m) for m in markers)}) are the "
+        f"{source} does not hold {family} weights: its tensors ({', '.join(repr(m) for m in markers)}) are the "
         f"{found} layout; pass {option}"
     )
 

@@ -25,7 +25,7 @@ __all__ = ["ACORT_MAX_TOKENS", "SP_SPECIALS", "import_acort", "read_sentencepiec
 SP_SPECIALS = ("<pad>", "<unk>", "<bos>", "<eos>")
 #: SentencePiece marks the start of a word with U+2581; a word-level model puts it on every piece.
 _WORD_START = "\u2581"
-#: The released ACORT runs (``resources/commands_acort.sh``) set ``max_seq_length 26``; ``_sample`` and the beam
+#: The released ACORT training commands set ``max_seq_length 26``; ``_sample`` and the beam
 #: search generate at most that many tokens, EOS counted among them: 13 complete words at 2 digits per word.
 ACORT_MAX_TOKENS = 26
 

@@ -94,8 +94,13 @@ def read_expansionnet_vocab(path: str | Path, trust_pickle: bool = False) -> tup
         raise CheckpointError(f"{path}: expected a dict with 'idx2word_list' (ExpansionNet's tokens pickle)")
     words = [str(w) for w in data["idx2word_list"]]
     word2idx = data.get("word2idx_dict")
-    if isinstance(word2idx, Mapping) and any(words[int(i)] != w for w, i in word2idx.items() if int(i) < len(words)):
-        raise CheckpointError(f"{path}: word2idx_dict and idx2word_list disagree")
+    if isinstance(word2idx, Mapping):
+        try:
+            pairs = [(w, int(i)) for w, i in word2idx.items()]
+        except (TypeError, ValueError) as exc:
+            raise CheckpointError(f"{path}: word2idx_dict values must be integer indices") from exc
+        if any(words[i] != w for w, i in pairs if 0 <= i < len(words)):
+            raise CheckpointError(f"{path}: word2idx_dict and idx2word_list disagree")
     specials = []
     for key, default in _SPECIAL_KEYS:
         token = str(data.get(key, default))

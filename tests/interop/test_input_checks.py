@@ -90,9 +90,9 @@ def test_an_acort_checkpoint_is_refused_as_ort_even_when_the_sizes_fit(tmp_path:
 def test_layouts_of_another_family_are_named(tmp_path: Path):
     ort_ckpt, cocotalk = _ort(tmp_path)
     exp_ckpt, tokens = _expansionnet(tmp_path)
-    with pytest.raises(CheckpointError, match=r"not a ExpansionNet v2 checkpoint.*--from ort or --from acort"):
+    with pytest.raises(CheckpointError, match=r"does not hold ExpansionNet v2 weights.*--from ort or --from acort"):
         convert_checkpoint("expansionnet-v2", ort_ckpt, tokens, **EXPANSION)
-    with pytest.raises(CheckpointError, match=r"not a ORT checkpoint.*--from expansionnet-v2"):
+    with pytest.raises(CheckpointError, match=r"does not hold ORT weights.*--from expansionnet-v2"):
         convert_checkpoint("ort", exp_ckpt, cocotalk)
     with pytest.raises(CheckpointError, match=r"JSON, not a SentencePiece word\.vocab.*--from ort"):
         convert_checkpoint("acort", _acort(tmp_path)[0], cocotalk)
