@@ -118,7 +118,7 @@ def _stacked(state: OfficialState, prefix: str, parts: Sequence[str], d: int) ->
     return {"in_proj.weight": weight, "in_proj.bias": bias}
 
 
-def _copy_checked(
+def _copy(
     state: OfficialState, pairs: Sequence[tuple[str, str]], shapes: Mapping[str, tuple[int, ...]]
 ) -> dict[str, torch.Tensor]:
     """Take ``official.{weight,bias}`` as ``ours.{weight,bias}``, each checked against the model's shape under the
@@ -136,14 +136,14 @@ def _convert(
     """Official tensors -> edgecap names; ``shapes`` are the model's (vocabulary rows in the official order, the same
     count)."""
 
-    def _copy(state: OfficialState, pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
-        return _copy_checked(state, pairs, shapes)
+    def copy(pairs: Sequence[tuple[str, str]]) -> dict[str, torch.Tensor]:
+        return _copy(state, pairs, shapes)
 
-    out = _copy(state, [("input_linear", "feature_embed.0")])
+    out = copy([("input_linear", "feature_embed.0")])
     for i in range(enc):
         src, dst = f"encoders.{i}", f"encoder.{i}"
-        out.update(_copy(state, [(f"{src}.norm_1", f"{dst}.norm1"), (f"{src}.norm_2", f"{dst}.norm2")]))
-        out.update(_copy(state, [(f"{src}.ff.linear_1", f"{dst}.ffn.fc1"), (f"{src}.ff.linear_2", f"{dst}.ffn.fc2")]))
+        out.update(copy([(f"{src}.norm_1", f"{dst}.norm1"), (f"{src}.norm_2", f"{dst}.norm2")]))
+        out.update(copy([(f"{src}.ff.linear_1", f"{dst}.ffn.fc1"), (f"{src}.ff.linear_2", f"{dst}.ffn.fc2")]))
         out[f"{dst}.expansion.query"] = state.take(
             f"{src}.stc_exp.query_exp_vectors.weight", shapes[f"{dst}.expansion.query"]
         )
@@ -156,7 +156,7 @@ def _convert(
         norms = [(f"{src}.norm_{n}", f"{dst}.norm{n}") for n in (1, 2, 3)]
         ffn = [(f"{src}.ff.linear_1", f"{dst}.ffn.fc1"), (f"{src}.ff.linear_2", f"{dst}.ffn.fc2")]
         mha = [(f"{src}.mha.{a}", f"{dst}.cross_attn.{b}") for a, b in _MHA]
-        out.update(_copy(state, [*norms, *ffn, *mha]))
+        out.update(copy([*norms, *ffn, *mha]))
         out[f"{dst}.expansion.query"] = state.take(
             f"{src}.dyn_exp.query_exp_vectors.weight", shapes[f"{dst}.expansion.query"]
         )
@@ -165,8 +165,7 @@ def _convert(
         )
         out.update({f"{dst}.expansion.{k}": v for k, v in _stacked(state, f"{src}.dyn_exp", _DYNAMIC_PARTS, d).items()})
     out.update(
-        _copy(
-            state,
+        copy(
             [
                 ("enc_reduce_group", "encoder_reduce.proj"),
                 ("enc_reduce_norm", "encoder_reduce.norm"),
