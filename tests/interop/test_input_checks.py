@@ -199,3 +199,16 @@ def test_expansionnet_decodes_at_most_what_beam_max_seq_len_20_allows(tmp_path: 
     run = import_checkpoint("expansionnet-v2", ckpt, tmp_path / "run", vocab=tokens, **EXPANSION)
     max_len, words, finished = _greedy_words(run)
     assert max_len == 19 and len(words) == 19 and not finished
+
+
+def test_the_cli_refuses_an_ort_checkpoint_given_as_acort_without_writing_a_run(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    ckpt, _ = _ort(tmp_path)
+    vocab = sentencepiece_vocab(tmp_path / "word.vocab", ["a", "man", "dog"])
+    args = ["import", "--from", "acort", str(ckpt), "--vocab", str(vocab), "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "--from ort" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
