@@ -20,13 +20,16 @@ The right scheme depends on the target's integer kernels, not on the model:
 - ``cpu-auto``: ``cpu-vnni`` / ``cpu-avx2`` / ``arm64`` chosen from this machine's ``/proc/cpuinfo`` flags and
   architecture (:func:`detect_cpu_preset`). Choose a named preset when quantising for another machine.
 
-Each graph role also has a scheme (:attr:`RolePolicy.scheme`, docs/int8.md): the encoder is always calibrated
-static QDQ; the decoder step of ``cpu-vnni`` and ``cpu-avx2`` is ``dynamic`` (``quantize_dynamic``: INT8 per-channel
-weights in ``MatMulInteger``, activations quantised per call), which measured fastest at batch 1 and 16 on
-acort-xsmall and ExpansionNet v2; ``arm64`` and ``tensorrt`` keep a static step (TensorRT runs Q/DQ only, and the
-ARM kernels were not measured). ``weight-only`` (``MatMulNBits``, 4 or 8 bits) is available through
-:meth:`QuantPreset.with_step_scheme` / ``--int8-step``; it is an ONNX Runtime contrib op, so a ``standard_ops_only``
-preset refuses it.
+Each graph role also has a scheme (:attr:`RolePolicy.scheme`, docs/int8.md). Every built-in preset quantises every
+role with calibrated static QDQ, the decoder step included: its activation scales are fixed at export, so each row
+of a call is quantised on its own and a caption never depends on which other images share its batch (a product
+rule). ``dynamic`` (``quantize_dynamic``: ``DynamicQuantizeLinear`` + ``MatMulInteger``) measured within a few per
+cent of static on acort-xsmall and ExpansionNet v2 but quantises a call's activations with one scale over all its
+rows, so a batch's images change each other's captions; ONNX Runtime decodes a bundle with a dynamic step image by
+image instead (slower on batches, ``edgecap.runtimes.bridge``). ``weight-only`` (``MatMulNBits``, 4 or 8 bits)
+quantises activations per row and block, so it is batch-invariant too; it is an ONNX Runtime contrib op, so a
+``standard_ops_only`` preset refuses it. Both are available through :meth:`QuantPreset.with_step_scheme` /
+``--int8-step``.
 
 The S8S8 presets (``tensorrt``, ``arm64``) still run on x86 ONNX Runtime, which converts them to U8S8 internally,
 but slower than FP32 (acort-xsmall step graph on an AVX512-VNNI EPYC: 0.61 ms against 0.18 ms) and, without VNNI,
@@ -100,7 +103,8 @@ class RolePolicy:
             stay float.
         scheme: one of :data:`SCHEMES`. ``"static"``: calibrated QDQ (the only scheme TensorRT runs, and the one
             that needs calibration feeds). ``"dynamic"``: ``quantize_dynamic`` — weights INT8 per channel, activations
-            quantised per call by ``DynamicQuantizeLinear`` (standard ONNX ops, CPU kernels). ``"weight-only"``:
+            quantised per call by ``DynamicQuantizeLinear`` (standard ONNX ops, CPU kernels; one scale over all
+            rows of a call, so ONNX Runtime decodes such a bundle image by image). ``"weight-only"``:
             ``MatMulNBits`` — weights stored in ``bits`` bits per ``block_size`` block, the kernel quantises
             activations itself (``accuracy_level`` 4) or computes in float; an ONNX Runtime contrib op.
             Only ``MatMul`` with constant weights is quantised by the two non-static schemes.
@@ -154,14 +158,13 @@ class RolePolicy:
         return out
 
 
+#: The decoder step of every built-in preset: calibrated static QDQ, batch-invariant (fixed activation scales).
 TRANSFORMER_ROLE = RolePolicy(op_types=("MatMul", "Gemm"))
 ENCODER_ROLE = RolePolicy(op_types=("MatMul", "Gemm", "Conv"), fused_activations=("Relu", "Clip"))
-#: The decoder step of the x86 CPU presets: ``quantize_dynamic`` measured fastest at batch 1 and 16 (docs/int8.md).
-DYNAMIC_STEP_ROLE = dataclasses.replace(TRANSFORMER_ROLE, scheme="dynamic")
 
-#: Named step schemes (``edgecap export --int8-step NAME``): name -> :class:`RolePolicy` fields. ``static`` keeps
-#: the calibrated QDQ step; ``weight-only-4`` stores 4-bit weights in blocks of 32 (the smallest file, not faster
-#: than 8 bits on x86 CPUs).
+#: Named step schemes (``edgecap export --int8-step NAME``): name -> :class:`RolePolicy` fields. ``static`` (every
+#: preset's default) is the calibrated QDQ step; ``dynamic`` needs no calibration but is decoded image by image;
+#: ``weight-only-4`` stores 4-bit weights in blocks of 32 (the smallest file, not faster than 8 bits on x86 CPUs).
 STEP_SCHEMES: dict[str, dict[str, Any]] = {
     "static": {"scheme": "static"},
     "dynamic": {"scheme": "dynamic"},
@@ -351,21 +354,17 @@ register_preset(
 register_preset(
     QuantPreset(
         name="cpu-avx2",
-        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel; "
-        "dynamic INT8 step",
+        description="x86 without VNNI (ONNX Runtime CPU): U8S8, 7-bit weights (reduce_range), per-channel",
         activation_type="uint8",
         reduce_range=True,
-        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
         runs_on_any_cpu=True,
     )
 )
 register_preset(
     QuantPreset(
         name="cpu-vnni",
-        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel; "
-        "dynamic INT8 step",
+        description="x86 with AVX512-VNNI/AVX-VNNI (ONNX Runtime CPU): U8S8, full-range weights, per-channel",
         activation_type="uint8",
-        roles={"encoder": ENCODER_ROLE, "step": DYNAMIC_STEP_ROLE},
     )
 )
 register_preset(

@@ -11,7 +11,14 @@ from edgecap.decoding.beam import beam_search
 from edgecap.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.decoding.greedy import greedy
 from edgecap.decoding.mask_predict import mask_predict
-from edgecap.decoding.parallel import SPLIT_STRATEGIES, decode_workers_of, in_decode_chunk, split_decode
+from edgecap.decoding.parallel import (
+    PER_IMAGE_STRATEGIES,
+    SPLIT_STRATEGIES,
+    decode_workers_of,
+    in_decode_chunk,
+    rows_independent_of,
+    split_decode,
+)
 from edgecap.decoding.processors import LogitsProcessor
 from edgecap.decoding.protocol import Hypothesis, StepModel
 from edgecap.decoding.sampling import sample
@@ -48,7 +55,9 @@ def decode(
         processors: replaces the processors built from ``cfg`` (see :func:`build_processors`).
 
     A step model with ``decode_workers`` > 1 (ONNX Runtime on spare CPU cores) decodes greedy and beam batches as
-    that many concurrent chunks of images (:mod:`edgecap.decoding.parallel`); the hypotheses are the same.
+    that many concurrent chunks of images (:mod:`edgecap.decoding.parallel`); the hypotheses are the same. A model
+    whose rows are not independent (``rows_independent`` False: a dynamic INT8 step) decodes greedy, beam and
+    mask-predict batches image by image, so an image's caption does not depend on its batch.
 
     Returns:
         B lists of hypotheses: 1 (greedy), ``n_best`` (beam, best first) or ``num_samples`` (sample, draw order).
@@ -59,8 +68,10 @@ def decode(
     if cfg.length_level is not None and cfg.strategy != "mask_predict":
         inputs = {**inputs, LENGTH_LEVEL_INPUT: _levels_like(inputs, cfg.length_level)}
     workers = decode_workers_of(step_model)
-    if workers > 1 and processors is None and cfg.strategy in SPLIT_STRATEGIES and not in_decode_chunk() and inputs:
-        return split_decode(lambda chunk: fn(step_model, chunk, cfg, None), inputs, workers)
+    per_image = not rows_independent_of(step_model) and cfg.strategy in PER_IMAGE_STRATEGIES
+    split = per_image or (workers > 1 and cfg.strategy in SPLIT_STRATEGIES)
+    if split and processors is None and not in_decode_chunk() and inputs:
+        return split_decode(lambda chunk: fn(step_model, chunk, cfg, None), inputs, workers, per_image=per_image)
     return fn(step_model, inputs, cfg, processors)
 
 

@@ -10,6 +10,12 @@ kernels. Batch 16 × beam 3 on two cores: 1.3× one core's speed with two intra-
 
 Sampling is not split (its random draws follow the batch order), nor is mask-predict, nor a decode with caller
 processors (which may hold per-call state).
+
+A step model whose graph rows are not independent (``rows_independent`` False: a ``dynamic`` INT8 step quantises a
+call's activations with one scale over all its rows) would give an image another caption in another batch, or in
+another chunk of a split batch. Its greedy, beam and mask-predict decodes run image by image instead (each image's
+hypotheses together, never with another image's rows), ``decode_workers`` images at once; a caption then never
+depends on which other images share its batch, at the cost of batching (docs/int8.md).
 """
 
 from __future__ import annotations
@@ -21,10 +27,20 @@ from typing import Any
 
 from edgecap.decoding.protocol import Hypothesis
 
-__all__ = ["SPLIT_STRATEGIES", "check_decode_workers", "decode_workers_of", "in_decode_chunk", "split_decode"]
+__all__ = [
+    "PER_IMAGE_STRATEGIES",
+    "SPLIT_STRATEGIES",
+    "check_decode_workers",
+    "decode_workers_of",
+    "in_decode_chunk",
+    "rows_independent_of",
+    "split_decode",
+]
 
 #: Strategies whose hypotheses of an image do not depend on the other images of the batch.
 SPLIT_STRATEGIES = frozenset({"greedy", "beam"})
+#: Strategies decoded image by image on a model whose rows are not independent (sampling's draws follow the batch).
+PER_IMAGE_STRATEGIES = frozenset({"greedy", "beam", "mask_predict"})
 
 _chunk = threading.local()
 
@@ -46,24 +62,37 @@ def decode_workers_of(step_model: Any) -> int:
     return check_decode_workers(getattr(step_model, "decode_workers", 1))
 
 
+def rows_independent_of(model: Any) -> bool:
+    """Whether ``model``'s graph computes each row of a call on its own (its ``rows_independent``; True when it has
+    none: float graphs and static INT8 ones do)."""
+    return bool(getattr(model, "rows_independent", True))
+
+
 def split_decode(
-    decode_one: Callable[[Mapping[str, Any]], list[list[Hypothesis]]], inputs: Mapping[str, Any], workers: int
+    decode_one: Callable[[Mapping[str, Any]], list[list[Hypothesis]]],
+    inputs: Mapping[str, Any],
+    workers: int,
+    *,
+    per_image: bool = False,
 ) -> list[list[Hypothesis]]:
     """``decode_one`` on ``min(workers, images)`` contiguous chunks of ``inputs`` (images on axis 0 of every
-    entry), concurrently, the first in the calling thread; the hypotheses in image order."""
+    entry), concurrently, the first in the calling thread; the hypotheses in image order. ``per_image``: one chunk
+    per image instead, ``workers`` of them at once (for a model whose rows are not independent)."""
     images = int(next(iter(inputs.values())).shape[0])
     count = min(workers, images)
+    if per_image:
+        chunks = [{k: v[i : i + 1] for k, v in inputs.items()} for i in range(images)]
+        if count < 2:
+            return [hyps for chunk in chunks for hyps in _in_chunk(decode_one, chunk)]
+        with ThreadPoolExecutor(count, thread_name_prefix="edgecap-decode") as pool:
+            return [hyps for found in pool.map(lambda c: _in_chunk(decode_one, c), chunks) for hyps in found]
     if count < 2:
         return decode_one(inputs)
     bounds = [images * i // count for i in range(count + 1)]
     chunks = [{k: v[a:b] for k, v in inputs.items()} for a, b in zip(bounds, bounds[1:], strict=False)]
 
     def run(chunk: Mapping[str, Any]) -> list[list[Hypothesis]]:
-        _chunk.active = True
-        try:
-            return decode_one(chunk)
-        finally:
-            _chunk.active = False
+        return _in_chunk(decode_one, chunk)
 
     with ThreadPoolExecutor(count - 1, thread_name_prefix="edgecap-decode") as pool:
         futures = [pool.submit(run, chunk) for chunk in chunks[1:]]
@@ -71,3 +100,14 @@ def split_decode(
         for future in futures:
             out.extend(future.result())
     return out
+
+
+def _in_chunk(
+    decode_one: Callable[[Mapping[str, Any]], list[list[Hypothesis]]], chunk: Mapping[str, Any]
+) -> list[list[Hypothesis]]:
+    """``decode_one(chunk)`` with this thread marked as decoding a chunk (no nested split, one-thread sessions)."""
+    _chunk.active = True
+    try:
+        return decode_one(chunk)
+    finally:
+        _chunk.active = False

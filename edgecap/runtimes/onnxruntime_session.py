@@ -682,6 +682,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     step_model = create_ort_decoder(
         graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
     )
+    coupled = _row_coupled_roles(bundle, precision)
+    step_model.rows_independent = not coupled
     step_model.__enter__()
     try:
         _check_sessions(bundle, step_model, graphs)
@@ -705,6 +707,12 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         info["threads"] = plan.as_dict()
     if precision == "int8":
         info["int8_schemes"] = {role: r["scheme"] for role, r in bundle.int8_schemes().items()}
+    info["per_image_decode"] = bool(coupled)
+    if coupled:
+        info["per_image_reason"] = (
+            f"the INT8 {'/'.join(coupled)} graph quantises activations with one scale per call (dynamic): each image "
+            "is decoded on its own, so its caption does not depend on its batch (slower on batches)"
+        )
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
 
 
@@ -749,6 +757,21 @@ def _deployment(variant: Mapping[str, Any]) -> Mapping[str, Any]:
         return recorded
     preset = str(variant.get("preset") or variant.get("target") or "")
     return {"provider": "tensorrt" if preset == "tensorrt" else "cpu", "runs_on_any_cpu": preset == "cpu-avx2"}
+
+
+#: INT8 schemes whose graphs quantise a call's activations with one scale over all its rows (``dynamic``:
+#: ``DynamicQuantizeLinear``), so a row's output depends on the call's other rows. ``static`` scales are fixed at
+#: export and ``weight-only`` (``MatMulNBits``) quantises each row's blocks on their own.
+ROW_COUPLED_SCHEMES = frozenset({"dynamic"})
+
+
+def _row_coupled_roles(bundle: Any, precision: str) -> list[str]:
+    """The roles of the variant whose recorded INT8 scheme couples a call's rows (:data:`ROW_COUPLED_SCHEMES`); a
+    per-image decode runs the encoder and the loop graph image by image. Empty off INT8."""
+    if precision != "int8":
+        return []
+    schemes = bundle.int8_schemes()
+    return [r for r in sorted(schemes) if schemes[r].get("scheme") in ROW_COUPLED_SCHEMES]
 
 
 #: (step scheme, bits) -> the first onnxruntime release with CPU kernels for its ops (8-bit ``MatMulNBits``: 1.22).

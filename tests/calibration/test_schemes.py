@@ -22,7 +22,11 @@ from edgecap.calibration import (  # noqa: E402
 )
 from edgecap.calibration.presets import SCHEMES, TRANSFORMER_ROLE  # noqa: E402
 from edgecap.calibration.schemes import float_weight_matmuls  # noqa: E402
-from edgecap.runtimes.onnxruntime_session import OrtRuntime, create_ort_step_model  # noqa: E402
+from edgecap.runtimes.onnxruntime_session import (  # noqa: E402
+    ROW_COUPLED_SCHEMES,
+    OrtRuntime,
+    create_ort_step_model,
+)
 
 #: scheme -> (bits, the op each weight MatMul becomes)
 CASES = {"dynamic": (8, "MatMulInteger"), "weight-only-8": (8, "MatMulNBits"), "weight-only-4": (4, "MatMulNBits")}
@@ -70,6 +74,13 @@ def test_every_builtin_preset_names_a_known_scheme_per_role_and_tensorrt_stays_s
         assert set(preset.summary()["schemes"]) == set(preset.roles)
     trt = get_preset("tensorrt")
     assert {p.scheme for p in trt.roles.values()} == {"static"} and trt.standard_ops_only
+
+
+def test_the_x86_presets_default_to_a_static_step_whose_rows_are_independent() -> None:
+    """A caption must not depend on its batch: the default presets' steps never use a row-coupled scheme."""
+    for name in ("cpu-avx2", "cpu-vnni", "arm64", "tensorrt"):
+        assert get_preset(name).role("step").scheme == "static" not in ROW_COUPLED_SCHEMES
+    assert "dynamic" in ROW_COUPLED_SCHEMES and "weight-only" not in ROW_COUPLED_SCHEMES
 
 
 def test_with_scheme_changes_one_role_and_keeps_static_available() -> None:
@@ -127,6 +138,27 @@ def test_step_logprobs_stay_close_to_fp32_and_decoding_runs(quantized, acort, st
     ):
         report = compare_decoders(ref, cand, region_feeds(2, batch=4, seed=9), None, acort.vocab, cfg)
     assert report["images"] == 8 and report["token_agreement_pct"] >= 60.0
+
+
+def test_only_a_dynamic_step_lets_one_row_change_the_others(quantized, acort, calib, step_feeds) -> None:
+    """Static scales are fixed and ``MatMulNBits`` quantises each row's blocks alone, so another token in the last
+    row leaves every other row's log-probs bit for bit; ``DynamicQuantizeLinear``'s one scale per call does not
+    (which is why ONNX Runtime decodes a dynamic step image by image, ``ROW_COUPLED_SCHEMES``)."""
+    static = quantize_int8(acort.fp32, acort.spec, calib, acort.cfg("greedy"), "cpu-vnni", progress=False)
+    steps = {"static": static.models["step"], **{case: quantized[case].models["step"] for case in CASES}}
+    changed = {}
+    for case, step in steps.items():
+        changed[case] = 0
+        with OrtRuntime(step) as runtime:
+            for feed in step_feeds:
+                before = runtime.infer(feed)["logprobs"]
+                for token in (0, 5, acort.vocab.size - 1):
+                    tokens = feed["tokens"].copy()
+                    tokens[-1] = token
+                    after = runtime.infer({**feed, "tokens": tokens})["logprobs"]
+                    changed[case] += int(not np.array_equal(before[:-1], after[:-1]))
+    assert changed["dynamic"] > 0
+    assert {case: n for case, n in changed.items() if case != "dynamic"} == dict.fromkeys(set(steps) - {"dynamic"}, 0)
 
 
 def test_an_uncalibrated_scheme_needs_no_feeds(acort) -> None:
