@@ -271,9 +271,7 @@ def _check_variants(
     stages: Stages,
 ) -> None:
     """Record each variant's task-level check in its manifest entry, and print it."""
-    references = held_out.references or _quality.fp32_references(
-        reference, _quality.torch_batches(held_out.inputs), vocab, cfg
-    )
+    references = _quality.held_out_references(reference, held_out, vocab, cfg, spec)  # per checked length level
     for precision in (p for p in PRECISION_ORDER if p in variants):
         quality = _quality.task_check(reference, models[precision], spec, held_out, references, vocab, cfg)
         variants[precision]["quality"] = quality

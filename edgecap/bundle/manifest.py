@@ -41,6 +41,7 @@ __all__ = [
     "BundleVersionError",
     "bundle_file",
     "check_relative_path",
+    "quality_levels",
     "hash_files",
     "jsonable",
     "parity_summary",
@@ -401,6 +402,19 @@ def _worst_parity(parity: Mapping[str, Any]) -> tuple[float | None, float | None
     if worst is None:
         return None, None, None if not parity else passed
     return worst[1], worst[2], passed
+
+
+def quality_levels(quality: Mapping[str, Any] | None) -> dict[int | None, dict[str, Any]]:
+    """A variant's task-level check per length level: a ``*-len`` bundle's ``levels`` entries (each with the shared
+    fields: set, images, decoding), else its one check at ``length_level`` (bundles exported before per-level
+    checks, and models without length control: key None)."""
+    if not isinstance(quality, Mapping):
+        return {}
+    levels = quality.get("levels")
+    shared = {k: v for k, v in quality.items() if k != "levels"}
+    if not isinstance(levels, Mapping) or not levels:
+        return {shared.get("length_level"): shared}
+    return {int(level): {**shared, **fields, "length_level": int(level)} for level, fields in levels.items()}
 
 
 def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
