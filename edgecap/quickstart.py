@@ -43,6 +43,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.runs import default_run_dir
     from edgecap.runtimes.torch import resolve_device
     from edgecap.training.config import TrainCfg
+    from edgecap.training.determinism import make_deterministic
     from edgecap.training.loop import train
 
     require_onnx_stack()  # stage 6 exports: say what to install before training for minutes
@@ -62,6 +63,7 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     t0 = time.monotonic()
     cache_dir = default_cache_dir(data_dir, "tf_efficientnet_lite0", 224)
     console.print(f"[bold]2/7[/] features: EfficientNet-Lite0 (ImageNet, offline) grid features → {cache_dir}")
+    make_deterministic(device=resolve_device(cfg.device))  # before the first torch work
     extract_features(data_dir, cache_dir)  # resumes, or returns at once when complete
     timings["features_s"] = time.monotonic() - t0
 

@@ -17,6 +17,7 @@ from edgecap.runtimes.torch import resolve_device
 from edgecap.training import checkpoint as ckpt
 from edgecap.training.batches import FeatureBank, encode_captions, pick_captions
 from edgecap.training.config import TrainCfg
+from edgecap.training.determinism import make_deterministic
 from edgecap.training.distributed import epoch_order, init_distributed, shutdown, wrap_ddp
 from edgecap.training.objectives import objective_for
 from edgecap.training.schedules import noam, warmup_constant, warmup_cosine
@@ -82,6 +83,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     if ctx.active and cfg.finetune_epochs:
         raise ValueError("end-to-end fine-tuning (--finetune-epochs) runs in one process; launch it without torchrun")
     seed_everything(cfg.seed)
+    make_deterministic(device=device)  # fixed threads, deterministic kernels: the same weights under any load
 
     dataset = load_dataset(cfg.data)
     source = open_feature_source(cfg.features)
