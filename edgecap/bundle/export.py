@@ -273,7 +273,9 @@ def _check_variants(
     """Record each variant's task-level check in its manifest entry, and print it."""
     references = _quality.held_out_references(reference, held_out, vocab, cfg, spec)  # per checked length level
     for precision in (p for p in PRECISION_ORDER if p in variants):
-        quality = _quality.task_check(reference, models[precision], spec, held_out, references, vocab, cfg)
+        quality = _quality.task_check(
+            reference, models[precision], spec, held_out, references, vocab, cfg, variants[precision].get("schemes")
+        )
         variants[precision]["quality"] = quality
         stages.note(
             f"{precision}: CIDEr-D {quality['candidate_cider_d'] * 100:.1f} "

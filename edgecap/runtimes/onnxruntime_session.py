@@ -765,13 +765,15 @@ def _deployment(variant: Mapping[str, Any]) -> Mapping[str, Any]:
 ROW_COUPLED_SCHEMES = frozenset({"dynamic"})
 
 
-def _row_coupled_roles(bundle: Any, precision: str) -> list[str]:
-    """The roles of the variant whose recorded INT8 scheme couples a call's rows (:data:`ROW_COUPLED_SCHEMES`); a
-    per-image decode runs the encoder and the loop graph image by image. Empty off INT8."""
-    if precision != "int8":
-        return []
-    schemes = bundle.int8_schemes()
+def row_coupled_roles(schemes: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The roles whose INT8 scheme record (a manifest's ``schemes``) couples a call's rows
+    (:data:`ROW_COUPLED_SCHEMES`); a per-image decode runs the encoder and the loop graph image by image."""
     return [r for r in sorted(schemes) if schemes[r].get("scheme") in ROW_COUPLED_SCHEMES]
+
+
+def _row_coupled_roles(bundle: Any, precision: str) -> list[str]:
+    """:func:`row_coupled_roles` of the bundle's variant; empty off INT8."""
+    return row_coupled_roles(bundle.int8_schemes()) if precision == "int8" else []
 
 
 #: (step scheme, bits) -> the first onnxruntime release with CPU kernels for its ops (8-bit ``MatMulNBits``: 1.22).

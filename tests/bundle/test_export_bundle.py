@@ -425,6 +425,26 @@ def test_a_weight_only_step_goes_through_the_task_check_and_decodes(
         assert len(captions) == 4 and any(captions)  # a tiny run may end a caption at once
 
 
+def test_a_dynamic_step_is_checked_image_by_image_as_it_is_served(
+    run: Path, bundle: Path, tiny_data, tmp_path, monkeypatch
+):
+    """A dynamic step quantises a call's rows together; Captioner decodes such a variant image by image, so the
+    export's task check must too, or the recorded quality is not that of the captions users get."""
+    import edgecap.calibration as calibration
+
+    seen: dict[str, bool] = {}
+    compare = calibration.compare_decoders
+
+    def recording(reference, candidate, *args, **kwargs):
+        seen.setdefault("fp32" if "fp32" not in seen else "int8", candidate.rows_independent)
+        return compare(reference, candidate, *args, **kwargs)
+
+    monkeypatch.setattr(edgecap.export, "export_onnx", _graphs_of(bundle))
+    monkeypatch.setattr(calibration, "compare_decoders", recording)
+    export_bundle(run, tmp_path / "b", int8=True, calib=tiny_data[0], calib_size=4, int8_step="dynamic", progress=False)
+    assert seen == {"fp32": True, "int8": False}
+
+
 def test_an_unknown_step_scheme_or_one_without_int8_is_refused(run: Path, tmp_path: Path):
     with pytest.raises(BundleExportError, match="unknown INT8 step scheme 'int4'"):
         export_bundle(run, tmp_path / "out", int8=True, calib=tmp_path, int8_step="int4")

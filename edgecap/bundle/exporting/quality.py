@@ -91,13 +91,17 @@ def task_check(
     references: Mapping[int | None, list[list[str]]] | list[list[str]],
     vocab: Any,
     cfg: Any,
+    schemes: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """CIDEr-D of the torch FP32 reference and of ``models`` on ONNX Runtime (CPU), their difference, agreement: at
     the default level on top, and per level under ``levels`` for a length-controllable autoregressive model.
 
-    ``references``: per level (:func:`held_out_references`), or one list used at every level."""
+    ``references``: per level (:func:`held_out_references`), or one list used at every level. ``schemes``: the
+    variant's INT8 scheme records; a row-coupled one (a ``dynamic`` step) is decoded image by image, as
+    ``Captioner`` serves it, so the recorded quality is that of the captions users get."""
     from edgecap.calibration import compare_decoders
     from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.onnxruntime_session import row_coupled_roles
     from edgecap.runtimes.threads import plan_threads
 
     levels = check_levels(spec, cfg)
@@ -108,6 +112,7 @@ def task_check(
     with create_ort_decoder(
         models, spec.state_names, updated_state_names=spec.step_state_names, providers=("cpu",), **threads
     ) as candidate:
+        candidate.rows_independent = not row_coupled_roles(schemes or {})
         for level in levels:
             level_cfg = cfg.replace(length_level=level)
             report = compare_decoders(reference, candidate, batches, by_level[level], vocab, level_cfg)
