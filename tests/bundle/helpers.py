@@ -97,7 +97,7 @@ def pixel_run(
     if key not in _CACHE:
         from edgecap.data.datasets import load_dataset
         from edgecap.data.vocab import build_vocab
-        from edgecap.models import create_model
+        from edgecap.models import create_model, get_model_cfg
         from edgecap.models.backbone import create_backbone
         from edgecap.training.checkpoint import save_weights, write_config
 
@@ -114,7 +114,8 @@ def pixel_run(
             save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
             backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
         captions = [c for r in load_dataset(data).split("train") for c in r.captions]
-        vocab = build_vocab(captions, kind="word", min_count=2)
+        cfg = get_model_cfg(model_name)  # the vocabulary the model takes: words, or ACORT's radix digits
+        vocab = build_vocab(captions, kind=cfg.vocab_kind, min_count=2, radix_base=cfg.radix_base)
         vocab.save(run / "vocab.json")
         model = create_model(model_name, vocab_size=vocab.size, feature_dim=backbone.feature_dim, **overrides)
         save_weights(model, run / "weights.safetensors")

@@ -8,55 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 from click.testing import CliRunner
-from safetensors.torch import save_file
 
 from edgecap.bundle.manifest import quality_levels
 from edgecap.models import list_models
+from tests.bundle.helpers import pixel_run
 
 LEN_TEST_MODELS = sorted(n for n in list_models() if n.endswith("-len") and "-test" in n)
-
-
-def _pixel_run(model_name: str, data: Path, root: Path) -> tuple[Path, Path]:
-    """An untrained ``model_name`` on a random 64 px backbone whose weights are a file, laid out as ``edgecap train``
-    writes it (its vocabulary of the kind the model takes: words, or ACORT's radix digits)."""
-    from edgecap.data.datasets import load_dataset
-    from edgecap.data.vocab import build_vocab
-    from edgecap.models import create_model, get_model_cfg
-    from edgecap.models.backbone import create_backbone
-    from edgecap.training.checkpoint import save_weights, write_config
-
-    run = root / "run"
-    run.mkdir(parents=True)
-    torch.manual_seed(0)
-    weights = root / "backbone.safetensors"
-    save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), weights)
-    backbone = create_backbone("test_efficientnet", weights=weights, image_size=64)
-    cfg = get_model_cfg(model_name)
-    captions = [c for r in load_dataset(data).split("train") for c in r.captions]
-    vocab = build_vocab(captions, kind=cfg.vocab_kind, min_count=2, radix_base=cfg.radix_base)
-    vocab.save(run / "vocab.json")
-    model = create_model(model_name, vocab_size=vocab.size, feature_dim=backbone.feature_dim)
-    save_weights(model, run / "weights.safetensors")
-    write_config(
-        run,
-        {
-            "model": {
-                "name": model_name,
-                "vocab_size": vocab.size,
-                "feature_dim": backbone.feature_dim,
-                "overrides": {},
-                "cfg": model.cfg.to_dict(),
-            },
-            "train": {"max_words": 8},
-            "data": str(data),
-            "features": None,
-            "backbone": backbone.spec,
-            "vocab": {"kind": vocab.kind, "size": vocab.size},
-        },
-    )
-    return run, weights
 
 
 def test_every_len_test_model_is_registered() -> None:
@@ -64,12 +22,14 @@ def test_every_len_test_model_is_registered() -> None:
 
 
 @pytest.mark.parametrize("model_name", LEN_TEST_MODELS)
-def test_export_checks_a_len_model_at_every_level(model_name: str, tiny_data, tmp_path: Path) -> None:
+def test_export_checks_a_len_model_at_every_level(
+    model_name: str, tiny_data, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     from edgecap.bundle import load_bundle
     from edgecap.cli import main
 
     data, _ = tiny_data
-    run, weights = _pixel_run(model_name, data, tmp_path)
+    run, weights = pixel_run(tiny_data, tmp_path_factory, model_name)
     out = tmp_path / "bundle"
     args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--out", str(out)]
     args += ["--int8", "--calib", str(data), "--calib-size", "8", "--quiet"]
