@@ -16,8 +16,8 @@ import torch
 from safetensors.torch import load_file
 
 import edgecap.training.loop as loop
-from edgecap.training.config import TrainCfg
 from edgecap.training.determinism import TRAIN_THREADS_ENV, make_deterministic, train_threads
+from tests.training.helpers import tiny_train_cfg
 
 _SPIN = "import os, time\nend = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass\n"
 
@@ -35,24 +35,7 @@ def competing_load(seconds: float = 20.0) -> Iterator[None]:
 
 
 def _train(tiny_data, out: Path, seed: int = 0) -> dict[str, torch.Tensor]:
-    data, feats = tiny_data
-    cfg = TrainCfg(
-        model="ort-test",
-        data=str(data),
-        features=str(feats),
-        out=str(out),
-        epochs=2,
-        batch_size=8,
-        optimizer="adamw",
-        lr=3e-3,
-        warmup_steps=2,
-        vocab_min_count=2,
-        max_words=12,
-        device="cpu",
-        save_every_steps=0,
-        max_steps=4,
-        seed=seed,
-    )
+    cfg = tiny_train_cfg(tiny_data, out, epochs=2, max_steps=4, save_every_steps=0, seed=seed)
     return load_file(str(loop.train(cfg, progress=False) / "weights.safetensors"))
 
 
