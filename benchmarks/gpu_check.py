@@ -1,4 +1,4 @@
-"""The one GPU check (issue 16): CUDA tests, torch-CUDA parity and precision, throughput by step mode, ONNX Runtime's
+"""The one GPU check: CUDA tests, torch-CUDA parity and precision, throughput by step mode, ONNX Runtime's
 GPU providers and the TensorRT runtime where installed, and LaBERT mask-predict against length-aware autoregressive
 decoding per length level. Everything a GPU run of ``docs/gpu.md`` reports comes from here.
 
