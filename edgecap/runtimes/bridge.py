@@ -115,20 +115,22 @@ class GraphPair:
         encoder: the encoder runtime (decode inputs -> the initial state).
         loop: the runtime the loop calls; its array type is the one the state is kept in.
         state_names: the encoder outputs that form the state.
+
+    Attributes:
         rows_independent: every row of a loop-graph call is computed as if it were alone in the call. False for a
             graph whose activations are quantised with one scale per call (a ``dynamic`` INT8 step:
             ``DynamicQuantizeLinear``), where a batch's rows change each other's outputs; ``decode`` then decodes
-            each image on its own (:mod:`edgecap.decoding.parallel`), so a caption never depends on its batch.
+            each image on its own (:mod:`edgecap.decoding.parallel`), so a caption never depends on its batch. Set
+            by :func:`~edgecap.runtimes.decoders.create_ort_decoder` from the graphs' recorded INT8 schemes.
     """
 
-    def __init__(
-        self, encoder: Runtime, loop: Runtime, state_names: Sequence[str], *, rows_independent: bool = True
-    ) -> None:
+    rows_independent: bool = True
+
+    def __init__(self, encoder: Runtime, loop: Runtime, state_names: Sequence[str]) -> None:
         if not state_names:
             raise ValueError(f"{type(self).__name__} needs at least one state name")
         self.encoder, self.loop_runtime = encoder, loop
         self.state_names = tuple(state_names)
-        self.rows_independent = bool(rows_independent)
         self._enc_ops, self._loop_ops = array_ops(encoder), array_ops(loop)
 
     def __enter__(self) -> Any:
@@ -196,7 +198,6 @@ class RuntimeStepModel(GraphPair):
         decode_workers: decodes that may run on this model at once, each on a chunk of a batch's images
             (:func:`~edgecap.decoding.decode` splits greedy and beam batches; ``ThreadPlan.decode_workers``). The
             runtimes must take concurrent calls, as ONNX Runtime sessions do.
-        rows_independent: see :class:`GraphPair`; False makes every decode run image by image.
     """
 
     def __init__(
@@ -210,9 +211,8 @@ class RuntimeStepModel(GraphPair):
         state_output_names: Sequence[str] | None = None,
         updated_state_names: Sequence[str] | None = None,
         decode_workers: int = 1,
-        rows_independent: bool = True,
     ) -> None:
-        super().__init__(encoder, step, state_names, rows_independent=rows_independent)
+        super().__init__(encoder, step, state_names)
         self.decode_workers = check_decode_workers(decode_workers)
         updated = self.state_names if updated_state_names is None else tuple(updated_state_names)
         unknown = [n for n in updated if n not in self.state_names]

@@ -17,6 +17,8 @@ def create_ort_decoder(
     graphs: Mapping[str, Any],
     state_names: Sequence[str] | None = None,
     updated_state_names: Sequence[str] | None = None,
+    *,
+    rows_independent: bool = True,
     **runtime_options: Any,
 ) -> Any:
     """The ONNX Runtime adapter for ``graphs`` (role -> path, bytes or ``onnx.ModelProto``), a context manager.
@@ -25,6 +27,8 @@ def create_ort_decoder(
         graphs: ``{"encoder", "step"}`` or ``{"encoder", "refine"}``.
         state_names, updated_state_names: the step graph's state order (ignored for ``refine``, whose metadata
             carries it); None = read from the graph's metadata.
+        rows_independent: False for graphs that couple a call's rows (a ``dynamic`` INT8 step): every decode on the
+            adapter then runs image by image (:attr:`~edgecap.runtimes.bridge.GraphPair.rows_independent`).
         **runtime_options: :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` options for every session.
 
     Raises:
@@ -34,11 +38,14 @@ def create_ort_decoder(
     if roles == {"encoder", "refine"}:
         from edgecap.runtimes.refine import create_ort_refine_model
 
-        return create_ort_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
-    if roles == {"encoder", "step"}:
+        model = create_ort_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
+    elif roles == {"encoder", "step"}:
         from edgecap.runtimes.onnxruntime_session import create_ort_step_model
 
-        return create_ort_step_model(
+        model = create_ort_step_model(
             graphs["encoder"], graphs["step"], state_names, updated_state_names=updated_state_names, **runtime_options
         )
-    raise ValueError(f"runtime graphs need roles encoder + step or encoder + refine, got {sorted(roles)}")
+    else:
+        raise ValueError(f"runtime graphs need roles encoder + step or encoder + refine, got {sorted(roles)}")
+    model.rows_independent = rows_independent
+    return model

@@ -679,11 +679,14 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
         options["trt_profile_dims"] = bundle.interface.get("dims")
     if plan is not None and plan.decode_workers > 1 and set(graphs) == {"encoder", "step"}:
         options["decode_workers"] = plan.decode_workers
-    step_model = create_ort_decoder(
-        graphs, bundle.state_names, updated_state_names=bundle.updated_state_names, **options
-    )
     coupled = _row_coupled_roles(bundle, precision)
-    step_model.rows_independent = not coupled
+    step_model = create_ort_decoder(
+        graphs,
+        bundle.state_names,
+        updated_state_names=bundle.updated_state_names,
+        rows_independent=not coupled,
+        **options,
+    )
     step_model.__enter__()
     try:
         _check_sessions(bundle, step_model, graphs)

@@ -110,9 +110,13 @@ def task_check(
     threads = plan_threads("auto").runtime_options()  # as Captioner.load: no spinning next to torch's threads
     measured: dict[int | None, dict[str, Any]] = {}
     with create_ort_decoder(
-        models, spec.state_names, updated_state_names=spec.step_state_names, providers=("cpu",), **threads
+        models,
+        spec.state_names,
+        updated_state_names=spec.step_state_names,
+        rows_independent=not row_coupled_roles(schemes or {}),
+        providers=("cpu",),
+        **threads,
     ) as candidate:
-        candidate.rows_independent = not row_coupled_roles(schemes or {})
         for level in levels:
             level_cfg = cfg.replace(length_level=level)
             report = compare_decoders(reference, candidate, batches, by_level[level], vocab, level_cfg)
