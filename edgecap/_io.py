@@ -130,18 +130,13 @@ class OutputLocationError(ValueError):
     must go. Raised by :func:`check_output_location` before any work, so nothing is computed only to be lost."""
 
 
-def _name_max(directory: Path) -> int:
+def _pathconf(directory: Path, name: str, default: int) -> int:
+    """``os.pathconf(directory, name)``, or ``default`` where there is no pathconf (Windows) or the filesystem does
+    not say."""
     try:
-        return int(os.pathconf(directory, "PC_NAME_MAX"))
-    except (OSError, ValueError, AttributeError):  # no pathconf (Windows) or a filesystem that does not say
-        return 255
-
-
-def _path_max(directory: Path) -> int:
-    try:
-        return int(os.pathconf(directory, "PC_PATH_MAX"))
+        return int(os.pathconf(directory, name))
     except (OSError, ValueError, AttributeError):
-        return 4096
+        return default
 
 
 def _probe_write(directory: Path) -> OSError | None:
@@ -186,7 +181,8 @@ def check_output_location(
     path = Path(os.path.abspath(path))
     what = f"{what}: " if what else ""
     anchor = _nearest_existing(path)
-    limit = _name_max(anchor if anchor.is_dir() else anchor.parent)
+    filesystem = anchor if anchor.is_dir() else anchor.parent
+    limit = _pathconf(filesystem, "PC_NAME_MAX", 255)
     for i, part in enumerate(path.parts[1:], start=1):
         size = len(os.fsencode(part))
         room = limit - (reserve if i == len(path.parts) - 1 else 0)
@@ -196,7 +192,7 @@ def check_output_location(
             raise OutputLocationError(
                 f"{what}the name {shown!r} is {size} bytes; this filesystem allows {allows}: choose a shorter name"
             )
-    if len(os.fsencode(str(path))) + reserve > _path_max(anchor if anchor.is_dir() else anchor.parent):
+    if len(os.fsencode(str(path))) + reserve > _pathconf(filesystem, "PC_PATH_MAX", 4096):
         raise OutputLocationError(f"{what}the path {str(path)[:60]}... is too long for this filesystem")
     if anchor != path and not anchor.is_dir():
         raise OutputLocationError(f"{what}cannot create {path}: {anchor} is a file, not a directory")
