@@ -101,7 +101,8 @@ class Captioner:
         from edgecap.captioning import decode_cfg_for, decoder_for, model_decoding_overrides
         from edgecap.runs import load_run
 
-        _check_beam(3 if beam is None else beam)
+        if beam is not None:
+            _check_beam(beam)  # before loading the run
         trained = load_run(run, device=device)
         overrides = model_decoding_overrides(trained.model)  # the family's decoding (LaBERT: mask-predict, §3.2)
         _check_beam_applies(beam, overrides.get("strategy"))
