@@ -66,8 +66,22 @@ def engine(
     from edgecap.bundle.manifest import BundleError
     from edgecap.bundle.reader import find_bundle
     from edgecap.engines.build import EngineBuildError, EngineUnavailableError, build_engines
+    from edgecap.engines.cuda import CudaError
+    from edgecap.engines.graphs import GraphReaderMissingError
     from edgecap.engines.profiles import ProfileError
     from edgecap.engines.settings import EngineSettingsError
+
+    # Each piece this machine may lack is one line, never a traceback: onnx (GraphReaderMissingError), TensorRT,
+    # cuda-python or a usable driver (EngineUnavailableError), a CUDA call on the chosen device (CudaError).
+    refusals = (
+        BundleError,
+        EngineBuildError,
+        EngineUnavailableError,
+        ProfileError,
+        EngineSettingsError,
+        GraphReaderMissingError,
+        CudaError,
+    )
 
     try:
         result = build_engines(
@@ -82,7 +96,7 @@ def engine(
             device=device,
             progress=lambda line: click.echo(line, err=True),
         )
-    except (BundleError, EngineBuildError, EngineUnavailableError, ProfileError, EngineSettingsError) as exc:
+    except refusals as exc:
         fail(str(exc))
         return
     state = "built" if result.built else "kept (up to date)"

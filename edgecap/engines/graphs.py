@@ -3,8 +3,8 @@
 Export writes each dynamic dimension of a graph's inputs and outputs as an ONNX ``dim_param`` named after the export
 spec's dimension (``batch``, ``past``, ``regions``, ``length``), and the manifest records each dimension's range
 (``interface.dims``). Engine profiles are derived from the two. The graph is read with ``onnx`` when it is installed
-(no weights are loaded) and otherwise through an ONNX Runtime session on the CPU, so an edge machine with only the
-runtime install can still build engines.
+(no weights are loaded; the ``tensorrt-cuNN`` extras bring it) and otherwise through an ONNX Runtime session on the
+CPU, so a board that has only its onnxruntime-gpu wheel (a Jetson) can still build engines.
 """
 
 from __future__ import annotations
@@ -17,7 +17,18 @@ from typing import Any
 
 from edgecap.runtimes.base import TensorMeta
 
-__all__ = ["GraphIO", "read_graph_io"]
+__all__ = ["GraphIO", "GraphReaderMissingError", "read_graph_io"]
+
+#: What to install to read graphs: never the CPU onnxruntime, which on a GPU machine would shadow onnxruntime-gpu.
+_READER_INSTALL = (
+    "pip install onnx, or install edgecap with the TensorRT extra of this machine's CUDA, which brings it: "
+    "'edgecap[tensorrt-cu12]' or 'edgecap[tensorrt-cu13]'"
+)
+
+
+class GraphReaderMissingError(ImportError):
+    """Neither onnx nor onnxruntime is installed, so a graph's inputs and outputs cannot be read."""
+
 
 #: ONNX ``TensorProto`` element types -> numpy dtype names.
 _ONNX_ELEM = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
@@ -47,7 +58,7 @@ def read_graph_io(path: str | os.PathLike) -> GraphIO:
     """The I/O of the ONNX graph at ``path`` (``onnx`` if installed, else an ONNX Runtime CPU session).
 
     Raises:
-        ImportError: neither onnx nor onnxruntime is installed.
+        GraphReaderMissingError: neither onnx nor onnxruntime is installed.
         ValueError: a dynamic dimension has no name (the graph was not written by edgecap's export).
     """
     path = Path(path)
@@ -80,10 +91,11 @@ def _read_with_onnx(onnx: Any, path: Path) -> GraphIO:
 def _read_with_ort(path: Path) -> GraphIO:
     try:
         import onnxruntime as ort
-    except ImportError as exc:
-        raise ImportError(
-            f"reading {path.name}'s inputs needs onnx or onnxruntime: pip install 'edgecap[cpu]'"
-        ) from exc
+    except ImportError:
+        raise GraphReaderMissingError(
+            f"reading the inputs and outputs of {path.name} needs onnx (or an onnxruntime already installed): "
+            f"{_READER_INSTALL}"
+        ) from None
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])

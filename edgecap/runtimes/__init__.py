@@ -35,13 +35,17 @@ _LAZY: dict[str, str] = {
     "create_ort_refine_model": "edgecap.runtimes.refine",
 }
 
+# GPU hints name the CUDA line: an extra of another CUDA major than the driver's installs but cannot start.
 _ORT_INSTALL = (
-    "pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); on a Jetson install JetPack's onnxruntime-gpu wheel"
+    "pip install 'edgecap[cpu]' (CPU), or on a GPU machine the extra of its driver's CUDA major: 'edgecap[gpu-cu12]' "
+    "or 'edgecap[gpu-cu13]' ('edgecap[gpu]' is CUDA 13); on a Jetson, NVIDIA's onnxruntime-gpu wheel for its JetPack"
 )
 _TORCH_INSTALL = "pip install 'edgecap[train]'"
 _TRT_INSTALL = (
-    "TensorRT >= 10.3 and cuda-python (pip install 'edgecap[tensorrt]' with NVIDIA's package index; JetPack ships "
-    "both on a Jetson), then build engines with `edgecap engine BUNDLE`"
+    "TensorRT 10 and cuda-python of the driver's CUDA major: pip install 'edgecap[tensorrt-cu12]' or "
+    "'edgecap[tensorrt-cu13]' (TensorRT's libraries download from NVIDIA's index, pypi.nvidia.com, during the "
+    "install); on JetPack 6, its TensorRT 10.3 (python3-libnvinfer) with cuda-python 12.x and onnx; then build "
+    "engines with `edgecap engine BUNDLE`"
 )
 
 # The built-in runtimes: a new backend is one module plus one entry like these.

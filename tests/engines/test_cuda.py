@@ -15,6 +15,7 @@ class Err(IntEnum):
     cudaSuccess = 0
     cudaErrorNoDevice = 100
     cudaErrorMemoryAllocation = 2
+    cudaErrorInsufficientDriver = 35
 
 
 def fake_cudart(count: int | None, name: bytes = b"NVIDIA H100 80GB HBM3", cc: tuple[int, int] = (9, 0)):
@@ -52,8 +53,50 @@ def test_no_gpu_is_refused(monkeypatch, count, message) -> None:
 def test_without_cuda_python(monkeypatch) -> None:
     for module in ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart"):
         monkeypatch.setitem(__import__("sys").modules, module, None)
-    with pytest.raises(CudaUnavailableError, match="cuda-python"):
+    with pytest.raises(CudaUnavailableError, match="needs cuda-python") as refused:
         cuda.cudart()
+    assert "edgecap[tensorrt-cu12]" in str(refused.value) and "edgecap[tensorrt-cu13]" in str(refused.value)
+
+
+def test_a_cuda_python_that_does_not_load_is_unavailable(monkeypatch) -> None:
+    """Installed, but a library it loads on import is missing: a refusal, not the loader's OSError."""
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name.split(".")[0] == "cuda":
+            raise OSError("libcudart.so.12: cannot open shared object file")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", broken)
+    with pytest.raises(CudaUnavailableError, match=r"cuda-python is installed but does not load \(libcudart"):
+        cuda.cudart()
+
+
+def test_a_cuda_python_12_without_a_driver_is_unavailable(monkeypatch) -> None:
+    """cuda-python 12.2-12.6 raise RuntimeError from the first call when libcuda.so.1 is missing (no error result)."""
+
+    def no_libcuda():
+        raise RuntimeError("Failed to dlopen libcuda.so.1")
+
+    monkeypatch.setattr(cuda, "cudart", lambda: SimpleNamespace(cudaGetDeviceCount=no_libcuda))
+    with pytest.raises(CudaUnavailableError, match=r"cannot load the NVIDIA driver \(Failed to dlopen libcuda.so.1\)"):
+        gpu_info()
+
+
+def test_an_insufficient_driver_names_the_extras(monkeypatch) -> None:
+    """cuda-python 13 on a CUDA 12 driver (or on no driver) returns cudaErrorInsufficientDriver: the refusal says
+    which CUDA it needs and which extras pair cuda-python with the driver's CUDA."""
+    monkeypatch.setattr(
+        cuda, "cudart", lambda: SimpleNamespace(cudaGetDeviceCount=lambda: (Err.cudaErrorInsufficientDriver, 0))
+    )
+    monkeypatch.setattr(cuda, "_cuda_python_version", lambda: "13.4.4")
+    with pytest.raises(CudaUnavailableError) as refused:
+        gpu_info()
+    message = str(refused.value)
+    assert message.startswith("no usable CUDA GPU: cudaGetDeviceCount failed: cudaErrorInsufficientDriver (35)")
+    assert "older than CUDA 13 (cuda-python 13.4.4)" in message and "edgecap[tensorrt-cu12]" in message
 
 
 def test_allocation_failure_is_a_cuda_error(monkeypatch) -> None:

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from edgecap.bundle import load_bundle
-from edgecap.engines.graphs import read_graph_io
+from edgecap.engines.graphs import GraphReaderMissingError, read_graph_io
 from tests.bundle.helpers import pixel_bundle
 
 
@@ -22,3 +22,16 @@ def test_onnx_and_onnxruntime_readings_agree(tiny_data, tmp_path_factory, monkey
     assert read_graph_io(path) == with_onnx
     with pytest.raises(KeyError, match="no input 'nope'"):
         with_onnx.input("nope")
+
+
+def test_without_onnx_or_onnxruntime_the_error_names_onnx(monkeypatch, tmp_path) -> None:
+    """The hint names onnx and the TensorRT extras, never the CPU onnxruntime (on a GPU machine it would shadow
+    onnxruntime-gpu); an ImportError subclass, not a ModuleNotFoundError (which the CLI would call a [train] gap)."""
+    for module in ("onnx", "onnxruntime"):
+        monkeypatch.setitem(sys.modules, module, None)
+    with pytest.raises(GraphReaderMissingError) as missing:
+        read_graph_io(tmp_path / "step.onnx")
+    message = str(missing.value)
+    assert "step.onnx" in message and "pip install onnx" in message and "edgecap[cpu]" not in message
+    assert "'edgecap[tensorrt-cu12]' or 'edgecap[tensorrt-cu13]'" in message
+    assert isinstance(missing.value, ImportError) and not isinstance(missing.value, ModuleNotFoundError)
