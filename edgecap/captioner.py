@@ -130,6 +130,8 @@ class Captioner:
         device: str | None = None,
         verify: bool = True,
         step_mode: str = "eager",
+        trt_opt_batch: int | None = None,
+        trt_workspace_mb: int | None = None,
     ) -> Captioner:
         """Load a bundle on the best available runtime, verifying what it reads.
 
@@ -160,6 +162,10 @@ class Captioner:
             step_mode: the torch runtime's decoder step: ``"eager"`` (default), ``"static"``, ``"cuda-graph"``
                 (captured once per batch shape, replayed per token), ``"compile"`` or ``"auto"`` (``cuda-graph`` on
                 CUDA where the model supports it); see ``docs/gpu.md``.
+            trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its engines for (default 8; the
+                step graph's rows are this times ``beam``); the engines still take any batch the bundle allows.
+            trt_workspace_mb: the TensorRT provider's workspace limit in MiB (default 1024, sized for a Jetson;
+                0 = the provider's own, the whole device memory).
 
         The choice and the reasons are in :attr:`runtime_info` and logged (logger ``edgecap.captioner``, INFO).
 
@@ -219,6 +225,8 @@ class Captioner:
             verify=verify,
             step_mode=step_mode,
             beam=beam,
+            trt_opt_batch=trt_opt_batch,
+            trt_workspace_mb=trt_workspace_mb,
         )
         loaded = load(opened, request)
         try:

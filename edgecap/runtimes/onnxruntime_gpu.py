@@ -6,7 +6,13 @@
   read-only bundle (a system install) caches under ``$EDGECAP_HOME/trt-engines`` instead.
 - **Optimisation profiles from the bundle's dims** (``interface.dims``: rows 1..max, cache length 0..max_len - 1,
   regions): without explicit profiles the EP rebuilds an engine whenever a decoder step meets a cache length outside
-  the shapes it has seen, i.e. on most steps of a first decode.
+  the shapes it has seen, i.e. on most steps of a first decode. Each profile's *max* is the manifest's limit (every
+  shape the graphs were exported for runs); its *opt*, the shape TensorRT tunes its kernels and sizes its build for,
+  is a typical call (:func:`trt_opt_sizes`: :data:`DEFAULT_TRT_OPT_BATCH` images, times the beam for the step graph,
+  half the cache length), not the maximum: tuning at 1024 rows can exhaust a small GPU while the engine is built.
+- **A bounded workspace**: since onnxruntime 1.19 the EP sets no workspace limit of its own (TensorRT may then use
+  the whole device memory for a layer's scratch space while it builds); edgecap sets ``trt_max_workspace_size`` to
+  :data:`DEFAULT_TRT_WORKSPACE_MB` unless told otherwise, which fits the unified memory of a Jetson Orin Nano.
 - **Version gates**: options newer than the installed onnxruntime are left out rather than refused at session
   creation (profiles since 1.15, the timing-cache path since 1.16); Jetson users on JetPack 6 get 1.18 or newer.
 
@@ -25,10 +31,14 @@ from typing import Any
 from edgecap.precisions import PRECISIONS
 
 __all__ = [
+    "DEFAULT_TRT_OPT_BATCH",
+    "DEFAULT_TRT_WORKSPACE_MB",
     "TRT_OPTION_SINCE",
+    "graph_profile_options",
     "ort_version_tuple",
     "tensorrt_cache_dir",
     "tensorrt_ep_options",
+    "trt_opt_sizes",
     "trt_profile_shapes",
 ]
 
@@ -41,6 +51,14 @@ TRT_OPTION_SINCE: dict[str, tuple[int, int]] = {
 }
 #: The hidden directory of a bundle that holds ONNX Runtime's TensorRT engines.
 CACHE_DIRNAME = ".ort-trt"
+#: Images per call the optimisation profiles are tuned for unless told (``trt_opt_batch``): the largest batch
+#: ``edgecap bench`` measures by default (its offline scenario), a typical ``Captioner.batch`` call.
+DEFAULT_TRT_OPT_BATCH = 8
+#: TensorRT's workspace limit in MiB unless told (``trt_workspace_mb``): 1 GiB, a quarter of a Jetson Orin Nano
+#: 4 GB's unified memory; a captioner's layers need far less, and TensorRT skips tactics that would need more.
+DEFAULT_TRT_WORKSPACE_MB = 1024
+#: Roles whose graph runs once per hypothesis (rows = images × beam); the others run once per image.
+_PER_HYPOTHESIS = frozenset({"step"})
 
 
 def ort_version_tuple(version: str) -> tuple[int, int]:
@@ -94,6 +112,62 @@ def trt_profile_shapes(
     return {f"trt_profile_{key}_shapes": ",".join(value) for key, value in shapes.items()}
 
 
+def trt_opt_sizes(dims: Mapping[str, Mapping[str, int]], role: str | None, batch: int, beam: int = 1) -> dict[str, int]:
+    """The sizes TensorRT tunes ``role``'s graph for (the ``opt`` of :func:`trt_profile_shapes`), each within the
+    bundle's bounds: ``batch`` rows (``batch × beam`` for the step graph, which runs once per hypothesis), ``batch``
+    rows of image states (``images``: fed once per image), half the cache length (``past``: where an average caption
+    spends its steps). Other dimensions keep their maximum.
+
+    Args:
+        dims: the bundle's ``interface.dims`` (name -> ``{"min", "max"}``).
+        role: ``"encoder"``, ``"step"`` or ``"refine"`` (None: counted once per image).
+        batch: images per call.
+        beam: the beam width the step graph's rows multiply ``batch`` by.
+
+    Raises:
+        ValueError: ``batch`` or ``beam`` below 1.
+    """
+    if batch < 1 or beam < 1:
+        raise ValueError(f"the TensorRT opt batch and beam must be >= 1, got batch {batch}, beam {beam}")
+    rows = batch * (beam if role in _PER_HYPOTHESIS else 1)
+    wanted: dict[str, int] = {"batch": rows, "images": batch}
+    sizes = {}
+    for name, bounds in dims.items():
+        low, high = int(bounds["min"]), int(bounds["max"])
+        if name == "past":
+            sizes[name] = (low + high) // 2
+        elif name in wanted:
+            sizes[name] = min(max(wanted[name], low), high)
+    return sizes
+
+
+def graph_profile_options(
+    ort: Any,
+    source: str | bytes,
+    dims: Mapping[str, Mapping[str, int]],
+    role: str | None = None,
+    opt_batch: int | None = None,
+    beam: int = 1,
+) -> dict[str, str]:
+    """:func:`trt_profile_shapes` for one graph's own inputs, read from a metadata-only CPU session on ``source`` (a
+    path or serialized bytes), tuned by :func:`trt_opt_sizes` for ``role`` (None: the graph's ``graph_role``
+    metadata) at ``opt_batch`` images (None: :data:`DEFAULT_TRT_OPT_BATCH`); empty when this onnxruntime predates
+    explicit profiles.
+
+    Raises:
+        ValueError: an input dimension ``dims`` does not bound.
+    """
+    if ort_version_tuple(ort.__version__) < TRT_OPTION_SINCE["trt_profile_min_shapes"]:
+        return {}
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    probe = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    inputs = {i.name: [d if isinstance(d, (int, str)) else None for d in i.shape] for i in probe.get_inputs()}
+    role = role or probe.get_modelmeta().custom_metadata_map.get("graph_role")
+    opt = trt_opt_sizes(dims, "encoder" if role == "init" else role, opt_batch or DEFAULT_TRT_OPT_BATCH, beam)
+    return trt_profile_shapes(inputs, dims, opt)
+
+
 def tensorrt_cache_dir(bundle_dir: str | Path, precision: str, digest: str, home: str | Path) -> Path:
     """Where the EP's engines for one precision of a bundle live: inside the bundle when it is writable, else under
     ``home/trt-engines`` (named by bundle, precision and decoder digest, so two bundles never share engines)."""
@@ -113,7 +187,7 @@ def tensorrt_ep_options(
     *,
     profiles: Mapping[str, str] | None = None,
     timing_cache: bool = True,
-    workspace_mb: int | None = None,
+    workspace_mb: int | None = DEFAULT_TRT_WORKSPACE_MB,
     device_id: int = 0,
 ) -> dict[str, Any]:
     """The TensorRT EP's provider options for graphs of ``precision`` (``fp32``, ``fp16``, ``int8``).
@@ -124,7 +198,8 @@ def tensorrt_ep_options(
         ort_version: ``onnxruntime.__version__``; options it predates are left out.
         profiles: :func:`trt_profile_shapes` output, or None (the EP then builds engines per shape seen).
         timing_cache: keep TensorRT's timing cache next to the engines (faster rebuilds on the same GPU).
-        workspace_mb: TensorRT's workspace limit; None keeps the EP's default.
+        workspace_mb: TensorRT's workspace limit in MiB (default :data:`DEFAULT_TRT_WORKSPACE_MB`); None leaves the
+            EP's own (no limit since onnxruntime 1.19).
         device_id: the CUDA device.
 
     Raises:

@@ -129,6 +129,12 @@ class LoadRequest:
             fix the rows per image (``tensorrt``) choose and check their engines by it.
         step_mode: how the torch runtime runs a decoder step (``"eager"``, ``"static"``, ``"cuda-graph"``,
             ``"compile"``, ``"auto"``; :mod:`edgecap.runtimes.static_cache`); other runtimes take only ``"eager"``.
+        trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its optimisation profiles for (the step
+            graph's rows: this times ``beam``); None = ``edgecap.runtimes.onnxruntime_gpu.DEFAULT_TRT_OPT_BATCH``.
+            The profiles' maximum stays the bundle's limit.
+        trt_workspace_mb: the TensorRT provider's workspace limit in MiB; None =
+            ``edgecap.runtimes.onnxruntime_gpu.DEFAULT_TRT_WORKSPACE_MB`` (sized for a Jetson), 0 = no limit of
+            edgecap's (the provider's own).
     """
 
     precision: str = "auto"
@@ -140,6 +146,8 @@ class LoadRequest:
     verify: bool = True
     step_mode: str = "eager"
     beam: int | None = None
+    trt_opt_batch: int | None = None
+    trt_workspace_mb: int | None = None
 
 
 @dataclass

@@ -8,13 +8,23 @@ import pytest
 
 from edgecap.runtimes.onnxruntime_gpu import (
     CACHE_DIRNAME,
+    DEFAULT_TRT_OPT_BATCH,
+    DEFAULT_TRT_WORKSPACE_MB,
     ort_version_tuple,
     tensorrt_cache_dir,
     tensorrt_ep_options,
+    trt_opt_sizes,
     trt_profile_shapes,
 )
 
 DIMS = {"batch": {"min": 1, "max": 96}, "past": {"min": 0, "max": 60}, "regions": {"min": 49, "max": 49}}
+#: A manifest's dims at the exporter's default limit, with image states (``images``).
+BIG = {
+    "batch": {"min": 1, "max": 1024},
+    "images": {"min": 1, "max": 1024},
+    "past": {"min": 0, "max": 19},
+    "regions": {"min": 1, "max": 100},
+}
 STEP_INPUTS = {"tokens": ["batch"], "self_k": ["batch", 2, 8, "past", 32], "memory_bias": ["batch", 1, 1, "regions"]}
 
 
@@ -44,6 +54,42 @@ def test_profiles_cover_rows_and_cache_length_from_the_bundle_dims() -> None:
 def test_profiles_refuse_unbounded_dimensions(inputs, opt, match) -> None:
     with pytest.raises(ValueError, match=match):
         trt_profile_shapes(inputs, DIMS, opt)
+
+
+def test_opt_is_a_typical_call_and_max_the_manifests_limit() -> None:
+    """The encoder runs once per image, the step once per hypothesis (images × beam) with its image states once per
+    image; opt is the bench's default batch, max stays the bundle's 1024 rows."""
+    assert trt_opt_sizes(BIG, "encoder", DEFAULT_TRT_OPT_BATCH) == {"batch": 8, "images": 8, "past": 9}
+    assert trt_opt_sizes(BIG, "step", 8, beam=3) == {"batch": 24, "images": 8, "past": 9}
+    assert trt_opt_sizes(BIG, "refine", 4, beam=3)["batch"] == 4  # mask-predict: one row per image
+    step = {"tokens": ["batch"], "self_k": ["batch", 2, "past", 4], "memory": ["images", "regions", 4]}
+    shapes = trt_profile_shapes(step, BIG, trt_opt_sizes(BIG, "step", 8, beam=3))
+    assert shapes["trt_profile_opt_shapes"] == "tokens:24,self_k:24x2x9x4,memory:8x100x4"
+    assert shapes["trt_profile_max_shapes"] == "tokens:1024,self_k:1024x2x19x4,memory:1024x100x4"
+    assert shapes["trt_profile_min_shapes"] == "tokens:1,self_k:1x2x0x4,memory:1x1x4"
+
+
+def test_opt_sizes_stay_within_the_bundles_bounds() -> None:
+    small = {"batch": {"min": 2, "max": 16}, "images": {"min": 1, "max": 16}}
+    assert trt_opt_sizes(small, "step", 8, beam=5) == {"batch": 16, "images": 8}  # 40 rows: capped at the maximum
+    assert trt_opt_sizes(small, "encoder", 1) == {"batch": 2, "images": 1}  # raised to the minimum
+    with pytest.raises(ValueError, match=">= 1"):
+        trt_opt_sizes(small, "step", 0)
+    with pytest.raises(ValueError, match=">= 1"):
+        trt_opt_sizes(small, "step", 4, beam=0)
+
+
+def test_the_workspace_is_bounded_unless_told_otherwise() -> None:
+    assert DEFAULT_TRT_WORKSPACE_MB == 1024
+    assert tensorrt_ep_options("/c", "fp16", "1.20.0")["trt_max_workspace_size"] == 1024 << 20
+    assert tensorrt_ep_options("/c", "fp16", "1.20.0", workspace_mb=256)["trt_max_workspace_size"] == 256 << 20
+    assert "trt_max_workspace_size" not in tensorrt_ep_options("/c", "fp16", "1.20.0", workspace_mb=None)
+
+
+def test_the_bench_default_batch_is_what_the_profiles_are_tuned_for() -> None:
+    from edgecap.bench.run import BenchCfg
+
+    assert max(BenchCfg.__dataclass_fields__["batches"].default) == DEFAULT_TRT_OPT_BATCH
 
 
 def test_precision_flags_and_caches() -> None:
@@ -100,6 +146,11 @@ def test_ort_runtime_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> No
     runtime = OrtRuntime(path, providers=["cpu"], trt_profile_dims=DIMS)
     shapes = runtime._trt_profiles(ort, {})
     assert shapes["trt_profile_max_shapes"] == "self_k:96x2x60"
+    assert shapes["trt_profile_opt_shapes"] == "self_k:8x2x30"  # a typical call, not the 96-row maximum
+    runtime.trt_opt_batch, runtime.trt_beam = 4, 3
+    assert runtime._trt_profiles(ort, {})["trt_profile_opt_shapes"] == "self_k:4x2x30"  # no role: once per image
+    step = OrtRuntime(path, providers=["cpu"], trt_profile_dims=DIMS, role="step", trt_opt_batch=4, trt_beam=3)
+    assert step._trt_profiles(ort, {})["trt_profile_opt_shapes"] == "self_k:12x2x30"  # a hypothesis per row
     assert runtime._trt_profiles(ort, {"trt_profile_min_shapes": "self_k:1x2x0"}) == {}  # explicit ones win
     with runtime:  # a CPU session is unaffected by the TensorRT-only option
         assert runtime.providers_in_use() == ["CPUExecutionProvider"]

@@ -241,7 +241,7 @@ def test_step_model_rejects_missing_decode_inputs() -> None:
 def test_auto_precision_follows_the_provider_table(
     provider: str, held: tuple[str, ...], int8: dict | None, expected: str
 ) -> None:
-    from edgecap.runtimes.onnxruntime_session import _auto_precision
+    from edgecap.runtimes.onnxruntime_providers import auto_precision as _auto_precision
 
     precision, reason = _auto_precision(held, provider, int8)
     assert precision == expected and reason
@@ -258,7 +258,7 @@ def test_int8_auto_choice_reads_the_recorded_deployment_not_the_preset_name(monk
     """A registered preset's ``provider``/``runs_on_any_cpu`` decide, through the variant's ``deployment`` record;
     bundles exported before the record keep the built-in presets' behaviour."""
     import edgecap.runtimes.cpu
-    from edgecap.runtimes.onnxruntime_session import _auto_precision
+    from edgecap.runtimes.onnxruntime_providers import auto_precision as _auto_precision
 
     monkeypatch.setattr(edgecap.runtimes.cpu, "detect_cpu_preset", lambda: "cpu-vnni")
     cpu, trt = "CPUExecutionProvider", "TensorrtExecutionProvider"
@@ -277,17 +277,17 @@ def test_int8_auto_choice_skips_a_scheme_the_installed_onnxruntime_cannot_run(mo
     take FP32, saying why."""
     import types
 
-    import edgecap.runtimes.onnxruntime_session as session
+    import edgecap.runtimes.onnxruntime_providers as providers
 
     variant = {"preset": "cpu-avx2", "schemes": {"step": {"scheme": "weight-only", "bits": 8}}}
-    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.21.1"))
-    precision, reason = session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)
+    monkeypatch.setattr(providers, "import_onnxruntime", lambda: types.SimpleNamespace(__version__="1.21.1"))
+    precision, reason = providers.auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)
     assert precision == "fp32" and "onnxruntime >= 1.22" in reason and "1.21.1" in reason
-    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.22.0"))
-    assert session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)[0] == "int8"
+    monkeypatch.setattr(providers, "import_onnxruntime", lambda: types.SimpleNamespace(__version__="1.22.0"))
+    assert providers.auto_precision(["fp32", "int8"], "CPUExecutionProvider", variant)[0] == "int8"
     four_bit = {"preset": "cpu-avx2", "schemes": {"step": {"scheme": "weight-only", "bits": 4}}}
-    monkeypatch.setattr(session, "_ort", lambda: types.SimpleNamespace(__version__="1.21.1"))
-    assert session._auto_precision(["fp32", "int8"], "CPUExecutionProvider", four_bit)[0] == "int8"
+    monkeypatch.setattr(providers, "import_onnxruntime", lambda: types.SimpleNamespace(__version__="1.21.1"))
+    assert providers.auto_precision(["fp32", "int8"], "CPUExecutionProvider", four_bit)[0] == "int8"
 
 
 # -- the wide session (threads="auto" on free cores) -----------------------------------------------------------------
@@ -388,7 +388,7 @@ def test_the_role_picks_the_threshold() -> None:
 
 @pytest.mark.parametrize(("threads", "wide"), [("auto", True), ("dedicated", False), (1, False), (0, False)])
 def test_only_auto_on_two_cores_gets_a_wide_session(threads: int | str, wide: bool) -> None:
-    from edgecap.runtimes.onnxruntime_session import _thread_options
+    from edgecap.runtimes.onnxruntime_bundle import _thread_options
     from edgecap.runtimes.registry import LoadRequest
 
     plan = plan_threads(threads, cores=2)

@@ -161,7 +161,7 @@ def test_session_options_carry_the_plan(threads) -> None:
 
 @pytest.mark.parametrize(("threads", "spin", "intra"), [("auto", False, 0), (2, True, 2), (None, None, 0)])
 def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin, intra) -> None:
-    from edgecap.runtimes.onnxruntime_session import _thread_options
+    from edgecap.runtimes.onnxruntime_bundle import _thread_options
     from edgecap.runtimes.registry import LoadRequest
 
     plan, options = _thread_options(LoadRequest(threads=threads, spin=spin), "CUDAExecutionProvider", {})
