@@ -94,6 +94,8 @@ class BenchCfg:
         isolate: run each bundle × runtime × precision in a fresh Python process (memory isolation).
         tegrastats: sample tegrastats (power, unified memory) when it is installed.
         step_mode: the torch runtime's decoder step (``eager``, ``static``, ``cuda-graph``, ``compile``, ``auto``).
+        trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its engines for; None = its default
+            (``edgecap.runtimes.onnxruntime_gpu.DEFAULT_TRT_OPT_BATCH``, the largest of the default ``batches``).
         seed: seed of the synthetic inputs and of torch.
     """
 
@@ -123,6 +125,7 @@ class BenchCfg:
     isolate: bool = True
     tegrastats: bool = True
     step_mode: str = "eager"
+    trt_opt_batch: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -168,6 +171,8 @@ class BenchCfg:
                 raise BenchCfgError(f"{name} must be in 1..{harness.MAX_SYNTHETIC}, got {getattr(self, name)}")
         if self.quality_images < 0:
             raise BenchCfgError(f"quality_images must be >= 0, got {self.quality_images}")
+        if self.trt_opt_batch is not None and (isinstance(self.trt_opt_batch, bool) or self.trt_opt_batch < 1):
+            raise BenchCfgError(f"trt_opt_batch must be an integer >= 1 or None, got {self.trt_opt_batch!r}")
         try:
             check_threads(self.threads, self.spin)
         except ThreadSettingError as exc:
@@ -375,6 +380,7 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
         spin=cfg.spin,
         providers=cfg.providers,
         step_mode=cfg.step_mode,
+        trt_opt_batch=cfg.trt_opt_batch,
     )
     torch = sys.modules.get("torch")  # only where this subject brought torch in; Captioner.load leaves it alone
     if torch is not None:

@@ -416,8 +416,10 @@ def open_subject(
     spin: bool | None = None,
     providers: Sequence[str] | None = None,
     step_mode: str = "eager",
+    trt_opt_batch: int | None = None,
 ) -> Subject:
-    """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision``.
+    """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision`` (``trt_opt_batch``:
+    the images per call ONNX Runtime's TensorRT provider tunes for, None = its default).
 
     Raises:
         ValueError: the runtime is unknown (:class:`~edgecap.runtimes.registry.UnknownRuntimeError`);
@@ -438,6 +440,7 @@ def open_subject(
         device=None if device in (None, "auto") else device,
         verify=False,
         step_mode=step_mode if step_mode in spec.step_modes else "eager",  # e.g. the torch-rerun baseline
+        trt_opt_batch=trt_opt_batch,
     )
     load_s = time.perf_counter() - start
     step_model = captioner.step_model

@@ -148,6 +148,13 @@ _WHERE = option_group(
     click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available)."),
     click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available)."),
     click.option(
+        "--trt-opt-batch",
+        type=click.IntRange(1),
+        default=None,
+        help="ONNX Runtime's TensorRT provider: images per call its engines are tuned for (default 8, the largest "
+        "default --batch; the engines still take every batch measured).",
+    ),
+    click.option(
         "--step-mode",
         type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
         default="eager",
@@ -204,6 +211,7 @@ def bench_cfg(flags: dict[str, Any]) -> Any:
         "spin": flags["spin"],
         "device": flags["device"],
         "providers": tuple(_split([flags["providers"]])) if flags["providers"] else None,
+        "trt_opt_batch": flags["trt_opt_batch"],
     }
     return BenchCfg(
         bundles=tuple(str(b) for b in flags["bundles"]),

@@ -66,6 +66,19 @@ from edgecap.runtimes.registry import get_runtime, list_runtimes
     "(null in --json) and exit with status 1.",
 )
 @ort_threads_options()
+@click.option(
+    "--trt-opt-batch",
+    type=click.IntRange(1),
+    default=None,
+    help="ONNX Runtime's TensorRT provider: images per call its engines are tuned for (default 8; any batch the "
+    "bundle allows still runs).",
+)
+@click.option(
+    "--trt-workspace-mb",
+    type=click.IntRange(0),
+    default=None,
+    help="ONNX Runtime's TensorRT provider: workspace limit in MiB (default 1024, sized for a Jetson; 0 = no limit).",
+)
 @device_option
 def caption(
     images: tuple[Path, ...],
@@ -79,6 +92,8 @@ def caption(
     skip_bad_images: bool,
     threads: int | str,
     spin: bool | None,
+    trt_opt_batch: int | None,
+    trt_workspace_mb: int | None,
     device: str,
 ) -> None:
     """Caption IMAGES with a bundle or a trained model."""
@@ -90,6 +105,7 @@ def caption(
 
     from edgecap.bundle.reader import find_bundle
     from edgecap.captioner import Captioner, SkippedImageWarning
+    from edgecap.runtimes.onnxruntime_fallback import ProviderFallback, ProviderFallbackWarning
 
     # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)
     asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
@@ -103,15 +119,23 @@ def caption(
     try:
         bundle = find_bundle(model)
         if bundle is not None:
-            captioner = Captioner.load(
-                bundle,
-                runtime=runtime,
-                precision=precision,
-                beam=asked_beam,
-                threads=threads,
-                spin=spin,
-                device=None if device == "auto" else device,
-            )
+            with warnings.catch_warnings():  # said once below, from runtime_info
+                warnings.simplefilter("ignore", ProviderFallbackWarning)
+                captioner = Captioner.load(
+                    bundle,
+                    runtime=runtime,
+                    precision=precision,
+                    beam=asked_beam,
+                    threads=threads,
+                    spin=spin,
+                    device=None if device == "auto" else device,
+                    trt_opt_batch=trt_opt_batch,
+                    trt_workspace_mb=trt_workspace_mb,
+                )
+            fallback = captioner.runtime_info.get("provider_fallback")
+            if fallback:  # one line, in both output modes (stderr: --json's stdout stays JSON)
+                said = ProviderFallback(tuple(fallback["requested"]), tuple(fallback["in_use"]), fallback["cause"])
+                click.echo(f"warning: ONNX Runtime is {said.describe()}", err=True)
             if get_runtime(captioner.runtime_info["runtime"]).torch or captioner.backbone is not None:
                 apply_threads(torch_thread_count(threads))  # torch already runs here, and the CLI owns its process
             if not as_json:
