@@ -9,7 +9,8 @@ step updates by a row index (beam reordering, every step a beam changes), ``expa
 beams, and any reorder that changes a carried state), so beam search never copies a cache through the host.
 
 The set is written atomically into ``BUNDLE/engines/<key>/`` (:mod:`edgecap.engines.store`); an up-to-date set is
-kept unless ``rebuild``. tensorrt and cuda-python are imported only here and in the runtime.
+kept unless ``rebuild``. Every TensorRT call of the build is in :mod:`edgecap.engines.tensorrt_api`; tensorrt and
+cuda-python are imported only when a build or the runtime runs.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ from typing import Any
 
 from edgecap._io import atomic_directory, atomic_write_bytes
 from edgecap._version import __version__
+from edgecap.engines import tensorrt_api
 from edgecap.engines.graphs import GraphIO, read_graph_io
 from edgecap.engines.profiles import EngineProfile, ProfileRequest, graph_profile
-from edgecap.engines.settings import BuildSettings, build_settings
+from edgecap.engines.settings import build_settings
 from edgecap.engines.store import (
     ENGINES_DIR,
     RECORD_FORMAT,
@@ -39,11 +41,19 @@ from edgecap.engines.store import (
     read_record,
     verify_plans,
 )
+from edgecap.engines.tensorrt_api import (
+    TRT_INSTALL,
+    EngineBuildError,
+    EngineUnavailableError,
+    check_dtypes,
+    load_tensorrt,
+)
 from edgecap.runtimes.base import TensorMeta
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "TRT_INSTALL",
     "EngineBuildError",
     "EngineUnavailableError",
     "EngineSet",
@@ -54,34 +64,9 @@ __all__ = [
     "plan_graphs",
 ]
 
-TRT_INSTALL = (
-    "install TensorRT >= 10.3 for your CUDA (pip install tensorrt-cu12 from NVIDIA's index, or JetPack's "
-    "python3-libnvinfer on a Jetson) and cuda-python"
-)
 TIMING_CACHE = "timing.cache"
 #: The gather engines of an autoregressive set: which states each gathers.
 GATHERS = ("reorder", "expand")
-
-
-class EngineUnavailableError(RuntimeError):
-    """TensorRT, cuda-python or a CUDA GPU is missing here."""
-
-
-class EngineBuildError(RuntimeError):
-    """TensorRT could not parse or build a graph, or the bundle cannot give the requested engines."""
-
-
-def load_tensorrt() -> Any:
-    """The ``tensorrt`` module.
-
-    Raises:
-        EngineUnavailableError: not installed, or installed without its libraries (the PyPI stub packages).
-    """
-    try:
-        import tensorrt
-    except ImportError as exc:
-        raise EngineUnavailableError(f"TensorRT is not available ({exc}): {TRT_INSTALL}") from None
-    return tensorrt
 
 
 def current_env(trt: Any, device: int = 0) -> EngineEnv:
@@ -122,8 +107,9 @@ def plan_graphs(bundle: Any, precision: str, request: ProfileRequest) -> dict[st
     """Per runtime role: the graph file, its manifest SHA-256, its I/O and its profile (no TensorRT needed).
 
     Raises:
-        EngineBuildError: the bundle has no such variant, or its INT8 graphs are not the ``tensorrt`` preset's
-            (TensorRT needs symmetric signed INT8 Q/DQ).
+        EngineBuildError: the bundle has no such variant, its INT8 graphs are not the ``tensorrt`` preset's
+            (TensorRT needs symmetric signed INT8 Q/DQ), or a graph input or output has a type without a numpy
+            dtype (bfloat16: the runtime could not hand it over).
     """
     if precision not in bundle.precisions:
         raise EngineBuildError(f"bundle {bundle.path} has no {precision} graphs (it holds {list(bundle.precisions)})")
@@ -142,6 +128,7 @@ def plan_graphs(bundle: Any, precision: str, request: ProfileRequest) -> dict[st
         relpath = variant["files"][role]
         path = bundle.graph_path(precision, role)
         io = read_graph_io(path)
+        check_dtypes((*io.inputs, *io.outputs), f"bundle {bundle.path}: {relpath}")
         out[role] = _Graph(
             role, path, relpath, bundle.manifest["files"][relpath]["sha256"], io, graph_profile(role, io, dims, request)
         )
@@ -247,7 +234,10 @@ def build_engines(
     with atomic_directory(folder, overwrite=True) as tmp:
         for role, graph in graphs.items():
             say(f"building {role} from {graph.relpath} (profile {_describe(graph.profile)})")
-            plan, timing = _build_onnx(trt, graph, settings, workspace_mb, timing)
+            flags = (settings.network_flags, settings.builder_flags)
+            plan, timing = tensorrt_api.build_onnx(
+                trt, str(graph.path), graph.relpath, graph.profile.shapes, *flags, workspace_mb, timing, say
+            )
             engines[role] = _write_plan(tmp, f"{role}.plan", plan) | {
                 "graph": graph.relpath,
                 "graph_sha256": graph.sha256,
@@ -259,7 +249,8 @@ def build_engines(
             for name, states in zip(GATHERS, (updated, list(bundle.state_names)), strict=True):
                 say(f"building {name} ({len(states)} states, add_gather on the rows)")
                 profile = gather_profile(graphs["step"], states)
-                plan = _build_gather(trt, graphs["step"].io, states, profile, workspace_mb)
+                specs = [graphs["step"].io.input(n) for n in states]
+                plan = tensorrt_api.build_gather(trt, specs, profile.shapes, workspace_mb)
                 gathers[name] = _write_plan(tmp, f"{name}.plan", plan) | {
                     "states": states,
                     "profile": profile.to_dict(),
@@ -325,76 +316,3 @@ def _write_plan(folder: Path, name: str, plan: bytes) -> dict[str, Any]:
 
     atomic_write_bytes(folder / name, plan)
     return {"plan": name, "plan_sha256": hashlib.sha256(plan).hexdigest(), "bytes": len(plan)}
-
-
-def _logger(trt: Any) -> Any:
-    return trt.Logger(trt.Logger.WARNING)
-
-
-def _config(trt: Any, builder: Any, settings: BuildSettings, workspace_mb: int) -> Any:
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
-    settings.apply(trt, config)
-    return config
-
-
-def _add_profile(builder: Any, config: Any, shapes: Mapping[str, tuple[tuple[int, ...], ...]]) -> None:
-    profile = builder.create_optimization_profile()
-    for name, (low, opt, high) in shapes.items():
-        profile.set_shape(name, low, opt, high)
-    config.add_optimization_profile(profile)
-
-
-def _serialize(builder: Any, network: Any, config: Any, what: str) -> bytes:
-    plan = builder.build_serialized_network(network, config)
-    if plan is None:
-        raise EngineBuildError(f"TensorRT could not build the {what} engine (see the TensorRT log above)")
-    return bytes(plan)
-
-
-def _build_onnx(
-    trt: Any, graph: _Graph, settings: BuildSettings, workspace_mb: int, timing: bytes
-) -> tuple[bytes, bytes]:
-    """(plan, updated timing cache) of one bundle graph."""
-    logger = _logger(trt)
-    builder = trt.Builder(logger)
-    network = builder.create_network(settings.network_flags)
-    parser = trt.OnnxParser(network, logger)
-    if not parser.parse_from_file(str(graph.path)):
-        errors = [str(parser.get_error(i)) for i in range(parser.num_errors)]
-        raise EngineBuildError(f"TensorRT's ONNX parser rejected {graph.relpath}: {'; '.join(errors) or 'no detail'}")
-    config = _config(trt, builder, settings, workspace_mb)
-    cache = config.create_timing_cache(timing)
-    config.set_timing_cache(cache, False)
-    _add_profile(builder, config, graph.profile.shapes)
-    plan = _serialize(builder, network, config, graph.role)
-    return plan, bytes(config.get_timing_cache().serialize())
-
-
-#: numpy dtype names -> ``tensorrt`` data type attribute names.
-_TRT_TYPES = {"float32": "float32", "float16": "float16", "bfloat16": "bfloat16", "int32": "int32",
-              "int64": "int64", "int8": "int8", "uint8": "uint8", "bool": "bool"}  # fmt: skip
-
-
-def _build_gather(
-    trt: Any, step_io: GraphIO, states: Sequence[str], profile: EngineProfile, workspace_mb: int
-) -> bytes:
-    """A network of one ``add_gather`` (axis 0) per state, all driven by one ``index`` input. Built strongly typed
-    wherever TensorRT has the flag, whatever the graphs' precision: a gather moves values and must keep each state's
-    dtype exactly, and there is nothing to compute at a lower precision."""
-    logger = _logger(trt)
-    builder = trt.Builder(logger)
-    strong = getattr(getattr(trt, "NetworkDefinitionCreationFlag", None), "STRONGLY_TYPED", None)
-    network = builder.create_network(0 if strong is None else 1 << int(strong))
-    index = network.add_input("index", trt.int32, (-1,))
-    for name in states:
-        spec = step_io.input(name)
-        dims = tuple(-1 if isinstance(d, str) else d for d in spec.shape)
-        tensor = network.add_input(name, getattr(trt, _TRT_TYPES[spec.dtype]), dims)
-        gathered = network.add_gather(tensor, index, 0).get_output(0)
-        gathered.name = f"{name}_gathered"
-        network.mark_output(gathered)
-    config = builder.create_builder_config()
-    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
-    _add_profile(builder, config, profile.shapes)
-    return _serialize(builder, network, config, "gather")

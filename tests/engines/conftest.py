@@ -1,14 +1,16 @@
 """Shared fixtures of the engine tests: each family's tiny graphs (exported once per session) and stand-ins for the
-``tensorrt`` module and the GPU, which no machine of this project has."""
+``tensorrt`` module (generated from TensorRT's recorded surface, :mod:`tests.engines.fake_trt`) and the GPU
+(:mod:`tests.engines.simulated_device`), which no machine of this project has."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import sys
 from typing import Any
 
 import pytest
 
 from edgecap.engines.graphs import read_graph_io
+from tests.engines.fake_trt import Faults, fake_tensorrt
 
 #: family test config -> the runtime roles of its exported graphs
 FAMILIES = ("ort-test", "expansionnet-test", "labert-test")
@@ -41,8 +43,30 @@ def family_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
     return out
 
 
-def fake_trt(version: str, *, strongly_typed: bool = True, weak_flags: bool = True) -> Any:
-    """A stand-in ``tensorrt`` module with only the attributes the settings logic reads."""
-    creation = SimpleNamespace(STRONGLY_TYPED=0) if strongly_typed else SimpleNamespace()
-    flags = SimpleNamespace(FP16="FP16", INT8="INT8", TF32="TF32") if weak_flags else SimpleNamespace(TF32="TF32")
-    return SimpleNamespace(__version__=version, NetworkDefinitionCreationFlag=creation, BuilderFlag=flags)
+class TensorRTHere:
+    """This test's TensorRT and GPU: a fake ``tensorrt`` in ``sys.modules`` and what ``gpu_info`` reports."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._monkeypatch = monkeypatch
+        self.gpu = ("Orin", "8.7")
+        self.trt: Any = None
+        self.use("10.3")
+
+    def use(self, version: str, *, faults: Faults | None = None, version_string: str | None = None) -> Any:
+        """Install the fake of a recorded version (``10.3``, ``10.16``, ``11.4``) as ``tensorrt``; returns it."""
+        self.trt = fake_tensorrt(version, faults=faults, version_string=version_string)
+        self._monkeypatch.setitem(sys.modules, "tensorrt", self.trt)
+        return self.trt
+
+
+@pytest.fixture
+def tensorrt_here(monkeypatch: pytest.MonkeyPatch) -> TensorRTHere:
+    """TensorRT 10.3 on a Jetson Orin as far as edgecap can tell (the fake module, a simulated current device);
+    ``tensorrt_here.use(...)`` and ``tensorrt_here.gpu`` change them."""
+    import edgecap.engines.cuda as cuda
+    from tests.engines import simulated_device as sim
+
+    here = TensorRTHere(monkeypatch)
+    monkeypatch.setattr(cuda, "gpu_info", lambda device=0: cuda.GpuInfo(device, *here.gpu))
+    monkeypatch.setattr(cuda, "set_device", sim.set_device)
+    return here

@@ -1,132 +1,171 @@
-"""A stand-in for the ``tensorrt`` module's build API that records what edgecap asks of it: the "plan" it returns
-is the JSON of the network flags, builder flags, workspace and profile shapes, so tests read back every decision.
-It checks nothing TensorRT checks; it is here to test edgecap's side of the build, never TensorRT."""
+"""A stand-in for the ``tensorrt`` module, generated from the checked-in surface of a real TensorRT version.
+
+:func:`fake_tensorrt` builds a module for ``10.3``, ``10.16`` or ``11.4`` (the versions ``trt_surface.json`` records,
+read from NVIDIA's bindings by ``test_trt_conformance.py``): its enums are int-valued like pybind11's (``int()``,
+``.name``, ``.value``, equal only to members of the same enum) with that version's member values; ``trt.float32`` and
+the other ``DataType`` aliases, ``trt.nptype`` (which raises for BF16 as the real one does) and ``trt.Logger.WARNING``
+come from the record; and every class carries only the members the record lists, with the parameter names of one of
+the real overloads (:func:`check_fake` verifies both whenever a fake is made). A member the record lacks does not
+exist here either, so edgecap code that calls it fails in the tests, not first on a GPU.
+
+The build half (:mod:`tests.engines.fake_trt_build`) records and checks what it is asked: ``OnnxParser`` reads the
+graph's inputs and outputs with ``onnx`` and reports nodes it is told not to support as ``ParserError`` objects;
+``build_serialized_network`` returns JSON naming the graph, io, flags, workspace and profile (an ``IHostMemory``), or
+None where TensorRT fails (a precision builder flag on a strongly typed network, an input without a profile shape, a
+profile whose min/opt/max disagree). The runtime half (:mod:`tests.engines.fake_trt_runtime`) deserialises that
+plan and runs it on the simulated device. :class:`~tests.engines.fake_trt_base.Faults` makes it fail as a machine
+can: CUDA not starting (``Builder`` and ``Runtime`` raise pybind11's "factory function returned nullptr"), a
+timing cache TensorRT cannot use, a context that cannot be created, an address refused, a tensor retyped.
+"""
 
 from __future__ import annotations
 
-import json
-from types import SimpleNamespace
+import importlib.machinery
+import inspect
+import types
 from typing import Any
 
-
-class _Logger:
-    WARNING = 2
-
-    def __init__(self, level: int) -> None:
-        self.level = level
-
-
-class _Tensor:
-    def __init__(self, name: str, dtype: Any = None, shape: Any = None) -> None:
-        self.name, self.dtype, self.shape = name, dtype, shape
-
-
-class _Network:
-    def __init__(self, flags: int) -> None:
-        self.flags, self.inputs, self.outputs, self.gathers, self.parsed = flags, [], [], [], None
-
-    def add_input(self, name: str, dtype: Any, shape: Any) -> _Tensor:
-        self.inputs.append([name, str(dtype), list(shape)])
-        return _Tensor(name, dtype, shape)
-
-    def add_gather(self, data: _Tensor, index: _Tensor, axis: int) -> Any:
-        self.gathers.append([data.name, index.name, axis])
-        out = _Tensor(f"gather({data.name})")
-        return SimpleNamespace(get_output=lambda i: out)
-
-    def mark_output(self, tensor: _Tensor) -> None:
-        self.outputs.append(tensor.name)
+from tests.engines import fake_trt_build as _build
+from tests.engines import fake_trt_runtime as _runtime
+from tests.engines.fake_trt_base import (
+    NULL_FACTORY,
+    PLAN_FORMAT,
+    SURFACES,
+    TIMING_HEADER,
+    FakeEnum,
+    Faults,
+    make_enum,
+    nptype,
+)
+from tests.engines.trt_surface import FUNCTIONS, USED, has_buffer_protocol, overload_params
 
 
-class _Profile:
-    def __init__(self) -> None:
-        self.shapes: dict[str, list[list[int]]] = {}
-
-    def set_shape(self, name: str, low: Any, opt: Any, high: Any) -> None:
-        self.shapes[name] = [list(low), list(opt), list(high)]
-
-
-class _Cache:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def serialize(self) -> bytes:
-        return self.data + b"+"
+def _classes() -> dict[str, type]:
+    """Every fake class, by its TensorRT name."""
+    b, r = _build, _runtime
+    build = (b.Logger, b.Dims, b.ITensor, b.ILayer, b.IGatherLayer, b.INetworkDefinition, b.ParserError, b.OnnxParser,
+             b.IHostMemory, b.ITimingCache, b.IOptimizationProfile, b.IBuilderConfig, b.Builder)  # fmt: skip
+    return {cls.__name__: cls for cls in (*build, r.Runtime, r.ICudaEngine, r.IExecutionContext)}
 
 
-class _Config:
-    def __init__(self) -> None:
-        self.flags, self.profiles, self.workspace, self.cache = [], [], None, None
-
-    def set_memory_pool_limit(self, pool: Any, size: int) -> None:
-        self.workspace = size
-
-    def set_flag(self, flag: Any) -> None:
-        self.flags.append(flag)
-
-    def create_timing_cache(self, data: bytes) -> _Cache:
-        return _Cache(bytes(data))
-
-    def set_timing_cache(self, cache: _Cache, ignore_mismatch: bool) -> bool:
-        self.cache = cache
-        return True
-
-    def get_timing_cache(self) -> _Cache:
-        return self.cache
-
-    def add_optimization_profile(self, profile: _Profile) -> int:
-        self.profiles.append(profile)
-        return len(self.profiles) - 1
+def recorded_surface(version: str) -> str:
+    """The recorded surface for ``version``: itself (``10.3``, ``10.16``, ``11.4``), or for a full release such as
+    ``11.0.0.114`` the newest recorded one of that major not newer than it (else that major's oldest)."""
+    if version in SURFACES:
+        return version
+    wanted = tuple(int(p) for p in version.split(".")[:2])
+    same = sorted((tuple(map(int, k.split("."))), k) for k in SURFACES if int(k.split(".")[0]) == wanted[0])
+    if not same:
+        raise KeyError(f"no recorded TensorRT surface for {version} (recorded: {list(SURFACES)})")
+    older = [key for parsed, key in same if parsed <= wanted]
+    return older[-1] if older else same[0][1]
 
 
-class _Builder:
-    def __init__(self, logger: Any) -> None:
-        self.logger = logger
+def fake_tensorrt(version: str = "10.3", *, faults: Faults | None = None, version_string: str | None = None) -> Any:
+    """The stand-in ``tensorrt`` module of a recorded version (``10.3``, ``10.16``, ``11.4``).
 
-    def create_network(self, flags: int) -> _Network:
-        return _Network(flags)
+    Args:
+        version: a recorded version, or a full release (``"11.0.0.114"``: that ``__version__`` on the surface
+            :func:`recorded_surface` picks).
+        faults: how it fails (default: as a working GPU machine).
+        version_string: ``__version__`` instead of the record's (another release of that API, e.g. 10.12.0.36).
+    """
+    key = recorded_surface(version)
+    if key != version and version_string is None:
+        version_string = version
+    surface = SURFACES[key]
+    module = types.ModuleType("tensorrt")
+    module.__spec__ = importlib.machinery.ModuleSpec("tensorrt", None)
+    module.__version__ = version_string or surface["version"]
+    module._fake = faults or Faults()
+    module._fake_log = []
+    for name, members in surface["enums"].items():
+        if members is None:
+            continue
+        owner, _, leaf = name.rpartition(".")
+        enum = make_enum(leaf, members)
+        if owner:
+            setattr(module, owner, getattr(module, owner, None) or type(owner, (), {"__module__": "tensorrt"}))
+            setattr(getattr(module, owner), leaf, enum)
+        else:
+            setattr(module, leaf, enum)
+    for alias, member in surface["dtype_aliases"].items():
+        setattr(module, alias, getattr(module.DataType, member))
+    for name, cls in _classes().items():
+        if surface["classes"].get(name) is not None:
+            setattr(module, name, type(name, (cls,), {"_trt": module, "__module__": "tensorrt"}))
+    for name, recorded in surface["classes"]["Logger"]["members"].items():
+        if recorded and recorded["kind"] == "value":  # Logger.WARNING: set by the real package's __init__
+            setattr(module.Logger, name, getattr(module.ILogger.Severity, name))
+    module.nptype = nptype
+    problems = check_fake(module, surface)
+    if problems:
+        raise AssertionError(f"the fake tensorrt {key} disagrees with trt_surface.json: {problems}")
+    return module
 
-    def create_builder_config(self) -> _Config:
-        return _Config()
 
-    def create_optimization_profile(self) -> _Profile:
-        return _Profile()
-
-    def build_serialized_network(self, network: _Network, config: _Config) -> bytes:
-        return json.dumps(
-            {
-                "network_flags": network.flags,
-                "parsed": network.parsed,
-                "inputs": network.inputs,
-                "gathers": network.gathers,
-                "outputs": network.outputs,
-                "builder_flags": config.flags,
-                "workspace": config.workspace,
-                "profiles": [p.shapes for p in config.profiles],
-                "timing_cache": config.cache.data.decode() if config.cache else None,
-            }
-        ).encode()
+def _own_members(cls: type) -> dict[str, Any]:
+    """Members the fake defines (its Python classes), not those inherited from ``object``/``tuple``/``bytes``."""
+    out: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if klass.__module__ in ("builtins",):
+            continue
+        out.update({k: v for k, v in vars(klass).items() if not k.startswith("_") or k in ("__init__", "__str__")})
+    return out
 
 
-class _Parser:
-    def __init__(self, network: _Network, logger: Any) -> None:
-        self.network, self.num_errors = network, 0
+def check_fake(module: Any, surface: dict[str, Any]) -> list[str]:
+    """Where a fake module differs from a recorded surface: attributes the real module lacks, members of a class
+    not recorded (or recorded as absent in that version), parameter lists matching no real overload, properties
+    that are methods or settable where the real one is not, and enum values."""
+    problems = []
+    allowed = {*surface["enums"], *surface["dtype_aliases"], *FUNCTIONS, "ILogger"}
+    allowed |= {n.split(".")[0] for n in surface["enums"]}
+    allowed |= {n for n, c in surface["classes"].items() if c is not None}
+    for name in vars(module):
+        if not name.startswith("_") and name not in allowed:
+            problems.append(f"tensorrt.{name} is not in the real module's recorded surface")
+    for name, members in surface["enums"].items():
+        owner = module
+        for part in name.split("."):
+            owner = getattr(owner, part, None)
+        got = None if owner is None else {k: int(v) for k, v in owner.__members__.items()}
+        if got != members:
+            problems.append(f"enum {name}: {got} != {members}")
+    for name, record in surface["classes"].items():
+        cls = getattr(module, name, None)
+        if record is None or cls is None:
+            continue
+        if has_buffer_protocol(cls) != record["buffer"]:
+            problems.append(f"{name}: buffer protocol {has_buffer_protocol(cls)} here, {record['buffer']} in TensorRT")
+        for member, value in _own_members(cls).items():
+            problems += _member_problems(f"{name}.{member}", value, record["members"].get(member))
+    return problems
 
-    def parse_from_file(self, path: str) -> bool:
-        self.network.parsed = path.rsplit("/", 1)[-1]
-        return True
+
+def _member_problems(where: str, value: Any, recorded: dict[str, Any] | None) -> list[str]:
+    if recorded is None:
+        return [f"{where}: not a member of the real class (in this version)"]
+    if isinstance(value, property):
+        if recorded["kind"] != "property":
+            return [f"{where}: a property here, a {recorded['kind']} in TensorRT"]
+        if value.fset is not None and not recorded["settable"]:
+            return [f"{where}: settable here, read-only in TensorRT"]
+        return []
+    if recorded["kind"] == "value":
+        kind = type(value).__name__
+        return [] if kind == recorded["type"] else [f"{where}: a {kind} here, a {recorded['type']} in TensorRT"]
+    if recorded["kind"] != "method":
+        return [f"{where}: a method here, a {recorded['kind']} in TensorRT"]
+    try:
+        params = [(p.name, p.default is not p.empty) for p in list(inspect.signature(value).parameters.values())[1:]]
+    except (TypeError, ValueError):  # a builtin slot (tuple.__len__): nothing to compare
+        return []
+    overloads = [overload_params(sig) for sig in recorded["overloads"]]
+    if params not in overloads:
+        return [f"{where}{params} matches none of TensorRT's overloads {recorded['overloads']}"]
+    return []
 
 
-def fake_tensorrt(version: str = "10.3.0.30") -> Any:
-    """The stand-in module; ``version`` 11.x drops the weak-typing builder flags, as TensorRT 11 does."""
-    weak = SimpleNamespace(FP16="FP16", INT8="INT8") if not version.startswith("11") else SimpleNamespace()
-    return SimpleNamespace(
-        __version__=version,
-        Logger=_Logger,
-        Builder=_Builder,
-        OnnxParser=_Parser,
-        NetworkDefinitionCreationFlag=SimpleNamespace(STRONGLY_TYPED=0),
-        BuilderFlag=weak,
-        MemoryPoolType=SimpleNamespace(WORKSPACE="WORKSPACE"),
-        **{t: t for t in ("float32", "float16", "bfloat16", "int32", "int64", "int8", "uint8", "bool")},
-    )
+__all__ = ["NULL_FACTORY", "PLAN_FORMAT", "SURFACES", "TIMING_HEADER", "USED", "FakeEnum", "Faults", "check_fake",
+           "fake_tensorrt", "nptype", "recorded_surface"]  # fmt: skip

@@ -1,14 +1,12 @@
-"""A simulated GPU for the tensorrt runtime's own logic: device memory is numpy bytes keyed by fake pointers, and
-each "engine" runs the bundle graph it was built from on ONNX Runtime (the gathers with ``numpy.take``). What is
-exercised is edgecap's side — buffer pools, ping-pong caches, reorder/expand on the device, tokens up and log-probs
-down — never TensorRT or CUDA themselves."""
+"""A simulated GPU for the tensorrt runtime's own logic: device memory is numpy bytes keyed by fake pointers, with the
+device current in the allocating thread, and streams. The fake TensorRT's execution contexts
+(:mod:`tests.engines.fake_trt_runtime`) read and write this memory; what is exercised is edgecap's side — buffer pools,
+ping-pong caches, reorder/expand on the device, tokens up and log-probs down — never CUDA itself."""
 
 from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -73,56 +71,3 @@ def read(ptr: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
 def write(ptr: int, array: np.ndarray) -> None:
     assert array.nbytes <= MEMORY[ptr].nbytes, "an output larger than its buffer"
     MEMORY[ptr][: array.nbytes] = np.frombuffer(np.ascontiguousarray(array).tobytes(), np.uint8)
-
-
-class FakeEngine:
-    """Inputs, outputs and dtypes as a TensorRT engine of the graph reports them; runs through ``fn``."""
-
-    def __init__(self, name: str, inputs: list[str], outputs: list[str], dtypes: Mapping[str, Any], fn: Any) -> None:
-        self.name, self.inputs, self.outputs, self.fn = name, inputs, outputs, fn
-        self.dtypes = {n: np.dtype(d) for n, d in dtypes.items()}
-
-    def context(self) -> str:
-        return f"{self.name}@cuda:{current_device()}"
-
-
-def fake_launch(engine: FakeEngine, context: Any, inputs: Mapping, outputs: Mapping, stream: Any) -> dict:
-    feed = {n: read(ptr, tuple(shape), engine.dtypes[n]) for n, (ptr, shape) in inputs.items()}
-    results = engine.fn(feed)
-    shapes = {}
-    for name, ptr in outputs.items():
-        value = np.ascontiguousarray(results[name], dtype=engine.dtypes[name])
-        write(ptr, value)
-        shapes[name] = value.shape
-    return shapes
-
-
-def engines_from_record(folder: Path, record: Mapping[str, Any], bundle_path: Path, roles: Any) -> dict:
-    """Per role a :class:`FakeEngine` over the graph the record says it was built from (ORT on the CPU)."""
-    import onnxruntime as ort
-
-    out = {}
-    for role in roles:
-        if role in record["engines"]:
-            entry = record["engines"][role]
-            session = ort.InferenceSession(str(bundle_path / entry["graph"]), providers=["CPUExecutionProvider"])
-            names = [o.name for o in session.get_outputs()]
-            io = entry["io"]
-            dtypes = {t["name"]: t["dtype"] for t in (*io["inputs"], *io["outputs"])}
-
-            def run(feed: dict, session: Any = session, names: list = names) -> dict:
-                return dict(zip(names, session.run(names, feed), strict=True))
-
-            inputs = [t["name"] for t in io["inputs"]]
-            out[role] = FakeEngine(role, inputs, names, dtypes, run)
-        else:
-            states = record["gathers"][role]["states"]
-            step_io = record["engines"]["step"]["io"]["inputs"]
-            dtypes = {t["name"]: t["dtype"] for t in step_io if t["name"] in states}
-            dtypes.update({f"{n}_gathered": dtypes[n] for n in states}, index="int32")
-
-            def gather(feed: dict, states: list = states) -> dict:
-                return {f"{n}_gathered": np.take(feed[n], feed["index"], axis=0) for n in states}
-
-            out[role] = FakeEngine(role, ["index", *states], [f"{n}_gathered" for n in states], dtypes, gather)
-    return out

@@ -1,36 +1,31 @@
-"""``build_engines`` around TensorRT: what it asks the builder for (through a recording stand-in), where the set is
-stored, when it is kept, rebuilt or refused, and that the bundle stays verifiable. Real builds: ``test_trt_gpu.py``."""
+"""``build_engines`` around TensorRT: what it asks the builder for (through the fake ``tensorrt`` of a recorded real
+version, whose plans are JSON of what was built), where the set is stored, when it is kept, rebuilt or refused, how
+TensorRT's failures become one sentence, and that the bundle stays verifiable. Real builds: ``test_trt_gpu.py``."""
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 import edgecap.engines.build as build
-import edgecap.engines.cuda as cuda
+import edgecap.engines.tensorrt_api as tensorrt_api
 from edgecap.bundle import load_bundle
 from edgecap.engines.build import EngineBuildError, EngineUnavailableError, build_engines, plan_graphs
+from edgecap.engines.graphs import GraphIO
 from edgecap.engines.profiles import ProfileRequest
+from edgecap.engines.settings import EngineSettingsError
 from edgecap.engines.store import EngineEnv, EngineMismatchError, find_engines, read_record
+from edgecap.runtimes.base import TensorMeta
 from tests.bundle.helpers import copy_bundle, labert_bundle, pixel_bundle
-from tests.engines import simulated_device as sim
-from tests.engines.fake_trt import fake_tensorrt
+from tests.engines.fake_trt import TIMING_HEADER, Faults
 
-ORIN = EngineEnv("10.3.0.30", "Orin", "8.7")
-
-
-@pytest.fixture
-def tensorrt_here(monkeypatch):
-    """TensorRT 10.3 on a Jetson Orin, as far as build_engines can tell."""
-    state = SimpleNamespace(trt=fake_tensorrt("10.3.0.30"), env=ORIN)
-    monkeypatch.setattr(build, "load_tensorrt", lambda: state.trt)
-    monkeypatch.setattr(build, "current_env", lambda trt, device=0: state.env)
-    monkeypatch.setattr(cuda, "set_device", sim.set_device)
-    return state
+ORIN = EngineEnv("10.3.0", "Orin", "8.7")
 
 
 @pytest.fixture
@@ -42,6 +37,11 @@ def _plan(folder: Path, name: str) -> dict:
     return json.loads((folder / name).read_bytes())
 
 
+def _left_nothing(bundle: Path) -> bool:
+    engines = bundle / "engines"
+    return not engines.exists() or not [p for p in engines.iterdir() if not p.name.startswith(".")]
+
+
 def test_builds_every_graph_and_the_gathers_into_the_bundle(bundle: Path, tensorrt_here) -> None:
     result = build_engines(bundle, precision="fp32", max_batch=4, beam=3, workspace_mb=512)
     assert result.built and result.folder.parent == bundle / "engines"
@@ -50,7 +50,8 @@ def test_builds_every_graph_and_the_gathers_into_the_bundle(bundle: Path, tensor
     opened = load_bundle(bundle)  # the engines folder does not break verification
     assert set(record["engines"]) == {"encoder", "step"} and set(record["gathers"]) == {"reorder", "expand"}
     step = _plan(result.folder, "step.plan")
-    assert step["parsed"] == "step.onnx" and step["network_flags"] == 1 and step["builder_flags"] == []
+    assert step["source"] == "step.onnx" and step["builder_flags"] == []
+    assert step["network_flags"] == 2 and step["strongly_typed"]  # 1 << STRONGLY_TYPED, which is 1 on TensorRT 10
     assert step["workspace"] == 512 << 20
     assert step["profiles"][0]["tokens"] == [[1], [12], [12]]  # 4 images × beam 3
     assert _plan(result.folder, "encoder.plan")["profiles"][0]["pixel_values"][2][0] == 4
@@ -60,7 +61,8 @@ def test_builds_every_graph_and_the_gathers_into_the_bundle(bundle: Path, tensor
     reorder, expand = _plan(result.folder, "reorder.plan"), _plan(result.folder, "expand.plan")
     assert [g[0] for g in reorder["gathers"]] == list(opened.updated_state_names)
     assert [g[0] for g in expand["gathers"]] == list(opened.state_names)
-    assert all(g[1:] == ["index", 0] for g in expand["gathers"])
+    assert all(g[1:] == ["index", 0, f"{g[0]}_gathered"] for g in expand["gathers"])
+    assert expand["strongly_typed"] and expand["network_flags"] == 2
     past_max = opened.interface["dims"]["past"]["max"]
     cache = opened.updated_state_names[0]
     shape = record["engines"]["step"]["io"]["inputs"][
@@ -68,8 +70,18 @@ def test_builds_every_graph_and_the_gathers_into_the_bundle(bundle: Path, tensor
     ]["shape"]
     axis = shape.index("past")
     assert reorder["profiles"][0][cache][2][axis] == past_max + 1  # gathers what the step wrote
-    assert (result.folder / "timing.cache").read_bytes() == b"++"  # the step's cache after the encoder's
-    assert record["env"] == {"trt_version": "10.3.0.30", "gpu_name": "Orin", "compute_capability": "8.7"}
+    assert (result.folder / "timing.cache").read_bytes() == TIMING_HEADER + b"10.3.0\n++"  # encoder's, then step's
+    assert record["env"] == {"trt_version": "10.3.0", "gpu_name": "Orin", "compute_capability": "8.7"}
+
+
+def test_tensorrt_11_builds_strongly_typed_with_its_own_flag_value(bundle: Path, tensorrt_here) -> None:
+    tensorrt_here.use("11.4")
+    result = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    for name in ("encoder.plan", "step.plan", "reorder.plan"):
+        plan = _plan(result.folder, name)
+        assert plan["network_flags"] == 1 and plan["strongly_typed"] and plan["builder_flags"] == []
+    with pytest.raises(EngineSettingsError, match="no weak typing"):
+        build_engines(bundle, precision="fp32", max_batch=2, beam=2, typing="weak", rebuild=True)
 
 
 def test_an_up_to_date_set_is_kept_and_a_modified_one_rebuilt(bundle: Path, tensorrt_here) -> None:
@@ -86,10 +98,11 @@ def test_a_new_tensorrt_or_gpu_gets_its_own_set_and_the_old_one_is_refused(bundl
     opened = load_bundle(bundle)
     shas = {r: opened.manifest["files"][f]["sha256"] for r, f in opened.variant("fp32")["files"].items()}
     h100 = EngineEnv("10.12.0.36", "NVIDIA H100 80GB HBM3", "9.0")
-    with pytest.raises(EngineMismatchError, match=r"built with TensorRT 10\.3\.0\.30, this is TensorRT 10\.12") as err:
+    with pytest.raises(EngineMismatchError, match=r"built with TensorRT 10\.3\.0, this is TensorRT 10\.12") as err:
         find_engines(bundle, "fp32", h100, shas)
     assert "built on Orin (compute capability 8.7)" in str(err.value) and "edgecap engine" in str(err.value)
-    tensorrt_here.trt, tensorrt_here.env = fake_tensorrt("10.12.0.36"), h100
+    tensorrt_here.use("10.16", version_string="10.12.0.36")
+    tensorrt_here.gpu = ("NVIDIA H100 80GB HBM3", "9.0")
     new = build_engines(bundle, precision="fp32", max_batch=2, beam=2)
     assert new.built and new.folder != old.folder and old.folder.is_dir()
     assert find_engines(bundle, "fp32", h100, shas)[0] == new.folder
@@ -110,9 +123,11 @@ def test_labert_builds_encoder_and_refine_without_gathers(tiny_data, tmp_path_fa
 
 
 def test_refusals(bundle: Path, monkeypatch) -> None:
-    monkeypatch.setitem(__import__("sys").modules, "tensorrt", None)
-    with pytest.raises(EngineUnavailableError, match="TensorRT is not available"):
+    monkeypatch.setitem(sys.modules, "tensorrt", None)
+    with pytest.raises(EngineUnavailableError, match="TensorRT is not available") as err:
         build_engines(bundle, precision="fp32")
+    assert "edgecap[tensorrt-cu12]" in str(err.value) and "edgecap[tensorrt-cu13]" in str(err.value)
+    assert "python3-libnvinfer" in str(err.value)
     with pytest.raises(EngineBuildError, match="has no fp16 graphs"):
         build_engines(bundle, precision="fp16")
     with pytest.raises(EngineBuildError, match="workspace"):
@@ -146,10 +161,62 @@ def test_no_partial_set_is_left_when_a_build_fails(bundle: Path, tensorrt_here, 
     def fail(*args, **kwargs):
         raise EngineBuildError("TensorRT could not build the step engine")
 
-    monkeypatch.setattr(build, "_build_gather", fail)
+    monkeypatch.setattr(tensorrt_api, "build_gather", fail)
     with pytest.raises(EngineBuildError):
         build_engines(bundle, precision="fp32", max_batch=2, beam=2)
-    engines = bundle / "engines"
-    assert not engines.exists() or not [p for p in engines.iterdir() if not p.name.startswith(".")]
+    assert _left_nothing(bundle)
     load_bundle(bundle)
-    shutil.rmtree(engines, ignore_errors=True)
+    shutil.rmtree(bundle / "engines", ignore_errors=True)
+
+
+# -- TensorRT's failures -----------------------------------------------------------------------------------------------
+def test_tensorrt_that_cannot_start_cuda_is_refused_in_one_sentence(bundle: Path, tensorrt_here) -> None:
+    tensorrt_here.use("10.3", faults=Faults(cuda=False))  # trt.Builder raises "factory function returned nullptr"
+    with pytest.raises(EngineUnavailableError, match=r"TensorRT 10\.3\.0 could not start: CUDA could not be init"):
+        build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    assert _left_nothing(bundle)
+
+
+def test_the_parsers_errors_name_each_rejected_node(bundle: Path, tensorrt_here) -> None:
+    tensorrt_here.use("10.3", faults=Faults(unsupported_ops=frozenset({"Conv"})))
+    with pytest.raises(EngineBuildError, match=r"ONNX parser rejected onnx/fp32/init\.onnx: In node \d+ ") as err:
+        build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    message = str(err.value)
+    assert "and operator: Conv" in message and "UNSUPPORTED_NODE: No importer registered for op: Conv" in message
+    assert message.count("In node ") == 5 and re.search(r"; and \d+ more$", message)  # five quoted, the rest counted
+    assert _left_nothing(bundle)
+
+
+@pytest.mark.parametrize("cache", [b"\x00damaged", TIMING_HEADER + b"10.16.1.11\n+++"], ids=["damaged", "foreign"])
+def test_a_timing_cache_tensorrt_cannot_use_is_replaced(bundle: Path, tensorrt_here, cache: bytes) -> None:
+    folder = build_engines(bundle, precision="fp32", max_batch=2, beam=2).folder
+    (folder / "timing.cache").write_bytes(cache)  # TensorRT gives no cache for the first, refuses the second
+    said: list[str] = []
+    again = build_engines(bundle, precision="fp32", max_batch=2, beam=2, rebuild=True, progress=said.append)
+    assert again.built and (again.folder / "timing.cache").read_bytes() == TIMING_HEADER + b"10.3.0\n++"
+    assert [line for line in said if "ignoring the timing cache: TensorRT cannot use it" in line]
+
+
+def test_graph_io_without_a_numpy_type_is_refused_before_anything_is_built(
+    bundle: Path, tensorrt_here, monkeypatch
+) -> None:
+    read = build.read_graph_io
+
+    def bf16_cache(path):  # a step graph whose first cache is bfloat16 (TensorRT builds it; numpy cannot hold it)
+        io = read(path)
+        first = next((s.name for s in io.inputs if s.name.startswith("self_k")), None)
+
+        def retype(s: TensorMeta) -> TensorMeta:
+            return TensorMeta(s.name, "bfloat16", s.shape) if s.name == first else s
+
+        return GraphIO(tuple(map(retype, io.inputs)), io.outputs, io.metadata)
+
+    monkeypatch.setattr(build, "read_graph_io", bf16_cache)
+    with pytest.raises(
+        EngineBuildError, match=r"onnx/fp32/step\.onnx: 'self_k0' \(bfloat16\) cannot be an engine input"
+    ):
+        build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    assert _left_nothing(bundle)
+    states = [TensorMeta("self_k0", "bfloat16", ("batch", 2, "past", 4))]
+    with pytest.raises(EngineBuildError, match="gather engines: 'self_k0' \\(bfloat16\\)"):
+        tensorrt_api.build_gather(tensorrt_here.trt, states, {}, 64)

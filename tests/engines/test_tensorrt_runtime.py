@@ -1,13 +1,15 @@
 """The ``tensorrt`` runtime: clear refusals without TensorRT, cuda-python, a GPU or a fitting engine (on every
-machine), and its decoding logic on a simulated device (``simulated_device``), whose captions must equal ONNX
-Runtime's on the same FP32 graphs."""
+machine), and its decoding logic end to end through the fake ``tensorrt`` of a recorded real version: engines
+deserialised by its ``Runtime``, contexts that bind device addresses and run on the simulated device
+(``simulated_device``, ``fake_trt_runtime``). The captions must equal ONNX Runtime's on the same FP32 graphs, and
+each value TensorRT reports (a NULL runtime, no context, a refused address, a type without numpy) must become a clear
+error."""
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -15,15 +17,13 @@ import edgecap.engines.build as build
 import edgecap.engines.cuda as cuda
 import edgecap.runtimes.registry as registry
 import edgecap.runtimes.tensorrt as trt_runtime
+import edgecap.runtimes.tensorrt_engines as trt_engines
 from edgecap import Captioner
 from edgecap.cli import main
-from edgecap.engines.store import EngineEnv
 from edgecap.runtimes.registry import CaptionerError, LoadRequest
 from tests.bundle.helpers import copy_bundle, labert_bundle, pixel_bundle
 from tests.engines import simulated_device as sim
-from tests.engines.fake_trt import fake_tensorrt
-
-ORIN = EngineEnv("10.3.0.30", "Orin", "8.7")
+from tests.engines.fake_trt import Faults
 
 
 @pytest.fixture
@@ -65,9 +65,7 @@ def test_cli_bench_reports_tensorrt_unavailable(bundle: Path, tmp_path: Path) ->
     )
 
 
-def test_loader_refusals(bundle: Path, monkeypatch) -> None:
-    monkeypatch.setattr(build, "load_tensorrt", lambda: fake_tensorrt())
-
+def test_loader_refusals(bundle: Path, tensorrt_here, monkeypatch) -> None:
     def no_gpu(device: int = 0):
         raise cuda.CudaUnavailableError("no CUDA GPU is visible")
 
@@ -77,7 +75,7 @@ def test_loader_refusals(bundle: Path, monkeypatch) -> None:
     opened = load_bundle(bundle)
     with pytest.raises(CaptionerError, match="need a CUDA GPU"):
         trt_runtime.load_bundle_runtime(opened, LoadRequest())
-    monkeypatch.setattr(build, "current_env", lambda trt, device=0: ORIN)
+    monkeypatch.setattr(cuda, "gpu_info", lambda device=0: cuda.GpuInfo(device, "Orin", "8.7"))
     with pytest.raises(CaptionerError, match=r"no fp32 TensorRT engine for TensorRT 10\.3.*edgecap engine"):
         trt_runtime.load_bundle_runtime(opened, LoadRequest())
     with pytest.raises(CaptionerError, match="CUDA devices"):
@@ -86,10 +84,7 @@ def test_loader_refusals(bundle: Path, monkeypatch) -> None:
         trt_runtime.load_bundle_runtime(opened, LoadRequest(precision="fp16"))
 
 
-def test_a_modified_plan_is_never_loaded(bundle: Path, monkeypatch) -> None:
-    monkeypatch.setattr(build, "load_tensorrt", lambda: fake_tensorrt())
-    monkeypatch.setattr(cuda, "set_device", sim.set_device)
-    monkeypatch.setattr(build, "current_env", lambda trt, device=0: ORIN)
+def test_a_modified_plan_is_never_loaded(bundle: Path, tensorrt_here) -> None:
     folder = build.build_engines(bundle, precision="fp32", max_batch=2, beam=2).folder
     (folder / "encoder.plan").write_bytes(b"x")
     from edgecap.bundle import load_bundle
@@ -100,33 +95,26 @@ def test_a_modified_plan_is_never_loaded(bundle: Path, monkeypatch) -> None:
 
 # -- decoding on a simulated device ------------------------------------------------------------------------------------
 @pytest.fixture
-def simulated(monkeypatch):
-    """TensorRT 10.3 on an Orin as far as edgecap can tell: stand-in build API, simulated memory and engines."""
-    monkeypatch.setattr(build, "load_tensorrt", lambda: fake_tensorrt())
-    monkeypatch.setattr(build, "current_env", lambda trt, device=0: ORIN)
+def simulated(tensorrt_here, monkeypatch):
+    """TensorRT 10.3 on an Orin as far as edgecap can tell: the fake module (build and runtime), simulated memory and
+    streams; nothing of edgecap's runtime is replaced."""
     monkeypatch.setattr(cuda, "DeviceBuffer", sim.FakeBuffer)
     monkeypatch.setattr(cuda, "Stream", sim.FakeStream)
-    monkeypatch.setattr(cuda, "set_device", sim.set_device)
-    monkeypatch.setattr(trt_runtime, "_launch", sim.fake_launch)
     monkeypatch.setitem(
         registry._REGISTRY, "tensorrt", dataclasses.replace(registry.get_runtime("tensorrt"), requires=())
     )
-
-    def enter(self):
-        self.engines.update(sim.engines_from_record(self.folder, self.record, self.folder.parents[1], self.roles))
-        return self
-
-    monkeypatch.setattr(trt_runtime._EngineSet, "__enter__", enter)
+    return tensorrt_here
 
 
-@pytest.mark.parametrize("beam", [1, 3])
-def test_captions_equal_onnx_runtime(bundle: Path, images, simulated, beam: int) -> None:
+@pytest.mark.parametrize(("version", "beam"), [("10.3", 1), ("10.3", 3), ("11.4", 3)])
+def test_captions_equal_onnx_runtime(bundle: Path, images, simulated, version: str, beam: int) -> None:
+    trt = simulated.use(version)
     build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=beam) as ort_cap:
         expected = ort_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt", beam=beam) as cap:
         info = cap.runtime_info
-        assert info["precision"] == "fp32" and info["tensorrt"] == "10.3.0.30" and info["gpu"] == "Orin"
+        assert info["precision"] == "fp32" and info["tensorrt"] == trt.__version__ and info["gpu"] == "Orin"
         assert cap.batch(images) == expected
         assert cap.batch(images, batch_size=3) == expected  # a second batch shape: its own buffers
         assert cap(images[1]) == expected[1]
@@ -153,17 +141,9 @@ def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tm
         assert cap.batch(images) == expected
 
 
-def test_engines_that_disagree_on_a_state_dtype_are_refused(bundle: Path, simulated, monkeypatch) -> None:
+def test_engines_that_disagree_on_a_state_dtype_are_refused(bundle: Path, simulated) -> None:
     build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
-    entered = trt_runtime._EngineSet.__enter__
-
-    def half_cache(self):
-        entered(self)
-        step = self.engines["step"]
-        step.dtypes[next(n for n in step.inputs if n.startswith("self_k"))] = np.dtype("float16")
-        return self
-
-    monkeypatch.setattr(trt_runtime._EngineSet, "__enter__", half_cache)
+    simulated.use("10.3", faults=Faults(retype={"step.onnx": {"self_k0": "HALF"}}))
     with pytest.raises(
         trt_runtime.TrtEngineError, match=r"state 'self_k0' has different dtypes .*step:self_k0 float16"
     ):
@@ -210,7 +190,7 @@ def test_finished_threads_and_old_batch_shapes_release_device_memory(
     import gc
     import threading
 
-    monkeypatch.setattr(trt_runtime, "MAX_POOLS", 2)
+    monkeypatch.setattr(trt_engines, "MAX_POOLS", 2)
     build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
     with Captioner.load(bundle, runtime="tensorrt", beam=3) as cap:
         (model,) = cap._resources
@@ -229,3 +209,45 @@ def test_finished_threads_and_old_batch_shapes_release_device_memory(
         held = {b.ptr for pool in pools.values() for copies in pool._buffers.values() for b in copies}
         assert set(sim.MEMORY) == held
     assert not sim.MEMORY and not sim.STREAMS
+
+
+# -- what TensorRT reports by value ------------------------------------------------------------------------------------
+def test_tensorrt_that_cannot_start_cuda_is_refused_at_load(bundle: Path, images, simulated) -> None:
+    build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    simulated.use("10.3", faults=Faults(cuda=False))  # trt.Runtime raises "factory function returned nullptr"
+    with pytest.raises(CaptionerError, match=r"runtime 'tensorrt': TensorRT 10\.3\.0 could not start: CUDA could"):
+        Captioner.load(bundle, runtime="tensorrt", beam=2)
+    args = ["caption", str(images[0]), "--model", str(bundle), "--runtime", "tensorrt", "--beam", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "could not start: CUDA could not be initialised" in result.output, result.output
+    assert isinstance(result.exception, SystemExit)  # a message, not a traceback
+
+
+def test_engine_io_without_a_numpy_type_is_refused_by_name(bundle: Path, simulated) -> None:
+    build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    simulated.use("10.3", faults=Faults(retype={"step.onnx": {"self_k0": "BF16"}}))  # trt.nptype raises on it
+    with pytest.raises(trt_runtime.TrtEngineError, match=r"the step engine's input 'self_k0' is BF16, which no numpy"):
+        Captioner.load(bundle, runtime="tensorrt", beam=2)
+    assert not sim.MEMORY
+
+
+def test_a_context_tensorrt_cannot_create_is_an_error(bundle: Path, images, simulated) -> None:
+    build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    simulated.use("10.3", faults=Faults(no_context=True))  # create_execution_context returns None
+    with (
+        Captioner.load(bundle, runtime="tensorrt", beam=2) as cap,
+        pytest.raises(trt_runtime.TrtEngineError, match="could not create an execution context for the encoder"),
+    ):
+        cap.batch(images[:2])
+
+
+def test_an_address_tensorrt_refuses_is_named(bundle: Path, images, simulated) -> None:
+    build.build_engines(bundle, precision="fp32", max_batch=2, beam=2)
+    simulated.use("10.3", faults=Faults(refused_addresses=frozenset({"logprobs"})))  # set_tensor_address -> False
+    with (
+        Captioner.load(bundle, runtime="tensorrt", beam=2) as cap,
+        pytest.raises(trt_runtime.TrtEngineError, match=r"step engine: TensorRT refused the device address 0x[0-9a-f]+ "
+                      r"of tensor 'logprobs'"),
+    ):  # fmt: skip
+        cap.batch(images[:2])
+    assert not sim.MEMORY
