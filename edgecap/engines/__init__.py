@@ -8,7 +8,8 @@
   ``engines/<key>/`` folder and when an engine may be loaded;
 - ``buffers``: the device buffers of one batch shape;
 - ``cuda``: device memory, copies and streams through cuda-python;
-- ``build``: :func:`build_engines` (``edgecap engine``), the only module that imports tensorrt to build.
+- ``build``: :func:`build_engines` (``edgecap engine``); ``tensorrt_api``: every TensorRT call of a build (the only
+  module that imports tensorrt to build).
 
 The runtime that runs the engines is ``edgecap.runtimes.tensorrt`` (``Captioner.load(bundle, runtime="tensorrt")``).
 Only the standard library and numpy are imported here; tensorrt and cuda-python are imported when an engine is
