@@ -24,7 +24,8 @@ from typing import Any
 TRT, CUDA, CPU = "TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"
 
 #: What onnxruntime-gpu 1.31.1 printed creating a session with TensorRT, CUDA and CPU on a machine with CUDA 13
-#: libraries from NVIDIA's pip packages but no TensorRT and no driver (stderr first, then stdout; colour codes kept).
+#: libraries from NVIDIA's pip packages but no TensorRT and no driver (stderr first, then stdout; colour codes kept, the
+#: link in the CUDA warning shortened).
 REAL_OUTPUT = (
     "\x1b[1;31m2026-11-28 09:31:30.389202029 [E:onnxruntime:Default, provider_bridge_ort.cc:2430 operator()] "
     "/onnxruntime_src/onnxruntime/core/session/provider_bridge_ort.cc:2043 onnxruntime::Provider& "
@@ -37,7 +38,7 @@ REAL_OUTPUT = (
     "\x1b[0;93m2026-11-28 09:31:30.395363671 [W:onnxruntime:Default, onnxruntime_pybind_state.cc:1295 "
     "CreateExecutionProviderFactoryInstance] Failed to create CUDAExecutionProvider. Require cuDNN 9.* and CUDA 13.*. "
     "Please install all dependencies as mentioned in the GPU requirements page "
-    "(https://onnxruntime.ai/docs/execution-providers/CUDA-ExecutionProvider.html#requirements), make sure they're "
+    "(<link to onnxruntime's CUDA provider requirements>), make sure they're "
     "in the PATH, and that your GPU is supported.\x1b[m\n",
     "*************** EP Error ***************\n"
     "EP Error /onnxruntime_src/onnxruntime/python/onnxruntime_pybind_state.cc:729 void "
