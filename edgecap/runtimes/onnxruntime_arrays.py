@@ -4,6 +4,19 @@ Helpers of :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime`: dtype name
 the io-binding path as torch tensors without leaving the device (DLPack, else the CUDA Array Interface), the fast
 feed check's fixed sizes, and a ``SessionOptions``' threading read back. torch is imported inside the functions that
 need it (the io-binding path), never at import.
+
+I/O: two paths behind one interface.
+
+- ``io_binding=False`` (the default on CPU): numpy in, numpy out through ``session.run``. On CPU this is the
+  faster path: ORT wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
+  binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
+  plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
+  ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
+  run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
+- ``io_binding=True`` (the default when the CUDA/TensorRT providers run): torch tensors in and out, bound by device
+  pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
+  cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same
+  code path runs on CPU, which is how the tests exercise it (no GPU in CI).
 """
 
 from __future__ import annotations

@@ -13,18 +13,9 @@ provider may still fail to start it (no driver, no TensorRT): ONNX Runtime then 
 The runtime reads the providers its session got and follows them: device, io-binding, array type and the wide
 session are those of the provider that runs, and :attr:`OrtRuntime.provider_fallback` says what did not start, why.
 
-I/O: two paths behind one interface.
-
-- ``io_binding=False`` (the default on CPU): numpy in, numpy out through ``session.run``. On CPU this is the
-  faster path: ORT wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
-  binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
-  plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
-  ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
-  run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
-- ``io_binding=True`` (the default when the CUDA/TensorRT providers run): torch tensors in and out, bound by device
-  pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
-  cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same
-  code path runs on CPU, which is how the tests exercise it (no GPU in CI).
+I/O: numpy in and out through ``session.run`` (``io_binding=False``, the default on CPU, where it is the faster
+path), or torch tensors bound by device pointer (``io_binding=True``, the default when the CUDA/TensorRT providers
+run: caches stay on the device, ``array_type = "torch"``); :mod:`~edgecap.runtimes.onnxruntime_arrays` says why.
 """
 
 from __future__ import annotations
