@@ -165,7 +165,9 @@ def preload_gpu_libraries(ort: Any) -> None:
             log.debug("onnxruntime.preload_dlls():\n%s", _ANSI.sub("", captured.text).strip())
 
 
-def open_session(ort: Any, source: Any, options: Any, entries: Sequence[tuple[str, Any]]) -> tuple[Any, Any]:
+def open_session(
+    ort: Any, source: Any, options: Any, entries: Sequence[tuple[str, Any]]
+) -> tuple[Any, ProviderFallback | None]:
     """An ``InferenceSession`` on ``entries`` (``(provider, options)`` pairs), and a :class:`ProviderFallback` when it
     runs without some of them (else None).
 
@@ -180,6 +182,7 @@ def open_session(ort: Any, source: Any, options: Any, entries: Sequence[tuple[st
     if not any(name in CUDA_PROVIDERS for name in requested):
         return ort.InferenceSession(source, options, providers=list(entries)), None
     preload_gpu_libraries(ort)
+    captured = CapturedOutput()
     try:
         with capture_output() as captured:
             session = ort.InferenceSession(source, options, providers=list(entries))
