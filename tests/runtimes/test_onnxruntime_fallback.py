@@ -56,9 +56,10 @@ def gpu_ort(monkeypatch: pytest.MonkeyPatch) -> FailingGpuOrt:
     return fake
 
 
-@pytest.fixture(scope="module")
-def pixels(tiny_data, tmp_path_factory) -> Path:
-    return pixel_bundle(tiny_data, tmp_path_factory)[0]
+@pytest.fixture
+def pixels(tiny_data, tmp_path_factory, tmp_path) -> Path:
+    """A copy of the pixels-in bundle: a load planned for TensorRT makes its engine cache directory in the bundle."""
+    return copy_bundle(pixel_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "pixels")
 
 
 @pytest.fixture(scope="module")
@@ -177,14 +178,14 @@ def test_caption_says_once_why_it_runs_on_the_cpu(gpu_ort, pixels, images) -> No
 
 
 # -- TensorRT options reach the provider -----------------------------------------------------------------------------
-def test_the_load_request_tunes_and_bounds_the_tensorrt_provider(monkeypatch, pixels, tmp_path) -> None:
+def test_the_load_request_tunes_and_bounds_the_tensorrt_provider(monkeypatch, pixels) -> None:
     """``trt_opt_batch`` and the beam set the profiles' opt rows (the step graph: images × beam), the manifest the
     max rows, and the workspace is bounded (1 GiB unless told)."""
     import onnxruntime
 
     fake = FailingGpuOrt(onnxruntime, pretend_started=(TRT, CUDA))  # the load goes as far as the sessions' options
     monkeypatch.setitem(sys.modules, "onnxruntime", fake)
-    bundle = copy_bundle(pixels, tmp_path / "bundle")
+    bundle = pixels
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=2, trt_opt_batch=4) as cap:
         assert cap.runtime_info["tensorrt"] == {"opt_batch": 4, "beam": 2, "workspace_mb": 1024}
         max_rows = json.loads((bundle / "manifest.json").read_text())["interface"]["dims"]["batch"]["max"]
