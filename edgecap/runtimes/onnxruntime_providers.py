@@ -24,6 +24,7 @@ __all__ = [
     "auto_precision",
     "cpu_can_run_int8",
     "import_onnxruntime",
+    "provider_info",
     "provider_label",
     "resolve_providers",
     "row_coupled_roles",
