@@ -140,6 +140,9 @@ class GraphPair:
         except BaseException:
             self.encoder.close()
             raise
+        # Chosen again once the runtimes are active: one asked for CUDA that runs on the CPU (its GPU provider did not
+        # start) switches from torch tensors to numpy then, and the state must follow it.
+        self._enc_ops, self._loop_ops = array_ops(self.encoder), array_ops(self.loop_runtime)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -9,22 +9,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from edgecap.runtimes.bridge import RuntimeStepModel, array_ops
+from edgecap.runtimes.bridge import RuntimeStepModel
 
-__all__ = ["ModelSource", "OrtStepModel", "create_ort_step_model"]
+__all__ = ["ModelSource", "create_ort_step_model"]
 
 ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto (anything with SerializeToString)
-
-
-class OrtStepModel(RuntimeStepModel):
-    """A :class:`~edgecap.runtimes.bridge.RuntimeStepModel` on two ``OrtRuntime`` sessions whose array conversions are
-    chosen again once the sessions exist: a runtime asked for CUDA that runs on the CPU (its GPU provider did not
-    start) switches from torch tensors to numpy on activation, and the state must follow it."""
-
-    def __enter__(self) -> OrtStepModel:
-        super().__enter__()
-        self._enc_ops, self._loop_ops = array_ops(self.encoder), array_ops(self.loop_runtime)
-        return self
 
 
 def create_ort_step_model(
@@ -35,8 +24,8 @@ def create_ort_step_model(
     *,
     decode_workers: int = 1,
     **runtime_options: Any,
-) -> OrtStepModel:
-    """An :class:`OrtStepModel` (a :class:`~edgecap.runtimes.bridge.RuntimeStepModel`) over the exported ``init``
+) -> RuntimeStepModel:
+    """A :class:`~edgecap.runtimes.bridge.RuntimeStepModel` over the exported ``init``
     (encoder + start) and ``step`` graphs, so ``edgecap.decoding.decode`` runs on ONNX Runtime unchanged.
 
     Args:
@@ -59,7 +48,7 @@ def create_ort_step_model(
         meta_names, meta_updated = _state_names_of(step)
         state_names = meta_names if state_names is None else state_names
         updated_state_names = meta_updated if updated_state_names is None else updated_state_names
-    return OrtStepModel(
+    return RuntimeStepModel(
         OrtRuntime(encoder, name="ort-encoder", role="encoder", **runtime_options),
         OrtRuntime(step, name="ort-step", role="step", **runtime_options),
         tuple(state_names),

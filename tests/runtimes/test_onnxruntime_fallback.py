@@ -124,6 +124,24 @@ def test_decoding_on_a_pair_whose_gpu_providers_did_not_start(gpu_ort: FailingGp
     assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
 
 
+def test_a_refine_pair_whose_gpu_providers_did_not_start_decodes_in_numpy(gpu_ort: FailingGpuOrt) -> None:
+    """LaBERT's encoder + refine pair made directly (not through ``Captioner.load``, which reopens on the CPU): the
+    pair picks its array conversions once its sessions exist, so the fallen-back sessions get numpy, not torch."""
+    from edgecap.runtimes.refine import create_ort_refine_model
+    from tests.runtimes.test_refine import _cfg, exported_fp32
+
+    images, cfg = random_images(3, regions=7, seed=11), _cfg(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with create_ort_refine_model(**exported_fp32().runtime_models("fp32")) as refine_model:
+            state = refine_model.encode(images)
+            assert all(type(value) is np.ndarray for value in state.values()), {k: type(v) for k, v in state.items()}
+            got = decode(refine_model, images, cfg)
+    with create_ort_refine_model(**exported_fp32().runtime_models("fp32"), providers=["cpu"]) as refine_model:
+        want = decode(refine_model, images, cfg)
+    assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
+
+
 # -- a bundle's load -------------------------------------------------------------------------------------------------
 def test_a_load_is_planned_again_for_the_provider_that_runs(gpu_ort, tiny_data, tmp_path_factory, tmp_path) -> None:
     """An FP16 + INT8 bundle on a GPU build whose providers fail: not FP16 'for TensorRT' on the CPU, but what the CPU
