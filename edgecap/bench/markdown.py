@@ -276,6 +276,25 @@ def _memory_note(report: BenchReport, results: Sequence[ComboResult]) -> str:
     )
 
 
+def _fallback_lines(results: Sequence[ComboResult]) -> list[str]:
+    """A warning above the tables for every runtime/precision whose requested execution providers did not start:
+    its rows were measured on what ran (the CPU), not on the GPU the run asked for."""
+    seen: dict[tuple[str, str, str], ComboResult] = {}
+    for r in results:
+        if r.provider_fallback:
+            seen.setdefault((r.bundle, r.runtime, r.precision), r)
+    if not seen:
+        return []
+    lines = ["## Execution providers that did not start", ""]
+    for (bundle, runtime, precision), r in seen.items():
+        fallback = r.provider_fallback or {}
+        lines.append(
+            f"- **{runtime} {precision} on {Path(bundle).name}** ran on {', '.join(fallback.get('in_use') or [])}, "
+            f"not {', '.join(fallback.get('requested') or [])}: {fallback.get('cause') or 'no cause given'}"
+        )
+    return [*lines, ""]
+
+
 def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None = None) -> str:
     """``report.md``: headline ratios, single-stream latency, offline throughput, time split, memory/size/power,
     quality, skipped and failed combinations, environment, bundles and notes; ``plots`` (name -> file) are
@@ -299,6 +318,7 @@ def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None 
         "has its backbone, else features) to caption strings.",
         "",
     ]
+    lines += _fallback_lines(results)
     lines += ratio_lines(results, report.bundles)
     single = [r for r in results if r.batch == 1]
     if single:

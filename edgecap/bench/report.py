@@ -181,6 +181,9 @@ class ComboResult:
         threads: the ONNX Runtime threading the sessions ran with on CPU (``intra_op``, ``inter_op``, ``spin``,
             ``execution_mode``, ``policy``, ``reason``, ``wide``; :class:`edgecap.runtimes.threads.ThreadPlan`); None
             for other runtimes and in reports written before the field.
+        provider_fallback: the execution providers that were requested but did not start, with ONNX Runtime's cause
+            (``requested``, ``in_use``, ``cause``): the row was measured on what ran. None when nothing fell back and
+            in reports written before the field.
     """
 
     bundle: str
@@ -209,6 +212,7 @@ class ComboResult:
     timings_ms: list[float]
     length_level: int | None = None
     threads: dict[str, Any] | None = None
+    provider_fallback: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

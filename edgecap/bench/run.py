@@ -486,6 +486,7 @@ def _measure_combo(
         device=subject.device,
         providers=list(subject.info["providers"]) if subject.info.get("providers") else None,
         threads=dict(subject.info["threads"]) if subject.info.get("threads") else None,
+        provider_fallback=dict(subject.info["provider_fallback"]) if subject.info.get("provider_fallback") else None,
         input=subject.input_kind,
         backbone=subject.backbone_where,
         latency=latency,

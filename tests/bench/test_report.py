@@ -222,6 +222,23 @@ def test_markdown_lists_skips_and_errors() -> None:
     assert "- onnxruntime fp32 beam 3 batch 32 on acort: MemoryError: out" in text
 
 
+def test_a_provider_fallback_is_kept_in_the_json_and_named_above_the_tables(tmp_path: Path) -> None:
+    """Rows measured on the CPU because the GPU providers did not start say so, in report.json and report.md."""
+    fallback = {
+        "requested": ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
+        "in_use": ["CPUExecutionProvider"],
+        "cause": "TensorRT: TensorRT is not installed: libnvinfer.so.10",
+    }
+    fell_back = dataclasses.replace(make_result("onnxruntime"), provider_fallback=fallback)
+    report = make_report([fell_back, make_result("torch")])
+    write_report(report, tmp_path, plots=False)
+    assert load_report(tmp_path).results[0].provider_fallback == fallback
+    text = format_markdown(report)
+    assert "## Execution providers that did not start" in text
+    assert "ran on CPUExecutionProvider, not TensorrtExecutionProvider" in text and "libnvinfer.so.10" in text
+    assert "did not start" not in format_markdown(_report())
+
+
 def test_write_report_with_plots(tmp_path: Path) -> None:
     written = write_report(_report(), tmp_path / "out")
     assert set(written) == {"json", "markdown", "latency_vs_batch", "pareto"}
