@@ -136,7 +136,7 @@ def _plan(bundle: Any, request: Any, providers: list[str], provider_reason: str)
     plan = _Plan(providers, provider_reason, precision, precision_reason, graphs, threads)
     plan.options = {"providers": providers, "warn_fallback": False, **thread_options}
     if "TensorrtExecutionProvider" in providers:
-        plan.tensorrt = _tensorrt_settings(request)
+        plan.tensorrt = _tensorrt_settings(request, bundle)
         plan.options["provider_options"] = {
             "tensorrt": _tensorrt_options(bundle, precision, plan.tensorrt["workspace_mb"])
         }
@@ -212,16 +212,17 @@ def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) ->
         bundle.check_interface(role, list(runtime.input_metadata()), runtime.output_names, graphs[role])
 
 
-def _tensorrt_settings(request: Any) -> dict[str, Any]:
+def _tensorrt_settings(request: Any, bundle: Any) -> dict[str, Any]:
     """What the TensorRT provider is tuned and bounded by (``runtime_info["tensorrt"]``): the images per call its
-    profiles are tuned for, the beam the step graph's rows multiply them by, and the workspace limit (MiB; None =
-    the EP's own)."""
+    profiles are tuned for, the beam the step graph's rows multiply them by (the decode's, else the bundle's), and
+    the workspace limit (MiB; None = the EP's own)."""
     from edgecap.runtimes.onnxruntime_gpu import DEFAULT_TRT_OPT_BATCH, DEFAULT_TRT_WORKSPACE_MB
 
     opt_batch = request.trt_opt_batch or DEFAULT_TRT_OPT_BATCH
     asked = request.trt_workspace_mb
     workspace = DEFAULT_TRT_WORKSPACE_MB if asked is None else (int(asked) or None)  # 0: no limit of edgecap's
-    return {"opt_batch": int(opt_batch), "beam": int(request.beam or 1), "workspace_mb": workspace}
+    beam = request.beam if request.beam is not None else getattr(bundle, "beam", None)
+    return {"opt_batch": int(opt_batch), "beam": int(beam or 1), "workspace_mb": workspace}
 
 
 def _tensorrt_options(bundle: Any, precision: str, workspace_mb: int | None) -> dict[str, Any]:
