@@ -2,7 +2,8 @@
 
 - :class:`CalibrationSource` (``source``): feeds + a cache path, with the ONNX Runtime calibration-reader adapter.
 - ``record``: the decoder-step feeds of a real FP32 decoding run (realistic caches and tokens).
-- ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``).
+- ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``), and those
+  of installed plugins (the ``edgecap.int8_presets`` entry points, docs/extending.md).
 - ``quantize``: :func:`quantize_int8` (both runtime graphs) and :func:`quantize_graph` (one graph), with
   ONNX Runtime's ``quantize_static`` (the ``tensorrt`` preset's QDQ graphs are what ``edgecap engine`` builds from).
 - ``quality``: :func:`compare_decoders`, the task-level check of an INT8 decoder against its FP32 reference.
@@ -23,6 +24,7 @@ from edgecap.calibration.presets import (
     detect_cpu_preset,
     get_preset,
     list_presets,
+    load_preset_plugins,
     register_preset,
 )
 from edgecap.calibration.source import (
@@ -51,6 +53,7 @@ __all__ = [
     "detect_cpu_preset",
     "get_preset",
     "list_presets",
+    "load_preset_plugins",
     "register_preset",
     *_LAZY,
 ]

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgecap.calibration.source import CalibrationError
+from edgecap.plugins import INT8_PRESET_GROUP, PluginLoader, clash_error, current_plugin
 from edgecap.runtimes.cpu import detect_cpu_preset
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "detect_cpu_preset",
     "get_preset",
     "list_presets",
+    "load_preset_plugins",
     "register_preset",
     "resolve_preset_name",
 ]
@@ -300,18 +302,48 @@ class QuantPreset:
 
 # -- registry --------------------------------------------------------------------------------------------------------
 _PRESETS: dict[str, QuantPreset] = {}
+#: Preset name -> the plugin that registered it (names absent here are edgecap's own).
+_PLUGIN_NAMES: dict[str, str] = {}
 
 
 def register_preset(preset: QuantPreset) -> QuantPreset:
-    """Register ``preset`` under ``preset.name`` (replacing an existing one); returns it."""
+    """Register ``preset`` under ``preset.name`` (replacing an existing one); returns it.
+
+    Raises:
+        edgecap.plugins.PluginError: called while an entry-point plugin loads, with a name already registered (a
+            plugin never silently replaces a built-in preset).
+    """
+    if not isinstance(preset, QuantPreset):
+        raise TypeError(f"register_preset takes a QuantPreset, got {type(preset).__name__}")
+    plugin = current_plugin()
     if preset.name == AUTO:
+        if plugin is not None:
+            raise clash_error("INT8 preset", AUTO, plugin, None)
         raise CalibrationError(f"{AUTO!r} is reserved: it resolves to a registered CPU preset")
+    if plugin is not None:
+        if preset.name in _PRESETS:
+            raise clash_error("INT8 preset", preset.name, plugin, _PLUGIN_NAMES.get(preset.name))
+        _PLUGIN_NAMES[preset.name] = plugin
     _PRESETS[preset.name] = preset
     return preset
 
 
+_PLUGINS = PluginLoader(INT8_PRESET_GROUP, QuantPreset, register_preset)
+
+
+def load_preset_plugins() -> None:
+    """Register the presets of installed plugins (the ``edgecap.int8_presets`` entry points), once; every query of
+    the registry calls this, so a plugin's preset is there without any import in the user's code.
+
+    Raises:
+        edgecap.plugins.PluginError: a plugin's preset name clashes with one already registered.
+    """
+    _PLUGINS.ensure_loaded()
+
+
 def list_presets() -> list[str]:
     """Registered preset names plus ``cpu-auto``."""
+    load_preset_plugins()
     return sorted([*_PRESETS, AUTO])
 
 
@@ -328,6 +360,7 @@ def get_preset(preset: str | QuantPreset) -> QuantPreset:
     """
     if isinstance(preset, QuantPreset):
         return preset
+    load_preset_plugins()
     name = resolve_preset_name(preset)
     try:
         return _PRESETS[name]

@@ -9,6 +9,9 @@ nothing heavy is imported until the runtime is used:
 - ``requires``: the modules it imports, checked with ``importlib.util.find_spec`` (no import) to tell whether the
   runtime is usable here, and ``install``: what to install when it is not.
 
+Third-party runtimes register through the ``edgecap.runtimes`` entry-point group (:mod:`edgecap.plugins`), loaded
+the first time the registry is queried.
+
 This module imports nothing beyond the standard library.
 """
 
@@ -21,6 +24,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgecap.plugins import RUNTIME_GROUP, PluginLoader, clash_error, current_plugin
+
 __all__ = [
     "CaptionerError",
     "LoadRequest",
@@ -32,6 +37,7 @@ __all__ = [
     "canonical_runtime",
     "get_runtime",
     "list_runtimes",
+    "load_runtime_plugins",
     "register_runtime",
     "runtime_available",
 ]
@@ -171,12 +177,25 @@ class LoadedRuntime:
 
 _REGISTRY: dict[str, RuntimeSpec] = {}
 _ALIASES: dict[str, str] = {}
+#: Runtime name or alias -> the plugin that registered it (names absent here are edgecap's own).
+_PLUGIN_NAMES: dict[str, str] = {}
 
 
 def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
-    """Register (or replace) a runtime; returns ``spec``."""
+    """Register (or replace) a runtime; returns ``spec``.
+
+    Raises:
+        edgecap.plugins.PluginError: called while an entry-point plugin loads, with a name or alias already
+            registered (a plugin never silently replaces a built-in).
+    """
     if not isinstance(spec, RuntimeSpec):
         raise TypeError(f"register_runtime takes a RuntimeSpec, got {type(spec).__name__}")
+    plugin = current_plugin()
+    if plugin is not None:
+        for name in (spec.name, *spec.aliases):
+            if name in _REGISTRY or name in _ALIASES:
+                raise clash_error("runtime", name, plugin, _PLUGIN_NAMES.get(_ALIASES.get(name, name)))
+        _PLUGIN_NAMES.update(dict.fromkeys((spec.name, *spec.aliases), plugin))
     taken = [a for a in (spec.name, *spec.aliases) if _ALIASES.get(a, spec.name) != spec.name]
     taken += [a for a in spec.aliases if a in _REGISTRY]
     if taken:
@@ -186,12 +205,26 @@ def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
     return spec
 
 
+_PLUGINS = PluginLoader(RUNTIME_GROUP, RuntimeSpec, register_runtime)
+
+
+def load_runtime_plugins() -> None:
+    """Register the runtimes of installed plugins (the ``edgecap.runtimes`` entry points), once; every query of
+    the registry calls this, so a plugin is there without any import in the user's code.
+
+    Raises:
+        edgecap.plugins.PluginError: a plugin's runtime name clashes with one already registered.
+    """
+    _PLUGINS.ensure_loaded()
+
+
 def canonical_runtime(name: str, *, warn: bool = False) -> str:
     """The registered name of ``name`` (itself, or the runtime it is an older alias of); unknown names unchanged.
 
     Args:
         warn: emit a ``FutureWarning`` for an alias (where a user typed it, not when reading an old report).
     """
+    load_runtime_plugins()
     if name in _REGISTRY or name not in _ALIASES:
         return name
     current = _ALIASES[name]
@@ -202,6 +235,7 @@ def canonical_runtime(name: str, *, warn: bool = False) -> str:
 
 def get_runtime(name: str) -> RuntimeSpec:
     """The spec registered as ``name`` (an older alias works, with a ``FutureWarning``)."""
+    load_runtime_plugins()
     spec = _REGISTRY.get(canonical_runtime(name, warn=True))
     if spec is None:
         raise UnknownRuntimeError(f"unknown runtime {name!r}; registered: {list_runtimes()}")
@@ -215,6 +249,7 @@ def list_runtimes(*, available: bool = False, baselines: bool = True) -> list[st
         available: only those whose backend is installed here.
         baselines: include benchmark baselines (``torch-rerun``).
     """
+    load_runtime_plugins()
     specs = [s for s in _REGISTRY.values() if baselines or not s.baseline]
     if available:
         specs = [s for s in specs if s.available()[0]]
@@ -232,6 +267,7 @@ def auto_runtime() -> tuple[RuntimeSpec, str]:
     Raises:
         UnknownRuntimeError: none is installed; the message says what to install.
     """
+    load_runtime_plugins()
     ranked = sorted((s for s in _REGISTRY.values() if s.auto_rank is not None), key=lambda s: s.auto_rank or 0)
     skipped = []
     for spec in ranked:

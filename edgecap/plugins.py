@@ -1,0 +1,145 @@
+"""Third-party runtimes and INT8 presets, found through ``importlib.metadata`` entry points.
+
+A plugin distribution declares, in its ``pyproject.toml``::
+
+    [project.entry-points."edgecap.runtimes"]
+    my-runtime = "my_plugin:RUNTIME"        # a RuntimeSpec, or a callable that registers one (or returns it)
+
+    [project.entry-points."edgecap.int8_presets"]
+    my-preset = "my_plugin:PRESET"          # a QuantPreset, or a callable that registers one (or returns it)
+
+so installing it is all a user does: no ``sitecustomize``, no import in their code. Each registry loads its group
+once, when it is first queried (never at ``import edgecap``, which keeps start-up free of the metadata scan). A plugin
+that fails to import or load is skipped with a :class:`PluginWarning` naming its distribution and entry point, so one
+broken package never takes the built-in runtimes down with it; a plugin that registers a name already taken (a
+built-in, or another plugin's) is a :class:`PluginError`, since silently replacing a built-in would change what
+existing code runs.
+
+Standard library only: the runtime install imports this module.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = [
+    "INT8_PRESET_GROUP",
+    "RUNTIME_GROUP",
+    "PluginError",
+    "PluginLoader",
+    "PluginWarning",
+    "clash_error",
+    "current_plugin",
+]
+
+#: The entry-point group of third-party runtimes (a ``RuntimeSpec`` or a callable registering one).
+RUNTIME_GROUP = "edgecap.runtimes"
+#: The entry-point group of third-party INT8 presets (a ``QuantPreset`` or a callable registering one).
+INT8_PRESET_GROUP = "edgecap.int8_presets"
+
+
+class PluginWarning(UserWarning):
+    """A plugin could not be loaded and was skipped."""
+
+
+class PluginError(ValueError):
+    """A plugin registers a name that is already taken (a built-in or another plugin's)."""
+
+
+_local = threading.local()
+
+
+def current_plugin() -> str | None:
+    """The plugin being loaded on this thread (``"entry point 'x' of distribution 'y'"``), None outside plugin
+    loading: registries refuse to let a plugin replace a name that is already registered."""
+    return getattr(_local, "plugin", None)
+
+
+@contextmanager
+def _loading(label: str) -> Iterator[None]:
+    previous = current_plugin()
+    _local.plugin = label
+    try:
+        yield
+    finally:
+        _local.plugin = previous
+
+
+def _label(entry_point: Any) -> str:
+    dist = getattr(entry_point, "dist", None)
+    dist_name = getattr(dist, "name", None) or "<unknown distribution>"
+    return f"entry point {entry_point.name!r} ({entry_point.value}) of distribution {dist_name!r}"
+
+
+class PluginLoader:
+    """Loads one entry-point group into one registry, once, on first use (thread-safe).
+
+    Args:
+        group: the entry-point group (:data:`RUNTIME_GROUP`, :data:`INT8_PRESET_GROUP`).
+        kind: the spec class an entry point may resolve to (or a callable may return).
+        register: the registry's register function, called with each spec.
+    """
+
+    def __init__(self, group: str, kind: type, register: Callable[[Any], Any]) -> None:
+        self.group = group
+        self.kind = kind
+        self.register = register
+        self._lock = threading.RLock()
+        self._loaded = False
+        self._errors: list[PluginError] = []
+
+    def ensure_loaded(self) -> None:
+        """Load the group's plugins the first time this is called; raise any name clash, every time."""
+        if not self._loaded:
+            with self._lock:
+                if not self._loaded:
+                    self._loaded = True  # set first: a plugin that queries its registry while loading must not recurse
+                    self._errors = self._load_all()
+        if self._errors:
+            raise self._errors[0]
+
+    def _load_all(self) -> list[PluginError]:
+        from importlib.metadata import entry_points
+
+        errors: list[PluginError] = []
+        for entry_point in entry_points(group=self.group):
+            label = _label(entry_point)
+            try:
+                with _loading(label):
+                    self._load_one(entry_point, label)
+            except PluginError as exc:
+                errors.append(exc)
+            except Exception as exc:  # a plugin's own bug must not break the built-ins
+                warnings.warn(
+                    f"edgecap skipped the {self.group} plugin {label}: {type(exc).__name__}: {exc}",
+                    PluginWarning,
+                    stacklevel=2,
+                )
+        return errors
+
+    def _load_one(self, entry_point: Any, label: str) -> None:
+        target = entry_point.load()
+        if isinstance(target, self.kind):
+            self.register(target)
+            return
+        if not callable(target):
+            raise TypeError(f"it resolves to a {type(target).__name__}, neither a {self.kind.__name__} nor a callable")
+        result = target()
+        if isinstance(result, self.kind):
+            self.register(result)
+        elif result is not None:
+            raise TypeError(f"it returned a {type(result).__name__}, neither a {self.kind.__name__} nor None")
+
+
+def clash_error(kind: str, name: str, plugin: str, owner: str | None) -> PluginError:
+    """The error of ``plugin`` registering the ``kind`` ``name`` that ``owner`` (a plugin label, None: edgecap
+    itself) already registered."""
+    taken = f"the built-in {kind} {name!r}" if owner is None else f"{kind} {name!r}, already registered by {owner}"
+    return PluginError(
+        f"the {kind} plugin {plugin} registers {name!r}, which clashes with {taken}; the plugin must choose another "
+        "name (uninstall its distribution to use edgecap meanwhile)"
+    )
