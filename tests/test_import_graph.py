@@ -9,7 +9,11 @@ available without being loaded; ``tests/test_captioner_bundle.py`` runs a real s
 from __future__ import annotations
 
 import ast
+import re
+import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edgecap"
@@ -58,6 +62,15 @@ TRAIN_ONLY = (
     "safetensors",
     "rich",
 )
+#: Third-party modules the runtime entry points may import at import time -> the distribution that provides them,
+#: which must be a base dependency in pyproject.toml (the runtime-only install has nothing else).
+BASE_IMPORTS = {
+    "numpy": "numpy",
+    "PIL": "pillow",
+    "click": "click",
+    "psutil": "psutil",
+    "packaging": "packaging",  # edgecap._versions: every version comparison
+}
 
 
 def _module_file(name: str) -> Path | None:
@@ -144,3 +157,21 @@ def test_the_closure_covers_the_runtime_path():
     closure = _closure()  # guards against a walker that silently finds nothing
     for module in ("edgecap.decoding.beam", "edgecap.bundle.manifest", "edgecap.runtimes.registry", "numpy", "PIL"):
         assert module in closure
+
+
+def test_the_runtime_imports_only_declared_base_dependencies():
+    tomllib = pytest.importorskip("tomllib")
+    third_party = {
+        module.split(".")[0]
+        for module in _closure()
+        if not module.startswith("edgecap") and module.split(".")[0] not in sys.stdlib_module_names
+    }
+    unlisted = third_party - set(BASE_IMPORTS)
+    assert not unlisted, f"the runtime imports {unlisted}: add them to BASE_IMPORTS and pyproject.toml's dependencies"
+    assert "packaging" in third_party
+    declared = {
+        re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower()
+        for requirement in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    missing = {module: dist for module, dist in BASE_IMPORTS.items() if dist not in declared}
+    assert not missing, f"the runtime imports these, but pyproject.toml's dependencies lack them: {missing}"

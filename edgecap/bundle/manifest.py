@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap._versions import InvalidVersion, parse_version
 from edgecap.bundle.limits import check_manifest_numbers
 from edgecap.precisions import PRECISIONS
 from edgecap.runtimes.roles import DECODING_ROLES
@@ -184,19 +185,13 @@ def software_versions() -> dict[str, str | None]:
     return versions
 
 
-def _version_tuple(text: str) -> tuple[int, ...]:
-    parts = []
-    for piece in text.split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-    return tuple(parts)
-
-
 def is_newer_version(candidate: str, reference: str) -> bool:
-    """``candidate > reference`` comparing the leading numeric components (``"0.2.0rc1"`` reads as 0.2.0)."""
-    return _version_tuple(candidate) > _version_tuple(reference)
+    """``candidate > reference`` in :pep:`440` order (``0.2.0rc1 < 0.2.0 < 0.2.0.post1 < 0.10.0``); False when
+    either is not a version, so an odd string in a bundle's manifest never stops it from loading."""
+    try:
+        return parse_version(candidate) > parse_version(reference)
+    except InvalidVersion:
+        return False
 
 
 # -- JSON hygiene ----------------------------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ import inspect
 import io
 import json
 import logging
-import re
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from edgecap._io import atomic_write_bytes, atomic_write_json
+from edgecap._versions import InvalidVersion, parse_version
 from edgecap.calibration.presets import AUTO, HISTOGRAM_METHODS, QuantPreset, get_preset
 from edgecap.calibration.record import FeedRecorder, record_decoder_feeds
 from edgecap.calibration.source import (
@@ -72,16 +72,12 @@ MIN_QUANTIZE_ORT = (1, 32)
 
 
 def _release(version: str) -> tuple[int, ...]:
-    """``"1.32.0"`` / ``"1.18.1+cu12"`` -> ``(1, 32, 0)``: the leading numeric parts of a version."""
-    parts = []
-    for piece in version.split("+")[0].split("."):
-        digits = re.match(r"\d+", piece)
-        if digits is None:
-            break
-        parts.append(int(digits.group()))
-        if digits.group() != piece:
-            break
-    return tuple(parts)
+    """``"1.32.0"`` / ``"1.18.1+cu12"`` / ``"1.33.0rc1"`` -> the release numbers (``(1, 32, 0)``): a nightly or
+    local build of a release counts as that release; ``()`` for a string that is not a version."""
+    try:
+        return parse_version(version).release
+    except InvalidVersion:
+        return ()
 
 
 def _ort_quantization() -> Any:

@@ -19,10 +19,10 @@ TensorRT.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from edgecap._versions import InvalidVersion, parse_version, release
 from edgecap.precisions import PRECISIONS
 
 __all__ = [
@@ -50,10 +50,13 @@ class EngineSettingsError(ValueError):
 def trt_version(trt: Any) -> tuple[int, int, int]:
     """``(major, minor, patch)`` of a ``tensorrt`` module (``__version__`` such as ``"10.3.0.30"``)."""
     text = str(getattr(trt, "__version__", ""))
-    parts = re.findall(r"\d+", text)
-    if len(parts) < 2:
+    try:
+        numbers = parse_version(text).release
+    except InvalidVersion:
+        numbers = ()
+    if len(numbers) < 2:
         raise EngineSettingsError(f"cannot read the TensorRT version from {text!r}")
-    major, minor, patch = (int(p) for p in (parts + ["0"])[:3])
+    major, minor, patch = release(text, 3)
     return major, minor, patch
 
 

@@ -23,11 +23,11 @@ so ``trt_int8_enable`` is set with no calibration table (TensorRT reads the scal
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap._versions import InvalidVersion, release
 from edgecap.precisions import PRECISIONS
 
 __all__ = [
@@ -62,11 +62,13 @@ _PER_HYPOTHESIS = frozenset({"step"})
 
 
 def ort_version_tuple(version: str) -> tuple[int, int]:
-    """``"1.18.1"`` -> ``(1, 18)``; ``"1.20.0.dev2024"`` -> ``(1, 20)``."""
-    match = re.match(r"(\d+)\.(\d+)", version)
-    if match is None:
-        raise ValueError(f"not an onnxruntime version: {version!r}")
-    return int(match.group(1)), int(match.group(2))
+    """``"1.18.1"`` -> ``(1, 18)``; ``"1.20.0.dev2024"`` and ``"1.20.0+cu12"`` -> ``(1, 20)``: a nightly or local
+    build has its release's options."""
+    try:
+        major, minor = release(version, 2)
+    except InvalidVersion:
+        raise ValueError(f"not an onnxruntime version: {version!r}") from None
+    return major, minor
 
 
 def trt_profile_shapes(

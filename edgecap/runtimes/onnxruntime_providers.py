@@ -8,10 +8,11 @@ Python: nothing here creates a session, so the choices are tested on any machine
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from edgecap._versions import InvalidVersion, release
 
 __all__ = [
     "CUDA_PROVIDERS",
@@ -137,7 +138,10 @@ SCHEME_MIN_ONNXRUNTIME: dict[tuple[str, int], tuple[int, int]] = {("weight-only"
 def _ort_too_old_for(variant: Mapping[str, Any]) -> str | None:
     """Why this onnxruntime cannot run the INT8 variant's recorded schemes, or None when it can."""
     installed = import_onnxruntime().__version__
-    version = tuple(int(p) for p in re.findall(r"\d+", installed)[:2])
+    try:
+        version = release(installed, 2)
+    except InvalidVersion:
+        version = ()  # unreadable: every recorded minimum reads as unmet, and the message shows the string
     for role, record in (variant.get("schemes") or {}).items():
         if not isinstance(record, Mapping):
             continue
