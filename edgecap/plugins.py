@@ -82,6 +82,9 @@ class PluginLoader:
         group: the entry-point group (:data:`RUNTIME_GROUP`, :data:`INT8_PRESET_GROUP`).
         kind: the spec class an entry point may resolve to (or a callable may return).
         register: the registry's register function, called with each spec.
+
+    Attributes:
+        loaded: the group has been read (its plugins registered, skipped or refused).
     """
 
     def __init__(self, group: str, kind: type, register: Callable[[Any], Any]) -> None:
@@ -89,24 +92,38 @@ class PluginLoader:
         self.kind = kind
         self.register = register
         self._lock = threading.RLock()
-        self._loaded = False
+        self._loading = False
+        self.loaded = False
         self._errors: list[PluginError] = []
 
     def ensure_loaded(self) -> None:
-        """Load the group's plugins the first time this is called; raise any name clash, every time."""
-        if not self._loaded:
+        """Load the group's plugins the first time this is called; raise any name clash, every time.
+
+        Another thread's query waits until loading ends; a plugin that queries its own registry while it loads (the
+        same thread) sees what is registered so far instead of recursing.
+        """
+        if not self.loaded:
             with self._lock:
-                if not self._loaded:
-                    self._loaded = True  # set first: a plugin that queries its registry while loading must not recurse
-                    self._errors = self._load_all()
+                if not self.loaded and not self._loading:
+                    self._loading = True
+                    try:
+                        self._errors = self._load_all()
+                    finally:
+                        self._loading = False
+                        self.loaded = True
         if self._errors:
             raise self._errors[0]
 
     def _load_all(self) -> list[PluginError]:
         from importlib.metadata import entry_points
 
+        try:
+            found = list(entry_points(group=self.group))
+        except Exception as exc:  # unreadable metadata of some installed distribution
+            warnings.warn(f"edgecap could not read the {self.group} entry points: {exc}", PluginWarning, stacklevel=2)
+            return []
         errors: list[PluginError] = []
-        for entry_point in entry_points(group=self.group):
+        for entry_point in found:
             label = _label(entry_point)
             try:
                 with _loading(label):

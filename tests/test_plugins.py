@@ -14,6 +14,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -267,9 +268,39 @@ def test_the_registries_load_their_plugins_on_query_not_at_import() -> None:
         from edgecap.calibration.presets import _PLUGINS as presets
         from edgecap.runtimes.registry import _PLUGINS as runtimes
 
-        before = [runtimes._loaded, presets._loaded]
+        before = [runtimes.loaded, presets.loaded]
         edgecap.runtimes.list_runtimes()
-        print(json.dumps({"before": before, "after": [runtimes._loaded, presets._loaded]}))
+        print(json.dumps({"before": before, "after": [runtimes.loaded, presets.loaded]}))
         """
     )
     assert found == {"before": [False, False], "after": [True, False]}
+
+
+def test_a_query_from_another_thread_waits_for_the_plugins(
+    fresh_registries: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> RuntimeSpec:
+        started.set()
+        release.wait(10)
+        return RuntimeSpec(name="slow", description="d", loader="m:f")
+
+    _entry_points(monkeypatch, {plugins.RUNTIME_GROUP: [_EntryPoint("slow", slow)]})
+    monkeypatch.setattr(
+        runtimes_registry,
+        "_PLUGINS",
+        plugins.PluginLoader(plugins.RUNTIME_GROUP, RuntimeSpec, runtimes_registry.register_runtime),
+    )
+    first = threading.Thread(target=runtimes_registry.list_runtimes)
+    first.start()
+    assert started.wait(10)
+    seen: list[list[str]] = []
+    second = threading.Thread(target=lambda: seen.append(runtimes_registry.list_runtimes()))
+    second.start()
+    second.join(0.2)
+    assert second.is_alive()  # waiting for the first thread's loading, not answering without the plugin
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert "slow" in seen[0]
