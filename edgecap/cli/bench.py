@@ -17,7 +17,8 @@ import click
 
 from edgecap.cli.options import check_out, fail, option_group, ort_threads_options
 from edgecap.decoding.config import MAX_BEAM
-from edgecap.runtimes.registry import list_runtimes
+from edgecap.precisions import PRECISIONS
+from edgecap.runtimes.registry import STEP_MODES, list_runtimes
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -79,14 +80,14 @@ _WHAT = option_group(
         multiple=True,
         help="Runtimes, comma-separated or repeated: any registered one ("
         + ", ".join(list_runtimes())
-        + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: torch, "
-        "torch-rerun, onnxruntime; one not installed here is skipped with what to install.",
+        + "; torch-rerun re-runs the whole prefix each step: the baseline of the speed-up column). Default: every "
+        "registered runtime; one not installed here is skipped with what to install.",
     ),
     click.option(
         "--precision",
         "precisions",
         multiple=True,
-        help="fp32, fp16, int8 (comma-separated). Default: all the bundle holds.",
+        help=", ".join(PRECISIONS) + " (comma-separated). Default: all the bundle holds.",
     ),
     click.option(
         "--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8."
@@ -156,7 +157,7 @@ _WHERE = option_group(
     ),
     click.option(
         "--step-mode",
-        type=click.Choice(["eager", "static", "cuda-graph", "compile", "auto"]),
+        type=click.Choice([*STEP_MODES, "auto"]),
         default="eager",
         show_default=True,
         help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",

@@ -19,7 +19,7 @@ from edgecap.precisions import PRECISIONS
     type=click.Choice(PRECISIONS),
     default="fp16",
     show_default=True,
-    help="Which graphs to build from: FP16, or INT8 Q/DQ (a bundle exported with --int8 --target tensorrt).",
+    help="Which graphs to build from: FP32, FP16, or INT8 Q/DQ (a bundle exported with --int8 --target tensorrt).",
 )
 @click.option(
     "--max-batch",
