@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -32,6 +32,7 @@ __all__ = [
     "PluginError",
     "PluginLoader",
     "PluginWarning",
+    "claim_names",
     "clash_error",
     "current_plugin",
 ]
@@ -150,6 +151,30 @@ class PluginLoader:
             self.register(result)
         elif result is not None:
             raise TypeError(f"it returned a {type(result).__name__}, neither a {self.kind.__name__} nor None")
+
+
+def claim_names(kind: str, names: Sequence[str], holder: Callable[[str], str | None], owners: dict[str, str]) -> None:
+    """While an entry-point plugin loads (:func:`current_plugin`): refuse any of ``names`` that is already taken, then
+    record the plugin as their owner. Outside plugin loading nothing is checked (a direct ``register_*`` call may
+    replace a name, as it always could).
+
+    Args:
+        kind: what the names name (``"runtime"``, ``"INT8 preset"``), for the message.
+        names: the names the plugin registers.
+        holder: a name -> the registered name it is taken under, or None when it is free.
+        owners: registered name -> the plugin that registered it (edgecap's own are absent); updated here.
+
+    Raises:
+        PluginError: a name is taken; the message names the built-in or the plugin that holds it.
+    """
+    plugin = current_plugin()
+    if plugin is None:
+        return
+    for name in names:
+        taken = holder(name)
+        if taken is not None:
+            raise clash_error(kind, name, plugin, owners.get(taken))
+    owners.update(dict.fromkeys(names, plugin))
 
 
 def clash_error(kind: str, name: str, plugin: str, owner: str | None) -> PluginError:

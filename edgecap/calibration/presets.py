@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgecap.calibration.source import CalibrationError
-from edgecap.plugins import INT8_PRESET_GROUP, PluginLoader, clash_error, current_plugin
+from edgecap.plugins import INT8_PRESET_GROUP, PluginLoader, claim_names
 from edgecap.runtimes.cpu import detect_cpu_preset
 
 __all__ = [
@@ -315,17 +315,16 @@ def register_preset(preset: QuantPreset) -> QuantPreset:
     """
     if not isinstance(preset, QuantPreset):
         raise TypeError(f"register_preset takes a QuantPreset, got {type(preset).__name__}")
-    plugin = current_plugin()
+    claim_names("INT8 preset", (preset.name,), _taken_preset, _PLUGIN_NAMES)  # AUTO reads as a built-in
     if preset.name == AUTO:
-        if plugin is not None:
-            raise clash_error("INT8 preset", AUTO, plugin, None)
         raise CalibrationError(f"{AUTO!r} is reserved: it resolves to a registered CPU preset")
-    if plugin is not None:
-        if preset.name in _PRESETS:
-            raise clash_error("INT8 preset", preset.name, plugin, _PLUGIN_NAMES.get(preset.name))
-        _PLUGIN_NAMES[preset.name] = plugin
     _PRESETS[preset.name] = preset
     return preset
+
+
+def _taken_preset(name: str) -> str | None:
+    """``name`` when a preset (or ``cpu-auto``, which edgecap reserves) already holds it, None when free."""
+    return name if name in _PRESETS or name == AUTO else None
 
 
 _PLUGINS = PluginLoader(INT8_PRESET_GROUP, QuantPreset, register_preset)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgecap.plugins import RUNTIME_GROUP, PluginLoader, clash_error, current_plugin
+from edgecap.plugins import RUNTIME_GROUP, PluginLoader, claim_names
 
 __all__ = [
     "CaptionerError",
@@ -190,12 +190,7 @@ def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
     """
     if not isinstance(spec, RuntimeSpec):
         raise TypeError(f"register_runtime takes a RuntimeSpec, got {type(spec).__name__}")
-    plugin = current_plugin()
-    if plugin is not None:
-        for name in (spec.name, *spec.aliases):
-            if name in _REGISTRY or name in _ALIASES:
-                raise clash_error("runtime", name, plugin, _PLUGIN_NAMES.get(_ALIASES.get(name, name)))
-        _PLUGIN_NAMES.update(dict.fromkeys((spec.name, *spec.aliases), plugin))
+    claim_names("runtime", (spec.name, *spec.aliases), _registered_as, _PLUGIN_NAMES)
     taken = [a for a in (spec.name, *spec.aliases) if _ALIASES.get(a, spec.name) != spec.name]
     taken += [a for a in spec.aliases if a in _REGISTRY]
     if taken:
@@ -203,6 +198,11 @@ def register_runtime(spec: RuntimeSpec) -> RuntimeSpec:
     _REGISTRY[spec.name] = spec
     _ALIASES.update(dict.fromkeys(spec.aliases, spec.name))
     return spec
+
+
+def _registered_as(name: str) -> str | None:
+    """The registered runtime ``name`` is taken by (itself, or the runtime it is an alias of), None when free."""
+    return _ALIASES.get(name, name) if name in _REGISTRY or name in _ALIASES else None
 
 
 _PLUGINS = PluginLoader(RUNTIME_GROUP, RuntimeSpec, register_runtime)
