@@ -234,9 +234,8 @@ def build_engines(
     with atomic_directory(folder, overwrite=True) as tmp:
         for role, graph in graphs.items():
             say(f"building {role} from {graph.relpath} (profile {_describe(graph.profile)})")
-            flags = (settings.network_flags, settings.builder_flags)
             plan, timing = tensorrt_api.build_onnx(
-                trt, str(graph.path), graph.relpath, graph.profile.shapes, *flags, workspace_mb, timing, say
+                trt, str(graph.path), graph.relpath, graph.profile.shapes, settings, workspace_mb, timing, say
             )
             engines[role] = _write_plan(tmp, f"{role}.plan", plan) | {
                 "graph": graph.relpath,

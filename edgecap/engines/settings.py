@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap._versions import InvalidVersion, parse_version, release
+from edgecap._versions import InvalidVersion, parse_version
 from edgecap.precisions import PRECISIONS
 
 __all__ = [
@@ -56,7 +56,7 @@ def trt_version(trt: Any) -> tuple[int, int, int]:
         numbers = ()
     if len(numbers) < 2:
         raise EngineSettingsError(f"cannot read the TensorRT version from {text!r}")
-    major, minor, patch = release(text, 3)
+    major, minor, patch = (*numbers, 0)[:3]
     return major, minor, patch
 
 

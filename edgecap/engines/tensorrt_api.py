@@ -17,6 +17,8 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.engines.settings import BuildSettings
+
 __all__ = [
     "NUMPY_DTYPES",
     "TRT_INSTALL",
@@ -109,11 +111,9 @@ def check_dtypes(specs: Iterable[Any], what: str) -> None:
         )
 
 
-def _config(trt: Any, builder: Any, workspace_mb: int, flags: Sequence[str]) -> Any:
+def _config(trt: Any, builder: Any, workspace_mb: int) -> Any:
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(workspace_mb) << 20)
-    for name in flags:
-        config.set_flag(getattr(trt.BuilderFlag, name))
     return config
 
 
@@ -149,28 +149,28 @@ def build_onnx(
     path: str,
     what: str,
     shapes: Mapping[str, tuple[tuple[int, ...], ...]],
-    network_flags: int,
-    builder_flags: Sequence[str],
+    settings: BuildSettings,
     workspace_mb: int,
     timing: bytes,
     say: Callable[[str], None],
 ) -> tuple[bytes, bytes]:
     """(plan, updated timing cache) of the ONNX graph at ``path`` (``what`` names it in errors), parsed into a network
-    created with ``network_flags``, built with ``builder_flags`` and one profile of ``shapes``.
+    created with ``settings.network_flags``, built with its builder flags and one profile of ``shapes``.
 
     Raises:
         EngineUnavailableError: TensorRT could not start CUDA.
         EngineBuildError: the parser rejected the graph, or TensorRT could not build it.
     """
     builder = start(trt, "Builder")
-    network = builder.create_network(network_flags)
+    network = builder.create_network(settings.network_flags)
     parser = trt.OnnxParser(network, trt.Logger(trt.Logger.WARNING))
     if not parser.parse_from_file(path):
         count = parser.num_errors
         errors = [str(parser.get_error(i)) for i in range(min(count, _SHOWN_ERRORS))]
         more = f"; and {count - _SHOWN_ERRORS} more" if count > _SHOWN_ERRORS else ""
         raise EngineBuildError(f"TensorRT's ONNX parser rejected {what}: {'; '.join(errors) or 'no detail'}{more}")
-    config = _config(trt, builder, workspace_mb, builder_flags)
+    config = _config(trt, builder, workspace_mb)
+    settings.apply(trt, config)
     _attach_timing_cache(config, timing, say)
     _add_profile(builder, config, shapes)
     plan = _serialize(builder, network, config, what)
@@ -204,6 +204,6 @@ def build_gather(
         gathered = network.add_gather(tensor, index, 0).get_output(0)
         gathered.name = f"{spec.name}_gathered"
         network.mark_output(gathered)
-    config = _config(trt, builder, workspace_mb, ())
+    config = _config(trt, builder, workspace_mb)
     _add_profile(builder, config, shapes)
     return _serialize(builder, network, config, "gather")
