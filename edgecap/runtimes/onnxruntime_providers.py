@@ -64,14 +64,13 @@ class OrtProviderError(ValueError):
 
 
 def import_onnxruntime() -> Any:
-    """``onnxruntime``, or an ImportError that says what to install."""
+    """``onnxruntime``, or an ImportError that says what to install (the registered runtime's own install text)."""
     try:
         import onnxruntime
     except ImportError as exc:
-        raise ImportError(
-            "the 'onnxruntime' runtime needs onnxruntime: pip install 'edgecap[cpu]' (CPU) or 'edgecap[gpu]' (CUDA); "
-            "on a Jetson install JetPack's onnxruntime-gpu wheel"
-        ) from exc
+        from edgecap.runtimes.registry import get_runtime
+
+        raise ImportError(f"the 'onnxruntime' runtime needs onnxruntime: {get_runtime('onnxruntime').install}") from exc
     return onnxruntime
 
 
