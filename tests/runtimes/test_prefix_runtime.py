@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -168,64 +164,13 @@ def test_prefix_longer_than_the_decoder_positions_is_refused() -> None:
         step_model.step(torch.ones(BATCH, dtype=torch.long), state)
 
 
-def _load_benchmark():
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "decode_cache.py"
-    spec = importlib.util.spec_from_file_location("decode_cache_bench", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_benchmark_report_schema_and_warmup_excluded(tmp_path: Path) -> None:
-    bench = _load_benchmark()
-    calls: list[str] = []
-    results = bench.run_case(
-        bench.BenchCase(model="acort-test", batch=2, beam=2, steps=5, warmup=2, repeats=3),
-        on_call=calls.append,
-    )
-    # modes interleave and alternate their order; warm-up calls (2 per mode) run but are not timed
-    assert calls == ["cached", "prefix", "prefix", "cached"] * 2 + ["cached", "prefix"]
-    assert results["decode_steps"] == 5
-    for mode in ("cached", "prefix"):
-        stats = results[mode]
-        assert len(stats["times_s"]) == 3
-        assert stats["median_ms_per_caption"] == pytest.approx(1e3 * stats["median_s"] / 2)
-        assert stats["p90_s"] >= stats["median_s"] > 0
-    assert results["same_tokens"] is True
-    assert results["speedup"] == pytest.approx(results["prefix"]["median_s"] / results["cached"]["median_s"])
-    table = bench.markdown_table([results])
-    assert "acort-test" in table and table.count("\n") == 2
-
-
-def test_benchmark_on_onnx_runtime_times_exported_graphs_of_both_modes() -> None:
-    bench = _load_benchmark()
-    results = bench.run_case(
-        bench.BenchCase(model="expansionnet-test", batch=2, beam=2, steps=4, warmup=0, repeats=2, runtime="onnxruntime")
-    )
-    assert results["runtime"] == "onnxruntime" and results["same_tokens"] is True and results["decode_steps"] == 4
-    assert "| onnxruntime |" in bench.markdown_table([results])
-
-
-def test_benchmark_rejects_impossible_cases() -> None:
-    bench = _load_benchmark()
-    with pytest.raises(ValueError, match="decoder positions"):
-        bench.run_case(bench.BenchCase(model="ort-test", steps=40, warmup=0, repeats=1))
-    with pytest.raises(ValueError, match="natural needs a trained run"):
-        bench.BenchCase(model="ort-test", natural=True)
-    with pytest.raises(ValueError, match="steps must be >= 2"):
-        bench.BenchCase(steps=1)
-    with pytest.raises(ValueError, match="runtime must be one of"):
-        bench.BenchCase(runtime="tensorrt")
-
-
 @pytest.mark.parametrize("name", ["acort-test", "expansionnet-test", "expansionnet-test-len"])
 def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> None:
     """PrefixRerunModel exports through its family's spec (parity-checked) into graphs that re-run the prefix on
     ONNX Runtime, and the shared beam search over them finds the cached torch model's captions (at the cfg's length
     level for a length-aware model)."""
     from edgecap.export import export_onnx
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
     from edgecap.runtimes.prefix import PrefixRerunModel
 
     if name == "expansionnet-test":
@@ -241,7 +186,7 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     assert result.spec.step_state_names == ("prefix",)  # memory, mask (and level) are carried, never copied out
     graphs = result.runtime_models("fp32")
     inputs = make_inputs()
-    with create_ort_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as rerun:
+    with create_onnxruntime_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as rerun:
         on_ort = decode(rerun, inputs, cfg)
     cached = decode(TorchStepModel(model), inputs, cfg)
     assert [[h.tokens for h in r] for r in on_ort] == [[h.tokens for h in r] for r in cached]

@@ -8,8 +8,8 @@ variant runs the same number of steps. One intra-op thread, spinning as ONNX Run
 
 Usage::
 
-    python benchmarks/int8_schemes.py --model acort-xsmall --steps 26 --repeats 7
-    python benchmarks/int8_schemes.py --model expansionnet-v2 --steps 19 --repeats 5 --json en2.json
+    python research/int8_schemes.py --model acort-xsmall --steps 26 --repeats 7
+    python research/int8_schemes.py --model expansionnet-v2 --steps 19 --repeats 5 --json en2.json
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -26,14 +25,12 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_cache import random_setup  # noqa: E402
-
-from edgecap._io import atomic_write_json  # noqa: E402
-from edgecap.calibration import get_preset, quantize_graph, quantize_int8  # noqa: E402
-from edgecap.decoding import decode  # noqa: E402
-from edgecap.export import export_onnx  # noqa: E402
-from edgecap.runtimes.onnxruntime_session import create_ort_step_model  # noqa: E402
+from edgecap._io import atomic_write_json
+from edgecap.bench.random_models import random_setup
+from edgecap.calibration import get_preset, quantize_graph, quantize_int8
+from edgecap.decoding import decode
+from edgecap.export import export_onnx
+from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
 #: label -> (scheme, RolePolicy options) of the step graph; "static" is calibrated on the batch-16 decode.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -76,7 +73,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     times: dict[tuple[str, int], list[float]] = {(k, b): [] for k in variants for b in inputs}
     with contextlib.ExitStack() as stack:
         models = {
-            k: stack.enter_context(create_ort_step_model(fp32["encoder"], m, intra_op_threads=1, inter_op_threads=1))
+            k: stack.enter_context(
+                create_onnxruntime_step_model(fp32["encoder"], m, intra_op_threads=1, inter_op_threads=1)
+            )
             for k, m in variants.items()
         }
         for i in range(args.warmup + args.repeats):

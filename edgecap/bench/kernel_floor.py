@@ -1,11 +1,11 @@
 """The floor ONNX Runtime's own kernels put under one decoder step: its weight matmuls with nothing else.
 
-The weight-read limit (``side_by_side.py``) says how fast a step could be if it did nothing but stream its weights.
-This says how fast it can be on ONNX Runtime's CPU kernels with everything but the weight matmuls free. Every node of
-the *optimised* step graph (as ORT runs it: ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``, ``MatMulNBits``,
-``MatMul``, ``FusedMatMul``, ``Gemm`` …) that reads an initializer is copied, with its weights, into one graph of
-those nodes alone, each fed random inputs of the types and shapes it saw in a real step (ORT's profiler records
-them). One run of that graph runs every weight matmul once, in the step's order, with the step's working set of
+The weight-read limit (``research/side_by_side.py``) says how fast a step could be if it did nothing but stream its
+weights. This says how fast it can be on ONNX Runtime's CPU kernels with everything but the weight matmuls free. Every
+node of the *optimised* step graph (as ORT runs it: ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``,
+``MatMulNBits``, ``MatMul``, ``FusedMatMul``, ``Gemm`` …) that reads an initializer is copied, with its weights, into
+one graph of those nodes alone, each fed random inputs of the types and shapes it saw in a real step (ORT's profiler
+records them). One run of that graph runs every weight matmul once, in the step's order, with the step's working set of
 weights: ``floor_s``, its median. ``hot_floor_s`` sums each node timed in a graph of its own (its weights hot in the
 cache), less a ``session.run``'s own cost per node, plus that cost once: what the kernels do with no cache misses.
 
@@ -13,7 +13,8 @@ Where the floor is already above twice the weight-read limit, no layout of the r
 within 2× of the limit on these kernels: that takes faster kernels (a fused GEMV streaming INT8 weights at the
 cache's rate), not another graph.
 
-Usage: ``side_by_side.py --limit-only`` reports it beside the limit; ``kernel_floor(step_path, feed)`` from Python.
+Usage: ``python research/side_by_side.py --limit-only`` reports it beside the limit (as does
+``research/step_profile.py`` per node kind); ``kernel_floor(step_path, feed)`` from Python.
 """
 
 from __future__ import annotations

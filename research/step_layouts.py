@@ -17,7 +17,7 @@ the calling thread by default (``--clock wall`` on a quiet machine; see ``step_p
 
 Usage::
 
-    python benchmarks/step_layouts.py --batch 1 --batch 16 --repeats 11
+    python research/step_layouts.py --batch 1 --batch 16 --repeats 11
 """
 
 from __future__ import annotations
@@ -29,17 +29,14 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_cache import random_setup  # noqa: E402  (a sibling script)
-
-from edgecap.decoding import decode  # noqa: E402
-from edgecap.export.specs.layer_caches import CACHE_LAYOUTS  # noqa: E402
+from edgecap.bench.random_models import random_setup
+from edgecap.decoding import decode
+from edgecap.export.specs.layer_caches import CACHE_LAYOUTS
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
@@ -61,7 +58,7 @@ def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
     torch.set_num_threads(1)
     clock = CLOCKS[args.clock]
@@ -72,7 +69,8 @@ def run(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
     results: dict[int, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
         models = {
-            n: stack.enter_context(create_ort_step_model(g["encoder"], g["step"], **options)) for n, g in graphs.items()
+            n: stack.enter_context(create_onnxruntime_step_model(g["encoder"], g["step"], **options))
+            for n, g in graphs.items()
         }
         for batch, setup in setups.items():
             cfg = setup.decode_cfg.replace(strategy="beam" if args.beam > 1 else "greedy", beam_size=args.beam)
@@ -133,7 +131,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     print(markdown(run(args), args.layout[0]))
-    command = shlex.join(["python", "benchmarks/step_layouts.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/step_layouts.py", *(sys.argv[1:] if argv is None else argv)])
     print(f"\ncommand: `{command}`; clock {args.clock}")
     return 0
 

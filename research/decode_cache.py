@@ -22,9 +22,9 @@ saves; ONNX Runtime shows it.
 
 Usage::
 
-    python benchmarks/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
-    python benchmarks/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
-    python benchmarks/decode_cache.py --model expansionnet-v2 --runtime torch --runtime onnxruntime \\
+    python research/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
+    python research/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
+    python research/decode_cache.py --model expansionnet-v2 --runtime torch --runtime onnxruntime \\
         --steps 20 --threads 1
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import platform
 import shlex
 import statistics
 import sys
@@ -45,24 +44,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import Tensor, nn
+from torch import nn
 
-from edgecap.decoding import DecodeCfg, Hypothesis, RadixSpec, State, decode
-from edgecap.models import (
-    EDGE_WORD_VOCAB_SIZE,
-    PAPER_WORD_VOCAB_SIZE,
-    create_model,
-    edge_settings,
-    get_model_cfg,
-    paper_settings,
-)
+from edgecap.bench.random_models import Setup, random_setup, torch_environment
+from edgecap.decoding import DecodeCfg, Hypothesis, State, decode
 from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
 from edgecap.runtimes.registry import canonical_runtime
 from edgecap.runtimes.torch import TorchStepModel
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
-GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
 
 @dataclass(frozen=True)
@@ -128,59 +119,6 @@ class _Counting:
 
     def select(self, state: State, index: np.ndarray) -> State:
         return self.inner.select(state, index)
-
-
-# -- what is decoded -------------------------------------------------------------------------------------------------
-@dataclass
-class Setup:
-    """A model, its base DecodeCfg (token ids, radix layout) and the input batches the timed calls cycle through."""
-
-    model: nn.Module
-    decode_cfg: DecodeCfg
-    batches: list[dict[str, Tensor]]
-    name: str
-    weights: str
-
-
-#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.models``).
-SETTINGS = {"edge": edge_settings, "paper": paper_settings}
-_WORDS = {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}
-
-
-def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Setup:
-    """Random-init ``name`` + one batch of a 7x7 grid of features. ``setting="edge"``: 1280-d features, radix 771
-    classes / 124-id word vocab; ``"paper"``: the paper's feature dim and 10,001-word vocabulary (radix models spell
-    those words in base-768 digits, two per word)."""
-    if setting not in SETTINGS:
-        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
-    torch.manual_seed(seed)
-    settings = SETTINGS[setting](name)
-    model = create_model(name, **settings).eval()
-    cfg = get_model_cfg(name)
-    if cfg.vocab_kind == "radix":
-        # The edge vocabulary (120 words + <unk>) fits one base-768 digit, as for the synthetic/COCO-small runs.
-        words = _WORDS[setting] - 3
-        base = cfg.radix_base
-        digits = 1
-        while base**digits < words:
-            digits += 1
-        decode_cfg = DecodeCfg(pad_id=0, bos_id=base + 1, eos_id=base + 2, radix=RadixSpec(base, digits, words))
-        vocab = f"radix {settings['vocab_size']} classes ({words} words)"
-    else:
-        decode_cfg = DecodeCfg(pad_id=0, bos_id=1, eos_id=2)
-        vocab = f"word {settings['vocab_size']} ids"
-    return Setup(model, decode_cfg, [grid_inputs(batch, settings["feature_dim"], seed)], name, f"random init, {vocab}")
-
-
-def grid_inputs(batch: int, feature_dim: int, seed: int) -> dict[str, Tensor]:
-    """A batch of random ReLU6-like features on a 7x7 grid, with the grid cells as boxes and every region valid."""
-    g = torch.Generator().manual_seed(seed)
-    regions = GRID * GRID
-    features = torch.randn(batch, regions, feature_dim, generator=g).clamp_(0, 6)  # ReLU6-like
-    cells = torch.arange(GRID, dtype=torch.float32) / GRID
-    y, x = torch.meshgrid(cells, cells, indexing="ij")
-    boxes = torch.stack([x, y, x + 1 / GRID, y + 1 / GRID], dim=-1).reshape(1, regions, 4).expand(batch, -1, -1)
-    return {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
 
 
 def run_setup(case: BenchCase) -> Setup:
@@ -255,13 +193,13 @@ def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) ->
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
     from edgecap.export import export_onnx
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
     threads = torch.get_num_threads()
     out = {}
     for mode, exported in (("cached", model), ("prefix", PrefixRerunModel(model))):
         graphs = export_onnx(exported.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
-        ort_model = create_ort_step_model(
+        ort_model = create_onnxruntime_step_model(
             graphs["encoder"], graphs["step"], intra_op_threads=threads, inter_op_threads=1
         )
         out[mode] = stack.enter_context(ort_model)
@@ -340,30 +278,6 @@ def markdown_table(results: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def environment() -> dict[str, Any]:
-    """What the numbers depend on: torch, threads, CPU, and the machine's load when measuring."""
-    return {
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "cpu": _cpu_model(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "torch_interop_threads": torch.get_num_interop_threads(),
-        "loadavg": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-    }
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument(
@@ -409,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             for name in args.model or ([] if args.run else ["acort-xsmall", "ort-xsmall"]):
                 cases.append(BenchCase(model=name, seed=args.seed, **case_args))
 
-    env_before = environment()
+    env_before = torch_environment()
     results = []
     for case in cases:
         label = case.run or case.model
@@ -425,7 +339,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"error: {exc}") from exc
     env = {**env_before, "loadavg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
-    command = shlex.join(["python", "benchmarks/decode_cache.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/decode_cache.py", *(sys.argv[1:] if argv is None else argv)])
     print(markdown_table(results))
     print(
         f"\ncommand: `{command}`\ntorch {env['torch']}, {env['torch_threads']} threads, CPU {env['cpu']} "

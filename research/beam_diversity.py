@@ -5,7 +5,7 @@ model (beam size 4). ``edgecap eval RUN --length-level all`` reports the former;
 
 Usage::
 
-    python benchmarks/beam_diversity.py RUN --data DATASET --features FEATURES --split test --out FILE.json
+    python research/beam_diversity.py RUN --data DATASET --features FEATURES --split test --out FILE.json
 """
 
 from __future__ import annotations

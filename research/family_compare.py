@@ -3,7 +3,7 @@
 Compares the edge configs of the families (by default ``image-transformer-xsmall`` with and without its spatial
 relations, the paper's "w/o spatial relations" ablation, next to ``acort-xsmall`` and ``expansionnet-v2-xsmall``),
 each trained for the same wall-clock seconds (``--seconds``, at most ``--epochs`` epochs) with the quickstart's
-recipe on the same features. Stages, each in its own process with its own time limit (``benchmarks/stages.py``):
+recipe on the same features. Stages, each in its own process with its own time limit (``edgecap.bench.stages``):
 
 1. ``data``: the quickstart's synthetic dataset (``edgecap data synth --seed 0``), unless ``--work`` has it;
 2. ``features``: EfficientNet-Lite0 grid features on ``--device``;
@@ -12,22 +12,39 @@ recipe on the same features. Stages, each in its own process with its own time l
 
 ``OUT/family_compare.json`` is rewritten after every stage, ``OUT/family_compare.md`` holds the table. Usage::
 
-    PYTHONPATH=$PWD python3 benchmarks/family_compare.py --device cuda --seconds 20 --out OUT
-    python benchmarks/family_compare.py --smoke --out /tmp/family-smoke    # tiny CPU run of the whole pipeline
+    PYTHONPATH=$PWD python3 research/family_compare.py --device cuda --seconds 20 --out OUT
+    python research/family_compare.py --smoke --out /tmp/family-smoke    # tiny CPU run of the whole pipeline
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, run_stage
 
-from scst_compare import CIDER_NOTE, EDGECAP, _json, _pct  # noqa: E402
-from stages import Results, child_env, ensure_backbone_weights, md_table, run_stage  # noqa: E402
+EDGECAP = [sys.executable, "-m", "edgecap"]
+CIDER_NOTE = (
+    "test CIDEr-D from edgecap.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case tokenisation, "
+    "document frequencies from the test references); not pycocoevalcap (no Java on this machine), so it can differ "
+    "slightly from `edgecap eval`'s PTB-tokenised CIDEr-D"
+)
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _pct(value: Any) -> float | None:
+    return None if value is None else round(100 * float(value), 2)
+
 
 #: (run name, model, ``--set`` overrides): what is compared by default.
 DEFAULT_RUNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (

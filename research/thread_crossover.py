@@ -1,7 +1,7 @@
 """Where a second intra-op thread starts to pay, per graph role: the rows thresholds of ``threads="auto"``'s wide
 session (:data:`edgecap.runtimes.threads.WIDE_FROM_ROWS`; ``docs/cpu.md``).
 
-For each model (random weights at the paper settings, exported FP32, as ``benchmarks/ort_threads.py``) two sessions
+For each model (random weights at the paper settings, exported FP32, as ``research/ort_threads.py``) two sessions
 per graph live in this process: one intra-op thread, and ``--wide`` intra-op threads without spinning (what ``auto``
 adds on free cores). One *call* of a graph is timed, not a decode: the step graph at each ``--rows`` count (hypotheses
 = images × beam) with a cache half the forced decode length long, the encoder at each ``--batch`` size. The two
@@ -12,34 +12,93 @@ the smallest size from which the wide session is faster at every larger size mea
 Non-spinning pool threads sleep between calls, so both sessions share one process without stealing from each other.
 Run it on the cores the captioner will use, nothing else running (about three minutes on a 2-core x86 CPU)::
 
-    python benchmarks/thread_crossover.py --out /tmp/crossover
-    python benchmarks/thread_crossover.py --model expansionnet-v2 --rows 3 --rows 12 --rows 48 --batch 1
+    python research/thread_crossover.py --out /tmp/crossover
+    python research/thread_crossover.py --model expansionnet-v2 --rows 3 --rows 12 --rows 48 --batch 1
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
-import sys
+import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ort_threads import PAPER_CASES, run_and_report, write_case  # noqa: E402  (a sibling script)
-
-from edgecap.export.spec import get_export_spec  # noqa: E402
-from edgecap.models import create_model, paper_settings  # noqa: E402
-from edgecap.runtimes.base import IMAGE_DIM  # noqa: E402
-from edgecap.runtimes.onnxruntime_session import OrtRuntime  # noqa: E402
-from edgecap.runtimes.threads import plan_threads, usable_cores  # noqa: E402
+from edgecap._io import atomic_write_json, atomic_write_text
+from edgecap.export import export_onnx
+from edgecap.export.spec import get_export_spec
+from edgecap.models import create_model, get_model_cfg, paper_settings
+from edgecap.runtimes.base import IMAGE_DIM
+from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
+from edgecap.runtimes.threads import plan_threads, usable_cores
 
 #: Hypotheses per image in the step feeds (the decode the thresholds are for: beam 3).
 BEAM = 3
+
+#: model -> (regions per image, forced decode length in tokens): ACORT decodes 2 radix tokens per word (13 words),
+#: ExpansionNet v2 words; regions as the papers' features (36 bottom-up boxes; a 12 × 12 Swin-L grid).
+PAPER_CASES = {"acort-xsmall": (36, 26), "expansionnet-v2": (144, 19)}
+PAPER_WORDS = 10_000  # the COCO word vocabulary (without <unk>), which radix tokens encode in base 768
+
+
+def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
+    """``DecodeCfg`` fields of a beam search forced to ``steps`` tokens, with the model's token layout (radix digits
+    for ACORT), as JSON for the workers."""
+    cfg = get_model_cfg(model)
+    fields: dict[str, Any] = {"strategy": "beam" if beam > 1 else "greedy", "beam_size": beam}
+    fields.update(max_len=steps, min_len=steps - 1, pad_id=0)
+    if cfg.vocab_kind == "radix":
+        base = cfg.radix_base
+        digits = 1
+        while base**digits < PAPER_WORDS:
+            digits += 1
+        fields.update(bos_id=base + 1, eos_id=base + 2, radix=[base, digits, PAPER_WORDS])
+    else:
+        fields.update(bos_id=1, eos_id=2, radix=None)
+    return fields
+
+
+def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, where: Path) -> int:
+    """The FP32 runtime graphs of a random-init model at the paper settings, encoder inputs per batch size and the
+    decoding settings, written to ``where`` for the workers; returns the step graph's size in bytes."""
+    torch.manual_seed(seed)
+    model = create_model(model_name, **paper_settings(model_name)).eval()
+    graphs = export_onnx(model, None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    for role, graph in graphs.items():
+        (where / f"{role}.onnx").write_bytes(graph.SerializeToString())
+    spec = get_export_spec(model)
+    encoder = spec.graph(spec.runtime_graphs["encoder"])
+    regions = PAPER_CASES[model_name][0]
+    for batch in batches:
+        made = encoder.make_inputs({"batch": batch, "regions": regions, "past": 0}, torch.Generator().manual_seed(seed))
+        np.savez(where / f"inputs_{batch}.npz", **{name: made[name].numpy() for name in spec.decode_inputs})
+    (where / "decode.json").write_text(json.dumps(decode_cfg(model_name, beam, PAPER_CASES[model_name][1])))
+    return (where / "step.onnx").stat().st_size
+
+
+def run_and_report(
+    args: argparse.Namespace,
+    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+    stem: str,
+) -> int:
+    """Run ``measure`` in a scratch folder (torch on one thread: the export's work only, the sessions get their own
+    threads), print ``render``'s table and, with ``--out``, write ``STEM.json`` and ``STEM.md`` there."""
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory(prefix=stem.replace("_", "-") + "-") as scratch:
+        result = measure(args, Path(scratch))
+    table = render(result)
+    print(table)
+    if args.out is not None:
+        atomic_write_json(args.out / f"{stem}.json", result)
+        atomic_write_text(args.out / f"{stem}.md", table)
+    return 0
 
 
 def step_feed(spec: Any, model_name: str, rows: int, seed: int) -> dict[str, np.ndarray]:
@@ -57,7 +116,7 @@ def step_feed(spec: Any, model_name: str, rows: int, seed: int) -> dict[str, np.
 
 
 def time_pair(
-    narrow: OrtRuntime, wide: OrtRuntime, feed: Mapping[str, np.ndarray], calls: int, repeats: int
+    narrow: OnnxRuntimeSession, wide: OnnxRuntimeSession, feed: Mapping[str, np.ndarray], calls: int, repeats: int
 ) -> dict[str, dict[str, float]]:
     """Median wall and CPU ms per call of each session, the two alternating sample by sample."""
     sessions = {"1": narrow, "wide": wide}
@@ -98,8 +157,8 @@ def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         found: dict[str, int | None] = {}
         for role, sizes in (("encoder", args.batch), ("step", args.rows)):
             graph = case / f"{role}.onnx"
-            narrow = OrtRuntime(graph, providers=["cpu"], name=f"{role}-1", **narrow_plan.runtime_options())
-            wide = OrtRuntime(graph, providers=["cpu"], name=f"{role}-wide", **wide_plan.runtime_options())
+            narrow = OnnxRuntimeSession(graph, providers=["cpu"], name=f"{role}-1", **narrow_plan.runtime_options())
+            wide = OnnxRuntimeSession(graph, providers=["cpu"], name=f"{role}-wide", **wide_plan.runtime_options())
             points = []
             with narrow, wide:
                 for size in sizes:

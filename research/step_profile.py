@@ -24,7 +24,7 @@ the other processes. ``--clock wall`` for a quiet machine.
 
 Usage::
 
-    python benchmarks/step_profile.py --batch 1 --batch 16 --past 0 --past 12 --past 25
+    python research/step_profile.py --batch 1 --batch 16 --past 0 --past 12 --past 25
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import shlex
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,13 +45,30 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from decode_cache import random_setup  # noqa: E402  (sibling scripts)
-from kernel_floor import MATMUL_OPS, kernel_events, profile_runs  # noqa: E402
-from step_layouts import CLOCKS, LAYOUTS, export_layout  # noqa: E402
+from edgecap.bench.harness import TimedStepModel
+from edgecap.bench.kernel_floor import MATMUL_OPS, kernel_events, profile_runs
+from edgecap.bench.random_models import random_setup
+from edgecap.decoding import decode
+from edgecap.export.specs.layer_caches import CACHE_LAYOUTS
 
-from edgecap.bench.harness import TimedStepModel  # noqa: E402
-from edgecap.decoding import decode  # noqa: E402
+LAYOUTS = CACHE_LAYOUTS
+#: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
+#: machine) or wall time (a quiet machine).
+CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
+def export_layout(model: torch.nn.Module, name: str) -> dict[str, Any]:
+    """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
+    the model's own state (any family), ``per-layer`` the ORT/ACORT export's default (``step_layouts.py``)."""
+    from edgecap.export import export_onnx
+    from edgecap.export.specs.layer_caches import PerLayerCaches
+    from edgecap.export.specs.ort import ort_export_spec
+
+    if name == "stacked" and not PerLayerCaches.applies_to(model):  # another family: its own export
+        return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
+    spec = ort_export_spec(model.eval(), cache_layout=name)
+    return export_onnx(spec=spec, precisions=["fp32"], parity=False).runtime_models("fp32")
+
 
 #: Node kinds, in report order; see the module docstring.
 KINDS = ("linear", "attention", "copy", "elementwise", "other")
@@ -159,7 +177,7 @@ def decode_split(
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Export once, then the decode split and the step profile per batch size."""
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
     torch.set_num_threads(args.threads)
     clock = CLOCKS[args.clock]
@@ -177,7 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "inter_op_threads": 1,
             "session_config": {"session.intra_op.allow_spinning": "0"},
         }
-        step_model = stack.enter_context(create_ort_step_model(paths["encoder"], paths["step"], **options))
+        step_model = stack.enter_context(create_onnxruntime_step_model(paths["encoder"], paths["step"], **options))
         for batch, setup in setups.items():
             cfg = setup.decode_cfg.replace(strategy="beam" if args.beam > 1 else "greedy", beam_size=args.beam)
             cfg = cfg.replace(n_best=1, max_len=args.steps, min_len=args.steps - 1)
@@ -259,7 +277,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     results = run(args)
-    command = shlex.join(["python", "benchmarks/step_profile.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/step_profile.py", *(sys.argv[1:] if argv is None else argv)])
     print(markdown(results, args.beam))
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(f"\ncommand: `{command}`; clock {args.clock}; load average {load}")

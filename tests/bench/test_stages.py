@@ -1,5 +1,5 @@
-"""``benchmarks/stages.py``: a stage over its limit is stopped with everything it started (torchrun's workers), and
-the results JSON is on disk after every change."""
+"""``edgecap.bench.stages``, the time-boxed stages of the training studies in ``research/``: a stage over its limit
+is stopped with everything it started (torchrun's workers), and the results JSON is on disk after every change."""
 
 from __future__ import annotations
 
@@ -8,15 +8,10 @@ import sys
 import time
 from pathlib import Path
 
-from tests.scripts import load_script
-
-
-def _load():  # type: ignore[no-untyped-def]
-    return load_script("stages")
+from edgecap.bench import stages
 
 
 def test_a_timed_out_stage_stops_its_children_too(tmp_path: Path) -> None:
-    stages = _load()
     marker = tmp_path / "child-survived"
     child = f"import time, pathlib; time.sleep(8); pathlib.Path({str(marker)!r}).write_text('x')"
     parent = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {child!r}])"
@@ -28,7 +23,6 @@ def test_a_timed_out_stage_stops_its_children_too(tmp_path: Path) -> None:
 
 
 def test_results_are_written_after_every_change(tmp_path: Path) -> None:
-    stages = _load()
     results = stages.Results(tmp_path / "r.json", {"model": "m"})
     results.stage({"stage": "a", "status": "ok"})
     results.row({"x": 1})

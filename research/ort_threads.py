@@ -20,8 +20,8 @@ measurement; they inherit this process's CPU affinity).
 Run it unpinned on a quiet machine for the docs' numbers (``docs/cpu.md``); the defaults finish in about six minutes
 on a 2-core x86 CPU. Usage::
 
-    python benchmarks/ort_threads.py --out /tmp/ort-threads
-    python benchmarks/ort_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
+    python research/ort_threads.py --out /tmp/ort-threads
+    python research/ort_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
 """
 
 from __future__ import annotations
@@ -44,14 +44,12 @@ from typing import Any
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's edgecap, not an installed one
-
-from edgecap._io import atomic_write_json, atomic_write_text  # noqa: E402
-from edgecap.export import export_onnx  # noqa: E402
-from edgecap.export.spec import get_export_spec  # noqa: E402
-from edgecap.models import create_model, get_model_cfg, paper_settings  # noqa: E402
-from edgecap.runtimes.onnxruntime_session import create_ort_step_model  # noqa: E402
-from edgecap.runtimes.threads import ThreadPlan, plan_threads, usable_cores  # noqa: E402
+from edgecap._io import atomic_write_json, atomic_write_text
+from edgecap.export import export_onnx
+from edgecap.export.spec import get_export_spec
+from edgecap.models import create_model, get_model_cfg, paper_settings
+from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
+from edgecap.runtimes.threads import ThreadPlan, plan_threads, usable_cores
 
 #: model -> (regions per image, forced decode length in tokens): ACORT decodes 2 radix tokens per word (13 words),
 #: ExpansionNet v2 words; regions as the papers' features (36 bottom-up boxes; a 12 × 12 Swin-L grid).
@@ -176,7 +174,8 @@ def worker_main(case: Path, plan_json: str) -> int:
     radix = fields.pop("radix")
     cfg = DecodeCfg(radix=RadixSpec(*radix) if radix else None, **fields)
     inputs: dict[int, dict[str, np.ndarray]] = {}
-    with create_ort_step_model(case / "encoder.onnx", case / "step.onnx", **plan.step_model_options()) as step_model:
+    options = plan.step_model_options()
+    with create_onnxruntime_step_model(case / "encoder.onnx", case / "step.onnx", **options) as step_model:
         print("ready", flush=True)
         for line in sys.stdin:
             batch = int(line)

@@ -1,6 +1,6 @@
-"""Time-boxed stages for the training benchmarks (``scst_compare.py``, ``ddp_throughput.py``): every stage is a
-child process with its own wall-clock limit and log, and the results JSON is rewritten after every stage, so a
-timeout or a crash still leaves what was measured."""
+"""Time-boxed stages for the training studies (``research/scst_compare.py``, ``research/ddp_throughput.py``,
+``research/family_compare.py``): every stage is a child process with its own wall-clock limit and log, and the results
+JSON is rewritten after every stage, so a timeout or a crash still leaves what was measured."""
 
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+#: The folder that holds the ``edgecap`` package: the checkout in a source tree (where ``.whl/`` is looked for).
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -16,8 +16,8 @@ quickstart's generator, seed 0) with random 7×7×1280 grid features (EfficientN
 depend on their values), built once under ``OUT/work``. Writes ``OUT/ddp_throughput.json`` after every run and
 ``OUT/ddp_throughput.md``. Usage (repository root)::
 
-    PYTHONPATH=$PWD python3 benchmarks/ddp_throughput.py --device cuda --procs 1 2 --out OUT
-    python benchmarks/ddp_throughput.py --smoke --out /tmp/ddp-smoke      # tiny CPU run
+    PYTHONPATH=$PWD python3 research/ddp_throughput.py --device cuda --procs 1 2 --out OUT
+    python research/ddp_throughput.py --smoke --out /tmp/ddp-smoke      # tiny CPU run
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from stages import Results, child_env, md_table, read_jsonl, run_stage  # noqa: E402
+from edgecap.bench.stages import Results, child_env, md_table, read_jsonl, run_stage
 
 GRID, FEATURE_DIM, IMAGE_SIDE = 7, 1280, 256
 ONE_GPU_NOTE = (

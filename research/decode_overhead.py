@@ -8,7 +8,7 @@ part is a visible share of the total, and it is the same for every backend. This
   the time is the search's;
 - ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
-- ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_ort_step_model``;
+- ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_onnxruntime_step_model``;
 - ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
@@ -22,10 +22,10 @@ search, to compare implementations in one process; their results must agree toke
 
 Usage::
 
-    python benchmarks/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
-    python benchmarks/decode_overhead.py --backend trivial --profile cprofile
+    python research/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
+    python research/decode_overhead.py --backend trivial --profile cprofile
     # host search ms/step before/after the vectorised beam search, at a large batch, EOS from step 10-20 on:
-    PYTHONPATH=. python benchmarks/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
+    PYTHONPATH=. python research/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
         --repeats 5 --impl decode_overhead:per_image_beam_search --impl edgecap.decoding
 """
 
@@ -193,10 +193,10 @@ class Backends:
         if backend == "onnxruntime":
             if self._ort is None:
                 from edgecap.export import export_onnx
-                from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+                from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
                 result = export_onnx(model, None, precisions=["fp32"])
-                self._ort = create_ort_step_model(
+                self._ort = create_onnxruntime_step_model(
                     **result.runtime_models("fp32"),
                     intra_op_threads=self.ort_threads,
                     session_config={"session.intra_op.allow_spinning": "0"},

@@ -15,8 +15,8 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 ``OUT/scst_compare.json`` is rewritten after every stage and ``OUT/scst_compare.md`` holds the table; logs are in
 ``OUT/logs/``. Usage (repository root)::
 
-    PYTHONPATH=$PWD python3 benchmarks/scst_compare.py --model expansionnet-v2-xsmall --device cuda --out OUT
-    python benchmarks/scst_compare.py --smoke --out /tmp/scst-smoke     # tiny CPU run of the whole pipeline
+    PYTHONPATH=$PWD python3 research/scst_compare.py --model expansionnet-v2-xsmall --device cuda --out OUT
+    python research/scst_compare.py --smoke --out /tmp/scst-smoke     # tiny CPU run of the whole pipeline
 """
 
 from __future__ import annotations
@@ -29,9 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from stages import Results, child_env, ensure_backbone_weights, md_table, read_jsonl, run_stage  # noqa: E402
+from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, read_jsonl, run_stage
 
 EDGECAP = [sys.executable, "-m", "edgecap"]
 #: (stage, seconds): each stage's own limit; a stage also never takes time the later ones need (``MIN_STAGE``).

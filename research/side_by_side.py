@@ -4,12 +4,13 @@ in captions/s, with one command.
 Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
 
 - **models**: the paper settings (``edgecap.models.paper_settings``: the paper's feature dim and 10,001-word
-  vocabulary) with seeded random weights, a 7x7 grid of features (``decode_cache.random_setup``); ``acort-xsmall``
-  decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``, ``max_len = steps``:
-  no caption ends early). Each decode is the full path from features to token ids, encoder included.
+  vocabulary) with seeded random weights, a 7x7 grid of features (``edgecap.bench.random_models.random_setup``);
+  ``acort-xsmall`` decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``,
+  ``max_len = steps``: no caption ends early). Each decode is the full path from features to token
+  ids, encoder included.
 - **columns**: the *official code* (``--official-acort PATH``, ``--official-expansionnet PATH``: a checkout of the
-  official repository at the commit in ``official_code.OFFICIAL_CODE``; its model built at the row's architecture with
-  its own random init, its own decode function and beam search timed on the same features: ``official_code.py``;
+  official repository at the commit in ``OFFICIAL_CODE``; its model built at the row's architecture with
+  its own random init, its own decode function and beam search timed on the same features: ``py``;
   skipped with a note when no path is given), the *re-run-prefix stand-in* (edgecap's model and search in torch eager
   through :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every step),
   edgecap torch (:class:`~edgecap.runtimes.torch.TorchStepModel`), and one edgecap ONNX
@@ -33,17 +34,17 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   ``/sys/devices/system/cpu/cpu0/cache``) and the limit = bytes / rate (the L3 rate when the weights fit the L3,
   else the DRAM rate). The step graph alone is timed with ONNX Runtime on one thread, at batch 1, on the inputs of a
   mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit (``--limit-only``: this part alone).
-  Beside it, the floor ONNX Runtime's kernels set (``kernel_floor.py``): the step's weight matmuls alone, in one
-  graph, on the same inputs.
+  Beside it, the floor ONNX Runtime's kernels set (``edgecap.bench.kernel_floor``): the step's weight matmuls alone,
+  in one graph, on the same inputs.
 
 Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
 
-    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
-    python benchmarks/side_by_side.py --model acort-xsmall --beam 3 --threads 1 --no-limit \
+    python research/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
+    python research/side_by_side.py --model acort-xsmall --beam 3 --threads 1 --no-limit \
         --official-acort ~/src/sparse-image-captioning --official-expansionnet ~/src/ExpansionNet_v2
-    python benchmarks/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
-    python benchmarks/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
-    python benchmarks/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
+    python research/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
+    python research/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
+    python research/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import importlib
 import json
 import os
 import shlex
@@ -58,17 +60,13 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-BENCH_DIR = Path(__file__).resolve().parent
-for _path in (str(BENCH_DIR.parent), str(BENCH_DIR)):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 OFFICIAL = "official"
 BASELINE = "baseline"
@@ -233,11 +231,11 @@ def prepare_model(
 ) -> dict[str, Any]:
     """Export ``model``'s weights and every variant in ``variants`` missing from its folder under ``work``; returns
     the folder's manifest (variant -> graph files relative to the folder)."""
-    import decode_cache
     import torch
     from safetensors.torch import load_model, save_model
 
     from edgecap._io import atomic_path, atomic_write_bytes, atomic_write_json
+    from edgecap.bench import random_models
 
     directory = model_dir(work, model, setting, seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -249,7 +247,7 @@ def prepare_model(
     wanted = [v for v in variants if v not in manifest["variants"]]
     if not wanted and (directory / WEIGHTS_FILE).is_file():
         return manifest
-    setup = decode_cache.random_setup(model, 1, seed, setting)
+    setup = random_models.random_setup(model, 1, seed, setting)
     weights = directory / WEIGHTS_FILE
     if weights.is_file():
         load_model(setup.model, str(weights))
@@ -274,8 +272,8 @@ def prepare_model(
             t0 = time.perf_counter()
             cfg = setup.decode_cfg.replace(strategy="beam", beam_size=3, n_best=1, max_len=steps, min_len=steps - 1)
             # calibration feeds: the benchmark's input distribution, other draws than the timed batch
-            feature_dim = decode_cache.SETTINGS[setting](model)["feature_dim"]
-            feeds = [_numpy_inputs(decode_cache.grid_inputs(4, feature_dim, seed + 1 + i)) for i in range(4)]
+            feature_dim = random_models.SETTINGS[setting](model)["feature_dim"]
+            feeds = [_numpy_inputs(random_models.grid_inputs(4, feature_dim, seed + 1 + i)) for i in range(4)]
             result = quantize_int8(
                 exported.runtime_models("fp32"), exported.spec, feeds, cfg, preset=spec["preset"], progress=False
             )
@@ -333,7 +331,7 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
 
 
 def _runtime_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`_ort_options` as ``OrtRuntime`` keyword arguments (the wide plan as a ``WidePlan``)."""
+    """:func:`_ort_options` as ``OnnxRuntimeSession`` keyword arguments (the wide plan as a ``WidePlan``)."""
     from edgecap.runtimes.threads import WidePlan
 
     wide = options.get("wide")
@@ -353,7 +351,7 @@ def _step_model(
     elif column == TORCH:
         yield TorchStepModel(setup.model)
     elif column.startswith(ORT_PREFIX):
-        from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+        from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
         variant = column[len(ORT_PREFIX) :]
         record = manifest["variants"].get(variant)
@@ -363,21 +361,23 @@ def _step_model(
             )
         files = record["files"]
         runtime_options = _runtime_options(options)
-        with create_ort_step_model(directory / files["encoder"], directory / files["step"], **runtime_options) as sm:
+        encoder, step = directory / files["encoder"], directory / files["step"]
+        with create_onnxruntime_step_model(encoder, step, **runtime_options) as sm:
             yield sm
     else:
         raise SystemExit(f"error: unknown column {column!r}")
 
 
 def _cell_setup(spec: Mapping[str, Any]) -> tuple[Any, Any, Path, dict[str, Any]]:
-    import decode_cache
     import torch
     from safetensors.torch import load_model
+
+    from edgecap.bench import random_models
 
     torch.set_num_threads(int(spec["threads"]))
     directory = Path(spec["dir"])
     manifest = read_manifest(directory)
-    setup = decode_cache.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"])
+    setup = random_models.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"])
     load_model(setup.model, str(directory / manifest["weights"]))
     beam = int(spec["beam"])
     steps = int(spec["steps"])
@@ -430,32 +430,32 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_official_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The official code's cell: its model for the row's config (``official_code.build``, random init from the
+    """The official code's cell: its model for the row's config (``build``, random init from the
     official code under ``--seed``) decoding the row's features (the same draw as the other columns') with its own
     decode function (beam 1 = its greedy path), timed like every other cell."""
-    import decode_cache
-    import official_code
     import torch
 
+    from edgecap.bench import random_models
+
     torch.set_num_threads(int(spec["threads"]))
-    inputs = decode_cache.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"]).batches[0]
+    setup = random_models.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"])
+    inputs = setup.batches[0]
     kind, checkout = spec["official"]["kind"], Path(spec["official"]["path"])
-    official_code.check_checkout(kind, checkout)
-    settings = decode_cache.SETTINGS[spec["setting"]](spec["model"])
+    check_checkout(kind, checkout)
+    settings = random_models.SETTINGS[spec["setting"]](spec["model"])
     steps, beam = int(spec["steps"]), int(spec["beam"])
-    model = official_code.build(kind, checkout, spec["model"], settings, steps, int(spec["seed"]))
+    model = build_official(kind, checkout, spec["model"], settings, steps, int(spec["seed"]))
     with torch.no_grad():
-        result = time_decodes(spec, official_code.decoder(kind, model, inputs, beam, steps))
-    code = official_code.OFFICIAL_CODE[kind]
+        result = time_decodes(spec, official_decoder(kind, model, inputs, beam, steps))
+    code = OFFICIAL_CODE[kind]
     return {**result, "official": {"repo": code.repo, "pinned_commit": code.commit, "function": code.function}}
 
 
 def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The step graph of one ORT variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of a
     decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step; and the floor its
-    weight matmuls put under it on these inputs (``kernel_floor.py``)."""
-    from kernel_floor import kernel_floor
-
+    weight matmuls put under it on these inputs (``edgecap.bench.kernel_floor``)."""
+    from edgecap.bench.kernel_floor import kernel_floor
     from edgecap.decoding import decode
 
     out = {}
@@ -581,7 +581,7 @@ def weight_limit(weight_bytes: int, rates: Mapping[str, Any]) -> dict[str, Any]:
 # -- driving the cells -------------------------------------------------------------------------------------------------
 def _run_child(payload: Mapping[str, Any], flag: str, timeout: float) -> dict[str, Any]:
     """Run this script with ``flag JSON`` in a fresh process; its last stdout line is the JSON result."""
-    from stages import child_env
+    from edgecap.bench.stages import child_env
 
     cmd = [sys.executable, str(Path(__file__).resolve()), flag, json.dumps(payload)]
     try:
@@ -691,7 +691,7 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
         "counts once per position; embedding tables a Gather indexes left out); "
         "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs; weight matmuls = the step's "
         "matmuls with a weight, as ORT runs them, together in one graph with nothing else on the same inputs "
-        "(`kernel_floor.py`): no layout of the rest of the step goes below it on these kernels.",
+        "(`edgecap.bench.kernel_floor`): no layout of the rest of the step goes below it on these kernels.",
         "",
         "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit "
         "| weight matmuls µs | matmuls / limit |",
@@ -754,7 +754,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         metavar="PATH",
         help="checkout of jiahuei/sparse-image-captioning: time the official ACORT code\n"
-        "(ort-family rows; commit pinned in official_code.OFFICIAL_CODE)",
+        "(ort-family rows; commit pinned in OFFICIAL_CODE)",
     )
     p.add_argument(
         "--official-expansionnet",
@@ -804,10 +804,11 @@ def _key_value(item: str) -> tuple[str, str]:
 
 
 def _environment() -> dict[str, Any]:
-    import decode_cache
     import onnxruntime
 
-    return {**decode_cache.environment(), "onnxruntime": onnxruntime.__version__}
+    from edgecap.bench import random_models
+
+    return {**random_models.torch_environment(), "onnxruntime": onnxruntime.__version__}
 
 
 def _child_main(flag: str, payload: str) -> int:
@@ -832,7 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from exc
-    command = shlex.join(["python", "benchmarks/side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
     print(f"== export into {args.work}", flush=True)
     manifests = {}
     for name, steps in models:
@@ -909,21 +910,20 @@ def official_checkouts(
 ) -> tuple[dict[str, dict[str, str]], list[str]]:
     """Model -> ``{"kind", "path"}`` of the official code that decodes it (from ``--official-acort`` /
     ``--official-expansionnet``; each checked for the files a cell imports), and a note per model left out."""
-    import official_code
 
-    paths = {official_code.ACORT: args.official_acort, official_code.EXPANSIONNET: args.official_expansionnet}
+    paths = {ACORT: args.official_acort, EXPANSIONNET: args.official_expansionnet}
     found, notes = {}, []
     for name, _ in models:
-        kind = official_code.official_kind(name)
+        kind = official_kind(name)
         if kind is None:
             notes.append(f"{name}: no official code known; not run.")
             continue
-        code = official_code.OFFICIAL_CODE[kind]
+        code = OFFICIAL_CODE[kind]
         if paths[kind] is None:
             notes.append(f"{name}: not run (no {code.flag} PATH, a checkout of {code.repo} at {code.commit[:12]}).")
             continue
         try:
-            official_code.check_checkout(kind, paths[kind])
+            check_checkout(kind, paths[kind])
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from exc
         found[name] = {"kind": kind, "path": str(Path(paths[kind]).resolve())}
@@ -965,6 +965,243 @@ def measure_limits(
             steps.append(item)
             print(f"   {name} {variant}: {json.dumps(item)}", flush=True)
     return {"memory": rates, "steps": steps}
+
+
+# -- the official code -------------------------------------------------------------------------------------------------
+# The official ACORT and ExpansionNet v2 code as a column of this script: built and decoded from a checkout.
+#
+# Nothing of the official repositories is in edgecap: the user passes a checkout (``--official-acort PATH``,
+# ``--official-expansionnet PATH``) at the commit in :data:`OFFICIAL_CODE`, and a cell process imports the official
+# *model modules* from it (only those: not the training, data or evaluation code, so the official requirements beyond
+# torch and numpy are not needed), builds the official model with the row's architecture (edgecap's config of the same
+# model: for ``acort-xsmall`` the paper's d=256, d_ff=1024, 8 heads, 2 layers sharing one, Share-KV) at the paper
+# settings with the official random initialisation (seeded), and times the official decode function with its own beam
+# search, on the same features as the edgecap columns of the row:
+#
+# - ACORT (``jiahuei/sparse-image-captioning``): ``RelationTransformerModel(config)(att_feats=, boxes=, att_masks=,
+#   opt={"beam_size": K}, mode="sample")``, i.e. ``CachedTransformerBase._generate_captions`` and
+#   ``CaptionModel.batch_beam_search`` with the official incremental key/value cache.
+# - ExpansionNet v2 (``jchenghu/ExpansionNet_v2``): ``ExpansionNet_v2(...)(enc_x=, enc_x_num_pads=, mode="beam_search",
+#   beam_size=K, beam_max_seq_len=steps + 1, ...)``, i.e. ``CaptioningModel.beam_search``: no cache, the whole prefix
+#   re-run every step.
+#
+# Forced length, as for the edgecap columns: the end token given to the official code is an id the model cannot emit
+# (the vocabulary size for ACORT, -1 for ExpansionNet v2), so no hypothesis ends early and every decode runs the
+# protocol's steps (ACORT: ``max_seq_length = steps`` radix tokens; ExpansionNet v2: ``beam_max_seq_len = steps + 1``,
+# the start token counted). The official weights are the official random initialisation, not edgecap's: the column's
+# tokens are not compared with the others'.
+ACORT = "acort"
+EXPANSIONNET = "expansionnet"
+
+
+@dataclass(frozen=True)
+class OfficialCode:
+    """One official repository: where it is, the commit the docs measured, the files a cell imports, and the decode
+    function it times."""
+
+    kind: str
+    repo: str
+    commit: str
+    flag: str
+    files: tuple[str, ...]
+    function: str
+
+
+OFFICIAL_CODE = {
+    ACORT: OfficialCode(
+        ACORT,
+        "jiahuei/sparse-image-captioning",
+        "0429b4f8a1e33263205ebfa76716ea6be6d5cdff",
+        "--official-acort",
+        (
+            "sparse_caption/models/relation_transformer.py",
+            "sparse_caption/models/transformer.py",
+            "sparse_caption/models/caption_model.py",
+            "sparse_caption/utils/model_utils.py",
+            "sparse_caption/utils/misc.py",
+        ),
+        "RelationTransformerModel(...)(..., mode='sample') → CaptionModel.batch_beam_search, incremental cache",
+    ),
+    EXPANSIONNET: OfficialCode(
+        EXPANSIONNET,
+        "jchenghu/ExpansionNet_v2",
+        "eb7f1c98d00cdaa61b60c43852155b3742fe5b45",
+        "--official-expansionnet",
+        ("models/ExpansionNet_v2.py", "models/captioning_model.py", "models/layers.py", "utils/masking.py"),
+        "ExpansionNet_v2(...)(..., mode='beam_search') → CaptioningModel.beam_search, prefix re-run every step",
+    ),
+}
+
+#: Families of edgecap model configs -> the official code that implements them.
+FAMILY_KIND = {"ort": ACORT, "expansionnet": EXPANSIONNET}
+
+
+def official_kind(model: str) -> str | None:
+    """Which official code decodes ``model`` (an edgecap model name), or None."""
+    from edgecap.models import get_model_cfg
+
+    return FAMILY_KIND.get(get_model_cfg(model).family)
+
+
+def check_checkout(kind: str, path: Path) -> None:
+    """Raise ``ValueError`` naming what is missing when ``path`` is not a checkout of the official ``kind`` code."""
+    code = OFFICIAL_CODE[kind]
+    missing = [f for f in code.files if not (Path(path) / f).is_file()]
+    if missing:
+        raise ValueError(
+            f"{code.flag} {path}: not a checkout of {code.repo} (missing {', '.join(missing)}); "
+            f"clone it and check out {code.commit[:12]}"
+        )
+
+
+# -- importing the official model modules, and nothing else ------------------------------------------------------------
+#: Top-level module names this helper registered, per checkout (so a later import of another checkout replaces them).
+_LOADED: dict[str, str] = {}
+
+
+def _forget(prefixes: tuple[str, ...]) -> None:
+    for name in [n for n in sys.modules if n.split(".")[0] in prefixes]:
+        if _LOADED.get(name.split(".")[0]) is None:
+            raise RuntimeError(
+                f"a module {name!r} not from an official checkout is imported; the official code needs that name"
+            )
+        del sys.modules[name]
+
+
+def _package(name: str, directory: Path, **attrs: Any) -> types.ModuleType:
+    """An empty package ``name`` whose submodules load from ``directory``: the official ``__init__`` (which imports
+    every model, data and training module of the repository) does not run."""
+    module = types.ModuleType(name)
+    module.__path__ = [str(directory)]
+    module.__dict__.update(attrs)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    if parent:
+        setattr(sys.modules[parent], child, module)
+    return module
+
+
+class _DataPipelineOnly:
+    """Stands for the official collate classes: a model class names one for its argument parser, decoding never
+    uses it (the real module imports the tokenizer, torchvision and PIL)."""
+
+
+def import_acort(checkout: Path) -> types.ModuleType:
+    """``sparse_caption.models.relation_transformer`` of the checkout, with the model modules it imports
+    (``transformer``, ``caption_model``, ``utils.model_utils``, ``utils.misc``) and nothing of the data pipeline."""
+    root = Path(checkout) / "sparse_caption"
+    _forget(("sparse_caption",))
+    _package("sparse_caption", root)
+    _package("sparse_caption.models", root / "models", register_model=lambda name: lambda cls: cls)
+    _package("sparse_caption.utils", root / "utils")
+    _package("sparse_caption.data", root / "data")
+    collate = types.ModuleType("sparse_caption.data.collate")
+    collate.ObjectRelationCollate = collate.UpDownCollate = _DataPipelineOnly
+    sys.modules[collate.__name__] = collate
+    _LOADED["sparse_caption"] = str(checkout)
+    return importlib.import_module("sparse_caption.models.relation_transformer")
+
+
+def import_expansionnet(checkout: Path) -> types.ModuleType:
+    """``models.ExpansionNet_v2`` of the checkout (it imports ``models.layers``, ``models.captioning_model`` and
+    ``utils.masking`` by these top-level names)."""
+    root = Path(checkout)
+    _forget(("models", "utils"))
+    _package("models", root / "models")
+    _package("utils", root / "utils")
+    _LOADED["models"] = _LOADED["utils"] = str(checkout)
+    return importlib.import_module("models.ExpansionNet_v2")
+
+
+# -- building and decoding -----------------------------------------------------------------------------------------
+def build_official(kind: str, checkout: Path, model: str, settings: Mapping[str, int], steps: int, seed: int) -> Any:
+    """The official model for edgecap's ``model`` config at ``settings`` (vocabulary size, feature dim), randomly
+    initialised by the official code under ``torch.manual_seed(seed)``, in eval mode."""
+    import torch
+
+    from edgecap.models import get_model_cfg
+
+    cfg = get_model_cfg(model)
+    torch.manual_seed(seed)
+    if kind == ACORT:
+        module = import_acort(checkout)
+        layers = len(cfg.enc_layer_map)
+        if len(cfg.dec_layer_map) != layers:
+            raise ValueError(f"{model}: the official code takes one layer count for both sides")
+        config = types.SimpleNamespace(
+            d_model=cfg.d_model,
+            dim_feedforward=cfg.d_ff,
+            num_layers=layers,
+            num_heads=cfg.heads,
+            share_att_encoder=cfg.share_att,
+            share_att_decoder=cfg.share_att,
+            share_layer_encoder=tuple(cfg.enc_layer_map),
+            share_layer_decoder=tuple(cfg.dec_layer_map),
+            drop_prob_src=cfg.feature_dropout,
+            max_seq_length=steps,
+            att_feat_size=settings["feature_dim"],
+            vocab_size=settings["vocab_size"],
+            bos_token_id=settings["vocab_size"] - 2,
+            eos_token_id=settings["vocab_size"],  # never emitted: every decode runs max_seq_length steps
+            unk_token_id=None,
+            pad_token_id=0,
+            no_box_trigonometric_embedding=not cfg.geometry,
+        )
+        return module.RelationTransformerModel(config).eval()
+    if kind == EXPANSIONNET:
+        module = import_expansionnet(checkout)
+        vocab = settings["vocab_size"]
+        words = [f"w{i}" for i in range(vocab)]
+        drops = types.SimpleNamespace(enc=0.0, dec=0.0, enc_input=0.0, dec_input=0.0, other=0.0)
+        return module.ExpansionNet_v2(
+            d_model=cfg.d_model,
+            N_enc=cfg.enc_layers,
+            N_dec=cfg.dec_layers,
+            ff=cfg.d_ff,
+            num_heads=cfg.heads,
+            num_exp_enc_list=list(cfg.enc_groups),
+            num_exp_dec=cfg.dec_slots,
+            output_word2idx={w: i for i, w in enumerate(words)},
+            output_idx2word=words,
+            max_seq_len=cfg.max_len,
+            drop_args=drops,
+            img_feature_dim=settings["feature_dim"],
+            rank="cpu",
+        ).eval()
+    raise ValueError(f"unknown official code {kind!r}")
+
+
+def official_decoder(
+    kind: str, model: Any, inputs: Mapping[str, Any], beam: int, steps: int
+) -> Callable[[], list[list[int]]]:
+    """A call of the official decode function on ``inputs`` (edgecap's features, boxes, mask) at ``beam`` (1 =
+    the official greedy path), returning each image's best tokens."""
+    feats, boxes, mask = inputs["features"], inputs["boxes"], inputs["feature_mask"]
+    if kind == ACORT:
+        opt = {"beam_size": beam}
+
+        def run() -> list[list[int]]:
+            seq, _ = model(att_feats=feats, boxes=boxes, att_masks=mask.float(), opt=opt, mode="sample")
+            return [row[0].tolist() for row in seq]
+
+        return run
+    if kind == EXPANSIONNET:
+        kwargs = {
+            "beam_size": beam,
+            "beam_max_seq_len": steps + 1,
+            "how_many_outputs": 1,
+            "sample_or_max": "max",
+            "sos_idx": 0,
+            "eos_idx": -1,  # never emitted: every decode runs beam_max_seq_len - 1 words
+        }
+        pads = [0] * feats.shape[0]
+
+        def run() -> list[list[int]]:
+            pred, _ = model(enc_x=feats, enc_x_num_pads=pads, mode="beam_search", **kwargs)
+            return [hyps[0][1:] for hyps in pred]
+
+        return run
+    raise ValueError(f"unknown official code {kind!r}")
 
 
 if __name__ == "__main__":
