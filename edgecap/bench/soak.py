@@ -1,22 +1,20 @@
-"""Soak test: one ``Captioner`` serving several threads for minutes on a mix of good and bad images.
+"""Soak: one ``Captioner`` serving several threads for minutes on a mix of good and bad images.
 
-Checks, for the whole run:
+Checks, for the whole run (:func:`run_soak`):
 
 * every good image is captioned without error, and every caption equals the serial caption of the same image
   (computed once, before the threads start);
 * every bad image (truncated PNG/JPEG, garbage bytes, an empty file, text named ``.png``, a JPEG header on PNG
   data) raises ``ImageError`` — counted; any other exception is a failure;
 * resident memory (RSS, sampled every second: psutil when installed, else ``VmRSS`` of ``/proc/self/status``)
-  grows by at most ``--rss-bound-mb`` between the end of the warm-up and the end of the run.
+  grows by at most ``rss_bound_mb`` between the end of the warm-up and the end of the run.
 
-Writes a JSON report and a markdown summary atomically; exits 1 when a check fails. Usage::
-
-    python benchmarks/soak.py BUNDLE [--minutes 10] [--threads 4] [--out soak.json] [--md soak.md]
+The job is ``tests/jobs/test_soak.py`` (``python -m pytest -m soak``; docs/benchmarks.md, "Soak"), which writes the
+report and its markdown summary where ``EDGECAP_SOAK_OUT`` says.
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import platform
@@ -38,6 +36,7 @@ from edgecap.data.images import ImageError
 
 
 def rss_mb() -> float:
+    """This process's resident memory in MiB."""
     try:
         import psutil
 
@@ -95,6 +94,8 @@ def make_images(folder: Path, good: int, bad: int, seed: int) -> tuple[list[Path
 
 
 class Soak:
+    """The threads calling one Captioner and the RSS sampler, with what they counted."""
+
     def __init__(self, cap: Captioner, good: dict[str, str], bad: list[str], seconds: float, threads: int) -> None:
         self.cap, self.good, self.bad, self.seconds, self.threads = cap, good, bad, seconds, threads
         self.lock = threading.Lock()
@@ -148,6 +149,7 @@ class Soak:
 
 
 def rss_summary(samples: list[tuple[float, float]], warmup_s: float, bound_mb: float) -> dict[str, Any]:
+    """Growth of the (seconds, MiB) samples after the warm-up, judged against ``bound_mb`` (None: too few samples)."""
     after = [(t, mb) for t, mb in samples if t >= warmup_s]
     if len(after) < 4:
         return {"samples": len(samples), "note": "run too short for a growth figure", "passed": None}
@@ -170,6 +172,7 @@ def rss_summary(samples: list[tuple[float, float]], warmup_s: float, bound_mb: f
 
 
 def markdown(report: dict[str, Any]) -> str:
+    """The report as a short markdown summary."""
     r, rss = report, report["rss"]
     lines = [
         f"# Soak: one Captioner, {r['threads']} threads, mixed images ({r['seconds']:.0f} s)",
@@ -186,44 +189,44 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("bundle", help="bundle directory (or name under $EDGECAP_HOME/bundles)")
-    parser.add_argument("--minutes", type=float, default=10.0)
-    parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--good", type=int, default=24, help="number of valid images")
-    parser.add_argument("--bad", type=int, default=12, help="number of broken images")
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("--warmup-s", type=float, default=None, help="default: 25%% of the run, at most 60 s")
-    parser.add_argument("--rss-bound-mb", type=float, default=20.0)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="soak.json")
-    parser.add_argument("--md", default="soak.md")
-    args = parser.parse_args(argv)
-    seconds = args.minutes * 60
-    warmup = args.warmup_s if args.warmup_s is not None else min(60.0, 0.25 * seconds)
-
+def run_soak(
+    bundle: str | Path,
+    *,
+    minutes: float = 10.0,
+    threads: int = 4,
+    good: int = 24,
+    bad: int = 12,
+    precision: str = "auto",
+    warmup_s: float | None = None,
+    rss_bound_mb: float = 20.0,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Soak ``bundle`` (a directory or a name under ``$EDGECAP_HOME/bundles``) and return the report; ``passed`` is
+    False when a caption differed from its serial one, a call failed otherwise than a bad image's ``ImageError``, or
+    RSS grew past the bound after the warm-up (default: 25% of the run, at most 60 s)."""
+    seconds = minutes * 60
+    warmup = warmup_s if warmup_s is not None else min(60.0, 0.25 * seconds)
     with (
         tempfile.TemporaryDirectory(prefix="edgecap-soak-") as tmp,
-        Captioner.load(args.bundle, precision=args.precision) as cap,
+        Captioner.load(bundle, precision=precision) as cap,
     ):
-        good_paths, bad_paths = make_images(Path(tmp), args.good, args.bad, args.seed)
+        good_paths, bad_paths = make_images(Path(tmp), good, bad, seed)
         serial = {str(p): cap(str(p)) for p in good_paths}
         for p in bad_paths:  # the serial run must agree on which images are bad
             try:
                 cap(str(p))
             except ImageError:
                 continue
-            raise SystemExit(f"{p.name}: expected ImageError in the serial pass")
-        soak = Soak(cap, serial, [str(p) for p in bad_paths], seconds, args.threads)
+            raise ValueError(f"{p.name}: expected ImageError in the serial pass")
+        soak = Soak(cap, serial, [str(p) for p in bad_paths], seconds, threads)
         elapsed = soak.run()
         runtime = str(cap.runtime_info.get("summary", ""))
-    rss = rss_summary(soak.rss, warmup, args.rss_bound_mb)
+    rss = rss_summary(soak.rss, warmup, rss_bound_mb)
     calls = soak.counts["good"] + soak.counts["bad_image_error"]
     report = {
-        "bundle": str(args.bundle),
+        "bundle": str(bundle),
         "runtime": runtime,
-        "threads": args.threads,
+        "threads": threads,
         "seconds": round(elapsed, 1),
         "good_images": len(good_paths),
         "bad_images": len(bad_paths),
@@ -239,11 +242,11 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"python": sys.version.split()[0], "platform": platform.platform(), "cpus": os.cpu_count()},
     }
     report["passed"] = not soak.mismatches and not soak.errors and rss.get("passed") is not False
-    atomic_write_json(args.out, report)
-    atomic_write_text(args.md, markdown(report))
-    print(markdown(report), end="")
-    return 0 if report["passed"] else 1
+    return report
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def write_soak_report(report: dict[str, Any], out: Path) -> None:
+    """``OUT/soak.json`` and ``OUT/soak.md``, each written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "soak.json", report)
+    atomic_write_text(out / "soak.md", markdown(report))
