@@ -1,5 +1,6 @@
 """``edgecap bench`` on pixels-in bundles: the same run's bundle with its backbone in torch as a subject of the same
-report (the issue's end-to-end comparison), and the bench library run where no [train]-only package can be imported.
+report (the end-to-end comparison, pixels-in vs the torch backbone), and the bench library run where no [train]-only
+package can be imported.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Real TensorRT engines on a real GPU: build from a tiny bundle, caption, compare with ONNX Runtime on the CPU.
 
-Skipped, with the reason, wherever TensorRT or a CUDA GPU is missing — every machine of this project so far, so
-these have never run (``docs/tensorrt.md``): PyPI's ``tensorrt-cuNN-libs`` are source distributions that download
-TensorRT's libraries from NVIDIA's package index during the install, which those machines cannot reach (the
-``-bindings`` wheels on PyPI are real, but only the Python extension over those libraries). Run on a GPU machine with
+Skipped, with the reason, wherever TensorRT or a CUDA GPU is missing. TensorRT installs from PyPI
+(``tensorrt-cu12``/``tensorrt-cu13`` bring NVIDIA's real libraries), but every machine these tests have met so far had
+no GPU, or no TensorRT where a GPU was lent, so they have never run (``docs/tensorrt.md``). Run on a GPU machine with
 TensorRT >= 10.3 and cuda-python, e.g. ``pip install -e '.[dev,tensorrt-cu12]'`` (or ``-cu13``, the driver's CUDA):
 ``python -m pytest -m trt tests/engines/test_trt_gpu.py``.
 """

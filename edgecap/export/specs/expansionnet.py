@@ -7,7 +7,7 @@ Float16 (``Fp16Policy``): weights and matmuls go to float16, inputs/outputs stay
 - the expansion normalisation ``Ψ(X, ε) = X / (ΣX + ε)`` (v2 Eq. 6): every ancestor of its ``Div`` back to the
   projections (``ReLU(±M)``, the masks, ``ReduceSum``, ``+ ε``). ε = 1e-9 is zero in float16, so an all-zero row
   (a slot whose scores are all negative on one path) would become 0/0 = NaN, and sums over up to 512 slots lose
-  resolution. This is the issue's "sum-normalisations stay in FP32"; the official export instead raised ε to
+  resolution, so the sum-normalisations stay in FP32; the official export instead raised ε to
   1e-4 and could not make float16 work at all (jchenghu/ExpansionNet_v2, ``onnx4tensorrt/``).
 
 Tolerances are element-wise bounds set from measured errors with a margin (``tests/export/test_parity.py`` checks
