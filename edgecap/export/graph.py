@@ -25,7 +25,7 @@ __all__ = [
     "unique_node_names",
 ]
 
-#: Ops TensorRT cannot take as a network with outputs inside (optimum's merged decoder, TensorRT#2723).
+#: Ops TensorRT cannot take as a network with outputs inside (as optimum's merged If-branch decoder showed).
 CONTROL_FLOW_OPS = ("If", "Loop", "Scan")
 #: Domains every backend understands: the ONNX standard domain (``""`` and its alias ``ai.onnx``).
 STANDARD_DOMAINS = ("", "ai.onnx")
