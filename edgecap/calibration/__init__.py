@@ -4,8 +4,11 @@
 - ``record``: the decoder-step feeds of a real FP32 decoding run (realistic caches and tokens).
 - ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``), and those
   of installed plugins (the ``edgecap.int8_presets`` entry points, docs/extending.md).
-- ``quantize``: :func:`quantize_int8` (both runtime graphs) and :func:`quantize_graph` (one graph), with
-  ONNX Runtime's ``quantize_static`` (the ``tensorrt`` preset's QDQ graphs are what ``edgecap engine`` builds from).
+- ``quantize``: :func:`quantize_int8` (both runtime graphs), with ONNX Runtime's ``quantize_static`` (the
+  ``tensorrt`` preset's QDQ graphs are what ``edgecap engine`` builds from); ``int8``: :func:`quantize_graph` (one
+  graph), helped by ``graph_utils`` (inspection, exclusions), ``qdq_utils`` (Q/DQ placement), ``calib_utils`` (level
+  feeds, the range cache) and ``onnxruntime_utils`` (``onnxruntime.quantization`` plumbing).
+- ``schemes``: the calibration-free ``dynamic`` and ``weight-only`` schemes of a role.
 - ``quality``: :func:`compare_decoders`, the task-level check of an INT8 decoder against its FP32 reference.
 
 ``onnx``/``onnxruntime`` are imported only when a quantisation actually runs.
@@ -37,9 +40,9 @@ _LAZY: dict[str, str] = {
     "FeedRecorder": "edgecap.calibration.record",
     "RecordingStepModel": "edgecap.calibration.record",
     "record_decoder_feeds": "edgecap.calibration.record",
-    "GraphInt8": "edgecap.calibration.quantize",
+    "GraphInt8": "edgecap.calibration.int8",
     "Int8Result": "edgecap.calibration.quantize",
-    "quantize_graph": "edgecap.calibration.quantize",
+    "quantize_graph": "edgecap.calibration.int8",
     "quantize_int8": "edgecap.calibration.quantize",
     "compare_decoders": "edgecap.calibration.quality",
 }

@@ -2,7 +2,7 @@
 are recorded while the FP32 graphs run mask-predict on the calibration images at every length level, so the
 quantiser sees the token/level mixtures (all-[MASK] first pass, partly masked later passes) that deployment sees.
 
-Each graph goes through :func:`~edgecap.calibration.quantize.quantize_graph` with the preset's policy of the matching
+Each graph goes through :func:`~edgecap.calibration.int8.quantize_graph` with the preset's policy of the matching
 role: ``encoder`` for the visual embedding, ``refine`` for the refine graph (a preset without a ``refine`` policy uses
 its default role, static QDQ: a refine pass runs every position at once, not one token per weight read).
 """
@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.calibration.int8 import GraphInt8, quantize_graph
 from edgecap.calibration.presets import QuantPreset
-from edgecap.calibration.quantize import GraphInt8, Int8Result, quantize_graph
+from edgecap.calibration.quantize import Int8Result
 from edgecap.calibration.source import CalibrationError
 from edgecap.decoding import DecodeCfg, decode
 from edgecap.decoding.arrays import to_numpy

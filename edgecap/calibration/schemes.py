@@ -1,7 +1,7 @@
 """The calibration-free INT8 schemes of a graph role, with ONNX Runtime's own quantisers.
 
 A decoder step at batch 1 reads every weight once per token, so what it costs is the bytes of its weights and the
-number of kernels it launches, not the arithmetic. Static QDQ (``quantize.py``) stores INT8 weights, but ONNX
+number of kernels it launches, not the arithmetic. Static QDQ (``int8.py``) stores INT8 weights, but ONNX
 Runtime's CPU provider runs it as ``DequantizeLinear`` + ``MatMulIntegerToFloat`` pairs with the activations
 quantised by calibrated scales. Two schemes need no calibration at all:
 
@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap.calibration.onnxruntime_utils import quiet_logging
 from edgecap.calibration.presets import QuantPreset, RolePolicy
 from edgecap.calibration.source import CalibrationError
 
@@ -225,14 +226,12 @@ def quantize_uncalibrated(
     """
     import onnx
 
-    from edgecap.calibration.quantize import _quiet_ort_logging
-
     model = onnx.ModelProto.FromString(model.SerializeToString())
     # Every plain Gemm becomes MatMul (+ Add) under its own name, excluded ones too: quantize_dynamic rewrites Gemms
     # itself under new names, which its nodes_to_exclude would no longer match; an excluded one stays a float MatMul.
     gemm_to_matmul(model)
     try:
-        with _quiet_ort_logging(), contextlib.redirect_stdout(io.StringIO()):
+        with quiet_logging(), contextlib.redirect_stdout(io.StringIO()):
             if policy.scheme == "dynamic":
                 source, out = tmp / "pre-dynamic.onnx", tmp / "dynamic.onnx"
                 onnx.save(model, str(source))

@@ -96,7 +96,7 @@ class CalibrationSource:
             a fresh iterable on each call, or a one-shot iterator/generator (one pass only). Each feed maps graph
             input names to arrays (numpy, torch or array-like).
         cache: a calibration cache file (ONNX Runtime's JSON tensor ranges for
-            :func:`~edgecap.calibration.quantize.quantize_graph`); when the file exists the consumer reuses it
+            :func:`~edgecap.calibration.int8.quantize_graph`); when the file exists the consumer reuses it
             instead of calibrating again.
         limit: use at most this many feeds (``None``: all).
         name: for messages.

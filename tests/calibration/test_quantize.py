@@ -380,17 +380,17 @@ def test_a_word_vocabulary_model_with_separate_values(ort_word, region_feeds) ->
 
 # -- length-controllable models (LaBERT §3.1) ------------------------------------------------------------------------
 def test_feeds_without_levels_cycle_over_every_level() -> None:
-    from edgecap.calibration.quantize import LENGTH_LEVEL, _with_levels
+    from edgecap.calibration.calib_utils import LENGTH_LEVEL, with_levels
 
     feeds = [{"features": np.zeros((3, 2, 4), np.float32)}, {"features": np.zeros((2, 2, 4), np.float32)}]
     given = {"features": np.zeros((2, 2, 4), np.float32), LENGTH_LEVEL: np.array([4, 4])}
-    source = _with_levels(CalibrationSource([*feeds, given], name="feeds"), 4)
+    source = with_levels(CalibrationSource([*feeds, given], name="feeds"), 4)
     assert source.reiterable and source.name == "feeds"
     for _ in range(2):  # re-iterable, and the same levels on every pass
         assert [f[LENGTH_LEVEL].tolist() for f in source] == [[1, 2, 3], [2, 3], [4, 4]]
     assert all(f[LENGTH_LEVEL].dtype == np.int64 for f in source)
     assert source.count == 3
-    one_shot = _with_levels(CalibrationSource(iter(feeds)), 2)
+    one_shot = with_levels(CalibrationSource(iter(feeds)), 2)
     assert not one_shot.reiterable and [f[LENGTH_LEVEL].tolist() for f in one_shot] == [[1, 2, 1], [2, 1]]
 
 
@@ -445,12 +445,13 @@ def test_an_activation_right_after_a_conv_is_folded_into_it_and_others_stay_floa
 def test_int8_export_refuses_an_onnxruntime_older_than_it_is_tested_with(monkeypatch: pytest.MonkeyPatch) -> None:
     import onnxruntime
 
-    from edgecap.calibration import quantize
+    from edgecap.calibration import onnxruntime_utils
 
-    assert quantize._release("1.32.0") == (1, 32, 0) and quantize._release("1.18.1+cu118") == (1, 18, 1)
-    assert quantize._release("1.33.0rc1") == (1, 33, 0)
+    release = onnxruntime_utils.release_numbers
+    assert release("1.32.0") == (1, 32, 0) and release("1.18.1+cu118") == (1, 18, 1)
+    assert release("1.33.0rc1") == (1, 33, 0)
     monkeypatch.setattr(onnxruntime, "__version__", "1.30.0")
     with pytest.raises(
         ImportError, match=r"INT8 export needs onnxruntime >= 1\.32.*running bundles needs only >= 1\.18"
     ):
-        quantize._ort_quantization()
+        onnxruntime_utils.import_quantization()
