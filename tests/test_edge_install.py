@@ -2,34 +2,23 @@
 ONNX Runtime, 1.18.x, on numpy 1.x) imports edgecap without torch, captions a bundle exactly as the full install
 (``Captioner.load`` and ``edgecap caption --json``) and runs ``edgecap bench``.
 
-The venvs are built once per session with ``benchmarks/edge_runtime.py``'s builder (the script measures the same
-environments): about 20 s each from the local package mirrors.
+The venvs are built once per session with ``edgecap.bench.edge_install`` (the footprint job,
+``tests/jobs/test_edge_footprint.py``, measures the same environments): about 20 s each from the local package mirrors.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from edgecap.bench import edge_install as EDGE
+from tests.test_import_graph import TRAIN_ONLY  # one list of the [train]-only packages
+
 ROOT = Path(__file__).resolve().parents[1]
-from tests.test_import_graph import TRAIN_ONLY  # noqa: E402  (one list of the [train]-only packages)
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("edge_runtime_script", ROOT / "benchmarks" / "edge_runtime.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module
-    spec.loader.exec_module(module)
-    return module
-
-
-EDGE = _script()
 
 
 def _pyproject_gap() -> str | None:
