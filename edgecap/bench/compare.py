@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.bench.markdown import fmt_mib, fmt_ms
-from edgecap.bench.report import BenchReport, ComboResult
+from edgecap.bench.results import BenchReport, ComboResult
 
 __all__ = ["METRICS", "Comparison", "Metric", "compare_reports", "format_comparison", "ratio"]
 

@@ -1,4 +1,4 @@
-"""``report.md``: the tables a person reads, from a :class:`~edgecap.bench.report.BenchReport` (no measuring here).
+"""``report.md``: the tables a person reads, from a :class:`~edgecap.bench.results.BenchReport` (no measuring here).
 
 Each table is a list of columns ``(header, alignment, cell function)``, so adding a column is one line.
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.bench.ratios import ratio_lines
-from edgecap.bench.report import BenchReport, ComboResult
+from edgecap.bench.results import BenchReport, ComboResult
 from edgecap.precisions import PRECISIONS
 
 __all__ = ["fmt_count", "fmt_mib", "fmt_ms", "fmt_num", "format_markdown"]

@@ -1,4 +1,4 @@
-"""PNG plots of a :class:`~edgecap.bench.report.BenchReport` (matplotlib, Agg backend: no display needed).
+"""PNG plots of a :class:`~edgecap.bench.results.BenchReport` (matplotlib, Agg backend: no display needed).
 
 - ``latency_vs_batch.png``: per-image p50 latency and throughput against batch size, one line per
   model/runtime/precision/beam — where batching stops paying off on this device.
@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._io import atomic_path
-from edgecap.bench.report import BenchReport, ComboResult
+from edgecap.bench.results import BenchReport, ComboResult
 
 __all__ = ["pareto_front", "plot_latency_vs_batch", "plot_pareto"]
 

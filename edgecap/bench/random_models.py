@@ -11,26 +11,38 @@ import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
-from torch import Tensor, nn
+from typing import TYPE_CHECKING, Any
 
 from edgecap.decoding import DecodeCfg, RadixSpec
-from edgecap.models import (
-    EDGE_WORD_VOCAB_SIZE,
-    PAPER_WORD_VOCAB_SIZE,
-    create_model,
-    edge_settings,
-    get_model_cfg,
-    paper_settings,
-)
+
+if TYPE_CHECKING:
+    from torch import Tensor, nn
+
+# torch and the models are imported by the functions that use them: importing edgecap.bench stays torch-free.
 
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 
+
+def _edge_settings(name: str) -> dict[str, Any]:
+    from edgecap.models import edge_settings
+
+    return edge_settings(name)
+
+
+def _paper_settings(name: str) -> dict[str, Any]:
+    from edgecap.models import paper_settings
+
+    return paper_settings(name)
+
+
 #: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.models``).
-SETTINGS = {"edge": edge_settings, "paper": paper_settings}
-_WORDS = {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}
+SETTINGS = {"edge": _edge_settings, "paper": _paper_settings}
+
+
+def _words(setting: str) -> int:
+    from edgecap.models import EDGE_WORD_VOCAB_SIZE, PAPER_WORD_VOCAB_SIZE
+
+    return {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}[setting]
 
 
 @dataclass
@@ -50,13 +62,17 @@ def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Set
     those words in base-768 digits, two per word)."""
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
+    import torch
+
+    from edgecap.models import create_model, get_model_cfg
+
     torch.manual_seed(seed)
     settings = SETTINGS[setting](name)
     model = create_model(name, **settings).eval()
     cfg = get_model_cfg(name)
     if cfg.vocab_kind == "radix":
         # The edge vocabulary (120 words + <unk>) fits one base-768 digit, as for the synthetic/COCO-small runs.
-        words = _WORDS[setting] - 3
+        words = _words(setting) - 3
         base = cfg.radix_base
         digits = 1
         while base**digits < words:
@@ -71,6 +87,8 @@ def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Set
 
 def grid_inputs(batch: int, feature_dim: int, seed: int) -> dict[str, Tensor]:
     """A batch of random ReLU6-like features on a 7x7 grid, with the grid cells as boxes and every region valid."""
+    import torch
+
     g = torch.Generator().manual_seed(seed)
     regions = GRID * GRID
     features = torch.randn(batch, regions, feature_dim, generator=g).clamp_(0, 6)  # ReLU6-like
@@ -92,6 +110,8 @@ def _cpu_model() -> str:
 
 def torch_environment() -> dict[str, Any]:
     """What the numbers depend on: torch, threads, CPU, and the machine's load when measuring."""
+    import torch
+
     return {
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -1,6 +1,6 @@
 """The report's headline ratios: what each deployment choice buys or costs, computed from measured results.
 
-Which span a target is judged on, and what the target is, belong to the caller (``benchmarks/ratio_series.py``);
+Which span a target is judged on, and what the target is, belong to the caller (:mod:`edgecap.bench.series`);
 this module only computes and tabulates.
 
 Three comparisons between results of the same bundle, beam and batch (so the same images and caption lengths):
@@ -10,7 +10,7 @@ Three comparisons between results of the same bundle, beam and batch (so the sam
 - **ONNX Runtime vs torch eager** (``onnxruntime`` FP32 / ``torch`` FP32): what the export buys.
 - **INT8 vs FP32** (both ``onnxruntime``): encoder speed-up, size on disk, CIDEr-D delta.
 
-and one between two bundles of the same run (:attr:`~edgecap.bench.report.BundleInfo.run`) benchmarked in one report:
+and one between two bundles of the same run (:attr:`~edgecap.bench.results.BundleInfo.run`) benchmarked in one report:
 
 - **pixels-in vs torch backbone** (same runtime, precision, beam, batch): the bundle whose encoder graph holds the
   backbone against the bundle whose backbone runs in torch eager (rebuilt from its spec) before the same precision's
@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from edgecap.bench.report import Breakdown, BundleInfo, ComboResult
+from edgecap.bench.results import Breakdown, BundleInfo, ComboResult
 
 __all__ = [
     "BACKBONE_COMPARISON",

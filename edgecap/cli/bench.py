@@ -1,12 +1,15 @@
 """``edgecap bench``: latency, throughput, memory, size and quality of bundles across runtimes and precisions.
 
 Thin: the flags, in groups (what to measure, on which inputs, how long, where), become one
-:class:`~edgecap.bench.run.BenchCfg`; :func:`~edgecap.bench.run.run_benchmark` measures and
-:func:`~edgecap.bench.report.write_report` writes. ``--compare A.json B.json`` calls :mod:`edgecap.bench.compare`.
+:class:`~edgecap.bench.config.BenchCfg`; :func:`~edgecap.bench.run.run_benchmark` measures and
+:func:`~edgecap.bench.report.write_report` writes. ``--compare A.json B.json`` calls :mod:`edgecap.bench.compare`;
+``--runs N`` and ``--series`` call :mod:`edgecap.bench.series`. Every default the help names is read from
+``BenchCfg`` or the registries, so the help cannot drift from what runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from collections.abc import Sequence
@@ -15,10 +18,18 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import check_out, fail, option_group, ort_threads_options
+from edgecap.bench.config import STEP_MODE_CHOICES, BenchCfg
+from edgecap.cli.options import check_out, fail, onnxruntime_threads_options, option_group
 from edgecap.decoding.config import MAX_BEAM
 from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import STEP_MODES, list_runtimes
+from edgecap.runtimes.onnxruntime_gpu import DEFAULT_TRT_OPT_BATCH
+from edgecap.runtimes.registry import list_runtimes
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BenchCfg) if f.default is not dataclasses.MISSING}
+
+
+def _listed(values: Sequence[object]) -> str:
+    return ",".join(str(v) for v in values)
 
 
 def _split(values: Sequence[str]) -> list[str]:
@@ -90,7 +101,10 @@ _WHAT = option_group(
         help=", ".join(PRECISIONS) + " (comma-separated). Default: all the bundle holds.",
     ),
     click.option(
-        "--batch", "batches", multiple=True, help="Batch sizes, e.g. 1,8,32 (1 = single-stream). Default 1,8."
+        "--batch",
+        "batches",
+        multiple=True,
+        help=f"Batch sizes, e.g. 1,8,32 (1 = single-stream). Default {_listed(_DEFAULTS['batches'])}.",
     ),
     click.option(
         "--beam",
@@ -112,8 +126,18 @@ _INPUTS = option_group(
         default=None,
         help="Time on these images (bundles with a backbone).",
     ),
-    click.option("--synthetic", type=click.IntRange(1), default=None, help="Time on N synthetic inputs (default 32)."),
-    click.option("--max-images", type=click.IntRange(1), default=None, help="Use at most N files of --images (64)."),
+    click.option(
+        "--synthetic",
+        type=click.IntRange(1),
+        default=None,
+        help=f"Time on N synthetic inputs (default {_DEFAULTS['synthetic']}).",
+    ),
+    click.option(
+        "--max-images",
+        type=click.IntRange(1),
+        default=None,
+        help=f"Use at most N files of --images (default {_DEFAULTS['max_images']}).",
+    ),
     click.option(
         "--quality-data",
         type=click.Path(path_type=Path),
@@ -127,44 +151,84 @@ _INPUTS = option_group(
         help="Region-feature directory for --quality-data (bundles that caption region features).",
     ),
     click.option(
-        "--quality-images", type=click.IntRange(1), default=100, show_default=True, help="Quality subset size."
+        "--quality-images",
+        type=click.IntRange(1),
+        default=_DEFAULTS["quality_images"],
+        show_default=True,
+        help="Quality subset size.",
     ),
     click.option("--no-quality", is_flag=True, help="Skip the CIDEr-D runs."),
-    click.option("--seed", type=int, default=0, show_default=True, help="Seed of the synthetic inputs."),
+    click.option(
+        "--seed", type=int, default=_DEFAULTS["seed"], show_default=True, help="Seed of the synthetic inputs."
+    ),
 )
 _TIMING = option_group(
-    click.option("--warmup", type=click.IntRange(0), default=3, show_default=True, help="Untimed queries first."),
     click.option(
-        "--min-repeats", type=click.IntRange(1), default=10, show_default=True, help="Timed queries at least."
+        "--warmup",
+        type=click.IntRange(0),
+        default=_DEFAULTS["warmup"],
+        show_default=True,
+        help="Untimed queries first.",
     ),
     click.option(
-        "--min-seconds", type=click.FloatRange(0), default=2.0, show_default=True, help="Timed seconds at least."
+        "--min-repeats",
+        type=click.IntRange(1),
+        default=_DEFAULTS["min_repeats"],
+        show_default=True,
+        help="Timed queries at least.",
     ),
     click.option(
-        "--max-repeats", type=click.IntRange(1), default=10_000, show_default=True, help="Timed queries at most."
+        "--min-seconds",
+        type=click.FloatRange(0),
+        default=_DEFAULTS["min_seconds"],
+        show_default=True,
+        help="Timed seconds at least.",
+    ),
+    click.option(
+        "--max-repeats",
+        type=click.IntRange(1),
+        default=_DEFAULTS["max_repeats"],
+        show_default=True,
+        help="Timed queries at most.",
+    ),
+    click.option(
+        "--runs",
+        type=click.IntRange(1),
+        default=1,
+        show_default=True,
+        help="Measure everything N times back to back (the runtimes interleave), each report into OUT/run-NN, and "
+        "write OUT/series.md and series.json: each headline speed-up's median (min–max) over the runs. Judge a "
+        "ratio on a series on a shared machine: one report's moves by ±15 %.",
+    ),
+    click.option(
+        "--target",
+        type=click.FloatRange(0, min_open=True),
+        default=None,
+        help="With --runs or --series: count the runs whose speed-up is below this (decoder loop; end to end for "
+        "pixels-in vs torch backbone).",
     ),
 )
 _WHERE = option_group(
-    ort_threads_options(default=None),
+    onnxruntime_threads_options(default=None),
     click.option("--device", default=None, help="torch device: cpu, cuda, cuda:N (default: CUDA when available)."),
     click.option("--providers", default=None, help="ONNX Runtime providers, e.g. cuda,cpu (default: best available)."),
     click.option(
         "--trt-opt-batch",
         type=click.IntRange(1),
         default=None,
-        help="ONNX Runtime's TensorRT provider: images per call its engines are tuned for (default 8, the largest "
-        "default --batch; the engines still take every batch measured).",
+        help="ONNX Runtime's TensorRT provider: images per call its engines are tuned for (default "
+        f"{DEFAULT_TRT_OPT_BATCH}; the engines still take every batch measured).",
     ),
     click.option(
         "--step-mode",
-        type=click.Choice([*STEP_MODES, "auto"]),
-        default="eager",
+        type=click.Choice(STEP_MODE_CHOICES),
+        default=_DEFAULTS["step_mode"],
         show_default=True,
         help="How the torch runtime runs a decoder step (cuda-graph: captured once per batch shape; see docs/gpu.md).",
     ),
     click.option(
         "--tegrastats/--no-tegrastats",
-        default=True,
+        default=_DEFAULTS["tegrastats"],
         show_default=True,
         help="Sample tegrastats (Jetson power rails, unified memory) during timed runs where it is installed.",
     ),
@@ -185,18 +249,24 @@ _OUTPUT = option_group(
         default=None,
         help="Compare two report.json files (A B) instead of measuring; with --out also writes compare.md/json.",
     ),
+    click.option(
+        "--series",
+        "series_reports",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="Summarise these reports (report.json or its directory; repeatable) as a series instead of measuring, "
+        "as --runs does; with --out also writes series.md/json.",
+    ),
 )
 
 
-def bench_cfg(flags: dict[str, Any]) -> Any:
-    """The :class:`~edgecap.bench.run.BenchCfg` the measuring flags describe (unset ones keep its defaults).
+def bench_cfg(flags: dict[str, Any]) -> BenchCfg:
+    """The :class:`~edgecap.bench.config.BenchCfg` the measuring flags describe (unset ones keep its defaults).
 
     Raises:
         click.BadParameter: a malformed list (``--batch 1,x``).
         ValueError: a combination ``BenchCfg`` refuses.
     """
-    from edgecap.bench.run import BenchCfg
-
     optional = {
         "runtimes": tuple(_split(flags["runtimes"])),
         "precisions": tuple(_split(flags["precisions"])),
@@ -236,7 +306,16 @@ def bench_cfg(flags: dict[str, Any]) -> Any:
 @_TIMING
 @_WHERE
 @_OUTPUT
-def bench(out: Path | None, compare: tuple[Path, Path] | None, quiet: bool, no_plots: bool, **flags: Any) -> None:
+def bench(
+    out: Path | None,
+    compare: tuple[Path, Path] | None,
+    series_reports: tuple[Path, ...],
+    runs: int,
+    target: float | None,
+    quiet: bool,
+    no_plots: bool,
+    **flags: Any,
+) -> None:
     """Benchmark bundles: single-stream latency, offline throughput, time split, memory, size and CIDEr-D.
 
     Two bundles of one run, one pixels-in and one with its backbone in torch, add the 'pixels-in vs torch backbone'
@@ -246,32 +325,85 @@ def bench(out: Path | None, compare: tuple[Path, Path] | None, quiet: bool, no_p
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
     edgecap bench --bundle labert-bundle --runtime onnxruntime --length-level all --out bench/
     edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime onnxruntime --precision int8 --out b/
+    edgecap bench --bundle acort-bundle --runtime torch,onnxruntime --batch 1 --runs 10 --target 3 --out series/
     edgecap bench --compare laptop/report.json jetson/report.json
+    edgecap bench --series series/run-01 --series series/run-02 --target 3
     """
-    if compare:
+    if compare or series_reports:
+        if compare and series_reports:
+            fail("--compare and --series are exclusive")
         if flags["bundles"]:
-            fail("--compare reads two existing reports; do not pass --bundle with it")
+            fail(f"{'--compare' if compare else '--series'} reads existing reports; do not pass --bundle with it")
+        if runs > 1:
+            fail("--runs measures; --compare and --series read existing reports")
         if out is not None:
             check_out(out)
-        _compare(compare, out)
+        if compare:
+            _compare(compare, out)
+        else:
+            _series(series_reports, target, out)
         return
     if not flags["bundles"]:
-        fail("give at least one --bundle DIR (or --compare A.json B.json)")
+        fail("give at least one --bundle DIR (or --compare A.json B.json, or --series REPORT ...)")
     if out is None:
         fail("--out DIR is required: where report.json, report.md and the plots go")
     if flags["images"] is not None and flags["synthetic"] is not None:
         fail("--images and --synthetic are exclusive: time on real images or on N synthetic inputs")
+    if target is not None and runs == 1:
+        fail("--target judges a series: give --runs N (N > 1) or --series REPORT ...")
     check_out(out)  # before the measuring: a report that cannot be written would lose it
     from edgecap.bench.report import write_report
     from edgecap.bench.run import run_benchmark
 
     try:
-        report = run_benchmark(bench_cfg(flags), progress=not quiet, command=_command_line())
+        cfg = bench_cfg(flags)
+    except ValueError as exc:
+        fail(str(exc))
+
+    def measure(cfg: BenchCfg) -> Any:
+        try:
+            return run_benchmark(cfg, progress=not quiet, command=_command_line())
+        except (ValueError, FileNotFoundError) as exc:
+            fail(str(exc))
+
+    if runs == 1:
+        report = measure(cfg)
+        written = write_report(report, out, plots=not no_plots, log=_log)
+        click.echo(f"wrote {', '.join(str(p) for p in written.values())}")
+        _summary(report)
+        return
+    from edgecap.bench.series import run_series, summarise_series, write_series
+
+    def write(report: Any, run_dir: Path) -> None:
+        write_report(report, run_dir, plots=not no_plots, log=_log)
+        _summary(report)
+
+    reports, dirs = run_series(cfg, runs, out, measure=measure, write=write, log=_log)
+    try:
+        summary = summarise_series(reports, dirs, target)
+    except ValueError as exc:
+        fail(str(exc))
+    click.echo("\n".join(summary.lines()))
+    written = write_series(summary, out)
+    click.echo(f"wrote {', '.join(str(p) for p in written.values())}", err=True)
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
+
+
+def _series(paths: tuple[Path, ...], target: float | None, out: Path | None) -> None:
+    from edgecap.bench.report import load_report
+    from edgecap.bench.series import summarise_series, write_series
+
+    try:
+        summary = summarise_series([load_report(p) for p in paths], paths, target)
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
-    written = write_report(report, out, plots=not no_plots, log=lambda m: click.echo(m, err=True))
-    click.echo(f"wrote {', '.join(str(p) for p in written.values())}")
-    _summary(report)
+    click.echo("\n".join(summary.lines()))
+    if out is not None:
+        written = write_series(summary, out)
+        click.echo(f"wrote {', '.join(str(p) for p in written.values())}", err=True)
 
 
 def _summary(report: Any) -> None:

@@ -220,8 +220,8 @@ def test_length_level_on_a_bundle_without_length_control_is_refused_before_measu
     def no_measuring(*args: object, **kwargs: object) -> None:
         raise AssertionError("measured before refusing the flag")
 
-    monkeypatch.setattr(bench_run, "_run_in_process", no_measuring)
-    monkeypatch.setattr(bench_run, "_run_isolated", no_measuring)
+    monkeypatch.setattr(bench_run, "run_in_process", no_measuring)
+    monkeypatch.setattr(bench_run, "run_isolated", no_measuring)
     args = ["--bundle", str(tiny_bundle), "--runtime", "torch", "--length-level", level, "--no-isolate"]
     result = CliRunner().invoke(bench, [*args, "--out", str(tmp_path / "o"), *FAST])
     assert result.exit_code != 0

@@ -280,7 +280,7 @@ def test_timed_step_model_keeps_split_decodes_and_counts_every_chunk() -> None:
     """A model that decodes batches as concurrent chunks does so through the proxy too; the totals add up the
     chunks (one encode each), and the report's breakdown takes their mean (they ran at the same time)."""
     from edgecap.bench.harness import StepTimes
-    from edgecap.bench.run import _breakdown, _Query
+    from edgecap.bench.measure import _breakdown, _Query
 
     clock = FakeClock()
     inner = ClockedStepModel(clock, encode_s=0.0, step_s=0.0, select_s=0.0)  # the fake clock is not per thread
