@@ -53,7 +53,7 @@ def test_the_default_is_one_thread_without_spinning(bundle, images):
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=2, streams=2) as cap:
         assert cap.runtime_info["threads"]["intra_op"] == 2  # an explicit count wins over the streams
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", threads=0) as cap:
-        assert cap.runtime_info["threads"]["policy"] == "ort-default"
+        assert cap.runtime_info["threads"]["policy"] == "onnxruntime-default"
         for settings in _session_settings(cap):
             assert settings["intra_op_threads"] == 0 and _spin(settings) == [None, None]
         assert cap.batch(images) == reference
@@ -106,8 +106,8 @@ def test_an_explicit_count_sets_torch_threads_only_where_torch_runs(bundle, imag
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)
-        on_ort = CliRunner().invoke(main, [*base, "--runtime", "onnxruntime", "--threads", "1"])
-        assert on_ort.exit_code == 0, on_ort.output
+        on_onnxruntime = CliRunner().invoke(main, [*base, "--runtime", "onnxruntime", "--threads", "1"])
+        assert on_onnxruntime.exit_code == 0, on_onnxruntime.output
         assert torch.get_num_threads() == 2  # ONNX Runtime alone: torch is not this command's to change
         on_torch = CliRunner().invoke(main, [*base, "--runtime", "torch", "--threads", "1"])
         assert on_torch.exit_code == 0, on_torch.output

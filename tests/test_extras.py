@@ -110,11 +110,11 @@ def tensorrt_major(name: str, version: str) -> int | None:
 
 
 def line_problems(
-    installed: Mapping[str, str], line: int, ort_links: Mapping[str, int] | None, needs: Iterable[str]
+    installed: Mapping[str, str], line: int, onnxruntime_links: Mapping[str, int] | None, needs: Iterable[str]
 ) -> list[str]:
     """What keeps ``installed`` (name -> version) from being one CUDA ``line``; empty when it is one.
 
-    ``ort_links``: the ``cuda`` and ``tensorrt`` majors onnxruntime-gpu's TensorRT provider links (None without
+    ``onnxruntime_links``: the ``cuda`` and ``tensorrt`` majors onnxruntime-gpu's TensorRT provider links (None without
     onnxruntime-gpu). ``needs``: packages the extras must have brought (a misspelt extra brings nothing)."""
     installed = {canonicalize_name(n): v for n, v in installed.items()}
     problems = [f"{n} is missing" for n in map(canonicalize_name, needs) if n not in installed]
@@ -124,16 +124,19 @@ def line_problems(
         found = cuda_line(name, version)
         if found is not None and found != line:
             problems.append(f"{name} {version} is CUDA {found}, not {line}")
-    if ort_links is not None:
-        ort = f"onnxruntime-gpu {installed.get('onnxruntime-gpu')}"
-        if ort_links["cuda"] != line:
-            problems.append(f"{ort} links CUDA {ort_links['cuda']} (libcudart.so.{ort_links['cuda']}), not {line}")
+    if onnxruntime_links is not None:
+        gpu_wheel = f"onnxruntime-gpu {installed.get('onnxruntime-gpu')}"
+        if onnxruntime_links["cuda"] != line:
+            problems.append(
+                f"{gpu_wheel} links CUDA {onnxruntime_links['cuda']} "
+                f"(libcudart.so.{onnxruntime_links['cuda']}), not {line}"
+            )
         for name, version in sorted(installed.items()):
             major = tensorrt_major(name, version)
-            if major is not None and major != ort_links["tensorrt"]:
+            if major is not None and major != onnxruntime_links["tensorrt"]:
                 problems.append(
-                    f"{name} {version} is TensorRT {major}; {ort}'s TensorRT provider links "
-                    f"libnvinfer.so.{ort_links['tensorrt']}"
+                    f"{name} {version} is TensorRT {major}; {gpu_wheel}'s TensorRT provider links "
+                    f"libnvinfer.so.{onnxruntime_links['tensorrt']}"
                 )
     return problems
 
@@ -224,7 +227,7 @@ def elf_needed(elf: bytes) -> list[str]:
 
 
 @functools.cache
-def ort_links(url: str) -> dict[str, int]:
+def onnxruntime_links(url: str) -> dict[str, int]:
     """The CUDA and TensorRT majors the TensorRT provider of the onnxruntime-gpu wheel at ``url`` links."""
     with zipfile.ZipFile(io.BufferedReader(_RangeFile(url), buffer_size=1 << 20)) as wheel:
         member = next(n for n in wheel.namelist() if n.endswith("/libonnxruntime_providers_tensorrt.so"))
@@ -337,7 +340,7 @@ def _installed(report: Mapping[str, Any]) -> dict[str, str]:
     return {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in report["install"]}
 
 
-def _ort_url(report: Mapping[str, Any]) -> str:
+def _onnxruntime_url(report: Mapping[str, Any]) -> str:
     return next(i["download_info"]["url"] for i in report["install"] if i["metadata"]["name"] == "onnxruntime-gpu")
 
 
@@ -353,7 +356,7 @@ def test_each_cuda_line_resolves_to_one_cuda(reports: dict[int, dict[str, Any]],
     for name, version in resolved["stand_ins"].items():  # NVIDIA's sdists: the newest in range, as a user gets
         assert installed.get(name) == version, (name, installed.get(name), version)
     try:
-        links = ort_links(_ort_url(report))
+        links = onnxruntime_links(_onnxruntime_url(report))
     except RegistryUnreachableError as exc:
         pytest.skip(str(exc))
     needs = ("onnxruntime-gpu", "nvidia-ml-py", f"tensorrt-cu{line}", f"tensorrt-cu{line}-libs",

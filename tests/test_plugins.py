@@ -127,7 +127,7 @@ def test_an_installed_plugin_registers_its_runtime_and_preset_when_first_queried
     assert found["runtimes"][:2] == ["onnxruntime", "torch"] and "onnxruntime-cpu1" in found["runtimes"]
     assert "cpu-avx2-tensorwise" in found["presets"] and "tensorrt" in found["presets"]
     assert found["loader"] == "edgecap_cpu1.runtime:load_bundle_runtime"
-    assert found["graph_runtime"] == "OrtRuntime"
+    assert found["graph_runtime"] == "OnnxRuntimeSession"
     assert found["per_channel"] is False and found["reduce_range"] is True
     plugin_warnings = [w for w in found["warnings"] if w.startswith("PluginWarning")]
     assert len(plugin_warnings) == 2, found["warnings"]

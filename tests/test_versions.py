@@ -13,7 +13,7 @@ from edgecap._versions import InvalidVersion, Version, parse_version, release
 from edgecap.bundle.manifest import is_newer_version
 from edgecap.engines.settings import EngineSettingsError, trt_version
 from edgecap.runtimes import onnxruntime_providers
-from edgecap.runtimes.onnxruntime_gpu import ort_version_tuple
+from edgecap.runtimes.onnxruntime_gpu import onnxruntime_version_tuple
 
 
 @pytest.mark.parametrize(
@@ -42,13 +42,13 @@ def test_parse_version_is_pep_440_and_refuses_what_is_no_version() -> None:
     assert issubclass(InvalidVersion, ValueError)
 
 
-def test_ort_version_tuple() -> None:
-    assert ort_version_tuple("1.20.0.dev20240101") == (1, 20)
-    assert ort_version_tuple("1.18.1+cu118") == (1, 18)
-    assert ort_version_tuple("v1.22.0") == (1, 22)
-    assert ort_version_tuple("1.9rc1") == (1, 9)
+def test_onnxruntime_version_tuple() -> None:
+    assert onnxruntime_version_tuple("1.20.0.dev20240101") == (1, 20)
+    assert onnxruntime_version_tuple("1.18.1+cu118") == (1, 18)
+    assert onnxruntime_version_tuple("v1.22.0") == (1, 22)
+    assert onnxruntime_version_tuple("1.9rc1") == (1, 9)
     with pytest.raises(ValueError, match="not an onnxruntime version"):
-        ort_version_tuple("latest")
+        onnxruntime_version_tuple("latest")
 
 
 def _trt(version: str) -> Any:
@@ -89,10 +89,10 @@ def test_quantize_release() -> None:
 def test_scheme_minimum_reads_dev_and_local_onnxruntime(
     installed: str, too_old: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake_ort = types.SimpleNamespace(__version__=installed)
-    monkeypatch.setattr(onnxruntime_providers, "import_onnxruntime", lambda: fake_ort)
+    fake_onnxruntime = types.SimpleNamespace(__version__=installed)
+    monkeypatch.setattr(onnxruntime_providers, "import_onnxruntime", lambda: fake_onnxruntime)
     variant = {"schemes": {"step": {"scheme": "weight-only", "bits": 8}}}
-    reason = onnxruntime_providers._ort_too_old_for(variant)
+    reason = onnxruntime_providers._onnxruntime_too_old_for(variant)
     assert bool(reason) is too_old
     if too_old:
         assert f"installed: {installed}" in reason and "onnxruntime >= 1.22" in reason

@@ -12,7 +12,7 @@ from edgecap.cli.options import (
     beam_option,
     device_option,
     fail,
-    ort_threads_options,
+    onnxruntime_threads_options,
     torch_thread_count,
 )
 from edgecap.precisions import PRECISIONS
@@ -65,7 +65,7 @@ from edgecap.runtimes.registry import get_runtime, list_runtimes
     help="Caption the images that load; report each one that does not (missing, truncated, not an image) on stderr "
     "(null in --json) and exit with status 1.",
 )
-@ort_threads_options()
+@onnxruntime_threads_options()
 @click.option(
     "--trt-opt-batch",
     type=click.IntRange(1),

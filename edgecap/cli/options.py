@@ -9,7 +9,12 @@ from typing import Any
 
 import click
 
+from edgecap._renamed import renamed_getattr
 from edgecap.decoding.config import MAX_BEAM
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"ort_threads_options": "onnxruntime_threads_options"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:
@@ -140,7 +145,7 @@ class ThreadsValue(click.ParamType):
         self.fail(f"{value!r} is not {', '.join(THREAD_POLICIES)} or a thread count >= 0", param, ctx)
 
 
-def ort_threads_options(default: str | None = "auto") -> Callable[[Callable], Callable]:
+def onnxruntime_threads_options(default: str | None = "auto") -> Callable[[Callable], Callable]:
     """``--threads`` and ``--spin/--no-spin``: ONNX Runtime's threading on CPU (``docs/cpu.md``).
 
     ``default`` is what ``--threads`` gives a command when it is not passed; None lets the command tell "not given"

@@ -34,7 +34,7 @@ class GraphReaderMissingError(ImportError):
 _ONNX_ELEM = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64", 9: "bool", 10: "float16",
               11: "float64", 16: "bfloat16"}  # fmt: skip
 #: ONNX Runtime ``NodeArg.type`` strings -> numpy dtype names.
-_ORT_TYPES = {f"tensor({onnx_name})": name for onnx_name, name in (
+_ONNXRUNTIME_TYPES = {f"tensor({onnx_name})": name for onnx_name, name in (
     ("float", "float32"), ("float16", "float16"), ("double", "float64"), ("bfloat16", "bfloat16"), ("int64", "int64"),
     ("int32", "int32"), ("int16", "int16"), ("int8", "int8"), ("uint8", "uint8"), ("bool", "bool"))}  # fmt: skip
 
@@ -65,7 +65,7 @@ def read_graph_io(path: str | os.PathLike) -> GraphIO:
     try:
         import onnx
     except ImportError:
-        io = _read_with_ort(path)
+        io = _read_with_onnxruntime(path)
     else:
         io = _read_with_onnx(onnx, path)
     for spec in (*io.inputs, *io.outputs):
@@ -88,21 +88,21 @@ def _read_with_onnx(onnx: Any, path: Path) -> GraphIO:
     return GraphIO(inputs, outputs, {p.key: p.value for p in model.metadata_props})
 
 
-def _read_with_ort(path: Path) -> GraphIO:
+def _read_with_onnxruntime(path: Path) -> GraphIO:
     try:
-        import onnxruntime as ort
+        import onnxruntime
     except ImportError:
         raise GraphReaderMissingError(
             f"reading the inputs and outputs of {path.name} needs onnx (or an onnxruntime already installed): "
             f"{_READER_INSTALL}"
         ) from None
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = onnxruntime.InferenceSession(os.fspath(path), options, providers=["CPUExecutionProvider"])
 
     def spec(arg: Any) -> TensorMeta:
         dims = tuple(d if isinstance(d, (int, str)) else "" for d in arg.shape)
-        return TensorMeta(arg.name, _ORT_TYPES.get(arg.type, arg.type), dims)
+        return TensorMeta(arg.name, _ONNXRUNTIME_TYPES.get(arg.type, arg.type), dims)
 
     meta = dict(session.get_modelmeta().custom_metadata_map)
     return GraphIO(tuple(map(spec, session.get_inputs())), tuple(map(spec, session.get_outputs())), meta)

@@ -10,8 +10,8 @@ file runs on TensorRT 10/11 and ONNX Runtime CUDA. The conversion is onnxconvert
 - the block list comes from the spec's :class:`~edgecap.export.spec.Fp16Policy`: op types (normalisation,
   softmax, exp/log, sin/cos) plus the forward cone of chosen float32 inputs up to the first learned projection.
 
-On x86 CPUs float16 graphs run *slower* than float32 (ORT inserts casts around kernels it lacks); they are GPU/NPU
-artefacts, tested here for correctness only.
+On x86 CPUs float16 graphs run *slower* than float32 (ONNX Runtime inserts casts around kernels it lacks); they are
+GPU/NPU artefacts, tested here for correctness only.
 """
 
 from __future__ import annotations

@@ -27,12 +27,14 @@ from onnx import ModelProto
 from torch import nn
 
 from edgecap._io import atomic_write_bytes, atomic_write_json
+from edgecap._renamed import renamed_value
 from edgecap._version import __version__
 from edgecap.export.fp16 import convert_to_fp16
 from edgecap.export.graph import GraphError, check_model, compose_models, count_ops, non_portable_nodes, set_metadata
 from edgecap.export.spec import ExportSpec, GraphSpec, get_export_spec
 
 __all__ = [
+    "RENAMED_SIMPLIFIERS",
     "SIMPLIFIERS",
     "ExportError",
     "ExportResult",
@@ -141,30 +143,33 @@ def _simplify_onnxslim(model: ModelProto) -> ModelProto:
         return onnxslim.slim(model)
 
 
-def _simplify_ort(model: ModelProto) -> ModelProto:
+def _simplify_onnxruntime(model: ModelProto) -> ModelProto:
     """ONNX Runtime's offline optimiser at the *basic* level: constant folding and redundant-node elimination only;
     the extended level would fuse into ``com.microsoft`` contrib ops that TensorRT cannot parse."""
     import tempfile
 
-    import onnxruntime as ort
+    import onnxruntime
 
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC
     with tempfile.TemporaryDirectory() as tmp:
         options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return onnx.load(options.optimized_model_filepath)
 
 
 SIMPLIFIERS: dict[str, Callable[[ModelProto], ModelProto]] = {
     "onnxslim": _simplify_onnxslim,
-    "ort": _simplify_ort,
+    "onnxruntime": _simplify_onnxruntime,
     "none": lambda model: model,
 }
+#: Older spellings of a ``simplify`` value, still accepted with a ``FutureWarning`` ("ort" names a model family).
+RENAMED_SIMPLIFIERS = {"ort": "onnxruntime"}
 
 
 def simplify_model(model: ModelProto, method: str, what: str) -> ModelProto:
     """Simplify with ``method`` (a key of :data:`SIMPLIFIERS`); the interface (names, dims) is preserved."""
+    method = renamed_value("simplify", method, RENAMED_SIMPLIFIERS)
     fn = SIMPLIFIERS.get(method)
     if fn is None:
         raise ExportError(f"unknown simplifier {method!r}; choose one of {sorted(SIMPLIFIERS)}")
@@ -367,7 +372,8 @@ def export_onnx(
         name: model name for the graphs' metadata.
         graphs: export only these graphs (plus what they compose); default all.
         precisions: default the spec's (``fp32`` and ``fp16``); ``fp32`` is always exported (the others derive from it).
-        simplify: ``"onnxslim"``, ``"ort"`` (basic-level offline optimiser) or ``"none"``.
+        simplify: ``"onnxslim"``, ``"onnxruntime"`` (ONNX Runtime's basic-level offline optimiser) or
+            ``"none"``.
         parity: run :func:`~edgecap.export.parity.check_graph` on every graph (fresh inputs, per-precision tolerances).
         parity_seed: seed of the parity inputs (independent of the export example inputs).
         overwrite: replace existing files in ``out_dir``.
@@ -390,6 +396,7 @@ def export_onnx(
     if unknown:
         raise ExportError(f"unknown precision(s) {unknown}; known: ['fp32', *{sorted(PRECISION_CONVERTERS)}]")
     precisions = ("fp32", *(p for p in precisions if p != "fp32"))
+    simplify = renamed_value("simplify", simplify, RENAMED_SIMPLIFIERS)
     if simplify not in SIMPLIFIERS:
         raise ExportError(f"unknown simplifier {simplify!r}; choose one of {sorted(SIMPLIFIERS)}")
     selected = _with_dependencies(spec, graphs)

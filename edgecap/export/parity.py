@@ -213,12 +213,12 @@ def check_graph(
             traces with seed 0, so the default never reuses the export inputs.
         sizes: size combinations; default ``spec.parity_sizes``.
         providers: ONNX Runtime providers (CPU by default: parity must not depend on which GPU is around).
-        runtime_options: more :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` options.
+        runtime_options: more :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession` options.
 
     Returns:
         The :func:`check_runtime` report plus ``graph``, ``precision``, ``seed`` and ``sizes``.
     """
-    from edgecap.runtimes.onnxruntime_session import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 
     graph = spec.graph(graph_name)
     module = graph.module.eval()
@@ -227,7 +227,7 @@ def check_graph(
     for i, s in enumerate(size_sets):
         made = graph.make_inputs(s, torch.Generator().manual_seed(seed + i))
         feeds.append({n: _to_numpy(made[n]) for n in graph.inputs})
-    runtime = OrtRuntime(
+    runtime = OnnxRuntimeSession(
         onnx_model, providers=providers, name=f"{spec.name}/{graph.name} ({precision})", **dict(runtime_options or {})
     )
     report = check_runtime(

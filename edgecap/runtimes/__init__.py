@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgecap._lazy import lazy_getattr
+from edgecap._renamed import renamed_getattr
 from edgecap.precisions import FLOAT_PRECISIONS, PRECISIONS
 from edgecap.runtimes.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtimes.registry import (
@@ -32,11 +33,11 @@ _LAZY: dict[str, str] = {
     "PrefixRerunStepModel": "edgecap.runtimes.prefix",
     "TorchRefineModel": "edgecap.runtimes.refine",
     "RuntimeRefineModel": "edgecap.runtimes.refine",
-    "create_ort_refine_model": "edgecap.runtimes.refine",
+    "create_onnxruntime_refine_model": "edgecap.runtimes.refine",
 }
 
 # GPU hints name the CUDA line: an extra of another CUDA major than the driver's installs but cannot start.
-_ORT_INSTALL = (
+_ONNXRUNTIME_INSTALL = (
     "pip install 'edgecap[cpu]' (CPU), or on a GPU machine the extra of its driver's CUDA major: 'edgecap[gpu-cu12]' "
     "or 'edgecap[gpu-cu13]' ('edgecap[gpu]' is CUDA 13); on a Jetson, NVIDIA's onnxruntime-gpu wheel for its JetPack"
 )
@@ -54,9 +55,9 @@ register_runtime(
         name="onnxruntime",
         description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
         loader="edgecap.runtimes.onnxruntime_session:load_bundle_runtime",
-        graph_runtime="edgecap.runtimes.onnxruntime_session:OrtRuntime",
+        graph_runtime="edgecap.runtimes.onnxruntime_session:OnnxRuntimeSession",
         requires=("onnxruntime",),
-        install=_ORT_INSTALL,
+        install=_ONNXRUNTIME_INSTALL,
         precisions=PRECISIONS,
         auto_rank=0,
         aliases=("ort",),  # its earlier name; "ort" is also the Object Relation Transformer model family
@@ -114,7 +115,9 @@ def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
     return get_runtime_class(name)(*args, **kwargs)
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
+__getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
 
 
 __all__ = [
@@ -134,7 +137,7 @@ __all__ = [
     "UnknownRuntimeError",
     "auto_runtime",
     "canonical_runtime",
-    "create_ort_refine_model",
+    "create_onnxruntime_refine_model",
     "dtype_name",
     "get_runtime",
     "get_runtime_class",

@@ -121,7 +121,7 @@ class GraphPair:
             graph whose activations are quantised with one scale per call (a ``dynamic`` INT8 step:
             ``DynamicQuantizeLinear``), where a batch's rows change each other's outputs; ``decode`` then decodes
             each image on its own (:mod:`edgecap.decoding.parallel`), so a caption never depends on its batch. Set
-            by :func:`~edgecap.runtimes.decoders.create_ort_decoder` from the graphs' recorded INT8 schemes.
+            by :func:`~edgecap.runtimes.decoders.create_onnxruntime_decoder` from the graphs' recorded INT8 schemes.
     """
 
     rows_independent: bool = True

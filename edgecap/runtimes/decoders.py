@@ -10,10 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["create_ort_decoder"]
+from edgecap._renamed import renamed_getattr
+
+__all__ = ["create_onnxruntime_decoder"]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"create_ort_decoder": "create_onnxruntime_decoder"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
-def create_ort_decoder(
+def create_onnxruntime_decoder(
     graphs: Mapping[str, Any],
     state_names: Sequence[str] | None = None,
     updated_state_names: Sequence[str] | None = None,
@@ -29,20 +35,20 @@ def create_ort_decoder(
             carries it); None = read from the graph's metadata.
         rows_independent: False for graphs that couple a call's rows (a ``dynamic`` INT8 step): every decode on the
             adapter then runs image by image (:attr:`~edgecap.runtimes.bridge.GraphPair.rows_independent`).
-        **runtime_options: :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` options for every session.
+        **runtime_options: :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession` options for every session.
 
     Raises:
         ValueError: the roles are neither pair.
     """
     roles = set(graphs)
     if roles == {"encoder", "refine"}:
-        from edgecap.runtimes.refine import create_ort_refine_model
+        from edgecap.runtimes.refine import create_onnxruntime_refine_model
 
-        model = create_ort_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
+        model = create_onnxruntime_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
     elif roles == {"encoder", "step"}:
-        from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+        from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
-        model = create_ort_step_model(
+        model = create_onnxruntime_step_model(
             graphs["encoder"], graphs["step"], state_names, updated_state_names=updated_state_names, **runtime_options
         )
     else:

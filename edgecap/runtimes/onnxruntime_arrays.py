@@ -1,20 +1,20 @@
 """Arrays between numpy, torch and ONNX Runtime's ``OrtValue``, and what a session's options and inputs say.
 
-Helpers of :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime`: dtype names of ONNX tensor types, outputs of
-the io-binding path as torch tensors without leaving the device (DLPack, else the CUDA Array Interface), the fast
-feed check's fixed sizes, and a ``SessionOptions``' threading read back. torch is imported inside the functions that
-need it (the io-binding path), never at import.
+Helpers of :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession`: dtype names of ONNX tensor types,
+outputs of the io-binding path as torch tensors without leaving the device (DLPack, else the CUDA Array Interface),
+the fast feed check's fixed sizes, and a ``SessionOptions``' threading read back. torch is imported inside the
+functions that need it (the io-binding path), never at import.
 
 I/O: two paths behind one interface.
 
 - ``io_binding=False`` (the default on CPU): numpy in, numpy out through ``session.run``. On CPU this is the
-  faster path: ORT wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
+  faster path: ONNX Runtime wraps numpy inputs without a copy and hands its output buffers over as numpy arrays, while
   binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
   plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
   ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
   run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
 - ``io_binding=True`` (the default when the CUDA/TensorRT providers run): torch tensors in and out, bound by device
-  pointer; outputs are allocated by ORT on the device and returned zero-copy through DLPack, so a decode loop's
+  pointer; outputs are allocated by ONNX Runtime on the device and returned zero-copy through DLPack, so a decode loop's
   cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same
   code path runs on CPU, which is how the tests exercise it (no GPU in CI).
 """
@@ -27,10 +27,11 @@ from typing import Any
 
 import numpy as np
 
+from edgecap._renamed import renamed_getattr
 from edgecap.runtimes.base import Array
 
 __all__ = [
-    "ORT_TYPES",
+    "ONNXRUNTIME_TYPES",
     "as_numpy",
     "cuda_array_interface",
     "dim_of",
@@ -44,8 +45,12 @@ __all__ = [
     "torch_numpy_dtype",
 ]
 
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"ORT_TYPES": "ONNXRUNTIME_TYPES"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
+
 # ONNX tensor type strings (``NodeArg.type``) -> numpy dtype names.
-ORT_TYPES = {
+ONNXRUNTIME_TYPES = {
     "tensor(float)": "float32",
     "tensor(float16)": "float16",
     "tensor(double)": "float64",
@@ -65,7 +70,8 @@ def to_torch(value: Any, device: Any) -> Any:
     - DLPack (``OrtValue.__dlpack__``, in current releases): zero-copy;
     - else, for a CUDA output (onnxruntime builds whose OrtValue lacks DLPack, such as some 1.18–1.20 wheels Jetson
       users get): zero-copy through the CUDA Array Interface built from ``data_ptr()``/``shape()``/``data_type()``,
-      which every release since 1.8 has; the wrapper holds the OrtValue, so ORT's buffer lives as long as the tensor;
+      which every release since 1.8 has; the wrapper holds the OrtValue, so ONNX Runtime's buffer lives as long as
+      the tensor;
     - else (a CPU output): through numpy.
     """
     import torch
@@ -74,7 +80,7 @@ def to_torch(value: Any, device: Any) -> Any:
         return torch.from_dlpack(value)
     if getattr(device, "type", None) == "cuda" and callable(getattr(value, "data_ptr", None)):
         shape = tuple(int(d) for d in value.shape())
-        dtype = np.dtype(ORT_TYPES[value.data_type()])
+        dtype = np.dtype(ONNXRUNTIME_TYPES[value.data_type()])
         if 0 in shape:  # an empty tensor may have no buffer at all
             return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
         return torch.as_tensor(_CudaArray(value, shape, dtype), device=device)
@@ -82,7 +88,7 @@ def to_torch(value: Any, device: Any) -> Any:
 
 
 class _CudaArray:
-    """An ORT-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
+    """An ONNX Runtime-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
 
     def __init__(self, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
         self.value = value
@@ -98,7 +104,7 @@ def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict
 
 def read_settings(options: Any) -> dict[str, Any]:
     """The threading a ``SessionOptions`` carries, read back from it (not from what was asked): intra/inter-op
-    threads (0 = ORT's default), execution mode, and the spinning entries (None = not set: ORT spins)."""
+    threads (0 = ONNX Runtime's default), execution mode, and the spinning entries (None = not set: it spins)."""
     from edgecap.runtimes.threads import SPIN_KEYS
 
     settings: dict[str, Any] = {

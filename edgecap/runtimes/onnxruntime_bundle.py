@@ -154,9 +154,9 @@ def _plan(bundle: Any, request: Any, providers: list[str], provider_reason: str)
 def _open(bundle: Any, plan: _Plan) -> tuple[Any, ProviderFallback | None]:
     """The plan's decoder, entered and checked against the bundle's interface, and the fallback when its sessions
     run without some of the planned providers (providers every session runs on count as in use)."""
-    from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.decoders import create_onnxruntime_decoder
 
-    step_model = create_ort_decoder(
+    step_model = create_onnxruntime_decoder(
         plan.graphs,
         bundle.state_names,
         updated_state_names=bundle.updated_state_names,
@@ -180,7 +180,7 @@ def _open(bundle: Any, plan: _Plan) -> tuple[Any, ProviderFallback | None]:
 
 
 def _thread_options(request: Any, primary: str, graphs: Mapping[str, Path]) -> tuple[ThreadPlan | None, dict[str, Any]]:
-    """The thread plan (None off the CPU) and the :class:`OrtRuntime` keyword arguments of a load request.
+    """The thread plan (None off the CPU) and the :class:`OnnxRuntimeSession` keyword arguments of a load request.
 
     On CPU the whole plan applies. On CUDA/TensorRT the CPU threads only feed the device, so the policy does not
     run; an explicit thread count >= 1 or an explicit ``spin`` still applies (an explicit value always wins).
@@ -227,8 +227,8 @@ def _tensorrt_settings(request: Any, bundle: Any) -> dict[str, Any]:
 
 def _tensorrt_options(bundle: Any, precision: str, workspace_mb: int | None) -> dict[str, Any]:
     """TensorRT EP options (:func:`edgecap.runtimes.onnxruntime_gpu.tensorrt_ep_options`): engine and timing caches in
-    the bundle's hidden ``.ort-trt`` directory (outside the manifest, so it stays verifiable), keyed by the decoder
-    graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
+    the bundle's hidden ``.onnxruntime-trt`` directory (outside the manifest, so it stays verifiable), keyed by the
+    decoder graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap._home import edgecap_home
     from edgecap.runtimes.onnxruntime_gpu import tensorrt_cache_dir, tensorrt_ep_options
 

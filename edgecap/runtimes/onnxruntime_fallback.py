@@ -13,7 +13,8 @@ when it did (the cause carries its substance), so ``edgecap caption --json`` kee
 Before the first session that asks for a GPU provider, :func:`preload_gpu_libraries` calls
 ``onnxruntime.preload_dlls()`` where the build has it (1.21 and newer), so CUDA and cuDNN from NVIDIA's pip packages
 (``nvidia-*-cu12``/``nvidia-cu13``, e.g. those torch installs) are found without ``LD_LIBRARY_PATH``. Set
-``EDGECAP_ORT_PRELOAD_DLLS=0`` to leave library loading to ONNX Runtime alone.
+``EDGECAP_ONNXRUNTIME_PRELOAD_DLLS=0`` to leave library loading to ONNX Runtime alone (the older
+``EDGECAP_ORT_PRELOAD_DLLS`` is still read, with a ``FutureWarning``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edgecap._renamed import warn_renamed
 from edgecap.runtimes.onnxruntime_providers import CUDA_PROVIDERS, provider_info, provider_label
 
 log = logging.getLogger(__name__)
@@ -142,15 +144,29 @@ def _emit(captured: CapturedOutput) -> None:
 
 _PRELOAD_LOCK = threading.Lock()
 _preloaded = False
+#: The environment variable that turns the preload off (``0``), and its older name, still read.
+PRELOAD_ENV = "EDGECAP_ONNXRUNTIME_PRELOAD_DLLS"
+_RENAMED_ENV = {"EDGECAP_ORT_PRELOAD_DLLS": PRELOAD_ENV}
 
 
-def preload_gpu_libraries(ort: Any) -> None:
+def _preload_setting() -> str:
+    """:data:`PRELOAD_ENV`'s value, else its older name's (with a ``FutureWarning``), else ``"1"``."""
+    if PRELOAD_ENV in os.environ:
+        return os.environ[PRELOAD_ENV]
+    for old, new in _RENAMED_ENV.items():
+        if old in os.environ:
+            warn_renamed(f"the environment variable {old}", new)
+            return os.environ[old]
+    return "1"
+
+
+def preload_gpu_libraries(onnxruntime: Any) -> None:
     """``onnxruntime.preload_dlls()`` once per process, where this build has it: CUDA and cuDNN from NVIDIA's pip
     packages become loadable by the CUDA/TensorRT providers. What it prints (a library it could not find) goes to the
     debug log; a failure is logged and ignored (ONNX Runtime then searches the usual library paths itself)."""
     global _preloaded
-    preload = getattr(ort, "preload_dlls", None)
-    if not callable(preload) or os.environ.get("EDGECAP_ORT_PRELOAD_DLLS", "1") == "0":
+    preload = getattr(onnxruntime, "preload_dlls", None)
+    if not callable(preload) or _preload_setting() == "0":
         return
     with _PRELOAD_LOCK:
         if _preloaded:
@@ -166,7 +182,7 @@ def preload_gpu_libraries(ort: Any) -> None:
 
 
 def open_session(
-    ort: Any, source: Any, options: Any, entries: Sequence[tuple[str, Any]]
+    onnxruntime: Any, source: Any, options: Any, entries: Sequence[tuple[str, Any]]
 ) -> tuple[Any, ProviderFallback | None]:
     """An ``InferenceSession`` on ``entries`` (``(provider, options)`` pairs), and a :class:`ProviderFallback` when it
     runs without some of them (else None).
@@ -180,12 +196,12 @@ def open_session(
     """
     requested = tuple(name for name, _ in entries)
     if not any(name in CUDA_PROVIDERS for name in requested):
-        return ort.InferenceSession(source, options, providers=list(entries)), None
-    preload_gpu_libraries(ort)
+        return onnxruntime.InferenceSession(source, options, providers=list(entries)), None
+    preload_gpu_libraries(onnxruntime)
     captured = CapturedOutput()
     try:
         with capture_output() as captured:
-            session = ort.InferenceSession(source, options, providers=list(entries))
+            session = onnxruntime.InferenceSession(source, options, providers=list(entries))
     except BaseException:
         _emit(captured)  # the caller reports the error; what ONNX Runtime printed about it stays visible
         raise
@@ -197,7 +213,7 @@ def open_session(
     if text.strip():
         log.debug("ONNX Runtime's output while creating the session:\n%s", text.strip())
     dropped = [p for p in requested if p not in in_use]
-    return session, ProviderFallback(requested, in_use, fallback_cause(text, dropped, ort))
+    return session, ProviderFallback(requested, in_use, fallback_cause(text, dropped, onnxruntime))
 
 
 # -- why a provider did not start ------------------------------------------------------------------------------------
@@ -238,11 +254,11 @@ def _explained(error: str) -> str:
     return f"{why}: {error}" if why else error
 
 
-def fallback_cause(text: str, dropped: Sequence[str], ort: Any = None) -> str:
+def fallback_cause(text: str, dropped: Sequence[str], onnxruntime: Any = None) -> str:
     """Why each of ``dropped`` did not start, one clause per provider (``"TensorRT: TensorRT is not installed:
     libnvinfer.so.10: cannot open shared object file …; CUDA: no NVIDIA driver: libcuda.so.1: …"``), read from
-    ONNX Runtime's output ``text``; for a provider it said nothing about, the error loading its library (``ort``
-    given), else that no reason was given."""
+    ONNX Runtime's output ``text``; for a provider it said nothing about, the error loading its library (the
+    ``onnxruntime`` module given), else that no reason was given."""
     loads = {m.group(1).lower(): _tidy(m.group(2)) for m in _LOAD_ERROR.finditer(text)}
     creates = {m.group(1): _tidy(m.group(2)) for m in _CREATE_ERROR.finditer(text)}
     ep_errors = [_tidy(m.group(1)) for m in _EP_ERROR.finditer(text)]
@@ -258,7 +274,9 @@ def fallback_cause(text: str, dropped: Sequence[str], ort: Any = None) -> str:
             why = creates[provider]
         else:
             mentioned = [e for e in (*ep_errors, *records) if label.lower() in e.lower()]
-            probed = provider_library_error(ort, provider) if ort is not None and not mentioned else None
+            probed = (
+                provider_library_error(onnxruntime, provider) if onnxruntime is not None and not mentioned else None
+            )
             if mentioned:
                 why = mentioned[0]
             elif probed:
@@ -269,13 +287,13 @@ def fallback_cause(text: str, dropped: Sequence[str], ort: Any = None) -> str:
     return "; ".join(clauses) or "ONNX Runtime gave no reason"
 
 
-def provider_library_error(ort: Any, provider: str) -> str | None:
+def provider_library_error(onnxruntime: Any, provider: str) -> str | None:
     """The error loading ``provider``'s shared library from the onnxruntime package (what the dynamic loader says is
     missing), or None when it loads, has no library of its own, or is not in this package."""
     info = provider_info(provider)
     if info is None or info.library is None:
         return None
-    capi = Path(getattr(ort, "__file__", "") or ".").parent / "capi"
+    capi = Path(getattr(onnxruntime, "__file__", "") or ".").parent / "capi"
     names = (f"libonnxruntime_providers_{info.library}.so", f"onnxruntime_providers_{info.library}.dll")
     path = next((capi / n for n in names if (capi / n).is_file()), None)
     if path is None:

@@ -1,7 +1,7 @@
 """ONNX Runtime on a GPU: the TensorRT execution provider's options, built by pure functions (tested on CPU).
 
-- **Engine and timing caches inside the bundle**, in a hidden directory (``.ort-trt/<precision>-<digest>``: hidden
-  entries are outside the manifest, so the bundle stays verifiable), keyed by the decoder graph's checksum so a
+- **Engine and timing caches inside the bundle**, in a hidden directory (``.onnxruntime-trt/<precision>-<digest>``:
+  hidden entries are outside the manifest, so the bundle stays verifiable), keyed by the decoder graph's checksum so a
   re-exported graph never meets a stale engine; TensorRT's own cache files carry the GPU and TensorRT version. A
   read-only bundle (a system install) caches under ``$EDGECAP_HOME/trt-engines`` instead.
 - **Optimisation profiles from the bundle's dims** (``interface.dims``: rows 1..max, cache length 0..max_len - 1,
@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap._renamed import renamed_getattr
 from edgecap._versions import InvalidVersion, release
 from edgecap.precisions import PRECISIONS
 
@@ -35,12 +36,16 @@ __all__ = [
     "DEFAULT_TRT_WORKSPACE_MB",
     "TRT_OPTION_SINCE",
     "graph_profile_options",
-    "ort_version_tuple",
+    "onnxruntime_version_tuple",
     "tensorrt_cache_dir",
     "tensorrt_ep_options",
     "trt_opt_sizes",
     "trt_profile_shapes",
 ]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"ort_version_tuple": "onnxruntime_version_tuple"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 #: Provider options and the onnxruntime (major, minor) that introduced them.
 TRT_OPTION_SINCE: dict[str, tuple[int, int]] = {
@@ -50,7 +55,9 @@ TRT_OPTION_SINCE: dict[str, tuple[int, int]] = {
     "trt_timing_cache_path": (1, 16),
 }
 #: The hidden directory of a bundle that holds ONNX Runtime's TensorRT engines.
-CACHE_DIRNAME = ".ort-trt"
+CACHE_DIRNAME = ".onnxruntime-trt"
+#: Its name in bundles used by earlier versions, whose engines are still used when they are there.
+LEGACY_CACHE_DIRNAMES = (".ort-trt",)
 #: Images per call the optimisation profiles are tuned for unless told (``trt_opt_batch``): the largest batch
 #: ``edgecap bench`` measures by default (its offline scenario), a typical ``Captioner.batch`` call.
 DEFAULT_TRT_OPT_BATCH = 8
@@ -61,7 +68,7 @@ DEFAULT_TRT_WORKSPACE_MB = 1024
 _PER_HYPOTHESIS = frozenset({"step"})
 
 
-def ort_version_tuple(version: str) -> tuple[int, int]:
+def onnxruntime_version_tuple(version: str) -> tuple[int, int]:
     """``"1.18.1"`` -> ``(1, 18)``; ``"1.20.0.dev2024"`` and ``"1.20.0+cu12"`` -> ``(1, 20)``: a nightly or local
     build has its release's options."""
     try:
@@ -144,7 +151,7 @@ def trt_opt_sizes(dims: Mapping[str, Mapping[str, int]], role: str | None, batch
 
 
 def graph_profile_options(
-    ort: Any,
+    onnxruntime: Any,
     source: str | bytes,
     dims: Mapping[str, Mapping[str, int]],
     role: str | None = None,
@@ -159,11 +166,11 @@ def graph_profile_options(
     Raises:
         ValueError: an input dimension ``dims`` does not bound.
     """
-    if ort_version_tuple(ort.__version__) < TRT_OPTION_SINCE["trt_profile_min_shapes"]:
+    if onnxruntime_version_tuple(onnxruntime.__version__) < TRT_OPTION_SINCE["trt_profile_min_shapes"]:
         return {}
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    probe = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    probe = onnxruntime.InferenceSession(source, options, providers=["CPUExecutionProvider"])
     inputs = {i.name: [d if isinstance(d, (int, str)) else None for d in i.shape] for i in probe.get_inputs()}
     role = role or probe.get_modelmeta().custom_metadata_map.get("graph_role")
     opt = trt_opt_sizes(dims, "encoder" if role == "init" else role, opt_batch or DEFAULT_TRT_OPT_BATCH, beam)
@@ -171,21 +178,25 @@ def graph_profile_options(
 
 
 def tensorrt_cache_dir(bundle_dir: str | Path, precision: str, digest: str, home: str | Path) -> Path:
-    """Where the EP's engines for one precision of a bundle live: inside the bundle when it is writable, else under
-    ``home/trt-engines`` (named by bundle, precision and decoder digest, so two bundles never share engines)."""
+    """Where the EP's engines for one precision of a bundle live: inside the bundle when it is writable (in
+    :data:`CACHE_DIRNAME`, or in a :data:`LEGACY_CACHE_DIRNAMES` directory that already holds these engines, so an
+    earlier version's build is not repeated), else under ``home/trt-engines`` (named by bundle, precision and
+    decoder digest, so two bundles never share engines)."""
     bundle_dir = Path(bundle_dir)
     key = f"{precision}-{digest[:16]}"
     if os.access(bundle_dir, os.W_OK):
         from edgecap.bundle.manifest import bundle_file  # a symlinked cache may not lead out of the bundle
 
-        return bundle_file(bundle_dir, f"{CACHE_DIRNAME}/{key}", "the TensorRT EP's engine cache")
+        legacy = [name for name in LEGACY_CACHE_DIRNAMES if (bundle_dir / name / key).is_dir()]
+        folder = CACHE_DIRNAME if (bundle_dir / CACHE_DIRNAME / key).is_dir() or not legacy else legacy[0]
+        return bundle_file(bundle_dir, f"{folder}/{key}", "the TensorRT EP's engine cache")
     return Path(home) / "trt-engines" / f"{bundle_dir.name}-{key}"
 
 
 def tensorrt_ep_options(
     cache_dir: str | Path,
     precision: str,
-    ort_version: str,
+    onnxruntime_version: str,
     *,
     profiles: Mapping[str, str] | None = None,
     timing_cache: bool = True,
@@ -197,7 +208,7 @@ def tensorrt_ep_options(
     Args:
         cache_dir: engine (and timing) cache directory; created by the caller.
         precision: the bundle variant the graphs come from.
-        ort_version: ``onnxruntime.__version__``; options it predates are left out.
+        onnxruntime_version: ``onnxruntime.__version__``; options it predates are left out.
         profiles: :func:`trt_profile_shapes` output, or None (the EP then builds engines per shape seen).
         timing_cache: keep TensorRT's timing cache next to the engines (faster rebuilds on the same GPU).
         workspace_mb: TensorRT's workspace limit in MiB (default :data:`DEFAULT_TRT_WORKSPACE_MB`); None leaves the
@@ -211,7 +222,7 @@ def tensorrt_ep_options(
         raise ValueError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     if workspace_mb is not None and workspace_mb <= 0:
         raise ValueError(f"workspace_mb must be positive, got {workspace_mb}")
-    version = ort_version_tuple(ort_version)
+    version = onnxruntime_version_tuple(onnxruntime_version)
     options: dict[str, Any] = {
         "device_id": device_id,
         "trt_engine_cache_enable": True,

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgecap._renamed import renamed_getattr
 from edgecap._versions import InvalidVersion, release
 
 __all__ = [
@@ -20,7 +21,7 @@ __all__ = [
     "PROVIDER_ALIASES",
     "ROW_COUPLED_SCHEMES",
     "SCHEME_MIN_ONNXRUNTIME",
-    "OrtProviderError",
+    "OnnxRuntimeProviderError",
     "ProviderInfo",
     "auto_precision",
     "cpu_can_run_int8",
@@ -30,6 +31,10 @@ __all__ = [
     "resolve_providers",
     "row_coupled_roles",
 ]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"OrtProviderError": "OnnxRuntimeProviderError"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 @dataclass(frozen=True)
@@ -59,7 +64,7 @@ class ProviderInfo:
     library: str | None = None
 
 
-class OrtProviderError(ValueError):
+class OnnxRuntimeProviderError(ValueError):
     """An execution provider that is unknown or not available in this onnxruntime build."""
 
 
@@ -83,7 +88,7 @@ def resolve_providers(requested: Sequence[str] | str | None, available: Sequence
         available: ``onnxruntime.get_available_providers()``.
 
     Raises:
-        OrtProviderError: a requested provider is unknown or not available here.
+        OnnxRuntimeProviderError: a requested provider is unknown or not available here.
     """
     if requested is None:
         chosen = [p for p in _AUTO_PROVIDERS if p in available]
@@ -92,7 +97,7 @@ def resolve_providers(requested: Sequence[str] | str | None, available: Sequence
         chosen = [PROVIDER_ALIASES.get(str(p).lower(), str(p)) for p in names]
         missing = [p for p in chosen if p not in available]
         if missing:
-            raise OrtProviderError(
+            raise OnnxRuntimeProviderError(
                 f"execution provider(s) {missing} are not available in this onnxruntime build "
                 f"(available: {list(available)}); install onnxruntime-gpu for CUDA/TensorRT"
             )
@@ -134,7 +139,7 @@ def row_coupled_roles(schemes: Mapping[str, Mapping[str, Any]]) -> list[str]:
 SCHEME_MIN_ONNXRUNTIME: dict[tuple[str, int], tuple[int, int]] = {("weight-only", 8): (1, 22)}
 
 
-def _ort_too_old_for(variant: Mapping[str, Any]) -> str | None:
+def _onnxruntime_too_old_for(variant: Mapping[str, Any]) -> str | None:
     """Why this onnxruntime cannot run the INT8 variant's recorded schemes, or None when it can."""
     installed = import_onnxruntime().__version__
     try:
@@ -159,7 +164,7 @@ def cpu_can_run_int8(variant: Mapping[str, Any]) -> tuple[bool, str]:
     preset that records ``runs_on_any_cpu`` (``cpu-avx2``) is safe everywhere."""
     from edgecap.runtimes.cpu import detect_cpu_preset
 
-    too_old = _ort_too_old_for(variant)
+    too_old = _onnxruntime_too_old_for(variant)
     if too_old:
         return False, too_old
     preset = str(variant.get("preset") or variant.get("target") or "")

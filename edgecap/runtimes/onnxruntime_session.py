@@ -1,5 +1,5 @@
-"""The ONNX Runtime backend: ``OrtRuntime`` (one ONNX graph in one ``InferenceSession``) and
-:func:`create_ort_step_model` (the exported ``init`` + ``step`` graphs as a decoding ``StepModel``).
+"""The ONNX Runtime backend: ``OnnxRuntimeSession`` (one ONNX graph in one ``InferenceSession``) and
+:func:`create_onnxruntime_step_model` (the exported ``init`` + ``step`` graphs as a decoding ``StepModel``).
 
 ``onnxruntime`` is imported only when a runtime is constructed, never by ``import edgecap`` /
 ``import edgecap.runtimes``. The provider and precision choice live in
@@ -11,7 +11,8 @@ Execution providers: CPU always (last, as the fallback); TensorRT and CUDA first
 ``onnxruntime.get_available_providers()`` lists them, or exactly what ``providers=`` asks for. A build listing a GPU
 provider may still fail to start it (no driver, no TensorRT): ONNX Runtime then runs the session on what did start.
 The runtime reads the providers its session got and follows them: device, io-binding, array type and the wide
-session are those of the provider that runs, and :attr:`OrtRuntime.provider_fallback` says what did not start, why.
+session are those of the provider that runs, and :attr:`OnnxRuntimeSession.provider_fallback` says what did not
+start, why.
 
 I/O: numpy in and out through ``session.run`` (``io_binding=False``, the default on CPU, where it is the faster
 path), or torch tensors bound by device pointer (``io_binding=True``, the default when the CUDA/TensorRT providers
@@ -31,10 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from edgecap._renamed import renamed_getattr
 from edgecap.decoding.parallel import in_decode_chunk
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError, TensorMeta
 from edgecap.runtimes.onnxruntime_arrays import (
-    ORT_TYPES,
+    ONNXRUNTIME_TYPES,
     as_numpy,
     cuda_array_interface,
     dim_of,
@@ -56,13 +58,13 @@ from edgecap.runtimes.onnxruntime_providers import (
     PROVIDERS,
     ROW_COUPLED_SCHEMES,
     SCHEME_MIN_ONNXRUNTIME,
-    OrtProviderError,
+    OnnxRuntimeProviderError,
     ProviderInfo,
     import_onnxruntime,
     resolve_providers,
     row_coupled_roles,
 )
-from edgecap.runtimes.onnxruntime_step import ModelSource, create_ort_step_model
+from edgecap.runtimes.onnxruntime_step import ModelSource, create_onnxruntime_step_model
 from edgecap.runtimes.threads import WidePlan
 
 log = logging.getLogger(__name__)
@@ -72,22 +74,31 @@ __all__ = [
     "PROVIDER_ALIASES",
     "ROW_COUPLED_SCHEMES",
     "SCHEME_MIN_ONNXRUNTIME",
-    "OrtProviderError",
-    "OrtRuntime",
+    "OnnxRuntimeProviderError",
+    "OnnxRuntimeSession",
     "ProviderFallback",
     "ProviderFallbackWarning",
     "ProviderInfo",
-    "create_ort_step_model",
+    "create_onnxruntime_step_model",
     "cuda_array_interface",
     "load_bundle_runtime",
     "resolve_providers",
     "row_coupled_roles",
 ]
 
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {
+    "OrtRuntime": "OnnxRuntimeSession",
+    "OrtProviderError": "OnnxRuntimeProviderError",
+    "create_ort_step_model": "create_onnxruntime_step_model",
+    "ORT_TYPES": "ONNXRUNTIME_TYPES",
+}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
+
 _to_torch = to_torch  # its older private name, kept importable from here (the GPU tests reach it)
 
 
-class OrtRuntime(Runtime):
+class OnnxRuntimeSession(Runtime):
     """One ONNX graph in one ``onnxruntime.InferenceSession`` (created once, on activation), plus on CPU an optional
     *wide* session on the same graph for large calls (``wide=``; created on the first call that reaches its rows).
 
@@ -96,8 +107,8 @@ class OrtRuntime(Runtime):
         providers: see :func:`resolve_providers`.
         provider_options: provider name (or alias) -> options dict, e.g. ``{"cuda": {"device_id": 1}}`` or
             ``{"tensorrt": {"trt_engine_cache_enable": True, "trt_engine_cache_path": "cache/"}}``.
-        intra_op_threads: threads inside one op (ORT default: one per physical core; ``Captioner.load`` chooses
-            with :func:`edgecap.runtimes.threads.plan_threads`).
+        intra_op_threads: threads inside one op (ONNX Runtime's default: one per physical core;
+            ``Captioner.load`` chooses with :func:`edgecap.runtimes.threads.plan_threads`).
         inter_op_threads: threads across independent ops (used with ``execution_mode="parallel"``).
         execution_mode: ``"sequential"`` (default) or ``"parallel"``.
         graph_optimization_level: ``"disable"``, ``"basic"``, ``"extended"`` or ``"all"`` (default; in-memory only,
@@ -154,20 +165,22 @@ class OrtRuntime(Runtime):
             if not path.is_file():
                 raise FileNotFoundError(f"ONNX model not found: {path}")
             self._source: bytes | str = str(path)
-            default_name = f"OrtRuntime({path.name})"
+            default_name = f"OnnxRuntimeSession({path.name})"
         elif isinstance(model, (bytes, bytearray)):
             self._source = bytes(model)
-            default_name = "OrtRuntime(<bytes>)"
+            default_name = "OnnxRuntimeSession(<bytes>)"
         elif hasattr(model, "SerializeToString"):
             self._source = model.SerializeToString()
             graph_role = {p.key: p.value for p in getattr(model, "metadata_props", [])}.get("graph_role")
-            default_name = f"OrtRuntime({graph_role or '<model>'})"
+            default_name = f"OnnxRuntimeSession({graph_role or '<model>'})"
         else:
-            raise TypeError(f"OrtRuntime model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+            raise TypeError(
+                f"OnnxRuntimeSession model must be a path, bytes or onnx.ModelProto, got {type(model).__name__}"
+            )
         super().__init__(name or default_name)
         for label, value in (("intra_op_threads", intra_op_threads), ("inter_op_threads", inter_op_threads)):
             if value is not None and (not isinstance(value, int) or value < 0):
-                raise ValueError(f"{label} must be an integer >= 0 (0 = ORT default), got {value!r}")
+                raise ValueError(f"{label} must be an integer >= 0 (0 = ONNX Runtime's default), got {value!r}")
         if wide is not None and not isinstance(wide, WidePlan):
             raise TypeError(f"wide must be an edgecap.runtimes.threads.WidePlan or None, got {type(wide).__name__}")
         if execution_mode not in ("sequential", "parallel"):
@@ -176,14 +189,16 @@ class OrtRuntime(Runtime):
             raise ValueError(
                 f"graph_optimization_level must be disable/basic/extended/all, got {graph_optimization_level!r}"
             )
-        ort = import_onnxruntime()
-        self.providers = resolve_providers(providers, ort.get_available_providers())
+        onnxruntime = import_onnxruntime()
+        self.providers = resolve_providers(providers, onnxruntime.get_available_providers())
         self.provider_options = {
             PROVIDER_ALIASES.get(k.lower(), k): dict(v) for k, v in dict(provider_options or {}).items()
         }
         unused = [k for k in self.provider_options if k not in self.providers]
         if unused:
-            raise OrtProviderError(f"provider_options given for {unused}, which are not in providers {self.providers}")
+            raise OnnxRuntimeProviderError(
+                f"provider_options given for {unused}, which are not in providers {self.providers}"
+            )
         self.intra_op_threads, self.inter_op_threads = intra_op_threads, inter_op_threads
         self.execution_mode, self.graph_optimization_level = execution_mode, graph_optimization_level
         self.session_config = {str(k): str(v) for k, v in dict(session_config or {}).items()}
@@ -230,23 +245,25 @@ class OrtRuntime(Runtime):
         self.array_type = "torch" if self.io_binding else "numpy"  # type: ignore[misc]  # per instance
         self.wide = self._wide_plan if self.device_type == "cpu" else None
 
-    def _session_options(self, ort: Any, wide: WidePlan | None = None) -> Any:
+    def _session_options(self, onnxruntime: Any, wide: WidePlan | None = None) -> Any:
         """The narrow session's options, or with ``wide`` the wide one's (its threads and spinning, one inter-op
         thread, everything else alike, ``session_config`` included)."""
-        options = ort.SessionOptions()
+        options = onnxruntime.SessionOptions()
         intra, inter = (wide.intra_op, 1) if wide is not None else (self.intra_op_threads, self.inter_op_threads)
         if intra is not None:
             options.intra_op_num_threads = intra
         if inter is not None:
             options.inter_op_num_threads = inter
         options.execution_mode = (
-            ort.ExecutionMode.ORT_PARALLEL if self.execution_mode == "parallel" else ort.ExecutionMode.ORT_SEQUENTIAL
+            onnxruntime.ExecutionMode.ORT_PARALLEL
+            if self.execution_mode == "parallel"
+            else onnxruntime.ExecutionMode.ORT_SEQUENTIAL
         )
         options.graph_optimization_level = {
-            "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            "disable": onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL,
         }[self.graph_optimization_level]
         # The wide session spins as its plan says, unless ``session_config`` names the entries (explicit values win).
         config = {**(wide.session_config() if wide is not None else {}), **self.session_config}
@@ -254,18 +271,18 @@ class OrtRuntime(Runtime):
             options.add_session_config_entry(key, value)
         return options
 
-    def _provider_entries(self, ort: Any = None) -> list[tuple[str, dict[str, Any]]]:
+    def _provider_entries(self, onnxruntime: Any = None) -> list[tuple[str, dict[str, Any]]]:
         entries = []
         for provider in self.providers:
             options = dict(self.provider_options.get(provider, {}))
             if provider in CUDA_PROVIDERS:
                 options.setdefault("device_id", self.device_id)
-            if provider == "TensorrtExecutionProvider" and self.trt_profile_dims and ort is not None:
-                options.update(self._trt_profiles(ort, options))
+            if provider == "TensorrtExecutionProvider" and self.trt_profile_dims and onnxruntime is not None:
+                options.update(self._trt_profiles(onnxruntime, options))
             entries.append((provider, options))
         return entries
 
-    def _trt_profiles(self, ort: Any, options: Mapping[str, Any]) -> dict[str, str]:
+    def _trt_profiles(self, onnxruntime: Any, options: Mapping[str, Any]) -> dict[str, str]:
         """Profile options for this graph's inputs (none when given explicitly, or when a dimension is unbounded:
         the EP then builds engines per shape, slower to warm up but correct)."""
         from edgecap.runtimes.onnxruntime_gpu import graph_profile_options
@@ -274,20 +291,20 @@ class OrtRuntime(Runtime):
             return {}
         try:
             return graph_profile_options(
-                ort, self._source, self.trt_profile_dims or {}, self.role, self.trt_opt_batch, self.trt_beam
+                onnxruntime, self._source, self.trt_profile_dims or {}, self.role, self.trt_opt_batch, self.trt_beam
             )
         except ValueError as exc:
             log.warning("%s: no TensorRT optimisation profiles (%s); engines are built per input shape", self.name, exc)
             return {}
 
     def _activate(self) -> None:
-        ort = import_onnxruntime()
-        options = self._session_options(ort)
+        onnxruntime = import_onnxruntime()
+        options = self._session_options(onnxruntime)
         self.session_settings = read_settings(options)
-        entries = self._provider_entries(ort)
+        entries = self._provider_entries(onnxruntime)
         try:
-            self._session, self.provider_fallback = open_session(ort, self._source, options, entries)
-        except Exception as exc:  # ORT raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
+            self._session, self.provider_fallback = open_session(onnxruntime, self._source, options, entries)
+        except Exception as exc:  # ONNX Runtime raises its own exception types (InvalidGraph, Fail, NoSuchFile ...)
             raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model: {exc}") from exc
         in_use = list(self._session.get_providers())
         self._entries_in_use = [(p, o) for p, o in entries if p in in_use]
@@ -297,7 +314,7 @@ class OrtRuntime(Runtime):
                 f"{self.name}: ONNX Runtime is {self.provider_fallback.describe()}", ProviderFallbackWarning, 3
             )
         self._inputs = {
-            i.name: TensorMeta(i.name, ORT_TYPES.get(i.type, i.type), tuple(dim_of(d) for d in i.shape))
+            i.name: TensorMeta(i.name, ONNXRUNTIME_TYPES.get(i.type, i.type), tuple(dim_of(d) for d in i.shape))
             for i in self._session.get_inputs()
         }
         self._output_names = tuple(o.name for o in self._session.get_outputs())
@@ -305,7 +322,7 @@ class OrtRuntime(Runtime):
         self._fast_checks = fast_checks(self._inputs.values())
         self._wide_rule = self._rows_rule()
         # One IOBinding per thread: a binding holds the bound buffers of one run, and a Captioner may be called
-        # from several threads at once (ORT sessions themselves are thread-safe).
+        # from several threads at once (ONNX Runtime sessions themselves are thread-safe).
         self._binding = threading.local() if self.io_binding else None
 
     def _rows_rule(self) -> tuple[str, int] | None:
@@ -343,13 +360,13 @@ class OrtRuntime(Runtime):
         return session
 
     def _open_wide(self, rows: int) -> Any:
-        ort, wide = import_onnxruntime(), self.wide
+        onnxruntime, wide = import_onnxruntime(), self.wide
         if wide is None:  # a rows rule exists only with a wide plan
             raise RuntimeError(f"{self.name}: no wide plan")
-        options = self._session_options(ort, wide)
+        options = self._session_options(onnxruntime, wide)
         settings = read_settings(options)
         try:  # on the providers the narrow session runs on: one that did not start is not tried again
-            session = ort.InferenceSession(self._source, options, providers=list(self._entries_in_use))
+            session = onnxruntime.InferenceSession(self._source, options, providers=list(self._entries_in_use))
         except Exception as exc:
             raise RuntimeInputError(f"{self.name}: onnxruntime could not load the model (wide session): {exc}") from exc
         self.session_settings = {**self.session_settings, "wide": settings}
@@ -387,7 +404,7 @@ class OrtRuntime(Runtime):
         return self._wide_session
 
     def providers_in_use(self) -> list[str]:
-        """The providers the session actually registered (ORT drops ones that failed to initialise)."""
+        """The providers the session actually registered (ONNX Runtime drops ones that failed to initialise)."""
         return list(self.session.get_providers())
 
     def metadata(self) -> dict[str, str]:

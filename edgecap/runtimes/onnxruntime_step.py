@@ -1,5 +1,5 @@
 """The exported ``init`` + ``step`` graphs of an autoregressive captioner as a decoding ``StepModel`` on ONNX Runtime
-(two :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` sessions behind a
+(two :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession` sessions behind a
 :class:`~edgecap.runtimes.bridge.RuntimeStepModel`), with the step graph's state names read from its metadata.
 """
 
@@ -9,14 +9,19 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from edgecap._renamed import renamed_getattr
 from edgecap.runtimes.bridge import RuntimeStepModel
 
-__all__ = ["ModelSource", "create_ort_step_model"]
+__all__ = ["ModelSource", "create_onnxruntime_step_model"]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"create_ort_step_model": "create_onnxruntime_step_model"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto (anything with SerializeToString)
 
 
-def create_ort_step_model(
+def create_onnxruntime_step_model(
     encoder: ModelSource,
     step: ModelSource,
     state_names: Sequence[str] | None = None,
@@ -37,20 +42,21 @@ def create_ort_step_model(
         updated_state_names: the states the step graph outputs; default read from its ``updated_state_names``
             metadata, else all.
         decode_workers: concurrent chunks a batch decodes in (``ThreadPlan.decode_workers``; 1 = one decode).
-        **runtime_options: :class:`OrtRuntime` options for both sessions (``providers``, ``intra_op_threads`` …).
+        **runtime_options: :class:`OnnxRuntimeSession` options for both sessions (``providers``,
+            ``intra_op_threads`` …).
 
-    Use it as a context manager (``with create_ort_step_model(...) as sm: decode(sm, inputs, cfg)``); both sessions
-    are created once on entry.
+    Use it as a context manager (``with create_onnxruntime_step_model(...) as sm: decode(sm, inputs, cfg)``); both
+    sessions are created once on entry.
     """
-    from edgecap.runtimes.onnxruntime_session import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 
     if state_names is None or updated_state_names is None:
         meta_names, meta_updated = _state_names_of(step)
         state_names = meta_names if state_names is None else state_names
         updated_state_names = meta_updated if updated_state_names is None else updated_state_names
     return RuntimeStepModel(
-        OrtRuntime(encoder, name="ort-encoder", role="encoder", **runtime_options),
-        OrtRuntime(step, name="ort-step", role="step", **runtime_options),
+        OnnxRuntimeSession(encoder, name="onnxruntime-encoder", role="encoder", **runtime_options),
+        OnnxRuntimeSession(step, name="onnxruntime-step", role="step", **runtime_options),
         tuple(state_names),
         updated_state_names=updated_state_names,
         decode_workers=decode_workers,

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap._renamed import renamed_getattr
 from edgecap.decoding.protocol import DecodeInputError, State
 from edgecap.runtimes.base import Array, Runtime, RuntimeInputError
 from edgecap.runtimes.bridge import GraphPair
@@ -26,7 +27,11 @@ from edgecap.runtimes.bridge import GraphPair
 #: The visual inputs of a refine model's encoder (as ``edgecap.runtimes.torch.CAPTION_INPUTS``).
 CAPTION_INPUTS = ("features", "boxes", "feature_mask")
 
-__all__ = ["RuntimeRefineModel", "TorchRefineModel", "create_ort_refine_model", "refine_metadata"]
+__all__ = ["RuntimeRefineModel", "TorchRefineModel", "create_onnxruntime_refine_model", "refine_metadata"]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def refine_metadata(model: Any) -> dict[str, str]:
@@ -143,14 +148,14 @@ def _metadata(model: Any) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
-def create_ort_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -> RuntimeRefineModel:
+def create_onnxruntime_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -> RuntimeRefineModel:
     """A :class:`RuntimeRefineModel` over exported LaBERT ``encoder`` and ``refine`` graphs (paths, bytes or
     ``onnx.ModelProto``); levels, T, γ and the mask id are read from the refine graph's metadata.
 
-    ``runtime_options`` go to both :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` sessions
+    ``runtime_options`` go to both :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession` sessions
     (``intra_op_threads`` …).
     """
-    from edgecap.runtimes.onnxruntime_session import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 
     meta = _metadata(refine)
     needed = ("length_levels", "refine_steps", "eos_decay", "mask_id", "state_names")
@@ -158,8 +163,8 @@ def create_ort_refine_model(encoder: Any, refine: Any, **runtime_options: Any) -
     if absent:
         raise RuntimeInputError(f"the refine graph's metadata lacks {absent}; export it with edgecap.export")
     return RuntimeRefineModel(
-        OrtRuntime(encoder, name="ort-encoder", role="encoder", **runtime_options),
-        OrtRuntime(refine, name="ort-refine", role="refine", **runtime_options),
+        OnnxRuntimeSession(encoder, name="onnxruntime-encoder", role="encoder", **runtime_options),
+        OnnxRuntimeSession(refine, name="onnxruntime-refine", role="refine", **runtime_options),
         meta["state_names"].split(","),
         length_levels=json.loads(meta["length_levels"]),
         refine_steps=json.loads(meta["refine_steps"]),

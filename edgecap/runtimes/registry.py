@@ -125,8 +125,9 @@ class LoadRequest:
     Attributes:
         precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"int8"``.
         threads: ONNX Runtime sessions' threading: ``"auto"`` (None means the same), ``"dedicated"``, or an
-            intra-op count (0 = ORT's own default); :func:`edgecap.runtimes.threads.plan_threads`. Never process-wide.
-        spin: force ORT's pool threads to spin (True) or not (False); None = the thread policy's choice.
+            intra-op count (0 = ONNX Runtime's own default); :func:`edgecap.runtimes.threads.plan_threads`. Never
+            process-wide.
+        spin: force ONNX Runtime's pool threads to spin (True) or not (False); None = the thread policy's choice.
         streams: decodes that run at once in this process (the thread policy shares cores among them).
         providers: execution providers in priority order (runtimes that have them), None = the best present.
         device: a device string for runtimes that take one (``"cuda:0"``), None = the best present.

@@ -214,9 +214,9 @@ class StaticStepModel:
         self.capture = device.type == "cuda" and mode in ("cuda-graph", "compile")
         self._local = threading.local()
         self._lock = threading.Lock()  # one capture at a time: capture is process-wide on the device
-        self._compiled: Callable[..., None] = _ort_static_step
+        self._compiled: Callable[..., None] = _relation_transformer_static_step
         if mode == "compile":
-            self._compiled = torch.compile(_ort_static_step, dynamic=False)
+            self._compiled = torch.compile(_relation_transformer_static_step, dynamic=False)
         self.captures = 0  # graphs captured (a test and the check script read it)
 
     # -- workspaces --------------------------------------------------------------------------------------------------
@@ -353,7 +353,7 @@ def _gather(ws: _Workspace) -> None:
         buf.copy_(buf.index_select(0, ws.parent))
 
 
-def _ort_static_step(
+def _relation_transformer_static_step(
     model: nn.Module,
     tokens: Tensor,
     t: Tensor,
@@ -361,10 +361,10 @@ def _ort_static_step(
     logprobs: Tensor,
     bufs: dict[str, Tensor],
 ) -> None:
-    """One ORT/ACORT decoder step on the static buffers: the eager ``ORTCaptioner._step_impl`` with the cache
-    written at the device-side position ``t`` (1,) instead of concatenated (see the module docstring); writes
-    ``logprobs`` and advances ``t``. Plain tensors in, nothing returned, so ``torch.compile`` and CUDA graph capture
-    see static addresses."""
+    """One decoder step of the Object Relation Transformer family (ORT/ACORT, ``edgecap.models.ort``; not ONNX
+    Runtime) on the static buffers: the eager ``ORTCaptioner._step_impl`` with the cache written at the device-side
+    position ``t`` (1,) instead of concatenated (see the module docstring); writes ``logprobs`` and advances ``t``.
+    Plain tensors in, nothing returned, so ``torch.compile`` and CUDA graph capture see static addresses."""
     emb = model.embed
     x = emb.embed(tokens[:, None]) * emb.scale + emb.positions.table.index_select(0, t).to(emb.embed.weight.dtype)
     level = bufs.get("level_embed")

@@ -40,6 +40,7 @@ from typing import Any
 __all__ = [
     "LARGE_STEP_BYTES",
     "MAX_THREADS_PER_CPU",
+    "RENAMED_POLICIES",
     "THREAD_POLICIES",
     "WIDE_FROM_ROWS",
     "ThreadPlan",
@@ -53,6 +54,8 @@ __all__ = [
 
 #: The named thread policies (besides an explicit count).
 THREAD_POLICIES = ("auto", "dedicated")
+#: Earlier spellings of a plan's recorded ``policy`` (reports written before "ort" came to name only a model family).
+RENAMED_POLICIES = {"ort-default": "onnxruntime-default"}
 
 #: Step graphs at least this large (bytes on disk: ≈ their weights) may use more than one intra-op thread under
 #: ``threads="dedicated"``. ExpansionNet v2 at the paper settings (≈ 50 MB FP32 decoder) is above it, acort-xsmall
@@ -111,7 +114,7 @@ class WidePlan:
         return dict(self.from_rows).get(role) if role is not None else None
 
     def session_config(self) -> dict[str, str]:
-        """The wide session's spinning entries (always explicit: ORT's default would spin)."""
+        """The wide session's spinning entries (always explicit: ONNX Runtime's default would spin)."""
         return _spin_config(self.spin)
 
     def as_dict(self) -> dict[str, Any]:
@@ -139,12 +142,12 @@ class ThreadPlan:
         inter_op: inter-op threads (0 = ONNX Runtime's default); matters only with parallel execution.
         spin: whether pool threads spin while waiting (None = ONNX Runtime's default, which spins).
         execution_mode: ``"sequential"`` (a decoder step is a chain of ops: nothing to run side by side).
-        policy: what was asked: ``"auto"``, ``"dedicated"``, ``"explicit"`` or ``"ort-default"``.
+        policy: what was asked: ``"auto"``, ``"dedicated"``, ``"explicit"`` or ``"onnxruntime-default"``.
         reason: why these values, for logs and benchmark reports.
         wide: the second session large calls run on (``"auto"`` with >= 2 cores per stream); None = none.
         decode_workers: concurrent chunks of images a greedy or beam batch decodes in (``"auto"``: the usable cores
             ÷ streams); 1 = one decode. Applied by the step model, not the sessions
-            (``create_ort_step_model(decode_workers=...)``).
+            (``create_onnxruntime_step_model(decode_workers=...)``).
     """
 
     intra_op: int
@@ -157,11 +160,13 @@ class ThreadPlan:
     decode_workers: int = 1
 
     def session_config(self) -> dict[str, str]:
-        """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ORT's default)."""
+        """The ``SessionOptions.add_session_config_entry`` pairs of the spinning choice (none = ONNX Runtime's
+        default)."""
         return _spin_config(self.spin)
 
     def runtime_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~edgecap.runtimes.onnxruntime_session.OrtRuntime` that apply this plan."""
+        """Keyword arguments of :class:`~edgecap.runtimes.onnxruntime_session.OnnxRuntimeSession` that apply this
+        plan."""
         return {
             "intra_op_threads": self.intra_op,
             "inter_op_threads": self.inter_op,
@@ -171,8 +176,8 @@ class ThreadPlan:
         }
 
     def step_model_options(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~edgecap.runtimes.onnxruntime_session.create_ort_step_model` that apply this
-        plan: the sessions' (:meth:`runtime_options`) and the step model's ``decode_workers``."""
+        """Keyword arguments of :func:`~edgecap.runtimes.onnxruntime_session.create_onnxruntime_step_model` that apply
+        this plan: the sessions' (:meth:`runtime_options`) and the step model's ``decode_workers``."""
         return {**self.runtime_options(), "decode_workers": self.decode_workers}
 
     def as_dict(self) -> dict[str, Any]:
@@ -191,15 +196,19 @@ class ThreadPlan:
     @classmethod
     def from_dict(cls, record: Mapping[str, Any]) -> ThreadPlan:
         """The plan back from :meth:`as_dict` (``runtime_info["threads"]``, benchmark rows; records written before
-        the wide session or split decodes existed have no ``wide`` or ``decode_workers``)."""
+        the wide session or split decodes existed have no ``wide`` or ``decode_workers``, and older ones may name a
+        policy by its earlier spelling, read as today's)."""
         fields = dict(record)
+        fields["policy"] = RENAMED_POLICIES.get(fields.get("policy"), fields.get("policy"))
         wide = fields.pop("wide", None)
         return cls(**fields, wide=None if wide is None else WidePlan.from_dict(wide))
 
     def describe(self) -> str:
         """A few words for summaries: ``"1 thread, no spinning"`` (plus the wide session's, when there is one)."""
-        count = "ORT's default threads" if self.intra_op == 0 else f"{self.intra_op} thread" + "s" * (self.intra_op > 1)
-        spinning = {None: "ORT's spinning", True: "spinning", False: "no spinning"}[self.spin]
+        count = (
+            f"{self.intra_op} thread" + "s" * (self.intra_op > 1) if self.intra_op else "ONNX Runtime's default threads"
+        )
+        spinning = {None: "ONNX Runtime's spinning", True: "spinning", False: "no spinning"}[self.spin]
         wide = "" if self.wide is None else f"; {self.wide.describe()}"
         split = "" if self.decode_workers < 2 else f"; batches in {self.decode_workers} concurrent chunks"
         return f"{count}, {spinning}{wide}{split}"
@@ -279,7 +288,7 @@ def plan_threads(
     """The threading of each session of a captioner (see the module docstring for the policy).
 
     Args:
-        threads: ``"auto"`` (None means the same), ``"dedicated"``, or an intra-op count (0 = ORT's default).
+        threads: ``"auto"`` (None means the same), ``"dedicated"``, or an intra-op count (0 = ONNX Runtime's default).
         spin: force spinning on or off; None = the policy's choice.
         streams: decodes running at once in this process (e.g. captioners called from several threads).
         cores: usable cores; None = :func:`usable_cores`.
@@ -292,7 +301,7 @@ def plan_threads(
     threads = "auto" if threads is None else threads
     if isinstance(threads, int):
         if threads == 0:
-            return ThreadPlan(0, 0, spin, "sequential", "ort-default", "requested: ONNX Runtime's own defaults")
+            return ThreadPlan(0, 0, spin, "sequential", "onnxruntime-default", "requested: ONNX Runtime's own defaults")
         return ThreadPlan(
             threads, 1, False if spin is None else spin, "sequential", "explicit", f"requested {threads} thread(s)"
         )

@@ -63,7 +63,7 @@ def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny
     from edgecap.data.sources import open_feature_source
     from edgecap.decoding import decode
     from edgecap.evaluation import cider_d
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
     from edgecap.training.batches import FeatureBank
 
     loaded = load_bundle(bundle)
@@ -78,7 +78,7 @@ def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny
     bank = FeatureBank(open_feature_source(feats), [r.image_id for r in val])
     torch_caps = caption_bank(trained.model, bank, trained.vocab, beam_size=3, max_words=12)
     cfg = decode_cfg_for(trained.vocab, beam_size=3, max_words=12)
-    with create_ort_step_model(loaded.graph_path("int8", "encoder"), loaded.graph_path("int8", "step")) as sm:
+    with create_onnxruntime_step_model(loaded.graph_path("int8", "encoder"), loaded.graph_path("int8", "step")) as sm:
         hyps = decode(sm, bank.batch(list(range(len(val)))).as_inputs(), cfg)
     int8_caps = [" ".join(trained.vocab.decode(h[0].tokens)) for h in hyps]
     refs = {i: [" ".join(c) for c in r.captions] for i, r in enumerate(val)}

@@ -47,11 +47,11 @@ def test_cli_export_records_mask_predict_and_the_length_plan(labert):
     assert len(length["refine_steps"]) == len(length["eos_decay"]) == 4
     quality = opened.quality("fp32")
     assert quality["decoding"] == "mask_predict" and quality["length_level"] == DEFAULT_LENGTH_LEVEL
-    assert quality["agreement"] == 1.0  # FP32 ORT mask-predict == torch mask-predict on the held-out set
+    assert quality["agreement"] == 1.0  # FP32 ONNX Runtime mask-predict == torch mask-predict on the held-out set
     assert f"bundle written to {bundle}" in output
 
 
-def test_ort_bundle_captions_equal_torch_mask_predict_at_every_level(labert, images):
+def test_onnxruntime_bundle_captions_equal_torch_mask_predict_at_every_level(labert, images):
     bundle, _, run, weights = labert
     reference = Captioner.from_run(run, backbone_weights=weights)
     with (

@@ -182,8 +182,8 @@ def test_a_manifest_symlink_staying_inside_the_bundle_is_accepted(copy: Path):
 
 
 def test_the_tensorrt_ep_cache_symlinked_outside_the_bundle_is_refused(tmp_path: Path):
-    """ONNX Runtime's TensorRT EP deserialises the engines it finds in the bundle's ``.ort-trt`` cache: a symlink
-    leading elsewhere would feed it engines from outside the bundle."""
+    """ONNX Runtime's TensorRT EP deserialises the engines it finds in the bundle's ``.onnxruntime-trt`` cache: a
+    symlink leading elsewhere would feed it engines from outside the bundle."""
     from edgecap.runtimes.onnxruntime_gpu import CACHE_DIRNAME, tensorrt_cache_dir
 
     bundle, home, elsewhere = tmp_path / "bundle", tmp_path / "home", tmp_path / "elsewhere"
@@ -191,5 +191,7 @@ def test_the_tensorrt_ep_cache_symlinked_outside_the_bundle_is_refused(tmp_path:
     elsewhere.mkdir()
     assert tensorrt_cache_dir(bundle, "fp16", "ab" * 32, home) == bundle / CACHE_DIRNAME / f"fp16-{'ab' * 8}"
     (bundle / CACHE_DIRNAME).symlink_to(elsewhere, target_is_directory=True)
-    with pytest.raises(BundleError, match=r"engine cache: '\.ort-trt/fp16-abababababababab' resolves to .*outside"):
+    with pytest.raises(
+        BundleError, match=r"engine cache: '\.onnxruntime-trt/fp16-abababababababab' resolves to .*outside"
+    ):
         tensorrt_cache_dir(bundle, "fp16", "ab" * 32, home)

@@ -55,7 +55,7 @@ def test_caption_on_a_bundle_refuses_a_missing_precision(exported, tiny_data):
     assert result.exit_code != 0 and "no 'int8' variant" in result.output
 
 
-def test_caption_on_a_run_explains_that_ort_needs_a_bundle(tiny_data, tmp_path_factory):
+def test_caption_on_a_run_explains_that_onnxruntime_needs_a_bundle(tiny_data, tmp_path_factory):
     run, _ = pixel_run(tiny_data, tmp_path_factory)
     image = next((tiny_data[0] / "images").iterdir())
     result = CliRunner().invoke(main, ["caption", str(image), "--model", str(run), "--runtime", "onnxruntime"])
@@ -134,7 +134,7 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     from edgecap.bundle.exporting.quality import PixelReference
     from edgecap.captioning import decode_cfg_for, decoder_for
     from edgecap.decoding import decode
-    from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.decoders import create_onnxruntime_decoder
     from tests.bundle.helpers import export_result_from
 
     home = tmp_path / "home"
@@ -170,8 +170,10 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     pixels = {"pixel_values": backbone.preprocess(images)}
     reference = decode(PixelReference(backbone, decoder_for(source.model, "cpu")), pixels, cfg)
     graphs = {role: load_bundle(bundle).graph_path("fp32", role) for role in ("encoder", "step")}
-    with create_ort_decoder(graphs, opened.state_names, updated_state_names=opened.updated_state_names) as ort:
-        candidate = decode(ort, pixels, cfg)
+    with create_onnxruntime_decoder(
+        graphs, opened.state_names, updated_state_names=opened.updated_state_names
+    ) as onnxruntime:
+        candidate = decode(onnxruntime, pixels, cfg)
     for ref, got in zip(reference, candidate, strict=True):
         assert [h.tokens for h in got] == [h.tokens for h in ref]
         np.testing.assert_allclose([h.score for h in got], [h.score for h in ref], atol=1e-4)

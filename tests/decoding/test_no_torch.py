@@ -77,7 +77,7 @@ def array_backend() -> str:
     return "numpy"
 
 
-def test_search_and_ort_adapters_import_and_decode_without_torch() -> None:
+def test_search_and_onnxruntime_adapters_import_and_decode_without_torch() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, *MODULES], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120

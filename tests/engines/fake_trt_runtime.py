@@ -26,11 +26,11 @@ _SESSIONS: dict[tuple[str, int], Any] = {}
 
 def _session(path: str) -> Any:
     """One ONNX Runtime CPU session per graph file (and modification time) for the whole test session."""
-    import onnxruntime as ort
+    import onnxruntime
 
     key = (path, os.stat(path).st_mtime_ns)
     if key not in _SESSIONS:
-        _SESSIONS[key] = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        _SESSIONS[key] = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
     return _SESSIONS[key]
 
 

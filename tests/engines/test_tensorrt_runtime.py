@@ -110,8 +110,8 @@ def simulated(tensorrt_here, monkeypatch):
 def test_captions_equal_onnx_runtime(bundle: Path, images, simulated, version: str, beam: int) -> None:
     trt = simulated.use(version)
     build.build_engines(bundle, precision="fp32", max_batch=4, beam=3)
-    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=beam) as ort_cap:
-        expected = ort_cap.batch(images)
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=beam) as onnxruntime_cap:
+        expected = onnxruntime_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt", beam=beam) as cap:
         info = cap.runtime_info
         assert info["precision"] == "fp32" and info["tensorrt"] == trt.__version__ and info["gpu"] == "Orin"
@@ -135,8 +135,8 @@ def test_more_images_than_the_engines_serve_are_refused(bundle: Path, images, si
 def test_labert_mask_predict_equals_onnx_runtime(tiny_data, tmp_path_factory, tmp_path, images, simulated) -> None:
     bundle = copy_bundle(labert_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "labert")
     build.build_engines(bundle, precision="fp32", max_batch=4)
-    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as ort_cap:
-        expected = ort_cap.batch(images)
+    with Captioner.load(bundle, runtime="onnxruntime", precision="fp32") as onnxruntime_cap:
+        expected = onnxruntime_cap.batch(images)
     with Captioner.load(bundle, runtime="tensorrt") as cap:
         assert cap.batch(images) == expected
 

@@ -1,6 +1,6 @@
 """Tiny registered test models and their exports, built once per test process (export costs seconds per graph).
 
-Shared by ``tests/export`` and ``tests/runtimes/test_ort_runtime.py``; everything is parametrised over
+Shared by ``tests/export`` and ``tests/runtimes/test_onnxruntime_session.py``; everything is parametrised over
 ``list_models("*-test*")``, so a new family's test config is exported and checked without new test code.
 """
 

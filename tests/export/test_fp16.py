@@ -1,6 +1,6 @@
 """Float16 graphs: fp16 weights and compute, fp32 inputs/outputs, fp32 islands from the spec's policy.
 
-Correctness only: on this CPU fp16 runs slower than fp32 (ORT inserts casts), so no timing is asserted.
+Correctness only: on this CPU fp16 runs slower than fp32 (ONNX Runtime inserts casts), so no timing is asserted.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgecap.export import Fp16Policy
 from edgecap.export.fp16 import convert_to_fp16, drop_cast_round_trips, fp32_ancestor_nodes, isolate_graph_outputs
 from edgecap.export.graph import check_model
-from edgecap.runtimes.onnxruntime_session import OrtRuntime
+from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 from tests.export.helpers import TEST_CONFIGS, exported, exported_with_backbone, graph_cases
 
 FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
@@ -101,7 +101,7 @@ def test_output_consumed_inside_the_graph_converts() -> None:
     assert isolated.graph.node[-1].op_type == "Identity" and isolated.graph.node[-1].output[0] == "h"
     converted = check_model(convert_to_fp16(model, Fp16Policy()), "toy")
     assert all(o.type.tensor_type.elem_type == FLOAT for o in converted.graph.output)
-    with OrtRuntime(converted) as rt:
+    with OnnxRuntimeSession(converted) as rt:
         out = rt.infer({"x": np.array([0.5, 3.0], np.float32)})
     np.testing.assert_allclose(out["h"], [1.5, 4.0], rtol=1e-3)
     np.testing.assert_allclose(out["y"], [3.0, 8.0], rtol=1e-3)
@@ -119,7 +119,7 @@ def test_cast_round_trips_are_bypassed() -> None:
     assert drop_cast_round_trips(model) == 1
     assert [n.op_type for n in model.graph.node] == ["Sin"] and model.graph.node[0].input[0] == "x"
     x = np.array([700.3, 1.0], np.float32)
-    with OrtRuntime(model) as rt:  # 700 rad: float16 rounding alone would move sin by ~0.2
+    with OnnxRuntimeSession(model) as rt:  # 700 rad: float16 rounding alone would move sin by ~0.2
         np.testing.assert_allclose(rt.infer({"x": x})["y"], np.sin(x.astype(np.float64)), atol=1e-6)
 
 

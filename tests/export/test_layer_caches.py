@@ -11,7 +11,7 @@ from edgecap.decoding import decode
 from edgecap.export.onnx import export_onnx
 from edgecap.export.specs.layer_caches import PerLayerCaches
 from edgecap.export.specs.ort import ort_export_spec
-from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 from edgecap.runtimes.torch import TorchStepModel
 from tests.export.helpers import decode_cfg, random_images, tiny_model
 
@@ -66,5 +66,5 @@ def test_per_layer_graphs_decode_what_torch_and_the_stacked_graphs_decode(name: 
     expected = tokens(TorchStepModel(model))
     for result in (per_layer, stacked):
         graphs = result.runtime_models("fp32")
-        with create_ort_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as ort_model:
-            assert tokens(ort_model) == expected
+        with create_onnxruntime_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as onnxruntime_model:
+            assert tokens(onnxruntime_model) == expected

@@ -23,7 +23,7 @@ from edgecap.export import (
 )
 from edgecap.export.graph import GraphError, compose_models, non_portable_nodes
 from edgecap.export.onnx import ExportError, export_onnx
-from edgecap.runtimes.onnxruntime_session import OrtRuntime
+from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, exported, exported_with_backbone, tiny_model
 
 PRECISIONS = ("fp32", "fp16")
@@ -105,20 +105,22 @@ def test_step_runs_with_empty_and_grown_cache() -> None:
     boxes = torch.tensor([[0.1, 0.1, 0.5, 0.6]]).repeat(2, 6, 1) + torch.rand(2, 6, 1, generator=g) * 0.3
     with torch.no_grad():
         state = model.encode(features, boxes, mask)
-    with OrtRuntime(result.model("init")) as init, OrtRuntime(result.model("step")) as step:
-        ort_state = init.infer({"features": features.numpy(), "boxes": boxes.numpy(), "feature_mask": mask.numpy()})
+    with OnnxRuntimeSession(result.model("init")) as init, OnnxRuntimeSession(result.model("step")) as step:
+        onnxruntime_state = init.infer(
+            {"features": features.numpy(), "boxes": boxes.numpy(), "feature_mask": mask.numpy()}
+        )
         positions = state["self_k"].shape[1]  # the model's stacked cache; the graph has one per decoder position
-        assert ort_state["self_k0"].shape[2] == 0
+        assert onnxruntime_state["self_k0"].shape[2] == 0
         for t in range(4):
             tokens = torch.tensor([3 + t, 5])
             with torch.no_grad():
                 logprobs, state = model.step(tokens, state)
-            out = step.infer({"tokens": tokens.numpy(), **{n: ort_state[n] for n in result.spec.state_names}})
-            ort_state = {**ort_state, **{n: out[f"{n}_out"] for n in result.spec.step_state_names}}
-            assert ort_state["self_k0"].shape[2] == t + 1
+            out = step.infer({"tokens": tokens.numpy(), **{n: onnxruntime_state[n] for n in result.spec.state_names}})
+            onnxruntime_state = {**onnxruntime_state, **{n: out[f"{n}_out"] for n in result.spec.step_state_names}}
+            assert onnxruntime_state["self_k0"].shape[2] == t + 1
             np.testing.assert_allclose(out["logprobs"], logprobs.numpy(), atol=1e-4)
             for i in range(positions):
-                np.testing.assert_allclose(ort_state[f"self_k{i}"], state["self_k"][:, i].numpy(), atol=1e-4)
+                np.testing.assert_allclose(onnxruntime_state[f"self_k{i}"], state["self_k"][:, i].numpy(), atol=1e-4)
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
@@ -166,10 +168,10 @@ def test_export_writes_files_and_report(tmp_path) -> None:
     with pytest.raises(FileExistsError, match="overwrite"):
         export_onnx(model, tmp_path, graphs=["start"])
     again = export_onnx(
-        model, tmp_path, graphs=["start"], precisions=("fp32",), simplify="ort", parity=False, overwrite=True
+        model, tmp_path, graphs=["start"], precisions=("fp32",), simplify="onnxruntime", parity=False, overwrite=True
     )
     assert again.get("start").parity is None and again.parity_passed is None
-    assert non_portable_nodes(again.model("start")) == []  # ORT's *basic* optimiser adds no contrib ops
+    assert non_portable_nodes(again.model("start")) == []  # ONNX Runtime's *basic* optimiser adds no contrib ops
 
 
 def test_export_rejects_bad_requests() -> None:
@@ -264,7 +266,7 @@ def test_compose_models_wires_by_name_and_rejects_unbound_inputs() -> None:
     )
     composite = compose_models([("a", first), ("b", second)], ["x"], ["y"], "toy")
     onnx.checker.check_model(composite, full_check=True)
-    with OrtRuntime(composite) as rt:
+    with OnnxRuntimeSession(composite) as rt:
         x = np.array([1.0, 2.0], np.float32)
         np.testing.assert_allclose(rt.infer({"x": x})["y"], (x + 1) * x + 1)
     with pytest.raises(GraphError, match="neither composite inputs nor earlier outputs"):

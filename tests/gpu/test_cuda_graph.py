@@ -83,7 +83,7 @@ def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
     assert _tokens(TorchStepModel(model, "cuda", step_mode="compile"), inputs, cfg) == eager
 
 
-def test_ort_outputs_without_dlpack_stay_on_the_device() -> None:
+def test_onnxruntime_outputs_without_dlpack_stay_on_the_device() -> None:
     """The CUDA Array Interface fallback of ``_to_torch`` (onnxruntime builds whose OrtValue lacks DLPack): a device
     buffer is wrapped, not copied through the host."""
     from edgecap.runtimes.onnxruntime_session import _to_torch

@@ -37,7 +37,7 @@ def cpu_captions(bundle, images) -> list[str]:
         return cap.batch(images)
 
 
-def _ort_cuda() -> bool:
+def _onnxruntime_cuda() -> bool:
     try:
         import onnxruntime
     except ImportError:
@@ -73,8 +73,8 @@ def test_torch_runtime_on_cuda_is_thread_safe(bundle, images):
     assert got == expected
 
 
-@pytest.mark.skipif(not _ort_cuda(), reason="needs onnxruntime-gpu with the CUDA execution provider")
-def test_ort_cuda_io_binding_gives_the_cpu_captions_from_several_threads(bundle, images, cpu_captions):
+@pytest.mark.skipif(not _onnxruntime_cuda(), reason="needs onnxruntime-gpu with the CUDA execution provider")
+def test_onnxruntime_cuda_io_binding_gives_the_cpu_captions_from_several_threads(bundle, images, cpu_captions):
     with Captioner.load(bundle, runtime="onnxruntime", providers=["cuda"], precision="fp32") as cap:
         assert cap.runtime_info["providers"][0] == "CUDAExecutionProvider"
         assert cap.batch(images) == cpu_captions

@@ -1,11 +1,11 @@
 """The real onnxruntime-gpu wheel on a machine where its GPU providers cannot start (``.ci/onnxruntime-gpu``).
 
-Every test here is marked ``ort_gpu_fallback`` and skipped unless the installed onnxruntime lists the CUDA provider
-and that provider's library cannot be loaded here (no NVIDIA driver, no CUDA libraries): the default suite, on the
-CPU onnxruntime or on a machine whose GPU works, skips them. ``EDGECAP_REQUIRE_ORT_GPU_FALLBACK=1`` (set by the CI
-job) turns the skip into a failure, so the job cannot pass without running them.
+Every test here is marked ``onnxruntime_gpu_fallback`` and skipped unless the installed onnxruntime lists the CUDA
+provider and that provider's library cannot be loaded here (no NVIDIA driver, no CUDA libraries): the default suite,
+on the CPU onnxruntime or on a machine whose GPU works, skips them. ``EDGECAP_REQUIRE_ONNXRUNTIME_GPU_FALLBACK=1`` (set
+by the CI job) turns the skip into a failure, so the job cannot pass without running them.
 
-The case (bundle, images, the CPU provider's captions) comes from ``EDGECAP_ORT_GPU_CASE`` (a directory
+The case (bundle, images, the CPU provider's captions) comes from ``EDGECAP_ONNXRUNTIME_GPU_CASE`` (a directory
 :mod:`tests.gpu_fallback.make_case` wrote, with the development environment's CPU onnxruntime), else it is built here.
 """
 
@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-MARK = "ort_gpu_fallback"
+MARK = "onnxruntime_gpu_fallback"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not mine:
         return
     reason = why_not_here()
-    if reason is not None and os.environ.get("EDGECAP_REQUIRE_ORT_GPU_FALLBACK") == "1":
+    if reason is not None and os.environ.get("EDGECAP_REQUIRE_ONNXRUNTIME_GPU_FALLBACK") == "1":
         raise pytest.UsageError(f"the onnxruntime-gpu fallback tests must run here, but {reason}")
     for item in mine:
         item.add_marker(MARK)
@@ -58,10 +58,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """``{"bundle", "images", "expected"}``: a bundle with FP32 and FP16 graphs, images, their CPU captions."""
-    given = os.environ.get("EDGECAP_ORT_GPU_CASE")
+    given = os.environ.get("EDGECAP_ONNXRUNTIME_GPU_CASE")
     if given:
         return json.loads((Path(given) / "case.json").read_text())
-    pytest.importorskip("torch", reason="building the case exports a bundle (torch); or set EDGECAP_ORT_GPU_CASE")
+    pytest.importorskip(
+        "torch", reason="building the case exports a bundle (torch); or set EDGECAP_ONNXRUNTIME_GPU_CASE"
+    )
     from tests.gpu_fallback.make_case import make_case
 
     return make_case(tmp_path_factory.mktemp("case"))

@@ -4,8 +4,8 @@ ONNX Runtime does not fail when a GPU provider cannot load (no driver, no Tensor
 The runtime must then follow the providers its session got (device, io-binding, array type, wide session), a
 bundle's load must be planned again for the CPU (precision, threads, reasons), the cause must be reported, and
 ``edgecap caption`` must say it in one line while ``--json`` keeps a clean stdout. The CPU onnxruntime installed here
-cannot show any of that, so :mod:`tests.runtimes.fake_ort_gpu` plays onnxruntime-gpu on this machine (checked against
-the real module's surface); ``tests/gpu_fallback`` runs the same on the real wheel.
+cannot show any of that, so :mod:`tests.runtimes.fake_onnxruntime_gpu` plays onnxruntime-gpu on this machine (checked
+against the real module's surface); ``tests/gpu_fallback`` runs the same on the real wheel.
 """
 
 from __future__ import annotations
@@ -23,18 +23,18 @@ from click.testing import CliRunner
 
 from edgecap import Captioner
 from edgecap.decoding import decode
-from edgecap.runtimes.onnxruntime_session import OrtRuntime, create_ort_step_model
+from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession, create_onnxruntime_step_model
 from edgecap.runtimes.threads import WidePlan
 from tests.bundle.helpers import copy_bundle, pixel_bundle, region_bundle
 from tests.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images
-from tests.runtimes.fake_ort_gpu import (
+from tests.runtimes.fake_onnxruntime_gpu import (
     CPU,
     CUDA,
     CUDA_ERROR,
     REAL_OUTPUT,
     TRT,
     TRT_ERROR,
-    FailingGpuOrt,
+    FailingGpuOnnxRuntime,
     surface_mismatches,
 )
 from tests.runtimes.test_onnxruntime_session import _step_feed
@@ -44,11 +44,11 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.fixture
-def gpu_ort(monkeypatch: pytest.MonkeyPatch) -> FailingGpuOrt:
+def gpu_onnxruntime(monkeypatch: pytest.MonkeyPatch) -> FailingGpuOnnxRuntime:
     """onnxruntime-gpu with failing GPU providers, as ``import onnxruntime`` finds it for the test."""
     import onnxruntime
 
-    fake = FailingGpuOrt(sys.modules.get("onnxruntime", onnxruntime))
+    fake = FailingGpuOnnxRuntime(sys.modules.get("onnxruntime", onnxruntime))
     monkeypatch.setitem(sys.modules, "onnxruntime", fake)
     fallback = sys.modules.get("edgecap.runtimes.onnxruntime_fallback")
     if fallback is not None:
@@ -79,16 +79,16 @@ def _shapes(option: str) -> dict[str, str]:
 def test_the_fake_has_the_real_modules_surface() -> None:
     import onnxruntime
 
-    assert surface_mismatches(FailingGpuOrt(onnxruntime), onnxruntime) == []
+    assert surface_mismatches(FailingGpuOnnxRuntime(onnxruntime), onnxruntime) == []
 
 
 # -- one session -----------------------------------------------------------------------------------------------------
-def test_a_runtime_follows_the_providers_its_session_got(gpu_ort: FailingGpuOrt, capfd) -> None:
+def test_a_runtime_follows_the_providers_its_session_got(gpu_onnxruntime: FailingGpuOnnxRuntime, capfd) -> None:
     """Asked for TensorRT/CUDA (io-binding on the device by default), running on the CPU: numpy on the CPU, the wide
     session back, and the outputs of a plain CPU session; the old runtime moved its inputs to a CUDA device."""
     model = exported(TEST_CONFIGS[0]).model("step")
     wide = WidePlan(2, False, (("step", 2),))
-    runtime = OrtRuntime(model, wide=wide, role="step")
+    runtime = OnnxRuntimeSession(model, wide=wide, role="step")
     assert runtime.providers == [TRT, CUDA, CPU]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -102,7 +102,7 @@ def test_a_runtime_follows_the_providers_its_session_got(gpu_ort: FailingGpuOrt,
         assert isinstance(got["logprobs"], np.ndarray)
     finally:
         runtime.close()
-    with OrtRuntime(model, providers=["cpu"]) as plain:
+    with OnnxRuntimeSession(model, providers=["cpu"]) as plain:
         np.testing.assert_array_equal(got["logprobs"], plain.infer(feed)["logprobs"])
     assert "libnvinfer.so.10" in runtime.provider_fallback.cause and "libcuda.so.1" in runtime.provider_fallback.cause
     assert len(_fallback_warnings(caught)) == 1
@@ -110,40 +110,44 @@ def test_a_runtime_follows_the_providers_its_session_got(gpu_ort: FailingGpuOrt,
     assert "EP Error" not in out and "EP Error" not in err  # ONNX Runtime's notice went to the debug log
 
 
-def test_decoding_on_a_pair_whose_gpu_providers_did_not_start(gpu_ort: FailingGpuOrt) -> None:
+def test_decoding_on_a_pair_whose_gpu_providers_did_not_start(gpu_onnxruntime: FailingGpuOnnxRuntime) -> None:
     """Both sessions of a step model fall back: the state follows them into numpy and the tokens are the CPU's."""
     result = exported(TEST_CONFIGS[0])
     cfg, inputs = decode_cfg(TEST_CONFIGS[0]), random_images(3)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with create_ort_step_model(**result.runtime_models("fp32")) as step_model:
+        with create_onnxruntime_step_model(**result.runtime_models("fp32")) as step_model:
             got = decode(step_model, inputs, cfg)
             assert step_model.step_runtime.array_type == "numpy"
-    with create_ort_step_model(**result.runtime_models("fp32"), providers=["cpu"]) as step_model:
+    with create_onnxruntime_step_model(**result.runtime_models("fp32"), providers=["cpu"]) as step_model:
         want = decode(step_model, inputs, cfg)
     assert [[h.tokens for h in hyps] for hyps in got] == [[h.tokens for h in hyps] for hyps in want]
 
 
-def test_a_refine_pair_whose_gpu_providers_did_not_start_decodes_in_numpy(gpu_ort: FailingGpuOrt) -> None:
+def test_a_refine_pair_whose_gpu_providers_did_not_start_decodes_in_numpy(
+    gpu_onnxruntime: FailingGpuOnnxRuntime,
+) -> None:
     """LaBERT's encoder + refine pair made directly (not through ``Captioner.load``, which reopens on the CPU): the
     pair picks its array conversions once its sessions exist, so the fallen-back sessions get numpy, not torch."""
-    from edgecap.runtimes.refine import create_ort_refine_model
+    from edgecap.runtimes.refine import create_onnxruntime_refine_model
     from tests.runtimes.test_refine import _cfg, exported_fp32
 
     images, cfg = random_images(3, regions=7, seed=11), _cfg(2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with create_ort_refine_model(**exported_fp32().runtime_models("fp32")) as refine_model:
+        with create_onnxruntime_refine_model(**exported_fp32().runtime_models("fp32")) as refine_model:
             state = refine_model.encode(images)
             assert all(type(value) is np.ndarray for value in state.values()), {k: type(v) for k, v in state.items()}
             got = decode(refine_model, images, cfg)
-    with create_ort_refine_model(**exported_fp32().runtime_models("fp32"), providers=["cpu"]) as refine_model:
+    with create_onnxruntime_refine_model(**exported_fp32().runtime_models("fp32"), providers=["cpu"]) as refine_model:
         want = decode(refine_model, images, cfg)
     assert [h[0].tokens for h in got] == [h[0].tokens for h in want]
 
 
 # -- a bundle's load -------------------------------------------------------------------------------------------------
-def test_a_load_is_planned_again_for_the_provider_that_runs(gpu_ort, tiny_data, tmp_path_factory, tmp_path) -> None:
+def test_a_load_is_planned_again_for_the_provider_that_runs(
+    gpu_onnxruntime, tiny_data, tmp_path_factory, tmp_path
+) -> None:
     """An FP16 + INT8 bundle on a GPU build whose providers fail: not FP16 'for TensorRT' on the CPU, but what the CPU
     takes, with the CPU's thread plan and reasons about the CPU; the first sessions are let go."""
     from edgecap.bundle import load_bundle
@@ -166,14 +170,16 @@ def test_a_load_is_planned_again_for_the_provider_that_runs(gpu_ort, tiny_data, 
         assert fallback["requested"] == [TRT, CUDA, CPU] and fallback["in_use"] == [CPU]
         assert "libnvinfer.so.10" in fallback["cause"] and "no NVIDIA driver" in fallback["cause"]
         assert CPU in info["summary"] and "TensorRT" not in info["summary"]
-        reopened = [[e if isinstance(e, str) else e[0] for e in call] for call in gpu_ort.calls[-2:]]
+        reopened = [[e if isinstance(e, str) else e[0] for e in call] for call in gpu_onnxruntime.calls[-2:]]
         assert reopened == [[CPU], [CPU]]  # the sessions that run were asked for the CPU alone
     assert len(_fallback_warnings(caught)) == 1
     gc.collect()
-    assert [ref() for ref in gpu_ort.sessions] == [None] * len(gpu_ort.sessions)  # the first sessions are gone
+    assert [ref() for ref in gpu_onnxruntime.sessions] == [None] * len(
+        gpu_onnxruntime.sessions
+    )  # the first sessions are gone
 
 
-def test_captions_after_the_fallback_are_the_cpus(gpu_ort, pixels, images) -> None:
+def test_captions_after_the_fallback_are_the_cpus(gpu_onnxruntime, pixels, images) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         with Captioner.load(pixels, runtime="onnxruntime", beam=3) as cap:
@@ -183,7 +189,7 @@ def test_captions_after_the_fallback_are_the_cpus(gpu_ort, pixels, images) -> No
         assert got == cap.batch(images) and all(got)
 
 
-def test_caption_says_once_why_it_runs_on_the_cpu(gpu_ort, pixels, images) -> None:
+def test_caption_says_once_why_it_runs_on_the_cpu(gpu_onnxruntime, pixels, images) -> None:
     from edgecap.cli import main
 
     result = CliRunner().invoke(main, ["caption", "--model", str(pixels), "--json", *map(str, images[:2])])
@@ -201,7 +207,9 @@ def test_the_load_request_tunes_and_bounds_the_tensorrt_provider(monkeypatch, pi
     max rows, and the workspace is bounded (1 GiB unless told)."""
     import onnxruntime
 
-    fake = FailingGpuOrt(onnxruntime, pretend_started=(TRT, CUDA))  # the load goes as far as the sessions' options
+    fake = FailingGpuOnnxRuntime(
+        onnxruntime, pretend_started=(TRT, CUDA)
+    )  # the load goes as far as the sessions' options
     monkeypatch.setitem(sys.modules, "onnxruntime", fake)
     bundle = pixels
     with Captioner.load(bundle, runtime="onnxruntime", precision="fp32", beam=2, trt_opt_batch=4) as cap:
@@ -270,7 +278,7 @@ def test_when_onnxruntime_says_nothing_the_library_is_loaded_to_ask_the_loader(t
     assert provider_library_error(module, CPU) is None
 
 
-class _StubOrt:
+class _StubOnnxRuntime:
     """Just what :func:`open_session` calls: sessions on the providers asked for, after writing to both streams."""
 
     def __init__(self, fail: bool = False) -> None:
@@ -296,17 +304,17 @@ def test_output_goes_back_where_it_was_going_when_nothing_fell_back(monkeypatch,
     import edgecap.runtimes.onnxruntime_fallback as fallback
 
     monkeypatch.setattr(fallback, "_preloaded", False)
-    ort = _StubOrt()
-    session, dropped = fallback.open_session(ort, b"", None, [(CUDA, {}), (CPU, {})])
+    onnxruntime = _StubOnnxRuntime()
+    session, dropped = fallback.open_session(onnxruntime, b"", None, [(CUDA, {}), (CPU, {})])
     assert session.get_providers() == [CUDA, CPU] and dropped is None
     out, err = capfd.readouterr()
     assert out == "a notice\n" and "a TensorRT warning" in err
-    assert ort.preloads == 1 and "libcublasLt" not in out  # preloading's own prints go to the debug log
-    fallback.open_session(ort, b"", None, [(CUDA, {}), (CPU, {})])
-    assert ort.preloads == 1  # once per process
+    assert onnxruntime.preloads == 1 and "libcublasLt" not in out  # preloading's own prints go to the debug log
+    fallback.open_session(onnxruntime, b"", None, [(CUDA, {}), (CPU, {})])
+    assert onnxruntime.preloads == 1  # once per process
     capfd.readouterr()
     with pytest.raises(RuntimeError, match="INVALID_GRAPH"):
-        fallback.open_session(_StubOrt(fail=True), b"", None, [(CUDA, {}), (CPU, {})])
+        fallback.open_session(_StubOnnxRuntime(fail=True), b"", None, [(CUDA, {}), (CPU, {})])
     out, err = capfd.readouterr()
     assert out == "a notice\n" and "a TensorRT warning" in err  # what ONNX Runtime said about the failure stays
 
@@ -315,10 +323,10 @@ def test_cpu_sessions_are_neither_captured_nor_preloaded(monkeypatch, capfd) -> 
     import edgecap.runtimes.onnxruntime_fallback as fallback
 
     monkeypatch.setattr(fallback, "_preloaded", False)
-    ort = _StubOrt()
+    onnxruntime = _StubOnnxRuntime()
     monkeypatch.setattr(fallback, "capture_output", None)  # any capture would fail loudly
-    fallback.open_session(ort, b"", None, [(CPU, {})])
-    assert ort.preloads == 0 and capfd.readouterr().out == "a notice\n"
-    monkeypatch.setenv("EDGECAP_ORT_PRELOAD_DLLS", "0")
-    fallback.preload_gpu_libraries(ort)
-    assert ort.preloads == 0
+    fallback.open_session(onnxruntime, b"", None, [(CPU, {})])
+    assert onnxruntime.preloads == 0 and capfd.readouterr().out == "a notice\n"
+    monkeypatch.setenv("EDGECAP_ONNXRUNTIME_PRELOAD_DLLS", "0")
+    fallback.preload_gpu_libraries(onnxruntime)
+    assert onnxruntime.preloads == 0

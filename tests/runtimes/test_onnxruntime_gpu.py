@@ -10,7 +10,7 @@ from edgecap.runtimes.onnxruntime_gpu import (
     CACHE_DIRNAME,
     DEFAULT_TRT_OPT_BATCH,
     DEFAULT_TRT_WORKSPACE_MB,
-    ort_version_tuple,
+    onnxruntime_version_tuple,
     tensorrt_cache_dir,
     tensorrt_ep_options,
     trt_opt_sizes,
@@ -29,11 +29,11 @@ STEP_INPUTS = {"tokens": ["batch"], "self_k": ["batch", 2, 8, "past", 32], "memo
 
 
 def test_versions_parse_to_major_minor() -> None:
-    assert ort_version_tuple("1.18.1") == (1, 18)
-    assert ort_version_tuple("1.20.0.dev20240101") == (1, 20)
-    assert ort_version_tuple("1.9rc1") == (1, 9)
+    assert onnxruntime_version_tuple("1.18.1") == (1, 18)
+    assert onnxruntime_version_tuple("1.20.0.dev20240101") == (1, 20)
+    assert onnxruntime_version_tuple("1.9rc1") == (1, 9)
     with pytest.raises(ValueError, match="not an onnxruntime version"):
-        ort_version_tuple("latest")
+        onnxruntime_version_tuple("latest")
 
 
 def test_profiles_cover_rows_and_cache_length_from_the_bundle_dims() -> None:
@@ -129,12 +129,12 @@ def test_cache_lives_in_the_bundle_unless_it_is_read_only(tmp_path: Path, monkey
     assert tensorrt_cache_dir(bundle, "int8", "cd" * 32, home) == home / "trt-engines" / f"my-bundle-int8-{'cd' * 8}"
 
 
-def test_ort_runtime_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> None:
+def test_onnxruntime_session_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> None:
     onnx = pytest.importorskip("onnx")
-    ort = pytest.importorskip("onnxruntime")
+    onnxruntime = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
 
-    from edgecap.runtimes.onnxruntime_session import OrtRuntime
+    from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 
     x = helper.make_tensor_value_info("self_k", TensorProto.FLOAT, ["batch", 2, "past"])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2, "past"])
@@ -143,15 +143,17 @@ def test_ort_runtime_reads_its_own_inputs_for_the_profiles(tmp_path: Path) -> No
     model.ir_version = 8
     path = tmp_path / "g.onnx"
     onnx.save(model, path)
-    runtime = OrtRuntime(path, providers=["cpu"], trt_profile_dims=DIMS)
-    shapes = runtime._trt_profiles(ort, {})
+    runtime = OnnxRuntimeSession(path, providers=["cpu"], trt_profile_dims=DIMS)
+    shapes = runtime._trt_profiles(onnxruntime, {})
     assert shapes["trt_profile_max_shapes"] == "self_k:96x2x60"
     assert shapes["trt_profile_opt_shapes"] == "self_k:8x2x30"  # a typical call, not the 96-row maximum
     runtime.trt_opt_batch, runtime.trt_beam = 4, 3
-    assert runtime._trt_profiles(ort, {})["trt_profile_opt_shapes"] == "self_k:4x2x30"  # no role: once per image
-    step = OrtRuntime(path, providers=["cpu"], trt_profile_dims=DIMS, role="step", trt_opt_batch=4, trt_beam=3)
-    assert step._trt_profiles(ort, {})["trt_profile_opt_shapes"] == "self_k:12x2x30"  # a hypothesis per row
-    assert runtime._trt_profiles(ort, {"trt_profile_min_shapes": "self_k:1x2x0"}) == {}  # explicit ones win
+    assert (
+        runtime._trt_profiles(onnxruntime, {})["trt_profile_opt_shapes"] == "self_k:4x2x30"
+    )  # no role: once per image
+    step = OnnxRuntimeSession(path, providers=["cpu"], trt_profile_dims=DIMS, role="step", trt_opt_batch=4, trt_beam=3)
+    assert step._trt_profiles(onnxruntime, {})["trt_profile_opt_shapes"] == "self_k:12x2x30"  # a hypothesis per row
+    assert runtime._trt_profiles(onnxruntime, {"trt_profile_min_shapes": "self_k:1x2x0"}) == {}  # explicit ones win
     with runtime:  # a CPU session is unaffected by the TensorRT-only option
         assert runtime.providers_in_use() == ["CPUExecutionProvider"]
 

@@ -1,4 +1,4 @@
-"""OrtRuntime and the ORT StepModel: providers, threads, I/O paths, lazy import, and decode-level parity with torch.
+"""OnnxRuntimeSession and its StepModel: providers, threads, I/O paths, lazy import, and decode-level parity with torch.
 
 The decode test is the end-to-end contract: the *same* ``edgecap.decoding.decode`` on torch (``TorchStepModel``) and
 on ONNX Runtime fp32 gives identical beam-3 token sequences and scores within 1e-4.
@@ -18,7 +18,12 @@ import torch
 
 from edgecap.decoding import decode
 from edgecap.runtimes import RuntimeInputError, RuntimeStateError, TorchStepModel, get_runtime_class, load_runtime
-from edgecap.runtimes.onnxruntime_session import OrtProviderError, OrtRuntime, create_ort_step_model, resolve_providers
+from edgecap.runtimes.onnxruntime_session import (
+    OnnxRuntimeProviderError,
+    OnnxRuntimeSession,
+    create_onnxruntime_step_model,
+    resolve_providers,
+)
 from edgecap.runtimes.threads import SPIN_KEYS, WIDE_FROM_ROWS, WidePlan, plan_threads
 from tests.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
 
@@ -38,12 +43,12 @@ def test_resolve_providers() -> None:
     assert resolve_providers(None, ["AzureExecutionProvider", CPU, CUDA, TRT]) == [TRT, CUDA, CPU]
     assert resolve_providers(["cuda"], [CPU, CUDA, TRT]) == [CUDA, CPU]  # explicit choice, CPU as the fallback
     assert resolve_providers("CPU", [CPU]) == [CPU]
-    with pytest.raises(OrtProviderError, match="not available"):
+    with pytest.raises(OnnxRuntimeProviderError, match="not available"):
         resolve_providers(["tensorrt"], [CPU])
 
 
 def test_registered_and_lazily_imported() -> None:
-    assert get_runtime_class("onnxruntime") is OrtRuntime
+    assert get_runtime_class("onnxruntime") is OnnxRuntimeSession
     code = (
         "import sys, edgecap, edgecap.runtimes, edgecap.export, edgecap.export.spec; "
         "edgecap.runtimes.list_runtimes(); "
@@ -79,17 +84,17 @@ def test_session_settings_and_lifecycle() -> None:
 
 def test_bad_inputs_get_named_errors(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="missing.onnx"):
-        OrtRuntime(tmp_path / "missing.onnx")
+        OnnxRuntimeSession(tmp_path / "missing.onnx")
     with pytest.raises(ValueError, match="intra_op_threads"):
-        OrtRuntime(b"", intra_op_threads=-1)
-    with pytest.raises(OrtProviderError, match="provider_options"):
-        OrtRuntime(b"", provider_options={"cuda": {}})
+        OnnxRuntimeSession(b"", intra_op_threads=-1)
+    with pytest.raises(OnnxRuntimeProviderError, match="provider_options"):
+        OnnxRuntimeSession(b"", provider_options={"cuda": {}})
     bad = tmp_path / "bad.onnx"
     bad.write_bytes(b"not a model")
-    with pytest.raises(RuntimeInputError, match="could not load"), OrtRuntime(bad):
+    with pytest.raises(RuntimeInputError, match="could not load"), OnnxRuntimeSession(bad):
         pass
     feed = _step_feed(TEST_CONFIGS[0])
-    with OrtRuntime(exported(TEST_CONFIGS[0]).model("step")) as runtime:
+    with OnnxRuntimeSession(exported(TEST_CONFIGS[0]).model("step")) as runtime:
         with pytest.raises(RuntimeInputError, match="'tokens' has dtype int32"):
             runtime.infer({**feed, "tokens": feed["tokens"].astype(np.int32)})
         with pytest.raises(RuntimeInputError, match="missing \\['tokens'\\]"):
@@ -103,7 +108,7 @@ def test_the_plain_path_runs_through_the_public_session_run(monkeypatch: pytest.
     inputs are converted first."""
     model = exported(TEST_CONFIGS[0]).model("step")
     feed = _step_feed(TEST_CONFIGS[0])
-    with OrtRuntime(model) as runtime:
+    with OnnxRuntimeSession(model) as runtime:
         calls: list[list[str]] = []
         real = runtime.session.run
 
@@ -126,7 +131,7 @@ def test_fast_feed_check_defers_every_mismatch_to_the_full_check() -> None:
     """The fast path only ever accepts; anything off (a fixed size, dtype, rank, name, a torch tensor) gets the full
     check's named error or passes it."""
     feed = _step_feed(TEST_CONFIGS[0])
-    with OrtRuntime(exported(TEST_CONFIGS[0]).model("step")) as runtime:
+    with OnnxRuntimeSession(exported(TEST_CONFIGS[0]).model("step")) as runtime:
         runtime.check_feed(feed)
         heads = feed["self_k0"].shape[1]
         with pytest.raises(RuntimeInputError, match=f"'self_k0' has size {heads - 1} on axis 1, expected {heads}"):
@@ -141,7 +146,7 @@ def test_fast_feed_check_defers_every_mismatch_to_the_full_check() -> None:
 def test_step_model_checks_the_feed_of_every_step() -> None:
     """A bad token or state feed fails with a named error at any step, not only the first."""
     result = exported(TEST_CONFIGS[0])
-    with create_ort_step_model(**result.runtime_models("fp32")) as step_model:
+    with create_onnxruntime_step_model(**result.runtime_models("fp32")) as step_model:
         state = step_model.encode(random_images(1))
         state = step_model.select(state, np.zeros(3, dtype=np.int64))
         tokens = np.full(3, 5, dtype=np.int64)
@@ -158,7 +163,7 @@ def test_step_model_checks_the_feed_of_every_step() -> None:
 
 def _plain_step_logprobs(result, state, tokens):  # type: ignore[no-untyped-def]
     """The step graph run through the public InferenceSession.run wrapper."""
-    with OrtRuntime(result.runtime_models("fp32")["step"]) as runtime:
+    with OnnxRuntimeSession(result.runtime_models("fp32")["step"]) as runtime:
         return runtime.infer({"tokens": tokens, **state})["logprobs"]
 
 
@@ -166,7 +171,7 @@ def test_io_binding_path_matches_plain_run() -> None:
     """The binding path (torch tensors by pointer, outputs back through DLPack) — what CUDA uses — run on CPU."""
     model = exported(TEST_CONFIGS[0]).model("step")
     feed = _step_feed(TEST_CONFIGS[0])
-    with OrtRuntime(model) as plain, OrtRuntime(model, io_binding=True) as bound:
+    with OnnxRuntimeSession(model) as plain, OnnxRuntimeSession(model, io_binding=True) as bound:
         assert bound.array_type == "torch"
         expected = plain.infer(feed)
         got = bound.infer({k: torch.from_numpy(v) for k, v in feed.items()})
@@ -180,12 +185,12 @@ def test_io_binding_path_matches_plain_run() -> None:
 # -- decoding on ONNX Runtime ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("config", AR_TEST_CONFIGS)
 def test_beam_search_identical_to_torch(config: str) -> None:
-    """Same decode() on torch and ORT fp32: identical beam-3 tokens, scores within 1e-4 (6 images, batched)."""
+    """Same decode() on torch and ONNX Runtime fp32: identical beam-3 tokens, scores within 1e-4 (6 images, batched)."""
     model, result = tiny_model(config), exported(config)
     cfg = decode_cfg(config, min_len=3, n_best=3)
     images = random_images(6)
     expected = decode(TorchStepModel(model), images, cfg)
-    with create_ort_step_model(**result.runtime_models("fp32"), intra_op_threads=1) as step_model:
+    with create_onnxruntime_step_model(**result.runtime_models("fp32"), intra_op_threads=1) as step_model:
         assert step_model.state_names == result.spec.state_names  # read from the graph's metadata
         got = decode(step_model, images, cfg)
         single = decode(step_model, {k: v[:1] for k, v in images.items()}, cfg)  # batch 1 (B = beams = 3)
@@ -205,10 +210,10 @@ def test_beam_search_with_io_binding_and_fp16() -> None:
     cfg = decode_cfg(config, min_len=2)
     images = random_images(3, seed=11)
     expected = decode(TorchStepModel(model), images, cfg)
-    with create_ort_step_model(**result.runtime_models("fp32"), io_binding=True) as step_model:
+    with create_onnxruntime_step_model(**result.runtime_models("fp32"), io_binding=True) as step_model:
         bound = decode(step_model, images, cfg)
     assert [h[0].tokens for h in bound] == [h[0].tokens for h in expected]
-    with create_ort_step_model(**result.runtime_models("fp16")) as step_model:
+    with create_onnxruntime_step_model(**result.runtime_models("fp16")) as step_model:
         half = decode(step_model, images, cfg)
     assert all(h[0].tokens for h in half)
     for want, have in zip(expected, half, strict=True):  # fp16 is close, not identical: compare scores loosely
@@ -220,7 +225,7 @@ def test_step_model_rejects_missing_decode_inputs() -> None:
     images = random_images(2)
     del images["feature_mask"]
     with (
-        create_ort_step_model(**result.runtime_models("fp32")) as step_model,
+        create_onnxruntime_step_model(**result.runtime_models("fp32")) as step_model,
         pytest.raises(RuntimeInputError, match="feature_mask"),
     ):
         decode(step_model, images, decode_cfg(TEST_CONFIGS[0]))
@@ -298,8 +303,8 @@ def _wide(step_rows: int = 6, encoder_rows: int = 2) -> WidePlan:
 def test_the_wide_session_gives_the_narrow_sessions_outputs() -> None:
     """Same graph on 1 and 2 threads: every output within 1e-6, and the rows threshold decides which runs."""
     model = exported(TEST_CONFIGS[0]).model("step")
-    narrow = OrtRuntime(model, providers=["cpu"], intra_op_threads=1)
-    both = OrtRuntime(model, providers=["cpu"], intra_op_threads=1, wide=_wide(step_rows=6))
+    narrow = OnnxRuntimeSession(model, providers=["cpu"], intra_op_threads=1)
+    both = OnnxRuntimeSession(model, providers=["cpu"], intra_op_threads=1, wide=_wide(step_rows=6))
     with narrow, both:
         assert both.wide_session is None  # nothing needed it yet
         for rows in (1, 3, 5):
@@ -327,10 +332,10 @@ def test_decoding_on_the_wide_sessions_gives_the_same_tokens(io_binding: bool) -
     models = exported(config).runtime_models("fp32")
     cfg = decode_cfg(config, min_len=3, n_best=3)
     images = random_images(4, seed=5)
-    with create_ort_step_model(**models, intra_op_threads=1) as narrow:
+    with create_onnxruntime_step_model(**models, intra_op_threads=1) as narrow:
         expected = decode(narrow, images, cfg)
     options = {"intra_op_threads": 1, "wide": _wide(step_rows=12, encoder_rows=2), "io_binding": io_binding}
-    with create_ort_step_model(**models, **options) as step_model:
+    with create_onnxruntime_step_model(**models, **options) as step_model:
         single = decode(step_model, {k: v[:1] for k, v in images.items()}, cfg)  # 1 image, 3 hypotheses
         assert step_model.encoder.wide_session is None and step_model.loop_runtime.wide_session is None
         got = decode(step_model, images, cfg)  # 4 images, 12 hypotheses: both graphs run wide
@@ -345,16 +350,18 @@ def test_decoding_on_the_wide_sessions_gives_the_same_tokens(io_binding: bool) -
 def test_the_wide_session_is_created_once_under_concurrent_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Streams call one runtime from several threads: the first large calls race to create the wide session."""
     opened = []
-    original = OrtRuntime._open_wide
+    original = OnnxRuntimeSession._open_wide
 
     def slow_open(self, rows):  # type: ignore[no-untyped-def]
         opened.append(rows)
         time.sleep(0.05)  # widen the window in which other threads see no wide session yet
         return original(self, rows)
 
-    monkeypatch.setattr(OrtRuntime, "_open_wide", slow_open)
+    monkeypatch.setattr(OnnxRuntimeSession, "_open_wide", slow_open)
     feed = _step_feed(TEST_CONFIGS[0], batch=6)
-    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], intra_op_threads=1, wide=_wide())
+    runtime = OnnxRuntimeSession(
+        exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], intra_op_threads=1, wide=_wide()
+    )
     barrier = threading.Barrier(4)
 
     def call() -> dict[str, np.ndarray]:
@@ -372,18 +379,18 @@ def test_the_role_picks_the_threshold() -> None:
     result = exported(TEST_CONFIGS[0])
     init, step = result.runtime_models("fp32")["encoder"], result.model("step")
     wide = WidePlan(2, False, (("encoder", 2),))  # no step threshold: the step never runs wide
-    with OrtRuntime(step, providers=["cpu"], wide=wide) as runtime:
+    with OnnxRuntimeSession(step, providers=["cpu"], wide=wide) as runtime:
         runtime.infer(_step_feed(TEST_CONFIGS[0], batch=8))
         assert runtime.wide_session is None
     images = {k: v.numpy() for k, v in random_images(2).items()}
-    with OrtRuntime(init, providers=["cpu"], wide=wide) as encoder:  # graph_role "init" counts as the encoder
+    with OnnxRuntimeSession(init, providers=["cpu"], wide=wide) as encoder:  # graph_role "init" counts as the encoder
         encoder.infer({name: images[name] for name in encoder.input_metadata()})
         assert encoder.wide_session is not None
-    with OrtRuntime(init, providers=["cpu"], wide=wide, role="refine") as other:  # an explicit role wins
+    with OnnxRuntimeSession(init, providers=["cpu"], wide=wide, role="refine") as other:  # an explicit role wins
         other.infer({name: images[name] for name in other.input_metadata()})
         assert other.wide_session is None
     with pytest.raises(TypeError, match="WidePlan"):
-        OrtRuntime(step, wide={"intra_op": 2})  # type: ignore[arg-type]
+        OnnxRuntimeSession(step, wide={"intra_op": 2})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(("threads", "wide"), [("auto", True), ("dedicated", False), (1, False), (0, False)])
@@ -393,7 +400,7 @@ def test_only_auto_on_two_cores_gets_a_wide_session(threads: int | str, wide: bo
 
     plan = plan_threads(threads, cores=2)
     assert (plan.wide is not None) is wide
-    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **plan.runtime_options())
+    runtime = OnnxRuntimeSession(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **plan.runtime_options())
     with runtime:
         runtime.infer(_step_feed(TEST_CONFIGS[0], batch=max(WIDE_FROM_ROWS.values())))
         assert (runtime.wide_session is not None) is wide

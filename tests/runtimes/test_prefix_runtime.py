@@ -187,10 +187,10 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     graphs = result.runtime_models("fp32")
     inputs = make_inputs()
     with create_onnxruntime_step_model(graphs["encoder"], graphs["step"], intra_op_threads=1) as rerun:
-        on_ort = decode(rerun, inputs, cfg)
+        on_onnxruntime = decode(rerun, inputs, cfg)
     cached = decode(TorchStepModel(model), inputs, cfg)
-    assert [[h.tokens for h in r] for r in on_ort] == [[h.tokens for h in r] for r in cached]
-    for got, want in zip(on_ort, cached, strict=True):
+    assert [[h.tokens for h in r] for r in on_onnxruntime] == [[h.tokens for h in r] for r in cached]
+    for got, want in zip(on_onnxruntime, cached, strict=True):
         assert [h.score for h in got] == pytest.approx([h.score for h in want], abs=1e-4)
 
 

@@ -12,7 +12,7 @@ from edgecap.decoding import DecodeCfg, decode
 from edgecap.export.onnx import export_onnx
 from edgecap.models import create_model
 from edgecap.runtimes.base import RuntimeInputError
-from edgecap.runtimes.refine import TorchRefineModel, create_ort_refine_model
+from edgecap.runtimes.refine import TorchRefineModel, create_onnxruntime_refine_model
 from tests.export.helpers import FEATURE_DIM, WORD_VOCAB, random_images
 
 
@@ -38,11 +38,11 @@ def _cfg(level: int, **kw: object) -> DecodeCfg:
 
 
 @pytest.mark.parametrize(("level", "rule"), [(1, "global"), (2, "original"), (4, "global")])
-def test_torch_and_ort_give_identical_captions_at_fp32(level: int, rule: str) -> None:
+def test_torch_and_onnxruntime_give_identical_captions_at_fp32(level: int, rule: str) -> None:
     images = random_images(6, regions=7, seed=11)
     cfg = _cfg(level, update_rule=rule)
     expected = decode(TorchRefineModel(varied_model()), images, cfg)
-    with create_ort_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1) as refine_model:
+    with create_onnxruntime_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1) as refine_model:
         assert refine_model.length_levels == varied_model().cfg.levels  # read from the graph metadata
         assert refine_model.mask_id == WORD_VOCAB
         got = decode(refine_model, images, cfg)
@@ -54,8 +54,8 @@ def test_torch_and_ort_give_identical_captions_at_fp32(level: int, rule: str) ->
         assert len(have[0].tokens) <= high
 
 
-def test_ort_refine_rejects_missing_inputs() -> None:
-    runtime = create_ort_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1)
+def test_onnxruntime_refine_rejects_missing_inputs() -> None:
+    runtime = create_onnxruntime_refine_model(**exported_fp32().runtime_models("fp32"), intra_op_threads=1)
     with runtime as refine_model, pytest.raises(RuntimeInputError, match="feature_mask"):
         refine_model.encode({"features": torch.zeros(1, 3, FEATURE_DIM), "boxes": torch.zeros(1, 3, 4)})
 
@@ -73,8 +73,8 @@ def test_int8_graphs_run_mask_predict_close_to_fp32() -> None:
     tokens = torch.randint(0, WORD_VOCAB + 1, (6, 14), generator=torch.Generator().manual_seed(5)).numpy()
     levels = np.full(6, 2, dtype=np.int64)
     with (
-        create_ort_refine_model(**fp32_models, intra_op_threads=1) as fp32,
-        create_ort_refine_model(int8.models["encoder"], int8.models["refine"], intra_op_threads=1) as quant,
+        create_onnxruntime_refine_model(**fp32_models, intra_op_threads=1) as fp32,
+        create_onnxruntime_refine_model(int8.models["encoder"], int8.models["refine"], intra_op_threads=1) as quant,
     ):
         want = fp32.refine(tokens, levels, fp32.encode(images)).argmax(-1)
         have = quant.refine(tokens, levels, quant.encode(images)).argmax(-1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from edgecap.runtimes.onnxruntime_session import OrtRuntime
+from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
 from edgecap.runtimes.threads import (
     LARGE_STEP_BYTES,
     SPIN_KEYS,
@@ -38,14 +38,14 @@ SMALL, LARGE = LARGE_STEP_BYTES // 4, 2 * LARGE_STEP_BYTES
         ("dedicated", 1, 1, LARGE, 1, False, "dedicated", 0),
         (3, 1, 2, SMALL, 3, False, "explicit", 0),
         (1, 1, 8, SMALL, 1, False, "explicit", 0),  # an explicit count is exactly that, at every call size
-        (0, 1, 2, SMALL, 0, None, "ort-default", 0),  # ORT's own defaults: nothing set
+        (0, 1, 2, SMALL, 0, None, "onnxruntime-default", 0),  # ONNX Runtime's own defaults: nothing set
     ],
 )
 def test_policy_decisions(threads, streams, cores, step_bytes, intra, spin, policy, wide) -> None:
     plan = plan_threads(threads, streams=streams, cores=cores, step_bytes=step_bytes)
     assert (plan.intra_op, plan.spin, plan.policy) == (intra, spin, policy)
     assert plan.execution_mode == "sequential" and plan.reason
-    assert plan.inter_op == (0 if policy == "ort-default" else 1)
+    assert plan.inter_op == (0 if policy == "onnxruntime-default" else 1)
     assert (plan.wide.intra_op if plan.wide else 0) == wide
     if plan.wide:
         assert plan.wide.spin is False and dict(plan.wide.from_rows) == WIDE_FROM_ROWS
@@ -112,8 +112,11 @@ def test_the_wide_setting_is_recorded_and_read_back() -> None:
     assert record["decode_workers"] == plan.decode_workers == 2  # 4 cores / 2 streams
     legacy = {k: v for k, v in record.items() if k not in ("wide", "decode_workers")}  # before both existed
     assert ThreadPlan.from_dict(legacy).wide is None and ThreadPlan.from_dict(legacy).decode_workers == 1
-    ort_default = plan_threads(0)
-    assert ort_default.session_config() == {} and ort_default.describe() == "ORT's default threads, ORT's spinning"
+    defaults = plan_threads(0)
+    assert defaults.describe() == "ONNX Runtime's default threads, ONNX Runtime's spinning"
+    assert defaults.session_config() == {}
+    written_before = {**defaults.as_dict(), "policy": "ort-default"}  # the policy's spelling in older reports
+    assert ThreadPlan.from_dict(written_before) == defaults
 
 
 @pytest.mark.parametrize(
@@ -149,7 +152,7 @@ def test_usable_cores_from_affinity_physical_and_logical() -> None:
 @pytest.mark.parametrize("threads", ["auto", 2, 0])
 def test_session_options_carry_the_plan(threads) -> None:
     plan = plan_threads(threads, True if threads == 2 else None)
-    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **plan.runtime_options())
+    runtime = OnnxRuntimeSession(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **plan.runtime_options())
     with runtime:
         settings = runtime.session_settings
         options = runtime.session.get_session_options()
@@ -166,7 +169,7 @@ def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin
 
     plan, options = _thread_options(LoadRequest(threads=threads, spin=spin), "CUDAExecutionProvider", {})
     assert plan is None  # the policy only runs on CPU
-    runtime = OrtRuntime(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **options)
+    runtime = OnnxRuntimeSession(exported(TEST_CONFIGS[0]).model("step"), providers=["cpu"], **options)
     with runtime:
         settings = runtime.session_settings
     assert settings["intra_op_threads"] == intra
@@ -176,11 +179,11 @@ def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin
 
 def test_step_model_options_apply_the_plan_to_a_step_model() -> None:
     """The sessions' options and the step model's concurrent chunks, as one set of keyword arguments."""
-    from edgecap.runtimes.onnxruntime_session import create_ort_step_model
+    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
     plan = plan_threads("auto", cores=4, streams=2)
     options = plan.step_model_options()
     assert options == {**plan.runtime_options(), "decode_workers": 2}
-    with create_ort_step_model(**exported(TEST_CONFIGS[0]).runtime_models("fp32"), **options) as step_model:
+    with create_onnxruntime_step_model(**exported(TEST_CONFIGS[0]).runtime_models("fp32"), **options) as step_model:
         assert step_model.decode_workers == 2
         assert step_model.step_runtime.session.get_session_options().intra_op_num_threads == plan.intra_op

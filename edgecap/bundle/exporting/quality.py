@@ -100,7 +100,7 @@ def task_check(
     variant's INT8 scheme records; a row-coupled one (a ``dynamic`` step) is decoded image by image, as
     ``Captioner`` serves it, so the recorded quality is that of the captions users get."""
     from edgecap.calibration import compare_decoders
-    from edgecap.runtimes.decoders import create_ort_decoder
+    from edgecap.runtimes.decoders import create_onnxruntime_decoder
     from edgecap.runtimes.onnxruntime_session import row_coupled_roles
     from edgecap.runtimes.threads import plan_threads
 
@@ -109,7 +109,7 @@ def task_check(
     batches = torch_batches(held_out.inputs)
     threads = plan_threads("auto").runtime_options()  # as Captioner.load: no spinning next to torch's threads
     measured: dict[int | None, dict[str, Any]] = {}
-    with create_ort_decoder(
+    with create_onnxruntime_decoder(
         models,
         spec.state_names,
         updated_state_names=spec.step_state_names,

@@ -51,7 +51,7 @@ def test_export_checks_a_len_model_at_every_level(
             assert check["length_level"] == level and check["set"] == quality["set"]
             assert 0.0 <= check["agreement"] <= 1.0 and check["mean_length_reference"] >= 0
     fp32 = quality_levels(loaded.quality("fp32"))
-    assert all(c["agreement"] == 1.0 for c in fp32.values())  # FP32 ORT matches torch at every level
+    assert all(c["agreement"] == 1.0 for c in fp32.values())  # FP32 ONNX Runtime matches torch at every level
     assert loaded.summary()[0]["cider_d"] == loaded.quality("fp32")["candidate_cider_d"]
 
 

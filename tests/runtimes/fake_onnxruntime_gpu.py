@@ -56,7 +56,7 @@ def _names(providers: Sequence[Any] | None) -> list[str]:
     return [p if isinstance(p, str) else p[0] for p in providers or ()]
 
 
-class FailingGpuOrt(types.ModuleType):
+class FailingGpuOnnxRuntime(types.ModuleType):
     """The real onnxruntime module, as a GPU build whose GPU providers fail to load.
 
     Attributes:
@@ -130,7 +130,7 @@ class _Pretending:
         return list(self._providers)
 
 
-def surface_mismatches(fake: FailingGpuOrt, real: Any) -> list[str]:
+def surface_mismatches(fake: FailingGpuOnnxRuntime, real: Any) -> list[str]:
     """What the fake defines that the real module lacks or takes differently (names, then parameter names)."""
     problems = []
     for name in ("get_available_providers", "preload_dlls", "InferenceSession", "__version__"):
