@@ -1,10 +1,10 @@
 """INT8 step schemes side by side: FP32 against static Q/DQ, dynamic and weight-only step graphs on ONNX Runtime.
 
-One process exports the model once (random weights at edge settings, as ``decode_cache.py``), quantises its step
-graph with every scheme through ``edgecap.calibration`` (the encoder graph stays FP32, so only the step differs),
+One process exports the model once (random weights at edge settings, as ``research/decode_cache.py``), quantises its
+step graph with every scheme through ``edgecap.calibration`` (the encoder graph stays FP32, so only the step differs),
 then times whole beam-search decodes (encoder included) at batch 1 and 16 with the variants interleaved, order
-alternating per repeat. The decode is forced to ``--steps`` tokens (EOS forbidden before the last step) so every
-variant runs the same number of steps. One intra-op thread, spinning as ONNX Runtime's default.
+alternating per repeat. The decode is forced to ``--steps`` tokens (EOS forbidden before the last step) so every variant
+runs the same number of steps. One intra-op thread, spinning as ONNX Runtime's default.
 
 Usage::
 

@@ -77,7 +77,7 @@ COLUMN_LABELS = {
     BASELINE: "re-run-prefix stand-in (no cache)",
     TORCH: "edgecap torch",
 }
-#: Forced decode steps per model (the issue's protocol): radix tokens for ACORT, words for ExpansionNet v2.
+#: Forced decode steps per model (docs/cpu-benchmarks.md's protocol): radix tokens for ACORT, words for ExpansionNet v2.
 FORCED_STEPS = {"acort-xsmall": 26, "expansionnet-v2": 19}
 QUICK_MODEL = "acort-test"
 QUICK_STEPS = 6

@@ -10,10 +10,10 @@ layer, the Concat that stacks the layers again) and once more in the beam reorde
   cache copy is each layer's Concat (the Split and the stack are gone): ``ort_export_spec(model,
   cache_layout="per-layer")`` (:mod:`edgecap.export.specs.layer_caches`; the arithmetic of a step is unchanged).
 
-Each candidate decodes the same random-init model (``decode_cache.random_setup``) on ONNX Runtime (FP32, one
-intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.
-Times are per decode call (features to token ids, the init graph included), median of ``--repeats``, CPU time of
-the calling thread by default (``--clock wall`` on a quiet machine; see ``step_profile.py``).
+Each candidate decodes the same random-init model (``edgecap.bench.random_models.random_setup``) on ONNX Runtime (FP32,
+one intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.
+Times are per decode call (features to token ids, the init graph included), median of ``--repeats``, CPU time of the
+calling thread by default (``--clock wall`` on a quiet machine; see ``step_profile.py``).
 
 Usage::
 

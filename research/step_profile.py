@@ -1,7 +1,7 @@
 """Where an ONNX Runtime beam decode spends its time, split the way the step graph's layout can change it.
 
-Two measurements of one random-init model at edge settings (``decode_cache.random_setup``: 1280-d 7x7 grid), its
-FP32 ``init`` and ``step`` graphs exported once and run on ONNX Runtime's CPU provider (intra-op threads
+Two measurements of one random-init model at edge settings (``edgecap.bench.random_models.random_setup``: 1280-d 7x7
+grid), its FP32 ``init`` and ``step`` graphs exported once and run on ONNX Runtime's CPU provider (intra-op threads
 ``--threads``, spinning off):
 
 The graphs use the exported cache layout, or a candidate of ``step_layouts.py`` (``--layout``).
