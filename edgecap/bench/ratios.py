@@ -99,7 +99,8 @@ class HeadlineRatio(_Comparison):
     quality_delta: float | None
 
 
-#: The comparison of a pixels-in bundle with the same run's torch-backbone bundle (the issue's end-to-end target).
+#: The comparison of a pixels-in bundle with the same run's torch-backbone bundle: what putting the backbone in the
+#: graph buys end to end (the span a target on it is judged on, :func:`edgecap.bench.series.judged_span`).
 BACKBONE_COMPARISON = "pixels-in vs torch backbone"
 
 _COMPARISONS: tuple[tuple[str, tuple[str, str], tuple[str, str]], ...] = (

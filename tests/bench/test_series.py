@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from edgecap.bench.config import BenchCfg
 from edgecap.bench.ratios import BACKBONE_COMPARISON, RatioSeries
 from edgecap.bench.report import write_report
 from edgecap.bench.results import BenchReport
-from edgecap.bench.run import BenchCfg
 from edgecap.bench.series import judged_span, run_series, summarise_series
 from edgecap.cli.bench import bench
 from tests.bench.conftest import make_report, make_result
