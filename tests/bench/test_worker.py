@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ast
 import multiprocessing
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -30,6 +33,46 @@ def test_a_group_that_cannot_load_comes_back_as_an_error_from_its_worker(tmp_pat
     assert (error.runtime, error.precision, error.bundle) == ("torch", "fp32", str(tmp_path / "missing"))
     assert "missing" in error.reason and "Traceback" in error.reason  # the worker's exception, with where it rose
     assert events == []  # nothing started
+
+
+def test_a_worker_measures_its_group_and_reports_progress_around_each_unit(tiny_bundle: Path) -> None:
+    cfg = BenchCfg(
+        bundles=(str(tiny_bundle),),
+        runtimes=("torch",),
+        batches=(2,),
+        warmup=1,
+        min_repeats=2,
+        min_seconds=0.0,
+        quality=False,
+        threads=1,
+    )
+    task = GroupTask(str(tiny_bundle), "tiny", "torch", "fp32", (1,), cfg, None, None)
+    events: list[tuple[str, str]] = []
+    outcome = run_isolated(task, lambda e, label: events.append((e, label)))
+    assert not outcome.errors and [(r.runtime, r.batch) for r in outcome.results] == [("torch", 2)]
+    assert events == [("start", "tiny torch fp32 beam 1 batch 2"), ("done", "tiny torch fp32 beam 1 batch 2")]
+
+
+def test_a_script_without_a_main_guard_can_run_isolated_groups(tmp_path: Path) -> None:
+    """The worker is a subprocess, not a multiprocessing spawn: the caller's script is not re-imported in it."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            from edgecap.bench.config import BenchCfg
+            from edgecap.bench.measure import GroupTask
+            from edgecap.bench.worker import run_isolated
+
+            print("script body ran")
+            cfg = BenchCfg(bundles=("b",), runtimes=("torch",))
+            task = GroupTask({str(tmp_path / "missing")!r}, "m", "torch", "fp32", (1,), cfg, None, None)
+            print(len(run_isolated(task, lambda e, label: None, spawn=False).errors), "error")
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["script body ran", "1 error"]
 
 
 def test_progress_is_passed_on_until_the_outcome() -> None:
