@@ -372,20 +372,14 @@ def bench(
         click.echo(f"wrote {', '.join(str(p) for p in written.values())}")
         _summary(report)
         return
-    from edgecap.bench.series import run_series, summarise_series, write_series
+    from edgecap.bench.series import run_series
 
     def write(report: Any, run_dir: Path) -> None:
         write_report(report, run_dir, plots=not no_plots, log=_log)
         _summary(report)
 
     reports, dirs = run_series(cfg, runs, out, measure=measure, write=write, log=_log)
-    try:
-        summary = summarise_series(reports, dirs, target)
-    except ValueError as exc:
-        fail(str(exc))
-    click.echo("\n".join(summary.lines()))
-    written = write_series(summary, out)
-    click.echo(f"wrote {', '.join(str(p) for p in written.values())}", err=True)
+    _summarise(reports, dirs, target, out)
 
 
 def _log(message: str) -> None:
@@ -394,11 +388,21 @@ def _log(message: str) -> None:
 
 def _series(paths: tuple[Path, ...], target: float | None, out: Path | None) -> None:
     from edgecap.bench.report import load_report
+
+    try:
+        reports = [load_report(p) for p in paths]
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    _summarise(reports, paths, target, out)
+
+
+def _summarise(reports: Sequence[Any], paths: Sequence[Path], target: float | None, out: Path | None) -> None:
+    """Print the series table; with ``out`` also write ``series.md`` and ``series.json``."""
     from edgecap.bench.series import summarise_series, write_series
 
     try:
-        summary = summarise_series([load_report(p) for p in paths], paths, target)
-    except (ValueError, FileNotFoundError) as exc:
+        summary = summarise_series(reports, paths, target)
+    except ValueError as exc:
         fail(str(exc))
     click.echo("\n".join(summary.lines()))
     if out is not None:
