@@ -10,9 +10,11 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import click
 import torch
 
 from edgecap._io import atomic_write_json
@@ -22,15 +24,15 @@ from edgecap.evaluation.length import diversity
 from edgecap.runs import load_run
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("run")
-    parser.add_argument("--data", required=True)
-    parser.add_argument("--features", required=True)
-    parser.add_argument("--split", default="test")
-    parser.add_argument("--beam", type=int, default=4)
-    parser.add_argument("--out", type=Path, required=True)
-    args = parser.parse_args()
+@click.command(help=__doc__.splitlines()[0])
+@click.argument("run")
+@click.option("--data", required=True)
+@click.option("--features", required=True)
+@click.option("--split", default="test", show_default=True)
+@click.option("--beam", type=int, default=4, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+def main(**options: Any) -> None:
+    args = SimpleNamespace(**options)
     torch.set_num_threads(1)
 
     from edgecap.data.datasets import load_dataset

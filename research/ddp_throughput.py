@@ -16,20 +16,22 @@ quickstart's generator, seed 0) with random 7×7×1280 grid features (EfficientN
 depend on their values), built once under ``OUT/work``. Writes ``OUT/ddp_throughput.json`` after every run and
 ``OUT/ddp_throughput.md``. Usage (repository root)::
 
-    PYTHONPATH=$PWD python3 research/ddp_throughput.py --device cuda --procs 1 2 --out OUT
+    PYTHONPATH=$PWD python3 research/ddp_throughput.py --device cuda --procs 1 --procs 2 --out OUT
     python research/ddp_throughput.py --smoke --out /tmp/ddp-smoke      # tiny CPU run
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from edgecap.bench.stages import Results, child_env, md_table, read_jsonl, run_stage
 
@@ -40,33 +42,19 @@ ONE_GPU_NOTE = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    p.add_argument("--procs", type=int, nargs="+", default=[1, 2])
-    p.add_argument("--steps", type=int, default=100, help="Optimiser steps per run (--max-steps).")
-    p.add_argument("--batch", type=int, default=32, help="Global batch in images (split evenly over processes).")
-    p.add_argument("--model", default="acort-xsmall")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--data", type=Path, default=None, help="Dataset directory [default: a synthetic one].")
-    p.add_argument("--features", type=Path, default=None, help="Feature cache / region features for --data.")
-    p.add_argument("--images", type=int, default=1200, help="Synthetic scenes when --data is not given.")
-    p.add_argument("--cores", type=int, default=len(os.sched_getaffinity(0)), help="CPU cores to split.")
-    p.add_argument("--run-limit", type=float, default=150.0, help="Seconds one torchrun job may take.")
-    p.add_argument("--budget", type=float, default=420.0, help="Wall-clock seconds for everything.")
-    p.add_argument("--smoke", action="store_true", help="Tiny CPU run: 80 images, 20 steps, global batch 8.")
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     if args.smoke:
         args.device, args.images, args.steps, args.batch, args.run_limit = "cpu", 80, 20, 8, 120.0
     bad = [n for n in args.procs if n < 1 or args.batch % n]
     if bad:
-        p.error(f"--batch {args.batch} must split evenly over every --procs value (not {bad})")
+        raise click.UsageError(f"--batch {args.batch} must split evenly over every --procs value (not {bad})")
     if (args.data is None) != (args.features is None):
-        p.error("give --data and --features together (or neither, for the synthetic set)")
+        raise click.UsageError("give --data and --features together (or neither, for the synthetic set)")
     return args
 
 
-def plan(args: argparse.Namespace, cuda_devices: int) -> list[dict[str, Any]]:
+def plan(args: SimpleNamespace, cuda_devices: int) -> list[dict[str, Any]]:
     """The runs: (device, processes, threads per process, per-process batch), and any skipped with the reason."""
     runs: list[dict[str, Any]] = []
     if args.device == "cuda":
@@ -127,15 +115,14 @@ def throughput(metrics: list[dict[str, Any]], global_batch: int) -> dict[str, An
     }
 
 
-def torchrun_cmd(args: argparse.Namespace, run: dict[str, Any], data: Path, feats: Path, out: Path) -> list[Any]:
+def torchrun_cmd(args: SimpleNamespace, run: dict[str, Any], data: Path, feats: Path, out: Path) -> list[Any]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", run["procs"],
             "-m", "edgecap", "train", "--model", args.model, "--data", data, "--features", feats, "--out", out,
             "--epochs", 1000, "--max-steps", args.steps, "--batch-size", run["batch_per_proc"],
             "--device", run["device"], "--threads", run["threads"], "--seed", 0, "--no-resume"]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cuda_devices = 0
     meta: dict[str, Any] = {"model": args.model, "device": args.device, "global_batch": args.batch,
@@ -176,6 +163,28 @@ def main(argv: list[str] | None = None) -> int:
     return _finish(args.out, results)
 
 
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--procs", type=int, multiple=True, default=[1, 2], show_default=True)
+@click.option("--steps", type=int, default=100, help="Optimiser steps per run (--max-steps).", show_default=True)
+@click.option(
+    "--batch", type=int, default=32, help="Global batch in images (split evenly over processes).", show_default=True
+)
+@click.option("--model", default="acort-xsmall", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--data", type=click.Path(path_type=Path), help="Dataset directory [default: a synthetic one].")
+@click.option("--features", type=click.Path(path_type=Path), help="Feature cache / region features for --data.")
+@click.option("--images", type=int, default=1200, help="Synthetic scenes when --data is not given.", show_default=True)
+@click.option("--cores", type=int, default=len(os.sched_getaffinity(0)), help="CPU cores to split.", show_default=True)
+@click.option("--run-limit", type=float, default=150.0, help="Seconds one torchrun job may take.", show_default=True)
+@click.option("--budget", type=float, default=420.0, help="Wall-clock seconds for everything.", show_default=True)
+@click.option("--smoke", is_flag=True, help="Tiny CPU run: 80 images, 20 steps, global batch 8.")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
+
+
 def _scaling(rows: list[dict[str, Any]]) -> None:
     """Each row's speed-up over the 1-process row of its device."""
     base = {r["device"]: r.get("images_per_s") for r in rows if r["procs"] == 1}
@@ -207,4 +216,4 @@ def _finish(out: Path, results: Results) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -30,7 +30,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shlex
@@ -40,8 +39,10 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import torch
 from torch import nn
@@ -278,36 +279,7 @@ def markdown_table(results: Sequence[Mapping[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument(
-        "--model",
-        action="append",
-        help="registered model, random init (repeatable; default: acort-xsmall and ort-xsmall)",
-    )
-    p.add_argument("--run", help="a trained run (directory or name): measured forced and natural, on its features")
-    p.add_argument("--features", help="feature cache for --run (default: the one in the run's config)")
-    p.add_argument("--batch", action="append", type=int, help="images per decode call (repeatable; default 1)")
-    p.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy); default 3")
-    p.add_argument("--steps", type=int, default=25, help="forced decode steps: max_len, min_len = steps - 1 (25)")
-    p.add_argument("--warmup", type=int, default=3, help="untimed decode calls per mode (3)")
-    p.add_argument("--repeats", type=int, default=20, help="timed decode calls per mode (20)")
-    p.add_argument(
-        "--runtime",
-        action="append",
-        type=canonical_runtime,  # earlier spellings (ort) still work: recorded commands use them
-        choices=RUNTIMES,
-        help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
-        "repeatable",
-    )
-    p.add_argument("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, help="also write the full report (every timing) to this JSON file")
-    return p.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     if args.threads is not None:
         if args.threads < 1:
             raise SystemExit(f"--threads must be >= 1, got {args.threads}")
@@ -339,7 +311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit(f"error: {exc}") from exc
     env = {**env_before, "loadavg_after": list(os.getloadavg()) if hasattr(os, "getloadavg") else None}
 
-    command = shlex.join(["python", "research/decode_cache.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/decode_cache.py", *sys.argv[1:]])
     print(markdown_table(results))
     print(
         f"\ncommand: `{command}`\ntorch {env['torch']}, {env['torch_threads']} threads, CPU {env['cpu']} "
@@ -353,5 +325,45 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _runtimes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--runtime`` values by their current names: earlier spellings (ort) still work, recorded commands use them."""
+    names = tuple(canonical_runtime(v) for v in values)
+    for name in names:
+        if name not in RUNTIMES:
+            raise click.BadParameter(f"{name!r} is not one of {', '.join(RUNTIMES)}")
+    return names
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option(
+    "--model", multiple=True, help="registered model, random init (repeatable; default: acort-xsmall and ort-xsmall)"
+)
+@click.option("--run", help="a trained run (directory or name): measured forced and natural, on its features")
+@click.option("--features", help="feature cache for --run (default: the one in the run's config)")
+@click.option("--batch", type=int, multiple=True, help="images per decode call (repeatable; default 1)")
+@click.option("--beam", type=int, default=3, help="beam size (1 = greedy); default 3", show_default=True)
+@click.option(
+    "--steps", type=int, default=25, help="forced decode steps: max_len, min_len = steps - 1 (25)", show_default=True
+)
+@click.option("--warmup", type=int, default=3, help="untimed decode calls per mode (3)", show_default=True)
+@click.option("--repeats", type=int, default=20, help="timed decode calls per mode (20)", show_default=True)
+@click.option(
+    "--runtime",
+    multiple=True,
+    callback=_runtimes,
+    help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
+    "repeatable",
+)
+@click.option("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--json", type=click.Path(path_type=Path), help="also write the full report (every timing) to this JSON file"
+)
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(args))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

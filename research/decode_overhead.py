@@ -31,7 +31,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import cProfile
 import importlib
 import io
@@ -42,8 +41,10 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import torch
 from torch import Tensor
@@ -352,51 +353,68 @@ def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="acort-xsmall")
-    p.add_argument("--batch", type=int, action="append", help="images per decode call (repeatable; default 1 and 8)")
-    p.add_argument("--beam", type=int, default=3)
-    p.add_argument("--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1")
-    p.add_argument(
-        "--backend", action="append", type=canonical_runtime, choices=BACKENDS, help="repeatable; default all"
-    )
-    p.add_argument(
-        "--impl",
-        action="append",
-        help="module exposing decode(), or module:function with decode's signature (repeatable; default "
-        "edgecap.decoding), e.g. decode_overhead:per_image_beam_search for the search before vectorising",
-    )
-    p.add_argument(
-        "--eos",
-        choices=tuple(TABLE_EOS),
-        default="forced",
-        help="forced: min_len = steps - 1, EOS only at the last step; late (trivial backend): EOS likely from a "
-        "per-row step in [10, 20) on; never (trivial backend): EOS never ranks, every step takes the common path",
-    )
-    p.add_argument(
-        "--vocab",
-        type=int,
-        help="trivial backend: vocabulary size (default the model's; other sizes "
-        "decode a word vocabulary without the radix constraint)",
-    )
-    p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--repeats", type=int, default=20)
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads and ORT intra_op_threads")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--profile", choices=("cprofile", "torch"), help="print a profile of each backend (first impl)")
-    p.add_argument("--json", type=Path, help="write the rows here")
-    p.add_argument("--device", default="cpu", help="torch device of the torch and prefix backends (cpu, cuda)")
-    p.add_argument("--fp16", action="store_true", help="cast the torch model to float16 (CUDA)")
-    args = p.parse_args(argv)
+def _backends(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """``--backend`` values by their current names (earlier spellings, ort, still work)."""
+    names = tuple(canonical_runtime(v) for v in values)
+    for name in names:
+        if name not in BACKENDS:
+            raise click.BadParameter(f"{name!r} is not one of {', '.join(BACKENDS)}")
+    return names
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", default="acort-xsmall", show_default=True)
+@click.option("--batch", type=int, multiple=True, help="images per decode call (repeatable; default 1 and 8)")
+@click.option("--beam", type=int, default=3, show_default=True)
+@click.option(
+    "--steps", type=int, default=20, help="forced decode steps: max_len = steps, min_len = steps - 1", show_default=True
+)
+@click.option("--backend", multiple=True, callback=_backends, help="repeatable; default all")
+@click.option(
+    "--impl",
+    multiple=True,
+    help="module exposing decode(), or module:function with decode's signature (repeatable; default "
+    "edgecap.decoding), e.g. decode_overhead:per_image_beam_search for the search before vectorising",
+)
+@click.option(
+    "--eos",
+    type=click.Choice(tuple(TABLE_EOS)),
+    default="forced",
+    help="forced: min_len = steps - 1, EOS only at the last step; late (trivial backend): EOS likely from a "
+    "per-row step in [10, 20) on; never (trivial backend): EOS never ranks, every step takes the common path",
+    show_default=True,
+)
+@click.option(
+    "--vocab",
+    type=int,
+    help="trivial backend: vocabulary size (default the model's; other sizes "
+    "decode a word vocabulary without the radix constraint)",
+)
+@click.option("--warmup", type=int, default=3, show_default=True)
+@click.option("--repeats", type=int, default=20, show_default=True)
+@click.option(
+    "--threads", type=int, default=1, help="torch intra-op threads and ORT intra_op_threads", show_default=True
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--profile", type=click.Choice(("cprofile", "torch")), help="print a profile of each backend (first impl)"
+)
+@click.option("--json", type=click.Path(path_type=Path), help="write the rows here")
+@click.option(
+    "--device", default="cpu", help="torch device of the torch and prefix backends (cpu, cuda)", show_default=True
+)
+@click.option("--fp16", is_flag=True, help="cast the torch model to float16 (CUDA)")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (the defaults are set below)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
     if args.steps < 2:
-        p.error("--steps must be >= 2")
+        raise click.UsageError("--steps must be >= 2")
 
     torch.set_num_threads(args.threads)
     impls = {name: load_impl(name) for name in (args.impl or ["edgecap.decoding"])}
     backends = list(args.backend) if args.backend else list(BACKENDS)
     if args.vocab is not None and backends != ["trivial"]:
-        p.error("--vocab applies to the trivial backend only")
+        raise click.UsageError("--vocab applies to the trivial backend only")
     builder = Backends(args.model, args.seed, args.threads, args.device, args.fp16, TABLE_EOS[args.eos], args.vocab)
     print(f"load: {os.getloadavg()}", file=sys.stderr)
     rows: list[dict[str, Any]] = []
@@ -427,8 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(line)
         if args.json is not None:
             atomic_write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
-    return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

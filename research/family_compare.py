@@ -18,12 +18,14 @@ recipe on the same features. Stages, each in its own process with its own time l
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, run_stage
 
@@ -56,28 +58,15 @@ DEFAULT_RUNS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 EVAL_RESERVE = 45
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--work", type=Path, default=None, help="Dataset and features [default: OUT/work].")
-    p.add_argument("--images", type=int, default=2000, help="Synthetic scenes (the quickstart's 2000).")
-    p.add_argument("--seconds", type=float, default=20.0, help="Training seconds per model (equal for all).")
-    p.add_argument("--epochs", type=int, default=12, help="Epoch cap per model (the quickstart's 12).")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--beam", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch threads per stage (0 = torch's default).")
-    p.add_argument("--budget", type=float, default=300.0, help="Wall-clock seconds for everything.")
-    p.add_argument("--only", nargs="+", default=None, help="Run names to train (default: all four).")
-    p.add_argument("--smoke", action="store_true", help="Tiny CPU run: 60 images, 1 epoch, batch 8.")
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     if args.smoke:
         args.device, args.images, args.epochs, args.batch_size, args.seconds = "cpu", 60, 1, 8, 30.0
         args.threads = args.threads or 1
     return args
 
 
-def train_cmd(args: argparse.Namespace, model: str, overrides: tuple[str, ...], data: Path, feats: Path, out: Path):
+def train_cmd(args: SimpleNamespace, model: str, overrides: tuple[str, ...], data: Path, feats: Path, out: Path):
     """``edgecap train`` with the quickstart's recipe (TrainCfg defaults) for ``--seconds`` at most."""
     sets = [a for o in overrides for a in ("--set", o)]
     return [*EDGECAP, "train", "--model", model, "--data", data, "--features", feats, "--out", out,
@@ -85,8 +74,7 @@ def train_cmd(args: argparse.Namespace, model: str, overrides: tuple[str, ...], 
             "--device", args.device, "--threads", str(args.threads), "--seed", "0", *sets]  # fmt: skip
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
     work = args.work or out / "work"
@@ -130,9 +118,9 @@ def main(argv: list[str] | None = None) -> int:
             run_dirs[name] = run_dir
 
     scores_file = out / "eval_scores.json"
-    eval_cmd = [sys.executable, str(Path(__file__).resolve().parent / "scst_compare.py"), "--eval-runs",
-                *run_dirs.values(), "--eval-out", scores_file, "--device", args.device, "--beam", args.beam,
-                "--threads", args.threads]  # fmt: skip
+    eval_cmd = [sys.executable, str(Path(__file__).resolve().parent / "scst_compare.py"), "--eval-out", scores_file,
+                "--device", args.device, "--beam", args.beam, "--threads", args.threads]  # fmt: skip
+    eval_cmd += [x for run_dir in run_dirs.values() for x in ("--eval-runs", run_dir)]
     if run_dirs:
         results.stage(run_stage("eval", eval_cmd, max(0.0, results.left(args.budget)), logs, env))
     scores = _json(scores_file)
@@ -142,6 +130,29 @@ def main(argv: list[str] | None = None) -> int:
         row["test_cider_d"], row["test_example"] = score.get("test_cider_d"), score.get("example")
     results.flush()
     return _finish(out, results)
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--device", default="cuda", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--work", type=click.Path(path_type=Path), help="Dataset and features [default: OUT/work].")
+@click.option("--images", type=int, default=2000, help="Synthetic scenes (the quickstart's 2000).", show_default=True)
+@click.option(
+    "--seconds", type=float, default=20.0, help="Training seconds per model (equal for all).", show_default=True
+)
+@click.option("--epochs", type=int, default=12, help="Epoch cap per model (the quickstart's 12).", show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--beam", type=int, default=3, show_default=True)
+@click.option(
+    "--threads", type=int, default=0, help="torch threads per stage (0 = torch's default).", show_default=True
+)
+@click.option("--budget", type=float, default=300.0, help="Wall-clock seconds for everything.", show_default=True)
+@click.option("--only", multiple=True, help="Run names to train (default: all four).")
+@click.option("--smoke", is_flag=True, help="Tiny CPU run: 60 images, 1 epoch, batch 8.")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
 
 
 def _finish(out: Path, results: Results) -> int:
@@ -162,4 +173,4 @@ def _finish(out: Path, results: Results) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -14,15 +14,16 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import statistics
+import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import torch
 
 from edgecap._io import atomic_write_json
@@ -63,7 +64,7 @@ def step_graphs(name: str, steps: int, preset: str) -> tuple[dict[str, Any], Any
     return fp32, steps_by_variant, cfg, {b: s.batches[0] for b, s in setups.items()}
 
 
-def measure(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: SimpleNamespace) -> dict[str, Any]:
     torch.set_num_threads(1)
     fp32, variants, cfg, inputs = step_graphs(args.model, args.steps, args.preset)
     rows: dict[str, Any] = {}
@@ -98,22 +99,14 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     return {"model": args.model, "steps": args.steps, "beam": 3, "preset": args.preset, "rows": rows}
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="acort-xsmall")
-    parser.add_argument("--steps", type=int, default=26, help="forced decode length (tokens)")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--preset", default="cpu-auto", help="the preset whose types the schemes use")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     if args.steps < 2 or args.repeats < 1 or args.warmup < 0:
-        parser.error("--steps must be >= 2, --repeats >= 1, --warmup >= 0")
+        raise click.UsageError("--steps must be >= 2, --repeats >= 1, --warmup >= 0")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     out = measure(args)
     print(f"{out['model']}: beam 3, {out['steps']} forced tokens, 1 thread, preset {out['preset']}")
     print("| step | MB | batch 1 ms | × FP32 | batch 16 ms | × FP32 | ops |\n|---|---:|---:|---:|---:|---:|---|")
@@ -128,5 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", default="acort-xsmall", show_default=True)
+@click.option("--steps", type=int, default=26, help="forced decode length (tokens)", show_default=True)
+@click.option("--repeats", type=int, default=5, show_default=True)
+@click.option("--warmup", type=int, default=1, show_default=True)
+@click.option("--preset", default="cpu-auto", help="the preset whose types the schemes use", show_default=True)
+@click.option("--json", type=click.Path(path_type=Path), help="also write the results here")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

@@ -26,7 +26,6 @@ on a 2-core x86 CPU. Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -39,8 +38,10 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import torch
 
@@ -208,7 +209,7 @@ def measure(
     return wall, cpu
 
 
-def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def run(args: SimpleNamespace, scratch: Path) -> dict[str, Any]:
     cores = usable_cores()
     rows: list[dict[str, Any]] = []
     for model_name in args.model:
@@ -304,38 +305,41 @@ def markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {n}" for n in notes) + "\n"
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", action="append", choices=sorted(PAPER_CASES), help="repeatable; default both")
-    parser.add_argument("--batch", action="append", type=int, help="repeatable; default 1 and 16")
-    parser.add_argument("--beam", type=int, default=3)
-    parser.add_argument("--threads", action="append", type=int, help="intra-op counts to sweep; default 1 and 2")
-    parser.add_argument("--load", action="append", choices=LOADS, help="repeatable; default quiet and busy")
-    parser.add_argument("--competitors", type=int, default=1, help="busy processes under --load busy")
-    parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)")
-    parser.add_argument("--settle", type=float, default=0.05, help="seconds of sleep after each decode")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write ort_threads.json and ort_threads.md here")
-    args = parser.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """Defaults of the repeatable options, and the bounds the click types cannot check."""
     args.model = args.model or list(PAPER_CASES)
     args.batch = args.batch or [1, 16]
     args.threads = args.threads or [1, 2]
     args.load = args.load or list(LOADS)
     if min(args.batch) < 1 or min(args.threads) < 1 or args.repeats < 1 or args.beam < 1:
-        parser.error("--batch, --threads, --repeats and --beam must be >= 1")
+        raise click.UsageError("--batch, --threads, --repeats and --beam must be >= 1")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["--worker"]:
-        return worker_main(Path(argv[1]), argv[2])
-    return run_and_report(parse_args(argv), run, markdown, "ort_threads")
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", type=click.Choice(sorted(PAPER_CASES)), multiple=True, help="repeatable; default both")
+@click.option("--batch", type=int, multiple=True, help="repeatable; default 1 and 16")
+@click.option("--beam", type=int, default=3, show_default=True)
+@click.option("--threads", type=int, multiple=True, help="intra-op counts to sweep; default 1 and 2")
+@click.option("--load", type=click.Choice(LOADS), multiple=True, help="repeatable; default quiet and busy")
+@click.option("--competitors", type=int, default=1, help="busy processes under --load busy", show_default=True)
+@click.option("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)", show_default=True)
+@click.option("--settle", type=float, default=0.05, help="seconds of sleep after each decode", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), help="write ort_threads.json and ort_threads.md here")
+@click.option("--worker", nargs=2, type=(click.Path(path_type=Path), str), hidden=True)
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (check_args sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    if args.worker:
+        case, plan_json = args.worker
+        sys.exit(worker_main(Path(case), plan_json))
+    sys.exit(run_and_report(check_args(args), run, markdown, "ort_threads"))
 
 
 def run_and_report(
-    args: argparse.Namespace,
-    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    args: SimpleNamespace,
+    measure: Callable[[SimpleNamespace, Path], dict[str, Any]],
     render: Callable[[dict[str, Any]], str],
     stem: str,
 ) -> int:
@@ -353,4 +357,4 @@ def run_and_report(
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

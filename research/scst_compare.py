@@ -21,13 +21,15 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+import click
 
 from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, read_jsonl, run_stage
 
@@ -43,32 +45,17 @@ CIDER_NOTE = (
 )
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="expansionnet-v2-xsmall")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--out", type=Path, required=False)
-    p.add_argument("--work", type=Path, default=None, help="Dataset, features and runs [default: OUT/work].")
-    p.add_argument("--images", type=int, default=2000, help="Synthetic scenes (the quickstart's 2000).")
-    p.add_argument("--ce-epochs", type=int, default=12, help="Cross-entropy epochs of the base run (quickstart: 12).")
-    p.add_argument("--scst-epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--beam", type=int, default=3)
-    p.add_argument("--threads", type=int, default=0, help="torch threads per stage (0 = torch's default).")
-    p.add_argument("--budget", type=float, default=480.0, help="Wall-clock seconds for everything.")
-    p.add_argument("--smoke", action="store_true", help="Tiny CPU run: 60 images, 1 + 1 epochs, batch 8.")
-    p.add_argument("--eval-runs", nargs="+", type=Path, default=None, help=argparse.SUPPRESS)  # the eval stage
-    p.add_argument("--eval-out", type=Path, default=None, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     if args.smoke:
         args.device, args.images, args.ce_epochs, args.scst_epochs, args.batch_size = "cpu", 60, 1, 1, 8
         args.threads = args.threads or 1
     if args.eval_runs is None and args.out is None:
-        p.error("--out is required")
+        raise click.UsageError("--out is required")
     return args
 
 
-def plan(args: argparse.Namespace) -> dict[str, Any]:
+def plan(args: SimpleNamespace) -> dict[str, Any]:
     """Paths and the commands of the training stages (the later ones need the measured SCST time)."""
     work = args.work or args.out / "work"
     data = work / f"synthetic-{args.images}"
@@ -93,7 +80,7 @@ def plan(args: argparse.Namespace) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def ce_more_cmd(args: argparse.Namespace, paths: dict[str, Any], seconds: float) -> list[Any]:
+def ce_more_cmd(args: SimpleNamespace, paths: dict[str, Any], seconds: float) -> list[Any]:
     """Cross-entropy continued from base's last checkpoint for ``seconds`` (``--max-minutes``; epochs unbounded)."""
     return [*EDGECAP, "train", "--model", args.model, "--data", paths["data"], "--features", paths["features"],
             "--out", paths["ce_more"], "--epochs", 10_000, "--batch-size", args.batch_size,
@@ -158,13 +145,12 @@ def evaluate(runs: list[Path], device: str, beam: int, out: Path, threads: int) 
         atomic_write_json(out, scores)
 
 
-def _limit(results: Results, args: argparse.Namespace, stage: str, later: int) -> float:
+def _limit(results: Results, args: SimpleNamespace, stage: str, later: int) -> float:
     reserve = later * MIN_STAGE + (EVAL_RESERVE if later else 0)
     return max(0.0, min(LIMITS[stage], results.left(args.budget) - reserve))
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     if args.eval_runs is not None:
         evaluate(args.eval_runs, args.device, args.beam, args.eval_out, args.threads)
         return 0
@@ -239,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
 
     scores_file = out / "eval_scores.json"
     runs = [paths[k] for k in ("base", "scst", "ce_more") if (paths[k] / "weights.safetensors").is_file()]
-    eval_cmd = [sys.executable, Path(__file__).resolve(), "--eval-runs", *runs, "--eval-out", scores_file,
+    eval_cmd = [sys.executable, Path(__file__).resolve(), *(x for run in runs for x in ("--eval-runs", run)),
+                "--eval-out", scores_file,
                 "--device", args.device, "--beam", args.beam, "--threads", args.threads]  # fmt: skip
     stage("eval", eval_cmd, later=0, limit=max(0.0, min(LIMITS["eval"], results.left(args.budget))))
     scores = _json(scores_file)
@@ -247,6 +234,35 @@ def main(argv: list[str] | None = None) -> int:
         row["test_cider_d"] = scores.get(key, {}).get("test_cider_d")
         row["test_example"] = scores.get(key, {}).get("example")
     return _finish(out, results, 0)
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", default="expansionnet-v2-xsmall", show_default=True)
+@click.option("--device", default="cuda", show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=False)
+@click.option("--work", type=click.Path(path_type=Path), help="Dataset, features and runs [default: OUT/work].")
+@click.option("--images", type=int, default=2000, help="Synthetic scenes (the quickstart's 2000).", show_default=True)
+@click.option(
+    "--ce-epochs",
+    type=int,
+    default=12,
+    help="Cross-entropy epochs of the base run (quickstart: 12).",
+    show_default=True,
+)
+@click.option("--scst-epochs", type=int, default=3, show_default=True)
+@click.option("--batch-size", type=int, default=32, show_default=True)
+@click.option("--beam", type=int, default=3, show_default=True)
+@click.option(
+    "--threads", type=int, default=0, help="torch threads per stage (0 = torch's default).", show_default=True
+)
+@click.option("--budget", type=float, default=480.0, help="Wall-clock seconds for everything.", show_default=True)
+@click.option("--smoke", is_flag=True, help="Tiny CPU run: 60 images, 1 + 1 epochs, batch 8.")
+@click.option("--eval-runs", type=click.Path(path_type=Path), multiple=True, hidden=True)
+@click.option("--eval-out", type=click.Path(path_type=Path), hidden=True)
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
 
 
 def _pct(value: Any) -> float | None:
@@ -272,4 +288,4 @@ def _finish(out: Path, results: Results, code: int) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

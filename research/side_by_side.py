@@ -49,7 +49,6 @@ Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import importlib
@@ -64,8 +63,10 @@ import types
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 
 OFFICIAL = "official"
@@ -121,10 +122,10 @@ def parse_model(text: str) -> tuple[str, int]:
     name, _, steps = text.partition(":")
     if steps:
         if not steps.isdigit() or int(steps) < 2:
-            raise argparse.ArgumentTypeError(f"--model {text}: STEPS must be an integer >= 2")
+            raise ValueError(f"--model {text}: STEPS must be an integer >= 2")
         return name, int(steps)
     if name not in FORCED_STEPS:
-        raise argparse.ArgumentTypeError(f"--model {text}: no protocol length for {name!r}; write {name}:STEPS")
+        raise ValueError(f"--model {text}: no protocol length for {name!r}; write {name}:STEPS")
     return name, FORCED_STEPS[name]
 
 
@@ -732,67 +733,27 @@ def _same_tokens(cells: Mapping[str, Mapping[str, Any]], manifest: Mapping[str, 
     return len(digests) <= 1
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", action="append", type=parse_model, help="NAME or NAME:STEPS (repeatable; default "
-                   f"{', '.join(f'{k}:{v}' for k, v in FORCED_STEPS.items())})")  # fmt: skip
-    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                   help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
-                   "exported (every variant already in --work) (default %(default)s)")  # fmt: skip
-    p.add_argument("--threads", action="append", type=int, help="threads per cell (repeatable; replaces the grid's)")
-    p.add_argument("--batch", action="append", type=int, help="images per decode (repeatable; replaces the grid's)")
-    p.add_argument("--beam", action="append", type=int, help="beam size, 1 = greedy (repeatable; replaces the grid's)")
-    p.add_argument("--full", action="store_true", help="every model at threads 1,2 x batch 1,16 x greedy, beam 3")
-    p.add_argument("--rounds", type=int, default=3, help="rounds of every cell, interleaved (default 3)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed decodes per cell (2)")
-    p.add_argument("--repeats", type=int, default=7, help="timed decodes per cell, median (7)")
-    p.add_argument("--setting", choices=("paper", "edge"), default="paper", help="model settings (default paper)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-baseline", action="store_true", help="skip the re-run-prefix stand-in column")
-    p.add_argument(
-        "--official-acort",
-        type=Path,
-        metavar="PATH",
-        help="checkout of jiahuei/sparse-image-captioning: time the official ACORT code\n"
-        "(ort-family rows; commit pinned in OFFICIAL_CODE)",
-    )
-    p.add_argument(
-        "--official-expansionnet",
-        type=Path,
-        metavar="PATH",
-        help="checkout of jchenghu/ExpansionNet_v2: time the official ExpansionNet v2 code",
-    )
-    p.add_argument("--no-limit", action="store_true", help="skip the weight-read limit")
-    p.add_argument("--limit-only", action="store_true", help="only the weight-read limit (no side-by-side cells)")
-    p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="ONNX Runtime session config entry for every ORT cell,\n"
-                   "e.g. session.intra_op.allow_spinning=0 (repeatable)")  # fmt: skip
-    p.add_argument("--cell-timeout", type=float, default=1200.0, help="seconds before a cell process is stopped")
-    p.add_argument("--quick", action="store_true", help=f"smoke run: {QUICK_MODEL}, {QUICK_STEPS} steps, 1 round")
-    p.add_argument("--work", type=Path, default=Path("side_by_side_work"), help="export cache folder")
-    p.add_argument("--out", type=Path, default=Path("side_by_side_out"), help="where the JSON and markdown go")
-    p.add_argument("--cell", help=argparse.SUPPRESS)
-    p.add_argument("--step-timing", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     if args.quick:
         args.model = args.model or [(QUICK_MODEL, QUICK_STEPS)]
         args.rounds, args.warmup, args.repeats = 1, 1, 2
     if args.limit_only and args.no_limit:
-        p.error("--limit-only and --no-limit exclude each other")
+        raise click.UsageError("--limit-only and --no-limit exclude each other")
     if args.rounds < 1 or args.repeats < 1 or args.warmup < 0:
-        p.error("--rounds and --repeats must be >= 1, --warmup >= 0")
+        raise click.UsageError("--rounds and --repeats must be >= 1, --warmup >= 0")
     for flag in ("threads", "batch", "beam"):
         bad = [v for v in getattr(args, flag) or [] if v < 1]
         if bad:
-            p.error(f"--{flag} must be >= 1, got {bad[0]}")
+            raise click.UsageError(f"--{flag} must be >= 1, got {bad[0]}")
     try:
         args.variant_list = [v for v in args.variants.split(",") if v]
         for variant in args.variant_list:
             if variant != EXPORTED:
                 parse_variant(variant)
-        args.session_config = dict(_key_value(item) for item in args.ort_config)
+        args.session_config = dict(_key_value(item) for item in args.ort_config or [])
     except ValueError as exc:
-        p.error(str(exc))
+        raise click.UsageError(str(exc)) from exc
     return args
 
 
@@ -818,8 +779,7 @@ def _child_main(flag: str, payload: str) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     if args.cell:
         return _child_main("cell", args.cell)
     if args.step_timing:
@@ -833,7 +793,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from exc
-    command = shlex.join(["python", "research/side_by_side.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/side_by_side.py", *sys.argv[1:]])
     print(f"== export into {args.work}", flush=True)
     manifests = {}
     for name, steps in models:
@@ -905,8 +865,87 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option(
+    "--model",
+    type=parse_model,
+    multiple=True,
+    help=f"NAME or NAME:STEPS (repeatable; default {', '.join(f'{k}:{v}' for k, v in FORCED_STEPS.items())})",
+)
+@click.option(
+    "--variants",
+    default=",".join(DEFAULT_VARIANTS),
+    help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
+    "exported (every variant already in --work) (default %(default)s)",
+    show_default=True,
+)
+@click.option("--threads", type=int, multiple=True, help="threads per cell (repeatable; replaces the grid's)")
+@click.option("--batch", type=int, multiple=True, help="images per decode (repeatable; replaces the grid's)")
+@click.option("--beam", type=int, multiple=True, help="beam size, 1 = greedy (repeatable; replaces the grid's)")
+@click.option("--full", is_flag=True, help="every model at threads 1,2 x batch 1,16 x greedy, beam 3")
+@click.option("--rounds", type=int, default=3, help="rounds of every cell, interleaved (default 3)", show_default=True)
+@click.option("--warmup", type=int, default=2, help="untimed decodes per cell (2)", show_default=True)
+@click.option("--repeats", type=int, default=7, help="timed decodes per cell, median (7)", show_default=True)
+@click.option(
+    "--setting",
+    type=click.Choice(("paper", "edge")),
+    default="paper",
+    help="model settings (default paper)",
+    show_default=True,
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--no-baseline", is_flag=True, help="skip the re-run-prefix stand-in column")
+@click.option(
+    "--official-acort",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="checkout of jiahuei/sparse-image-captioning: time the official ACORT code\n"
+    "(ort-family rows; commit pinned in OFFICIAL_CODE)",
+)
+@click.option(
+    "--official-expansionnet",
+    type=click.Path(path_type=Path),
+    metavar="PATH",
+    help="checkout of jchenghu/ExpansionNet_v2: time the official ExpansionNet v2 code",
+)
+@click.option("--no-limit", is_flag=True, help="skip the weight-read limit")
+@click.option("--limit-only", is_flag=True, help="only the weight-read limit (no side-by-side cells)")
+@click.option(
+    "--ort-config",
+    multiple=True,
+    default=[],
+    metavar="KEY=VALUE",
+    help="ONNX Runtime session config entry for every ORT cell,\ne.g. session.intra_op.allow_spinning=0 (repeatable)",
+    show_default=True,
+)
+@click.option(
+    "--cell-timeout", type=float, default=1200.0, help="seconds before a cell process is stopped", show_default=True
+)
+@click.option("--quick", is_flag=True, help=f"smoke run: {QUICK_MODEL}, {QUICK_STEPS} steps, 1 round")
+@click.option(
+    "--work",
+    type=click.Path(path_type=Path),
+    default=Path("side_by_side_work"),
+    help="export cache folder",
+    show_default=True,
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=Path("side_by_side_out"),
+    help="where the JSON and markdown go",
+    show_default=True,
+)
+@click.option("--cell", hidden=True)
+@click.option("--step-timing", hidden=True)
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
+
+
 def official_checkouts(
-    args: argparse.Namespace, models: Sequence[tuple[str, int]]
+    args: SimpleNamespace, models: Sequence[tuple[str, int]]
 ) -> tuple[dict[str, dict[str, str]], list[str]]:
     """Model -> ``{"kind", "path"}`` of the official code that decodes it (from ``--official-acort`` /
     ``--official-expansionnet``; each checked for the files a cell imports), and a note per model left out."""
@@ -932,7 +971,7 @@ def official_checkouts(
 
 
 def measure_limits(
-    args: argparse.Namespace,
+    args: SimpleNamespace,
     models: Sequence[tuple[str, int]],
     manifests: Mapping[str, Any],
     rows: Sequence[Row],
@@ -1205,4 +1244,4 @@ def official_decoder(
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

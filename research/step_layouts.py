@@ -22,15 +22,16 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import torch
 from torch import nn
 
@@ -57,7 +58,7 @@ def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
     return export_onnx(spec=spec, precisions=["fp32"], parity=False).runtime_models("fp32")
 
 
-def run(args: argparse.Namespace) -> dict[int, dict[str, Any]]:
+def run(args: SimpleNamespace) -> dict[int, dict[str, Any]]:
     from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
     torch.set_num_threads(1)
@@ -110,31 +111,38 @@ def markdown(results: Mapping[int, Mapping[str, Mapping[str, Any]]], reference: 
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default="acort-xsmall", help="an ORT-family model, random init (default acort-xsmall)")
-    p.add_argument("--layout", action="append", choices=LAYOUTS, help="layouts, the first is the reference (all)")
-    p.add_argument("--batch", action="append", type=int, help="images per decode call (repeatable; default 1 and 16)")
-    p.add_argument("--beam", type=int, default=3)
-    p.add_argument("--steps", type=int, default=26, help="forced decode steps (26)")
-    p.add_argument("--repeats", type=int, default=11, help="timed decode calls per layout (11)")
-    p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     args.layout = list(dict.fromkeys(args.layout or LAYOUTS))
     args.batch = args.batch or [1, 16]
     if min(args.batch) < 1 or args.beam < 1 or args.repeats < 1 or args.steps < 2:
-        p.error("--batch, --beam and --repeats must be >= 1 and --steps >= 2")
+        raise click.UsageError("--batch, --beam and --repeats must be >= 1 and --steps >= 2")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     print(markdown(run(args), args.layout[0]))
-    command = shlex.join(["python", "research/step_layouts.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/step_layouts.py", *sys.argv[1:]])
     print(f"\ncommand: `{command}`; clock {args.clock}")
     return 0
 
 
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option(
+    "--model", default="acort-xsmall", help="an ORT-family model, random init (default acort-xsmall)", show_default=True
+)
+@click.option("--layout", type=click.Choice(LAYOUTS), multiple=True, help="layouts, the first is the reference (all)")
+@click.option("--batch", type=int, multiple=True, help="images per decode call (repeatable; default 1 and 16)")
+@click.option("--beam", type=int, default=3, show_default=True)
+@click.option("--steps", type=int, default=26, help="forced decode steps (26)", show_default=True)
+@click.option("--repeats", type=int, default=11, help="timed decode calls per layout (11)", show_default=True)
+@click.option("--clock", type=click.Choice(sorted(CLOCKS)), default="cpu", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

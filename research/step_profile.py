@@ -29,7 +29,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import os
@@ -40,8 +39,10 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import torch
 
@@ -175,7 +176,7 @@ def decode_split(
     return {k: (statistics.median(v) * (1 if k == "steps" else 1e3)) for k, v in parts.items()}
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: SimpleNamespace) -> dict[str, Any]:
     """Export once, then the decode split and the step profile per batch size."""
     from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
 
@@ -248,36 +249,21 @@ def markdown(results: Mapping[str, Any], beam: int) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--model", default="acort-xsmall", help="registered model, random init (default acort-xsmall)")
-    p.add_argument("--batch", action="append", type=int, help="images per decode call (repeatable; default 1 and 16)")
-    p.add_argument("--beam", type=int, default=3, help="beam size (1 = greedy); default 3")
-    p.add_argument("--steps", type=int, default=26, help="forced decode steps (max_len; min_len = steps - 1); 26")
-    p.add_argument("--past", action="append", type=int, help="cache lengths to profile the step graph at (repeatable)")
-    p.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0], help="step-graph cache layout (step_layouts.py)")
-    p.add_argument("--threads", type=int, default=1, help="ORT intra-op threads (default 1)")
-    p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu", help="cpu (thread time, default) or wall")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=7, help="timed decode calls per batch size (median); 7")
-    p.add_argument("--profile-runs", type=int, default=50, help="profiled step runs per cache length (50)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, help="also write the results to this JSON file")
-    args = p.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """The options the click types cannot check on their own."""
     args.batch = args.batch or [1, 16]
     if min(args.batch) < 1 or args.beam < 1 or args.threads < 1 or args.repeats < 1 or args.profile_runs < 1:
-        p.error("--batch, --beam, --threads, --repeats and --profile-runs must be >= 1")
+        raise click.UsageError("--batch, --beam, --threads, --repeats and --profile-runs must be >= 1")
     if args.steps < 2:
-        p.error(f"--steps must be >= 2, got {args.steps}")
+        raise click.UsageError(f"--steps must be >= 2, got {args.steps}")
     if any(past < 0 or past >= args.steps for past in args.past or ()):
-        p.error(f"--past must lie in [0, --steps) = [0, {args.steps})")
+        raise click.UsageError(f"--past must lie in [0, --steps) = [0, {args.steps})")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def execute(args: SimpleNamespace) -> int:
     results = run(args)
-    command = shlex.join(["python", "research/step_profile.py", *(sys.argv[1:] if argv is None else argv)])
+    command = shlex.join(["python", "research/step_profile.py", *sys.argv[1:]])
     print(markdown(results, args.beam))
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(f"\ncommand: `{command}`; clock {args.clock}; load average {load}")
@@ -288,5 +274,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option(
+    "--model", default="acort-xsmall", help="registered model, random init (default acort-xsmall)", show_default=True
+)
+@click.option("--batch", type=int, multiple=True, help="images per decode call (repeatable; default 1 and 16)")
+@click.option("--beam", type=int, default=3, help="beam size (1 = greedy); default 3", show_default=True)
+@click.option(
+    "--steps", type=int, default=26, help="forced decode steps (max_len; min_len = steps - 1); 26", show_default=True
+)
+@click.option("--past", type=int, multiple=True, help="cache lengths to profile the step graph at (repeatable)")
+@click.option(
+    "--layout",
+    type=click.Choice(LAYOUTS),
+    default=LAYOUTS[0],
+    help="step-graph cache layout (step_layouts.py)",
+    show_default=True,
+)
+@click.option("--threads", type=int, default=1, help="ORT intra-op threads (default 1)", show_default=True)
+@click.option(
+    "--clock",
+    type=click.Choice(sorted(CLOCKS)),
+    default="cpu",
+    help="cpu (thread time, default) or wall",
+    show_default=True,
+)
+@click.option("--warmup", type=int, default=2, show_default=True)
+@click.option("--repeats", type=int, default=7, help="timed decode calls per batch size (median); 7", show_default=True)
+@click.option(
+    "--profile-runs", type=int, default=50, help="profiled step runs per cache length (50)", show_default=True
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", type=click.Path(path_type=Path), help="also write the results to this JSON file")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (execute sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(execute(check_args(args)))
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

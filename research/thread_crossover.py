@@ -18,15 +18,17 @@ Run it on the cores the captioner will use, nothing else running (about three mi
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import torch
 
@@ -83,8 +85,8 @@ def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, wh
 
 
 def run_and_report(
-    args: argparse.Namespace,
-    measure: Callable[[argparse.Namespace, Path], dict[str, Any]],
+    args: SimpleNamespace,
+    measure: Callable[[SimpleNamespace, Path], dict[str, Any]],
     render: Callable[[dict[str, Any]], str],
     stem: str,
 ) -> int:
@@ -145,7 +147,7 @@ def threshold(points: Sequence[tuple[int, float]]) -> int | None:
     return found
 
 
-def run(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def run(args: SimpleNamespace, scratch: Path) -> dict[str, Any]:
     narrow_plan, wide_plan = plan_threads(1), plan_threads(args.wide, False)
     rows: list[dict[str, Any]] = []
     thresholds: dict[str, dict[str, int | None]] = {}
@@ -211,30 +213,32 @@ def markdown(result: Mapping[str, Any]) -> str:
     return "\n".join(lines) + f"\n\nWide session pays (rows): {found}. {result['usable_cores']} usable core(s).\n"
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--model", action="append", choices=sorted(PAPER_CASES), help="repeatable; default acort-xsmall"
-    )
-    parser.add_argument("--rows", action="append", type=int, help="step rows, repeatable; default 3 6 12 24 48")
-    parser.add_argument("--batch", action="append", type=int, help="encoder images, repeatable; default 1 2 4 8 16")
-    parser.add_argument("--wide", type=int, default=2, help="intra-op threads of the wide session")
-    parser.add_argument("--calls", type=int, default=40, help="step calls per sample (a quarter for the encoder)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed samples per session (after one warm-up)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=None, help="write thread_crossover.json and .md here")
-    args = parser.parse_args(argv)
+def check_args(args: SimpleNamespace) -> SimpleNamespace:
+    """Defaults of the repeatable options, and the bounds the click types cannot check."""
     args.model = args.model or ["acort-xsmall"]
     args.rows = args.rows or [3, 6, 12, 24, 48]
     args.batch = args.batch or [1, 2, 4, 8, 16]
     if min(args.rows + args.batch) < 1 or args.wide < 2 or args.calls < 1 or args.repeats < 1:
-        parser.error("--rows, --batch, --calls and --repeats must be >= 1, --wide >= 2")
+        raise click.UsageError("--rows, --batch, --calls and --repeats must be >= 1, --wide >= 2")
     return args
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    return run_and_report(parse_args(argv), run, markdown, "thread_crossover")
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", type=click.Choice(sorted(PAPER_CASES)), multiple=True, help="repeatable; default acort-xsmall")
+@click.option("--rows", type=int, multiple=True, help="step rows, repeatable; default 3 6 12 24 48")
+@click.option("--batch", type=int, multiple=True, help="encoder images, repeatable; default 1 2 4 8 16")
+@click.option("--wide", type=int, default=2, help="intra-op threads of the wide session", show_default=True)
+@click.option(
+    "--calls", type=int, default=40, help="step calls per sample (a quarter for the encoder)", show_default=True
+)
+@click.option("--repeats", type=int, default=7, help="timed samples per session (after one warm-up)", show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), help="write thread_crossover.json and .md here")
+def main(**options: Any) -> None:
+    # repeatable options come as tuples: a list, or None when not given (check_args sets the defaults)
+    args = SimpleNamespace(**{k: list(v) or None if isinstance(v, tuple) else v for k, v in options.items()})
+    sys.exit(run_and_report(check_args(args), run, markdown, "thread_crossover"))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()
