@@ -73,7 +73,7 @@ def test_a_variant_graph_outside_the_bundle_or_unlisted_is_refused(copy: Path, f
 
 
 def test_caption_refuses_a_step_graph_from_outside_the_bundle(copy: Path, image: Path):
-    """The issue's reproduction: ``variants.fp32.files.step`` = ``../outside/step.onnx`` captioned with exit 0."""
+    """A manifest naming ``../outside/step.onnx`` as its FP32 step graph once captioned with exit 0; now refused."""
     from edgecap.cli import main
 
     outside = _outside(copy, _step_name(copy))
