@@ -114,7 +114,6 @@ def test_no_reference_to_notes_outside_the_repository() -> None:
         *PACKAGE.rglob("*.py"),
         *(ROOT / "docs").rglob("*.md"),
         ROOT / "README.md",
-        *(ROOT / "benchmarks").glob("*.py"),
         *(ROOT / "research").glob("*.py"),
     ]
     hits = [

@@ -21,6 +21,7 @@ from edgecap.bench.gpu_setup import (
     time_decode,
     torch_and_cuda,
 )
+from edgecap.precisions import FLOAT_PRECISIONS
 
 
 def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
@@ -68,7 +69,7 @@ def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
     paths = [r.path for r in records[:64]]
     for runtime, provider in runnable:
         short = {"CUDAExecutionProvider": "cuda", "TensorrtExecutionProvider": "tensorrt", None: None}[provider]
-        for precision in ("fp32", "fp16"):
+        for precision in FLOAT_PRECISIONS:
             row: dict[str, Any] = {"runtime": runtime, "provider": provider, "precision": precision}
             try:
                 kw = {"providers": [short]} if short else {}
