@@ -12,7 +12,7 @@ I/O: two paths behind one interface.
   binding adds per-call bind/clear calls and DLPack wrapping (acort-xsmall beam-3 decode, 1 thread: 15.6 ms/image
   plain vs 17.4 ms/image bound). Only public onnxruntime API is used (``InferenceSession.run``,
   ``run_with_iobinding``, ``OrtValue``): bypassing ``run``'s Python wrapper saves a few µs per call, inside the
-  run-to-run spread of a decode (``benchmarks/decode_overhead.py``).
+  run-to-run spread of a decode (``research/decode_overhead.py``).
 - ``io_binding=True`` (the default when the CUDA/TensorRT providers run): torch tensors in and out, bound by device
   pointer; outputs are allocated by ONNX Runtime on the device and returned zero-copy through DLPack, so a decode loop's
   cache never crosses PCIe and beam reordering is a device ``index_select`` (``array_type = "torch"``). The same

@@ -9,7 +9,7 @@ The cost of step ``t`` grows with ``t``, so a caption of T tokens costs O(T²) d
 
 This adapter reproduces that mode behind the same :class:`~edgecap.decoding.StepModel` protocol, so the one beam
 search runs on it unchanged. It is the honest baseline for the cached-decoding benchmark
-(``benchmarks/decode_cache.py``) and an independent parity check of the cache: ``CaptionModel.decode_full`` and
+(``research/decode_cache.py``) and an independent parity check of the cache: ``CaptionModel.decode_full`` and
 ``CaptionModel.step`` compute the same function, so both adapters must decode the same tokens.
 """
 
@@ -52,7 +52,7 @@ class PrefixRerunModel(nn.Module):
     """A captioner seen as a "cached-step" model whose only cache is the token prefix: the reference decoding in the
     ``CaptionModel`` step interface, so that the regular export (``get_export_spec`` of the wrapped model's family)
     turns it into encoder/start/step ONNX graphs that re-run the prefix every step, like the official ExpansionNet
-    export. ``benchmarks/decode_cache.py --runtime onnxruntime`` times those graphs against the cached step graphs on
+    export. ``research/decode_cache.py --runtime onnxruntime`` times those graphs against the cached step graphs on
     ONNX Runtime with the same beam search, so both sides of the comparison run in the same low-overhead runtime.
 
     State: ``rerun_memory`` (B, N, d), ``rerun_mask`` (B, N) bool, ``prefix`` (B, t) long (names differ from the
