@@ -87,6 +87,7 @@ class RuntimeVenv:
 
     @property
     def python(self) -> Path:
+        """The venv's interpreter."""
         return self.path / "bin" / "python"
 
     @property

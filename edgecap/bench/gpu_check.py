@@ -155,6 +155,8 @@ def install_carried_wheels(root: Path = ROOT) -> str | None:
 
 
 def orchestrate(args: argparse.Namespace) -> int:
+    """Write ``env.json``, run each chosen section in its own process within the budget, and append each one's
+    tables to ``summary.md``; 0 when every section finished, else 1."""
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
@@ -225,6 +227,7 @@ def orchestrate(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The orchestrator, or (``--section``) one section in this process; the exit status."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--run", help="trained run directory (default: random-weights acort-xsmall)")
     p.add_argument("--data", help="dataset directory with a test split (default: next to the run, else regenerated)")

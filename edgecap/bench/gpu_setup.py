@@ -30,10 +30,12 @@ class Recorder:
         self._flush()
 
     def set(self, **values: Any) -> None:
+        """Update the section's fields and rewrite the file."""
         self.data.update(values)
         self._flush()
 
     def add(self, row: Mapping[str, Any]) -> None:
+        """Append a row (also printed) and rewrite the file."""
         self.data["rows"].append(dict(row))
         print(json.dumps(row), flush=True)
         self._flush()
@@ -45,6 +47,7 @@ class Recorder:
 
 
 def median_spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min, max and count of ``values``."""
     return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
 
 
@@ -171,10 +174,12 @@ def step_model(model: Any, precision: str, mode: str, device: str) -> Any:
 
 
 def first_tokens(hyps: Sequence[Sequence[Any]]) -> list[list[int]]:
+    """Each image's best hypothesis as token ids."""
     return [list(h[0].tokens) for h in hyps]
 
 
 def decode_all(step_model: Any, feats: Mapping[str, Any], cfg: Any, batch: int) -> list[list[int]]:
+    """Token ids of every image of ``feats``, decoded ``batch`` images at a time."""
     from edgecap.decoding import decode
 
     n = int(next(iter(feats.values())).shape[0])
@@ -188,6 +193,8 @@ def decode_all(step_model: Any, feats: Mapping[str, Any], cfg: Any, batch: int) 
 def time_decode(
     step_model: Any, inputs: Mapping[str, Any], cfg: Any, repeats: int, warmup: int, deadline: float
 ) -> dict[str, Any]:
+    """Timed decodes of ``inputs`` (``warmup`` untimed first; stops at ``deadline`` after 2): captions/s and the
+    per-step split of the loop into the step call, ``select`` and the host search."""
     from edgecap.bench.harness import TimedStepModel
     from edgecap.decoding import decode
 

@@ -135,6 +135,7 @@ class Soak:
             self.rss.append((time.perf_counter() - start, rss_mb()))
 
     def run(self) -> float:
+        """Run the threads and the sampler for ``seconds``; returns the seconds it took."""
         start = time.perf_counter()
         self.rss.append((0.0, rss_mb()))
         workers = [threading.Thread(target=self._worker, args=(i,), daemon=True) for i in range(self.threads)]

@@ -55,22 +55,27 @@ class Results:
         self.flush()
 
     def left(self, budget: float) -> float:
+        """Seconds of ``budget`` not yet spent since these results started."""
         return budget - (time.monotonic() - self.started)
 
     def stage(self, record: Mapping[str, Any]) -> None:
+        """Record a finished stage (its status, wall time, log) and write the file."""
         self.data["stages"].append(dict(record))
         self.flush()
 
     def row(self, record: Mapping[str, Any]) -> None:
+        """Record one result row and write the file."""
         self.data["rows"].append(dict(record))
         print("  " + json.dumps(record), flush=True)
         self.flush()
 
     def set(self, **values: Any) -> None:
+        """Set metadata fields and write the file."""
         self.data["meta"].update(values)
         self.flush()
 
     def flush(self) -> None:
+        """Rewrite ``path`` atomically with everything recorded so far."""
         from edgecap._io import atomic_write_json
 
         atomic_write_json(self.path, self.data)
