@@ -5,8 +5,9 @@ fresh processes of each:
 
 - **env size**: the venv on disk (allocated blocks, as ``du``), with and without pip/setuptools themselves, and the
   largest packages;
-- **peak RSS**: ``ru_maxrss`` of a child that loads the bundle with ``Captioner.load`` and captions N images (100),
-  read by the parent with ``wait4`` so it is exactly that process's high-water mark;
+- **peak RSS**: the high-water mark (``VmHWM``, which ``exec`` resets) of a child that loads the bundle with
+  ``Captioner.load`` and captions N images (100); ``wait4``'s ``ru_maxrss`` where there is no ``/proc`` (it keeps
+  what the child shared with its parent before ``exec``, so a parent with torch loaded inflates it);
 - **cold start**: from ``import edgecap`` to the first caption, the median of ≥ 5 fresh processes (import, load and
   first-caption splits reported too).
 
@@ -55,10 +56,15 @@ with Captioner.load(bundle) as cap:
     for start in range(0, len(rest), batch):
         captions += cap.batch(rest[start : start + batch], batch_size=batch)
     info = cap.runtime_info.get("summary")
+try:
+    with open("/proc/self/status") as status:
+        hwm = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+except (OSError, StopIteration):
+    hwm = None
 print(json.dumps({
     "import_s": t1 - t0, "load_s": t2 - t1, "first_caption_s": t3 - t2, "cold_start_s": t3 - t0,
     "captions": len(captions), "first": first, "runtime": info, "edgecap": edgecap.__file__,
-    "torch_imported": "torch" in sys.modules,
+    "torch_imported": "torch" in sys.modules, "vm_hwm_kib": hwm,
 }))
 """
 
@@ -66,8 +72,8 @@ print(json.dumps({
 def run_child(
     python: str | Path, bundle: Path, images: Path, count: int, batch: int, env: Mapping[str, str]
 ) -> dict[str, Any]:
-    """One fresh process captioning ``count`` images; its own report plus ``peak_rss_mb`` (``wait4``'s
-    ``ru_maxrss``) and ``wall_s`` (interpreter start included)."""
+    """One fresh process captioning ``count`` images; its own report plus ``peak_rss_mb`` (its ``VmHWM``, else
+    ``wait4``'s ``ru_maxrss``) and ``wall_s`` (interpreter start included)."""
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         process = subprocess.Popen(
@@ -87,7 +93,8 @@ def run_child(
         lines = stderr.strip().splitlines()
         return {"error": lines[-1] if lines else f"exit code {process.returncode}", "stderr": stderr[-2000:]}
     result = json.loads(stdout.strip().splitlines()[-1])
-    result.update(peak_rss_mb=round(usage.ru_maxrss / 1024, 1), wall_s=wall)  # Linux: KiB
+    peak_kib = result.pop("vm_hwm_kib", None) or usage.ru_maxrss  # Linux: KiB
+    result.update(peak_rss_mb=round(peak_kib / 1024, 1), wall_s=wall)
     return result
 
 

@@ -59,5 +59,6 @@ def test_a_measuring_child_reports_its_peak_and_timings(bundle: Path, tmp_path: 
     env = clean_env({"EDGECAP_HOME": str(tmp_path / "home"), "PYTHONPATH": str(ROOT)})
     row = measure_env("current", sys.executable, bundle, listing, count=3, cold_runs=1, batch=2, env=env)
     assert "error" not in row, row
-    assert row["images"] == 3 and row["torch_imported"] is False and row["peak_rss_mb"] > 0
+    assert row["images"] == 3 and row["torch_imported"] is False
+    assert 0 < row["peak_rss_mb"] <= TARGETS["rss_mb"]  # the child's own peak, not this torch-loaded parent's
     assert row["median"]["cold_start_s"] >= row["median"]["first_caption_s"] > 0
