@@ -6,17 +6,17 @@ Heavy submodules (torch models, onnxruntime, TensorRT) are imported lazily so th
 
 from __future__ import annotations
 
-from edgecap._lazy import lazy_getattr
 from edgecap._version import __version__
+from edgecap.runtime._lazy import lazy_getattr
 
 _LAZY: dict[str, str] = {
-    "create_model": "edgecap.models",
-    "list_models": "edgecap.models",
-    "create_backbone": "edgecap.models.backbone",
-    "load_vocab": "edgecap.data.vocab",
-    "build_vocab": "edgecap.data.vocab",
-    "load_runtime": "edgecap.runtimes",
-    "Captioner": "edgecap.captioner",
+    "create_model": "edgecap.build.models",
+    "list_models": "edgecap.build.models",
+    "create_backbone": "edgecap.build.models.backbone",
+    "load_vocab": "edgecap.runtime.vocab",
+    "build_vocab": "edgecap.runtime.vocab",
+    "load_runtime": "edgecap.runtime.backends",
+    "Captioner": "edgecap.runtime.captioner",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -17,11 +17,11 @@ from typing import Any
 import click
 import torch
 
-from edgecap._io import atomic_write_json
-from edgecap.captioning import decode_cfg_for, decoder_for
-from edgecap.decoding import decode
-from edgecap.evaluation.length import diversity
-from edgecap.runs import load_run
+from edgecap.build.evaluation.length import diversity
+from edgecap.build.runs import load_run
+from edgecap.runtime._io import atomic_write_json
+from edgecap.runtime.captioning import decode_cfg_for, decoder_for
+from edgecap.runtime.decoding import decode
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -35,9 +35,9 @@ def main(**options: Any) -> None:
     args = SimpleNamespace(**options)
     torch.set_num_threads(1)
 
-    from edgecap.data.datasets import load_dataset
-    from edgecap.data.sources import open_feature_source
-    from edgecap.training.batches import FeatureBank
+    from edgecap.build.data.datasets import load_dataset
+    from edgecap.build.data.sources import open_feature_source
+    from edgecap.build.training.batches import FeatureBank
 
     trained = load_run(args.run)
     records = load_dataset(args.data).split(args.split)

@@ -78,7 +78,7 @@ def build_data(work: Path, images: int) -> tuple[Path, Path]:
     """A synthetic dataset (90 % train, so an epoch covers many steps) and random grid features, once."""
     import numpy as np
 
-    from edgecap.data.synthetic import generate_dataset
+    from edgecap.build.data.synthetic import generate_dataset
 
     data, feats = work / f"synthetic-{images}", work / f"grid-features-{images}"
     if not (data / "dataset.json").is_file():
@@ -194,7 +194,7 @@ def _scaling(rows: list[dict[str, Any]]) -> None:
 
 
 def _finish(out: Path, results: Results) -> int:
-    from edgecap._io import atomic_write_text
+    from edgecap.runtime._io import atomic_write_text
 
     results.set(total_s=round(time.monotonic() - results.started, 1))
     meta = results.data["meta"]

@@ -1,8 +1,8 @@
 """Cached step decoding vs re-running the whole prefix: wall-clock time per caption on CPU.
 
 The reference ORT and ExpansionNet code decode without a cache: every step re-runs the decoder over the whole prefix
-(:class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
-(:class:`~edgecap.runtimes.torch.TorchStepModel`). Both run the same beam search on the same model, so the
+(:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
+(:class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`). Both run the same beam search on the same model, so the
 difference measured here is the decoding algorithm alone.
 
 To keep early EOS out of the comparison, the default (``forced``) setting decodes a fixed number of steps: the
@@ -16,7 +16,7 @@ interleaved and alternate their order so a drifting machine load hits both. Warm
 
 ``--runtime onnxruntime`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``)
 instead of torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
-:class:`~edgecap.runtimes.prefix.PrefixRerunModel`, which re-run the prefix every step as the official ExpansionNet
+:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunModel`, which re-run the prefix every step as the official ExpansionNet
 ONNX export does. In torch eager at batch 1 both modes are bound by per-op dispatch, which hides what the cache
 saves; ONNX Runtime shows it.
 
@@ -48,10 +48,10 @@ import torch
 from torch import nn
 
 from edgecap.bench.random_models import Setup, random_setup, torch_environment
-from edgecap.decoding import DecodeCfg, Hypothesis, State, decode
-from edgecap.runtimes.prefix import PrefixRerunModel, PrefixRerunStepModel
-from edgecap.runtimes.registry import canonical_runtime
-from edgecap.runtimes.torch import TorchStepModel
+from edgecap.build.torch_runtime.prefix import PrefixRerunModel, PrefixRerunStepModel
+from edgecap.build.torch_runtime.runtime import TorchStepModel
+from edgecap.runtime.backends.registry import canonical_runtime
+from edgecap.runtime.decoding import DecodeCfg, Hypothesis, State, decode
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
@@ -68,7 +68,7 @@ class BenchCase:
         steps: forced decode steps (``max_len``; ``min_len = steps - 1``); ignored when ``natural``.
         warmup: untimed calls per mode before timing.
         repeats: timed calls per mode.
-        run: a trained run directory or name (``edgecap.runs.load_run``).
+        run: a trained run directory or name (``edgecap.build.runs.load_run``).
         natural: decode the run with its production DecodeCfg (EOS ends captions) instead of forcing ``steps``.
         features: a feature cache directory for the run's inputs (default: the one recorded in the run's config).
         seed: seed of the random weights and features.
@@ -124,15 +124,15 @@ class _Counting:
 
 def run_setup(case: BenchCase) -> Setup:
     """A trained run, its production DecodeCfg, and ``repeats`` batches of its cached features (random if none)."""
-    from edgecap.captioning import decode_cfg_for
-    from edgecap.runs import load_run
+    from edgecap.build.runs import load_run
+    from edgecap.runtime.captioning import decode_cfg_for
 
     run = load_run(case.run)
     decode_cfg = decode_cfg_for(run.vocab, beam_size=case.beam, max_words=run.max_words)
     feature_dir = case.features or run.config.get("features")
     if feature_dir and Path(feature_dir, "meta.json").is_file():
-        from edgecap.data.feature_cache import FeatureCache
-        from edgecap.training.batches import FeatureBank
+        from edgecap.build.data.feature_cache import FeatureCache
+        from edgecap.build.training.batches import FeatureBank
 
         cache = FeatureCache(feature_dir)
         ids = cache.ids()
@@ -193,8 +193,8 @@ def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) ->
     """The cached and the re-run-prefix step model of ``model`` on ``runtime`` (ORT sessions entered on ``stack``)."""
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
-    from edgecap.export import export_onnx
-    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
+    from edgecap.build.export import export_onnx
+    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
 
     threads = torch.get_num_threads()
     out = {}
@@ -318,7 +318,7 @@ def execute(args: SimpleNamespace) -> int:
         f"({env['cpu_count']} logical), load average before {env['loadavg']}, after {env['loadavg_after']}"
     )
     if args.json:
-        from edgecap._io import atomic_write_json
+        from edgecap.runtime._io import atomic_write_json
 
         atomic_write_json(args.json, {"command": command, "environment": env, "results": results})
         print(f"wrote {args.json}", file=sys.stderr)

@@ -6,10 +6,10 @@ part is a visible share of the total, and it is the same for every backend. This
 
 - ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
   the time is the search's;
-- ``torch``: :class:`~edgecap.runtimes.torch.TorchStepModel` (cached, torch eager; its conversions at the step
+- ``torch``: :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_onnxruntime_step_model``;
-- ``prefix``: :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
+- ``prefix``: :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
 call is its wall time minus the time inside ``encode``/``step``/``select``. Models are random-init at edge settings
@@ -17,7 +17,7 @@ call is its wall time minus the time inside ``encode``/``step``/``select``. Mode
 ``max_len = steps``, so every hypothesis runs every step. Repeats interleave backends and implementations (and
 alternate their order) so a drifting load on a shared machine hits all of them; medians are reported.
 
-``--impl`` names importable modules exposing ``decode`` (default ``edgecap.decoding``), e.g. a saved copy of an older
+``--impl`` names importable modules exposing ``decode`` (default ``edgecap.runtime.decoding``), e.g. a saved copy of an older
 search, to compare implementations in one process; their results must agree token for token.
 
 Usage::
@@ -26,7 +26,7 @@ Usage::
     python research/decode_overhead.py --backend trivial --profile cprofile
     # host search ms/step before/after the vectorised beam search, at a large batch, EOS from step 10-20 on:
     PYTHONPATH=. python research/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
-        --repeats 5 --impl decode_overhead:per_image_beam_search --impl edgecap.decoding
+        --repeats 5 --impl decode_overhead:per_image_beam_search --impl edgecap.runtime.decoding
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from edgecap._io import atomic_write_json
 from edgecap.bench.harness import TimedStepModel
-from edgecap.decoding import DecodeCfg, RadixSpec, State
-from edgecap.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
-from edgecap.runtimes.registry import canonical_runtime
+from edgecap.build.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+from edgecap.runtime._io import atomic_write_json
+from edgecap.runtime.backends.registry import canonical_runtime
+from edgecap.runtime.decoding import DecodeCfg, RadixSpec, State
 
 BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
 #: --eos mode -> the trivial backend's EOS schedule (PrecomputedStepModel ``eos``).
@@ -122,7 +122,7 @@ class PrecomputedStepModel:
 def per_image_beam_search(step_model: Any, inputs: Any, cfg: Any, processors: Any = None) -> Any:
     """``decode`` with the beam search held on its per-image path at every batch size (``beam.SMALL_BATCH``): the
     search as it was before the vectorised path, for ``--impl decode_overhead:per_image_beam_search``."""
-    from edgecap.decoding import beam, decode
+    from edgecap.runtime.decoding import beam, decode
 
     previous, beam.SMALL_BATCH = beam.SMALL_BATCH, 10**9
     try:
@@ -184,17 +184,17 @@ class Backends:
             vocab = self.vocab or model.vocab_size
             return PrecomputedStepModel(batch * cfg.beam_size, vocab, cfg.max_len, self.seed, self.eos, cfg.eos_id)
         if backend == "torch":
-            from edgecap.runtimes.torch import TorchStepModel
+            from edgecap.build.torch_runtime.runtime import TorchStepModel
 
             return TorchStepModel(model, self.device, dtype=self.dtype)
         if backend == "prefix":
-            from edgecap.runtimes.prefix import PrefixRerunStepModel
+            from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
 
             return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
         if backend == "onnxruntime":
             if self._ort is None:
-                from edgecap.export import export_onnx
-                from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
+                from edgecap.build.export import export_onnx
+                from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
 
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_onnxruntime_step_model(
@@ -374,7 +374,7 @@ def _backends(_ctx: click.Context, _param: click.Parameter, values: tuple[str, .
     "--impl",
     multiple=True,
     help="module exposing decode(), or module:function with decode's signature (repeatable; default "
-    "edgecap.decoding), e.g. decode_overhead:per_image_beam_search for the search before vectorising",
+    "edgecap.runtime.decoding), e.g. decode_overhead:per_image_beam_search for the search before vectorising",
 )
 @click.option(
     "--eos",
@@ -411,7 +411,7 @@ def main(**options: Any) -> None:
         raise click.UsageError("--steps must be >= 2")
 
     torch.set_num_threads(args.threads)
-    impls = {name: load_impl(name) for name in (args.impl or ["edgecap.decoding"])}
+    impls = {name: load_impl(name) for name in (args.impl or ["edgecap.runtime.decoding"])}
     backends = list(args.backend) if args.backend else list(BACKENDS)
     if args.vocab is not None and backends != ["trivial"]:
         raise click.UsageError("--vocab applies to the trivial backend only")

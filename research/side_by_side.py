@@ -3,7 +3,7 @@ in captions/s, with one command.
 
 Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
 
-- **models**: the paper settings (``edgecap.models.paper_settings``: the paper's feature dim and 10,001-word
+- **models**: the paper settings (``edgecap.build.models.paper_settings``: the paper's feature dim and 10,001-word
   vocabulary) with seeded random weights, a 7x7 grid of features (``edgecap.bench.random_models.random_setup``);
   ``acort-xsmall`` decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``,
   ``max_len = steps``: no caption ends early). Each decode is the full path from features to token
@@ -12,11 +12,11 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   official repository at the commit in ``OFFICIAL_CODE``; its model built at the row's architecture with
   its own random init, its own decode function and beam search timed on the same features: ``py``;
   skipped with a note when no path is given), the *re-run-prefix stand-in* (edgecap's model and search in torch eager
-  through :class:`~edgecap.runtimes.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every step),
-  edgecap torch (:class:`~edgecap.runtimes.torch.TorchStepModel`), and one edgecap ONNX
+  through :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every step),
+  edgecap torch (:class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`), and one edgecap ONNX
   Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
-  :func:`edgecap.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
+  :func:`edgecap.build.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
   change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
   export folders already hold. Every edgecap column (stand-in, torch, ORT) runs the same beam search; the official
   code runs its own, with its end token set to an id the model cannot emit so that it too decodes the forced length.
@@ -132,8 +132,8 @@ def parse_model(text: str) -> tuple[str, int]:
 def parse_variant(name: str) -> dict[str, Any]:
     """A variant name -> how it is exported: ``{"precision": p}`` for an ``export_onnx`` precision, or
     ``{"precision": "int8", "preset": PRESET}`` for ``int8`` / ``int8:PRESET`` (a registered INT8 preset)."""
-    from edgecap.calibration.presets import list_presets
-    from edgecap.precisions import FLOAT_PRECISIONS
+    from edgecap.build.export.calibration.presets import list_presets
+    from edgecap.runtime.precisions import FLOAT_PRECISIONS
 
     precision, _, preset = name.partition(":")
     if precision == INT8:
@@ -235,8 +235,8 @@ def prepare_model(
     import torch
     from safetensors.torch import load_model, save_model
 
-    from edgecap._io import atomic_path, atomic_write_bytes, atomic_write_json
     from edgecap.bench import random_models
+    from edgecap.runtime._io import atomic_path, atomic_write_bytes, atomic_write_json
 
     directory = model_dir(work, model, setting, seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -259,7 +259,7 @@ def prepare_model(
     manifest.update({"description": setup.weights})
     specs = {v: parse_variant(v) for v in wanted}
     float_precisions = sorted({s["precision"] for s in specs.values() if s["precision"] != INT8} | {"fp32"})
-    from edgecap.export import export_onnx
+    from edgecap.build.export import export_onnx
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -268,7 +268,7 @@ def prepare_model(
     roles = exported.spec.runtime_graphs
     for variant, spec in specs.items():
         if spec["precision"] == INT8:
-            from edgecap.calibration import quantize_int8
+            from edgecap.build.export.calibration import quantize_int8
 
             t0 = time.perf_counter()
             cfg = setup.decode_cfg.replace(strategy="beam", beam_size=3, n_best=1, max_len=steps, min_len=steps - 1)
@@ -322,7 +322,7 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
     ``threads`` concurrent chunks of images, and a *wide* session of ``threads`` non-spinning threads takes other
     large calls (``docs/cpu.md``). The ``--ort-config`` entries go on top (an
     explicit entry wins). JSON-ready: the wide plan is its dict (``_runtime_options`` turns it back)."""
-    from edgecap.runtimes.threads import plan_threads
+    from edgecap.runtime.backends.threads import plan_threads
 
     plan = plan_threads("auto", cores=threads)
     options = plan.step_model_options()
@@ -333,7 +333,7 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
 
 def _runtime_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """:func:`_ort_options` as ``OnnxRuntimeSession`` keyword arguments (the wide plan as a ``WidePlan``)."""
-    from edgecap.runtimes.threads import WidePlan
+    from edgecap.runtime.backends.threads import WidePlan
 
     wide = options.get("wide")
     return {**options, "wide": WidePlan.from_dict(wide) if wide is not None else None}
@@ -344,15 +344,15 @@ def _step_model(
     column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]
 ) -> Iterator[Any]:
     """The StepModel of ``column`` (ORT sessions open for the block)."""
-    from edgecap.runtimes.prefix import PrefixRerunStepModel
-    from edgecap.runtimes.torch import TorchStepModel
+    from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
+    from edgecap.build.torch_runtime.runtime import TorchStepModel
 
     if column == BASELINE:
         yield PrefixRerunStepModel(setup.model)
     elif column == TORCH:
         yield TorchStepModel(setup.model)
     elif column.startswith(ORT_PREFIX):
-        from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
+        from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
 
         variant = column[len(ORT_PREFIX) :]
         record = manifest["variants"].get(variant)
@@ -414,7 +414,7 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
     """Warm-ups then timed decodes of one cell; captions/s of the median, and a digest of the decoded tokens."""
     import torch
 
-    from edgecap.decoding import decode
+    from edgecap.runtime.decoding import decode
 
     if spec["column"] == OFFICIAL:
         return run_official_cell(spec)
@@ -457,7 +457,7 @@ def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
     decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step; and the floor its
     weight matmuls put under it on these inputs (``edgecap.bench.kernel_floor``)."""
     from edgecap.bench.kernel_floor import kernel_floor
-    from edgecap.decoding import decode
+    from edgecap.runtime.decoding import decode
 
     out = {}
     for beam in spec["beams"]:
@@ -784,7 +784,7 @@ def execute(args: SimpleNamespace) -> int:
         return _child_main("cell", args.cell)
     if args.step_timing:
         return _child_main("step", args.step_timing)
-    from edgecap._io import atomic_write_json, atomic_write_text
+    from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
     models = args.model or [(name, steps) for name, steps in FORCED_STEPS.items()]
     try:
@@ -1077,7 +1077,7 @@ FAMILY_KIND = {"ort": ACORT, "expansionnet": EXPANSIONNET}
 
 def official_kind(model: str) -> str | None:
     """Which official code decodes ``model`` (an edgecap model name), or None."""
-    from edgecap.models import get_model_cfg
+    from edgecap.build.models import get_model_cfg
 
     return FAMILY_KIND.get(get_model_cfg(model).family)
 
@@ -1158,7 +1158,7 @@ def build_official(kind: str, checkout: Path, model: str, settings: Mapping[str,
     initialised by the official code under ``torch.manual_seed(seed)``, in eval mode."""
     import torch
 
-    from edgecap.models import get_model_cfg
+    from edgecap.build.models import get_model_cfg
 
     cfg = get_model_cfg(model)
     torch.manual_seed(seed)

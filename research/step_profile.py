@@ -49,8 +49,8 @@ import torch
 from edgecap.bench.harness import TimedStepModel
 from edgecap.bench.kernel_floor import MATMUL_OPS, kernel_events, profile_runs
 from edgecap.bench.random_models import random_setup
-from edgecap.decoding import decode
-from edgecap.export.specs.layer_caches import CACHE_LAYOUTS
+from edgecap.build.export.specs.layer_caches import CACHE_LAYOUTS
+from edgecap.runtime.decoding import decode
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
@@ -61,9 +61,9 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.
 def export_layout(model: torch.nn.Module, name: str) -> dict[str, Any]:
     """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
     the model's own state (any family), ``per-layer`` the ORT/ACORT export's default (``step_layouts.py``)."""
-    from edgecap.export import export_onnx
-    from edgecap.export.specs.layer_caches import PerLayerCaches
-    from edgecap.export.specs.ort import ort_export_spec
+    from edgecap.build.export import export_onnx
+    from edgecap.build.export.specs.layer_caches import PerLayerCaches
+    from edgecap.build.export.specs.ort import ort_export_spec
 
     if name == "stacked" and not PerLayerCaches.applies_to(model):  # another family: its own export
         return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")
@@ -178,7 +178,7 @@ def decode_split(
 
 def run(args: SimpleNamespace) -> dict[str, Any]:
     """Export once, then the decode split and the step profile per batch size."""
-    from edgecap.runtimes.onnxruntime_session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
 
     torch.set_num_threads(args.threads)
     clock = CLOCKS[args.clock]
@@ -268,7 +268,7 @@ def execute(args: SimpleNamespace) -> int:
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(f"\ncommand: `{command}`; clock {args.clock}; load average {load}")
     if args.json:
-        from edgecap._io import atomic_write_json
+        from edgecap.runtime._io import atomic_write_json
 
         atomic_write_json(args.json, {"command": command, "clock": args.clock, "load": load, "results": results})
     return 0

@@ -1,5 +1,5 @@
 """Where a second intra-op thread starts to pay, per graph role: the rows thresholds of ``threads="auto"``'s wide
-session (:data:`edgecap.runtimes.threads.WIDE_FROM_ROWS`; ``docs/cpu.md``).
+session (:data:`edgecap.runtime.backends.threads.WIDE_FROM_ROWS`; ``docs/cpu.md``).
 
 For each model (random weights at the paper settings, exported FP32, as ``research/ort_threads.py``) two sessions
 per graph live in this process: one intra-op thread, and ``--wide`` intra-op threads without spinning (what ``auto``
@@ -32,13 +32,13 @@ import click
 import numpy as np
 import torch
 
-from edgecap._io import atomic_write_json, atomic_write_text
-from edgecap.export import export_onnx
-from edgecap.export.spec import get_export_spec
-from edgecap.models import create_model, get_model_cfg, paper_settings
-from edgecap.runtimes.base import IMAGE_DIM
-from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
-from edgecap.runtimes.threads import plan_threads, usable_cores
+from edgecap.build.export import export_onnx
+from edgecap.build.export.spec import get_export_spec
+from edgecap.build.models import create_model, get_model_cfg, paper_settings
+from edgecap.runtime._io import atomic_write_json, atomic_write_text
+from edgecap.runtime.backends.base import IMAGE_DIM
+from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
+from edgecap.runtime.backends.threads import plan_threads, usable_cores
 
 #: Hypotheses per image in the step feeds (the decode the thresholds are for: beam 3).
 BEAM = 3

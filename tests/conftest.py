@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.data.synthetic import generate_dataset
+from edgecap.build.data.synthetic import generate_dataset
 
 torch.set_num_threads(1)
 

@@ -9,12 +9,12 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.bundle import BundleNotFoundError
-from edgecap.bundle.manifest import MANIFEST_NAME
-from edgecap.bundle.reader import directory_kind
+from edgecap.build.training.checkpoint import NotARunError
 from edgecap.cli import main
-from edgecap.training.checkpoint import NotARunError
-from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run
+from edgecap.runtime.bundle import BundleNotFoundError
+from edgecap.runtime.bundle.manifest import MANIFEST_NAME
+from edgecap.runtime.bundle.reader import directory_kind
+from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle, pixel_run
 
 HALF_COPIED = "has config.json but no manifest.json: not a bundle (a half-copied bundle?) and not a training run"
 

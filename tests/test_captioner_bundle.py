@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from edgecap import Captioner
-from edgecap.bundle import BundleError, BundleIntegrityError, load_bundle
-from edgecap.captioner import CaptionerError
-from edgecap.decoding.config import MAX_BEAM
-from tests.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
+from edgecap.runtime.bundle import BundleError, BundleIntegrityError, load_bundle
+from edgecap.runtime.captioner import CaptionerError
+from edgecap.runtime.decoding.config import MAX_BEAM
+from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle, pixel_run, region_bundle, region_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
@@ -53,7 +53,7 @@ def test_the_torch_runtime_uses_the_bundled_weights_and_backbone(pixels, images)
 
 def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
     bundle, _, _ = pixels
-    with caplog.at_level(logging.INFO, logger="edgecap.captioner"):
+    with caplog.at_level(logging.INFO, logger="edgecap.runtime.captioner"):
         cap = Captioner.load(bundle)
     info = cap.runtime_info
     assert info["runtime"] == "onnxruntime" and info["runtime_reason"].startswith("onnxruntime: the first installed")
@@ -65,11 +65,11 @@ def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
 
 def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_factory):
     """A bundle of a region-feature run captions features (not images) exactly like the torch run."""
-    from edgecap.captioning import caption_bank
-    from edgecap.data.datasets import load_dataset
-    from edgecap.data.sources import open_feature_source
-    from edgecap.runs import load_run
-    from edgecap.training.batches import FeatureBank
+    from edgecap.build.data.datasets import load_dataset
+    from edgecap.build.data.sources import open_feature_source
+    from edgecap.build.runs import load_run
+    from edgecap.build.training.batches import FeatureBank
+    from edgecap.runtime.captioning import caption_bank
 
     bundle = region_bundle(tiny_data, tmp_path_factory)
     trained = load_run(region_run(tiny_data, tmp_path_factory))
@@ -87,7 +87,7 @@ def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_fact
 
 
 def test_auto_precision_on_cpu_takes_int8_when_its_preset_suits_this_cpu(tiny_data, tmp_path_factory):
-    from edgecap.calibration import detect_cpu_preset
+    from edgecap.build.export.calibration import detect_cpu_preset
 
     bundle = region_bundle(tiny_data, tmp_path_factory)
     preset = load_bundle(bundle, graphs="none").variant("int8")["preset"]
@@ -131,7 +131,7 @@ def test_a_three_line_script_needs_no_training_code(pixels, images):
         f"cap = Captioner.load({str(bundle)!r})\n"
         f"print(cap({str(images[0])!r}))\n"
         "heavy = [m for m in ('torch', 'timm', 'onnx', 'onnxscript', 'matplotlib', 'pycocoevalcap', "
-        "'edgecap.training', 'edgecap.models', 'edgecap.export', 'edgecap.calibration', 'edgecap.evaluation', "
+        "'edgecap.build.training', 'edgecap.build.models', 'edgecap.build.export', 'edgecap.build.export.calibration', 'edgecap.build.evaluation', "
         "'edgecap.bench') "
         "if m in sys.modules]\n"
         "print('HEAVY', heavy)\n"
@@ -216,9 +216,9 @@ def test_a_bare_model_name_finds_its_bundle_under_edgecap_home(pixels, images, t
 def test_batch_can_skip_images_that_do_not_load(pixels, images, tmp_path: Path):
     from click.testing import CliRunner
 
-    from edgecap.captioner import SkippedImageWarning
     from edgecap.cli import main
-    from edgecap.data.images import ImageError, ImageNotFoundError
+    from edgecap.runtime.captioner import SkippedImageWarning
+    from edgecap.runtime.images.load import ImageError, ImageNotFoundError
 
     missing = tmp_path / "missing.jpg"
     truncated = tmp_path / "truncated.jpg"

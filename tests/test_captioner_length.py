@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgecap.bundle import export_bundle, load_bundle
-from edgecap.captioner import Captioner
-from edgecap.captioning import decode_cfg_for
-from edgecap.data.vocab import build_vocab
-from edgecap.models import LengthLevelError, create_model
-from edgecap.runtimes.refine import TorchRefineModel
-from edgecap.runtimes.torch import TorchStepModel
-from tests.bundle.helpers import pixel_run
+from edgecap.build.models import LengthLevelError, create_model
+from edgecap.build.torch_runtime.runtime import TorchStepModel
+from edgecap.runtime.backends.refine import TorchRefineModel
+from edgecap.runtime.bundle import export_bundle, load_bundle
+from edgecap.runtime.captioner import Captioner
+from edgecap.runtime.captioning import decode_cfg_for
+from edgecap.runtime.vocab import build_vocab
+from tests.runtime.bundle.helpers import pixel_run
 
 
 def _vocab():

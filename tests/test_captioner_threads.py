@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.captioner import CaptionerError
-from edgecap.runtimes.threads import SPIN_KEYS
-from tests.bundle.helpers import pixel_bundle
+from edgecap.runtime.backends.threads import SPIN_KEYS
+from edgecap.runtime.captioner import CaptionerError
+from tests.runtime.bundle.helpers import pixel_bundle
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
@@ -121,7 +121,7 @@ def test_an_explicit_count_sets_torch_threads_only_where_torch_runs(bundle, imag
 
 
 def test_auto_runs_large_calls_on_a_wide_session_with_the_same_captions(bundle, images, monkeypatch):
-    from edgecap.runtimes import threads as thread_policy
+    from edgecap.runtime.backends import threads as thread_policy
 
     monkeypatch.setattr(thread_policy, "usable_cores", lambda: 4)  # four free cores, one stream
     monkeypatch.setitem(thread_policy.WIDE_FROM_ROWS, "step", 3)  # one image x beam 3 reaches it
@@ -150,7 +150,7 @@ def test_auto_runs_large_calls_on_a_wide_session_with_the_same_captions(bundle, 
 def test_thread_counts_are_bounded_by_the_cpus(monkeypatch):
     import os
 
-    from edgecap.runtimes.threads import MAX_THREADS_PER_CPU, ThreadSettingError, check_threads, max_threads
+    from edgecap.runtime.backends.threads import MAX_THREADS_PER_CPU, ThreadSettingError, check_threads, max_threads
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert max_threads() == 2 * MAX_THREADS_PER_CPU

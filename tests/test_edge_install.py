@@ -49,13 +49,13 @@ def runtime_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPa
 
 PROBE = f"""
 import importlib.util, json, sys
-import edgecap, edgecap.captioner, edgecap.runtimes
+import edgecap, edgecap.runtime.captioner, edgecap.runtime.backends
 import numpy, onnxruntime
 print(json.dumps({{
     "edgecap": edgecap.__file__, "torch_found": importlib.util.find_spec("torch") is not None,
     "imported": sorted(m for m in sys.modules if m.split(".")[0] in {sorted(TRAIN_ONLY)!r}),
     "onnxruntime": onnxruntime.__version__, "numpy": numpy.__version__,
-    "available": edgecap.runtimes.list_runtimes(available=True),
+    "available": edgecap.runtime.backends.list_runtimes(available=True),
 }}))
 """
 
@@ -99,8 +99,8 @@ def test_captions_match_the_full_install(
 ) -> None:
     """A bundle exported by this test run, captioned through ``edgecap caption --json`` and ``Captioner.load`` in the
     runtime-only venv, gives the full install's captions."""
-    from edgecap.captioner import Captioner
-    from tests.bundle.helpers import pixel_bundle
+    from edgecap.runtime.captioner import Captioner
+    from tests.runtime.bundle.helpers import pixel_bundle
 
     bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
     graphs = sorted(str(p) for p in bundle.glob("onnx/*/*.onnx"))
@@ -130,7 +130,7 @@ def test_edgecap_bench_runs_in_the_runtime_install(
 ) -> None:
     """``edgecap bench`` of the installed package, without torch, rich or matplotlib: ONNX Runtime measured from
     pixels, the torch runtimes skipped with the install hint, the plots left out with a note."""
-    from tests.bundle.helpers import pixel_bundle
+    from tests.runtime.bundle.helpers import pixel_bundle
 
     bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)
     images = tiny_data[0] / "images"
@@ -155,7 +155,7 @@ def test_edgecap_bench_runs_in_the_runtime_install(
 NO_ENGINE = """
 import sys
 from edgecap import Captioner
-from edgecap.runtimes.registry import CaptionerError
+from edgecap.runtime.backends.registry import CaptionerError
 try:
     Captioner.load(sys.argv[1])
 except CaptionerError as exc:
@@ -168,7 +168,7 @@ def test_without_an_inference_engine_the_error_names_the_extra(
 ) -> None:
     """``pip install edgecap`` alone (no onnxruntime, no torch): loading a bundle and ``edgecap caption`` say which
     extra to install, instead of an ImportError."""
-    from tests.bundle.helpers import pixel_bundle
+    from tests.runtime.bundle.helpers import pixel_bundle
 
     venv = EDGE.build_runtime_venv(tmp_path_factory.getbasetemp() / "edge-venvs" / "base", ROOT, extra=None)
     assert "onnxruntime" not in venv.packages and "torch" not in venv.packages

@@ -21,34 +21,34 @@ PACKAGE = ROOT / "edgecap"
 #: What an edge script, ``edgecap caption`` and the ONNX Runtime adapter import first.
 ENTRY_POINTS = (
     "edgecap",
-    "edgecap.captioner",
-    "edgecap.captioning",
-    "edgecap.runtimes",
-    "edgecap.runtimes.onnxruntime_session",
-    "edgecap.runtimes.bridge",
-    "edgecap.runtimes.decoders",
-    "edgecap.runtimes.images",
-    "edgecap.runtimes.tensorrt",
-    "edgecap.engines.build",
+    "edgecap.runtime.captioner",
+    "edgecap.runtime.captioning",
+    "edgecap.runtime.backends",
+    "edgecap.runtime.backends.onnxruntime.session",
+    "edgecap.runtime.backends.bridge",
+    "edgecap.runtime.backends.onnxruntime.decoders",
+    "edgecap.runtime.images.inputs",
+    "edgecap.runtime.backends.tensorrt.runtime",
+    "edgecap.runtime.engines.build",
     "edgecap.cli.engine",
-    "edgecap.decoding",
-    "edgecap.bundle.reader",
-    "edgecap.data.preprocess",
-    "edgecap.data.vocab",
+    "edgecap.runtime.decoding",
+    "edgecap.runtime.bundle.reader",
+    "edgecap.runtime.images.preprocess",
+    "edgecap.runtime.vocab",
     "edgecap.cli",
     "edgecap.cli.caption",
 )
 #: The training side: never reached from the entry points at import time.
 TRAINING_SIDE = (
-    "edgecap.training",
-    "edgecap.models",
-    "edgecap.export",
-    "edgecap.calibration",
-    "edgecap.evaluation",
-    "edgecap.data.synthetic",
-    "edgecap.data.feature_cache",
-    "edgecap.runs",
-    "edgecap.quickstart",
+    "edgecap.build.training",
+    "edgecap.build.models",
+    "edgecap.build.export",
+    "edgecap.build.export.calibration",
+    "edgecap.build.evaluation",
+    "edgecap.build.data.synthetic",
+    "edgecap.build.data.feature_cache",
+    "edgecap.build.runs",
+    "edgecap.build.quickstart",
 )
 #: Packages only the [train] extra installs.
 TRAIN_ONLY = (
@@ -69,7 +69,7 @@ BASE_IMPORTS = {
     "PIL": "pillow",
     "click": "click",
     "psutil": "psutil",
-    "packaging": "packaging",  # edgecap._versions: every version comparison
+    "packaging": "packaging",  # edgecap.runtime._versions: every version comparison
 }
 
 
@@ -155,7 +155,13 @@ def test_runtime_modules_never_import_the_training_side():
 
 def test_the_closure_covers_the_runtime_path():
     closure = _closure()  # guards against a walker that silently finds nothing
-    for module in ("edgecap.decoding.beam", "edgecap.bundle.manifest", "edgecap.runtimes.registry", "numpy", "PIL"):
+    for module in (
+        "edgecap.runtime.decoding.beam",
+        "edgecap.runtime.bundle.manifest",
+        "edgecap.runtime.backends.registry",
+        "numpy",
+        "PIL",
+    ):
         assert module in closure
 
 

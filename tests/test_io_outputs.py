@@ -1,4 +1,4 @@
-"""Output locations (``edgecap._io``): checked before any work, one writer at a time, and the swap into place never
+"""Output locations (``edgecap.runtime._io``): checked before any work, one writer at a time, and the swap into place never
 replaces an output that appeared while this one was being built."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from edgecap import _io
-from edgecap._io import (
+from edgecap.runtime import _io
+from edgecap.runtime._io import (
     OutputBusyError,
     OutputLocationError,
     atomic_directory,

@@ -21,7 +21,7 @@ PACKAGE = Path(edgecap.__file__).resolve().parent
 
 #: The Object Relation Transformer family's modules and the names in them that spell "ort" for the family.
 FAMILY_NAMES: dict[str, set[str]] = {
-    "edgecap/models/ort.py": {
+    "edgecap/build/models/ort.py": {
         "ORTCaptioner",
         "_ort",
         "_ort_cfg",
@@ -33,9 +33,9 @@ FAMILY_NAMES: dict[str, set[str]] = {
         "ort_test",
         "ort_xsmall",
     },
-    "edgecap/models/_ort_cfg.py": set(),
-    "edgecap/models/__init__.py": {"ORTCaptioner", "_ort_cfg", "ort"},
-    "edgecap/models/reference.py": {
+    "edgecap/build/models/_ort_cfg.py": set(),
+    "edgecap/build/models/__init__.py": {"ORTCaptioner", "_ort_cfg", "ort"},
+    "edgecap/build/models/reference.py": {
         "ORT_REFERENCE_SWITCHES",
         "ort",
         "ort_base",
@@ -43,22 +43,22 @@ FAMILY_NAMES: dict[str, set[str]] = {
         "ort_test",
         "ort_test_ref",
     },
-    "edgecap/export/specs/ort.py": {"ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"},
-    "edgecap/interop/ort.py": {"ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort"},
-    "edgecap/interop/acort.py": {"looks_like_ort"},
+    "edgecap/build/export/specs/ort.py": {"ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"},
+    "edgecap/build/interop/ort.py": {"ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort"},
+    "edgecap/build/interop/acort.py": {"looks_like_ort"},
 }
 #: Modules whose string values name the family ("ort-base-ref", ``--from ort``, help text on official checkpoints).
 FAMILY_TEXT = {
     *FAMILY_NAMES,
-    "edgecap/interop/_families.py",
-    "edgecap/interop/_relation_transformer.py",
-    "edgecap/interop/_vocab.py",
-    "edgecap/interop/convert.py",
-    "edgecap/interop/sources.py",
+    "edgecap/build/interop/_families.py",
+    "edgecap/build/interop/_relation_transformer.py",
+    "edgecap/build/interop/_vocab.py",
+    "edgecap/build/interop/convert.py",
+    "edgecap/build/interop/sources.py",
     "edgecap/cli/importing.py",
     "edgecap/cli/__init__.py",
-    "edgecap/export/specs/layer_caches.py",
-    "edgecap/training/scst_loop.py",
+    "edgecap/build/export/specs/layer_caches.py",
+    "edgecap/build/training/scst_loop.py",
 }
 #: Modules whose earlier names are still to be renamed (they run through the warning aliases meanwhile).
 NOT_RENAMED_YET: dict[str, set[str]] = {
@@ -68,12 +68,12 @@ NOT_RENAMED_YET: dict[str, set[str]] = {
     "edgecap/bench/gpu_runtimes.py": {"ort"},
     "edgecap/bench/kernel_floor.py": {"ort"},
     "edgecap/bench/markdown.py": {"_ort_threads", "ORT threads", "ORT spin", "ort_providers"},
-    "edgecap/calibration/__init__.py": {"OrtCalibrationReader"},
-    "edgecap/calibration/int8.py": {"ort_method"},
-    "edgecap/calibration/onnxruntime_utils.py": {"OrtCalibrationReader"},
-    "edgecap/calibration/quantize.py": {"OrtRuntime"},
-    "edgecap/calibration/refine.py": {"create_ort_refine_model"},
-    "edgecap/calibration/source.py": {"OrtCalibrationReader"},
+    "edgecap/build/export/calibration/__init__.py": {"OrtCalibrationReader"},
+    "edgecap/build/export/calibration/int8.py": {"ort_method"},
+    "edgecap/build/export/calibration/onnxruntime_utils.py": {"OrtCalibrationReader"},
+    "edgecap/build/export/calibration/quantize.py": {"OrtRuntime"},
+    "edgecap/build/export/calibration/refine.py": {"create_ort_refine_model"},
+    "edgecap/build/export/calibration/source.py": {"OrtCalibrationReader"},
 }
 #: ONNX Runtime's own API names, allowed only as attributes (``onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL``).
 ONNXRUNTIME_API = {
@@ -187,4 +187,4 @@ def test_the_checks_catch_onnxruntime_spelled_ort() -> None:
     names = [name for _, name in _ort_identifiers(source, set())]
     assert names == ["ort", "create_ort_decoder", "ort", "OrtRuntime", "ORT_TYPES"]
     assert [text for _, text in _ort_values(source)] == ["ort", "ort-default"]
-    assert _ort_identifiers("from edgecap.models import ort\n", {"ort"}) == []
+    assert _ort_identifiers("from edgecap.build.models import ort\n", {"ort"}) == []

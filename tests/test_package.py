@@ -19,7 +19,7 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_import_edgecap_loads_no_heavy_backend():
-    loaded = _modules_after("import edgecap, edgecap.runtimes, edgecap.decoding.config")
+    loaded = _modules_after("import edgecap, edgecap.runtime.backends, edgecap.runtime.decoding.config")
     assert not {"onnxruntime", "tensorrt", "timm"} & loaded
 
 

@@ -1,4 +1,4 @@
-"""Runtimes and INT8 presets from installed plugins (``edgecap.runtimes`` / ``edgecap.int8_presets`` entry points).
+"""Runtimes and INT8 presets from installed plugins (``edgecap.runtime.backends`` / ``edgecap.int8_presets`` entry points).
 
 The plugin package of docs/extending.md is built from its ``plugin:`` blocks, installed for real with pip
 (``--no-index``: nothing is downloaded) and queried in a fresh interpreter, with no edit to edgecap and no import of
@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-import edgecap.calibration.presets as presets_module
-from edgecap import plugins
-from edgecap.calibration import QuantPreset, get_preset
-from edgecap.runtimes import RuntimeSpec
-from edgecap.runtimes import registry as runtimes_registry
+import edgecap.build.export.calibration.presets as presets_module
+from edgecap.build.export.calibration import QuantPreset, get_preset
+from edgecap.runtime import plugins
+from edgecap.runtime.backends import RuntimeSpec
+from edgecap.runtime.backends import registry as runtimes_registry
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "extending.md"
@@ -81,7 +81,7 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         site,
         "edgecap-broken",
         """\
-        [edgecap.runtimes]
+        [edgecap.runtime.backends]
         broken-runtime = edgecap_broken:RUNTIME
         [edgecap.int8_presets]
         not-a-preset = edgecap_broken_data:NAME
@@ -99,12 +99,12 @@ def test_an_installed_plugin_registers_its_runtime_and_preset_when_first_queried
         """
         import json, sys, warnings
 
-        import edgecap, edgecap.calibration, edgecap.runtimes
+        import edgecap, edgecap.build.export.calibration, edgecap.runtime.backends
         imported_at_start = sorted(m for m in sys.modules if m.startswith(("edgecap_cpu1", "edgecap_broken")))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            from edgecap.runtimes import get_runtime, list_runtimes
-            from edgecap.calibration import get_preset, list_presets
+            from edgecap.runtime.backends import get_runtime, list_runtimes
+            from edgecap.build.export.calibration import get_preset, list_presets
 
             runtimes, presets = list_runtimes(), list_presets()
             list_runtimes(), list_presets()  # loaded once: no second warning
@@ -143,15 +143,15 @@ def test_a_plugin_that_takes_a_built_in_name_is_an_error_naming_it(plugin_site: 
         clash,
         "edgecap-clash",
         """\
-        [edgecap.runtimes]
+        [edgecap.runtime.backends]
         fake-onnxruntime = edgecap_clash:RUNTIME
         [edgecap.int8_presets]
         fake-tensorrt = edgecap_clash:preset
         """,
         {
             "edgecap_clash": """\
-            from edgecap.calibration import get_preset
-            from edgecap.runtimes import RuntimeSpec
+            from edgecap.build.export.calibration import get_preset
+            from edgecap.runtime.backends import RuntimeSpec
 
             RUNTIME = RuntimeSpec(name="onnxruntime", description="not onnxruntime", loader="edgecap_clash:x")
 
@@ -163,9 +163,9 @@ def test_a_plugin_that_takes_a_built_in_name_is_an_error_naming_it(plugin_site: 
     found = _run(
         """
         import json
-        from edgecap.calibration import list_presets
-        from edgecap.plugins import PluginError
-        from edgecap.runtimes import get_runtime, list_runtimes
+        from edgecap.build.export.calibration import list_presets
+        from edgecap.runtime.plugins import PluginError
+        from edgecap.runtime.backends import get_runtime, list_runtimes
 
         errors = []
         for query in (list_runtimes, list_runtimes, lambda: get_runtime("torch"), list_presets):
@@ -264,12 +264,12 @@ def test_the_registries_load_their_plugins_on_query_not_at_import() -> None:
     found = _run(
         """
         import json
-        import edgecap, edgecap.calibration, edgecap.runtimes
-        from edgecap.calibration.presets import _PLUGINS as presets
-        from edgecap.runtimes.registry import _PLUGINS as runtimes
+        import edgecap, edgecap.build.export.calibration, edgecap.runtime.backends
+        from edgecap.build.export.calibration.presets import _PLUGINS as presets
+        from edgecap.runtime.backends.registry import _PLUGINS as runtimes
 
         before = [runtimes.loaded, presets.loaded]
-        edgecap.runtimes.list_runtimes()
+        edgecap.runtime.backends.list_runtimes()
         print(json.dumps({"before": before, "after": [runtimes.loaded, presets.loaded]}))
         """
     )

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.precisions import FLOAT_PRECISIONS, PRECISIONS
-from edgecap.runtimes.registry import _ALIASES, list_runtimes
+from edgecap.runtime.backends.registry import _ALIASES, list_runtimes
+from edgecap.runtime.precisions import FLOAT_PRECISIONS, PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edgecap"
@@ -86,10 +86,10 @@ def test_the_detectors_catch_the_lists_they_are_for() -> None:
 def test_no_second_list_of_precisions_or_runtimes(path: Path) -> None:
     for line, strings in _collections(path):
         assert path == PRECISIONS_HOME or not is_precision_list(strings), (
-            f"{path.relative_to(ROOT)}:{line}: {strings} re-lists the precisions; use edgecap.precisions"
+            f"{path.relative_to(ROOT)}:{line}: {strings} re-lists the precisions; use edgecap.runtime.precisions"
         )
         assert path in RUNTIMES_HOME or not is_runtime_list(strings, RUNTIME_NAMES), (
-            f"{path.relative_to(ROOT)}:{line}: {strings} re-lists runtimes; ask edgecap.runtimes.registry"
+            f"{path.relative_to(ROOT)}:{line}: {strings} re-lists runtimes; ask edgecap.runtime.backends.registry"
         )
 
 

@@ -1,4 +1,4 @@
-"""Every version check reads versions through ``packaging`` (``edgecap._versions``): nightlies (``.devN``), local
+"""Every version check reads versions through ``packaging`` (``edgecap.runtime._versions``): nightlies (``.devN``), local
 builds (``+cpu``, ``+cu12``), TensorRT's four-part versions and pre-releases order as :pep:`440` says, and a vendor
 string that is not :pep:`440` still reads by its leading release numbers."""
 
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from edgecap._versions import InvalidVersion, Version, parse_version, release
-from edgecap.bundle.manifest import is_newer_version
-from edgecap.engines.settings import EngineSettingsError, trt_version
-from edgecap.runtimes import onnxruntime_providers
-from edgecap.runtimes.onnxruntime_gpu import onnxruntime_version_tuple
+from edgecap.runtime._versions import InvalidVersion, Version, parse_version, release
+from edgecap.runtime.backends.onnxruntime import providers as onnxruntime_providers
+from edgecap.runtime.backends.onnxruntime.gpu import onnxruntime_version_tuple
+from edgecap.runtime.bundle.manifest import is_newer_version
+from edgecap.runtime.engines.settings import EngineSettingsError, trt_version
 
 
 @pytest.mark.parametrize(
@@ -75,7 +75,7 @@ def test_is_newer_version_in_pep_440_order() -> None:
 
 
 def test_quantize_release() -> None:
-    release = pytest.importorskip("edgecap.calibration.onnxruntime_utils").release_numbers
+    release = pytest.importorskip("edgecap.build.export.calibration.onnxruntime_utils").release_numbers
     assert release("1.33.0.dev20250101") == (1, 33, 0)
     assert release("1.32.0+cpu") == (1, 32, 0)
     assert release("v1.32.0") == (1, 32, 0)

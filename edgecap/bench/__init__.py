@@ -8,7 +8,7 @@ Modules are imported on first use, so ``import edgecap.bench`` costs nothing.
 
 from __future__ import annotations
 
-from edgecap._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_getattr
 
 _LAZY: dict[str, str] = {
     "BenchCfg": "edgecap.bench.config",

@@ -11,11 +11,11 @@ from typing import Any
 
 from edgecap.bench import harness
 from edgecap.bench.harness import LoopCfg
-from edgecap.decoding.config import MAX_BEAM
-from edgecap.length import NO_LENGTH_CONTROL, LengthLevelError
-from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import STEP_MODES
-from edgecap.runtimes.threads import ThreadSettingError, check_threads
+from edgecap.runtime.backends.registry import STEP_MODES
+from edgecap.runtime.backends.threads import ThreadSettingError, check_threads
+from edgecap.runtime.decoding.config import MAX_BEAM
+from edgecap.runtime.length import NO_LENGTH_CONTROL, LengthLevelError
+from edgecap.runtime.precisions import PRECISIONS
 
 __all__ = ["ALL_LEVELS", "STEP_MODE_CHOICES", "BenchCfg", "BenchCfgError"]
 
@@ -37,7 +37,7 @@ class BenchCfg:
 
     Attributes:
         bundles: bundle directories.
-        runtimes: runtime registry names (``edgecap.runtimes.list_runtimes()``); ``torch-rerun`` is the re-run-prefix
+        runtimes: runtime registry names (``edgecap.runtime.backends.list_runtimes()``); ``torch-rerun`` is the re-run-prefix
             baseline; empty = every registered runtime. A registered runtime whose backend is not installed here is
             skipped with the reason.
         precisions: precisions to measure; None = every precision each bundle holds.
@@ -57,7 +57,7 @@ class BenchCfg:
         quality_batch: batch size of the quality run (it does not change the captions).
         warmup, min_repeats, min_seconds, max_repeats: the repeat rule (:class:`~edgecap.bench.harness.LoopCfg`).
         threads: ONNX Runtime's threading (``"auto"``/None, ``"dedicated"``, or an intra-op count, 0 = ORT's own
-            default; :func:`edgecap.runtimes.threads.plan_threads`); a count >= 1 also sets torch's threads.
+            default; :func:`edgecap.runtime.backends.threads.plan_threads`); a count >= 1 also sets torch's threads.
         spin: force ONNX Runtime's pool threads to spin (True) or not (False); None = the policy's choice.
         device: torch device (``cpu``, ``cuda``, ``cuda:1``); None = CUDA when available.
         providers: ONNX Runtime providers (``cpu``, ``cuda``, ``tensorrt``); None = the best available.
@@ -65,7 +65,7 @@ class BenchCfg:
         tegrastats: sample tegrastats (power, unified memory) when it is installed.
         step_mode: the torch runtime's decoder step, one of :data:`STEP_MODE_CHOICES`.
         trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its engines for; None = its default
-            (``edgecap.runtimes.onnxruntime_gpu.DEFAULT_TRT_OPT_BATCH``, the largest of the default ``batches``).
+            (``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_OPT_BATCH``, the largest of the default ``batches``).
         seed: seed of the synthetic inputs and of torch.
     """
 
@@ -99,7 +99,7 @@ class BenchCfg:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        from edgecap.runtimes.registry import canonical_runtime, list_runtimes
+        from edgecap.runtime.backends.registry import canonical_runtime, list_runtimes
 
         for name in ("bundles", "runtimes", "precisions", "batches", "beams", "providers"):
             value = getattr(self, name)
@@ -168,7 +168,7 @@ class BenchCfg:
         """The levels to measure ``bundle`` at, and why any asked-for level is not (beyond its plan).
 
         ``(None,)`` for a bundle without length control: it is measured once at its own decoding (asking it for
-        levels, ``"all"`` too, raises :class:`~edgecap.length.LengthLevelError`, before anything is measured).
+        levels, ``"all"`` too, raises :class:`~edgecap.runtime.length.LengthLevelError`, before anything is measured).
         """
         plan = bundle.length_levels
         default = bundle.default_length_level

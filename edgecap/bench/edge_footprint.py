@@ -30,8 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from edgecap._io import atomic_write_json, atomic_write_text
 from edgecap.bench.edge_install import VARIANTS, build_runtime_venv, clean_env, variant_python, venv_size
+from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
 TARGETS = {"env_mb": 150.0, "rss_mb": 200.0, "cold_start_s": 1.0}
 
@@ -42,7 +42,7 @@ CHILD = r"""
 import time
 t0 = time.perf_counter()
 import edgecap
-from edgecap.captioner import Captioner
+from edgecap.runtime.captioner import Captioner
 t1 = time.perf_counter()
 import json, sys
 bundle, count, batch = sys.argv[1], int(sys.argv[3]), int(sys.argv[4])

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._version import __version__
-from edgecap.bundle.manifest import DISTRIBUTIONS, installed_version
+from edgecap.runtime.bundle.manifest import DISTRIBUTIONS, installed_version
 
 __all__ = [
     "capture_environment",
@@ -32,7 +32,7 @@ __all__ = [
     "physical_cores",
 ]
 
-#: A bundle's software (``edgecap.bundle.manifest.DISTRIBUTIONS``) plus TensorRT, which a bench run may use.
+#: A bundle's software (``edgecap.runtime.bundle.manifest.DISTRIBUTIONS``) plus TensorRT, which a bench run may use.
 _DISTRIBUTIONS = {**DISTRIBUTIONS, "tensorrt": ("tensorrt",)}
 
 

@@ -104,7 +104,7 @@ def environment() -> dict[str, Any]:
         env["tensorrt"] = tensorrt.__version__
     except ImportError:
         env["tensorrt"] = None
-    from edgecap.runtimes.registry import list_runtimes
+    from edgecap.runtime.backends.registry import list_runtimes
 
     env["runtimes"] = list_runtimes()
     env["runtimes_available"] = list_runtimes(available=True)
@@ -165,7 +165,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         site = f"failed: {exc}"
     env = environment()
     env["carried_wheels"] = site
-    from edgecap._io import atomic_write_json
+    from edgecap.runtime._io import atomic_write_json
 
     atomic_write_json(args.out / "env.json", env)
     for key in (

@@ -21,13 +21,13 @@ from edgecap.bench.gpu_setup import (
     time_decode,
     torch_and_cuda,
 )
-from edgecap.precisions import FLOAT_PRECISIONS
+from edgecap.runtime.precisions import FLOAT_PRECISIONS
 
 
 def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
     """(d) ONNX Runtime CUDA/TensorRT execution providers and the ``tensorrt`` runtime, where installed."""
     torch_and_cuda(args)
-    from edgecap.runtimes.registry import get_runtime, list_runtimes
+    from edgecap.runtime.backends.registry import get_runtime, list_runtimes
 
     try:
         import onnxruntime as ort
@@ -98,7 +98,7 @@ def _bundle(args: argparse.Namespace, rec: Recorder) -> Path | None:
         rec.add({"bundle": "not built: the ONNX Runtime GPU rows need --run (a trained run with a backbone)"})
         return None
     try:
-        from edgecap.bundle.export import export_bundle
+        from edgecap.build.export.bundle import export_bundle
 
         export_bundle(args.run, target, fp16=True, overwrite=True, progress=False)
     except Exception as exc:  # noqa: BLE001
@@ -113,11 +113,11 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
     torch = torch_and_cuda(args)
     import dataclasses
 
-    from edgecap.decoding import DecodeCfg, decode
-    from edgecap.decoding.config import RadixSpec
-    from edgecap.models import create_model
-    from edgecap.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
-    from edgecap.runtimes.refine import TorchRefineModel
+    from edgecap.build.models import create_model
+    from edgecap.build.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
+    from edgecap.runtime.backends.refine import TorchRefineModel
+    from edgecap.runtime.decoding import DecodeCfg, decode
+    from edgecap.runtime.decoding.config import RadixSpec
 
     rec.set(note="random weights, batch sizes 1 and 32, median of repeats; AR forced to the level's longest length")
     end = time.perf_counter() + args.section_budget - 8
@@ -187,7 +187,7 @@ def section_compile(args: argparse.Namespace, rec: Recorder) -> None:
         start = time.perf_counter()
         try:
             sm = step_model(model, precision, mode, args.device)
-            from edgecap.decoding import decode
+            from edgecap.runtime.decoding import decode
 
             decode(sm, inputs, cfg)
             row["first_decode_s"] = round(time.perf_counter() - start, 2)

@@ -39,7 +39,7 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
         return
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-k", "not compiled", "tests/gpu"]
     cmd += ["--ignore=tests/gpu/test_gpu_check.py"]  # this check itself
-    cmd += ["tests/runtimes/test_static_cache.py", "tests/runtimes/test_torch_runtime.py"]
+    cmd += ["tests/runtime/backends/test_static_cache.py", "tests/runtime/backends/test_torch_runtime.py"]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
@@ -56,7 +56,7 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
 def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
     """(b) CUDA FP32 == CPU on 30 images; FP16/BF16 agreement and CIDEr-D against FP32 on the test split."""
     torch_and_cuda(args)
-    from edgecap.decoding import decode
+    from edgecap.runtime.decoding import decode
 
     model, vocab, cfg, note = load_model(args.run)
     feats, records, where = test_features(args, vocab is not None)
@@ -93,7 +93,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
                 100.0 * sum(a == b for a, b in zip(got, baseline, strict=True)) / n, 2
             )
             if refs is not None:
-                from edgecap.evaluation.cider import cider_d
+                from edgecap.build.evaluation.cider import cider_d
 
                 preds = {r.image_id: " ".join(vocab.decode(t)) for r, t in zip(records[:n], got, strict=True)}
                 row["cider_d"] = round(100.0 * cider_d(preds, refs), 2)

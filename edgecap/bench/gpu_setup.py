@@ -41,7 +41,7 @@ class Recorder:
         self._flush()
 
     def _flush(self) -> None:
-        from edgecap._io import atomic_write_json
+        from edgecap.runtime._io import atomic_write_json
 
         atomic_write_json(self.path, self.data)
 
@@ -69,10 +69,10 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
     """(model on CPU, vocab or None, DecodeCfg at beam 3, note)."""
     import torch
 
-    from edgecap.captioning import decode_cfg_for
+    from edgecap.runtime.captioning import decode_cfg_for
 
     if run:
-        from edgecap.runs import load_run
+        from edgecap.build.runs import load_run
 
         trained = load_run(run, device="cpu")
         cfg = decode_cfg_for(trained.vocab, beam_size=BEAM, max_words=trained.max_words)
@@ -89,7 +89,7 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
 
 def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The test records (with references) and where they came from."""
-    from edgecap.data.datasets import load_dataset
+    from edgecap.build.data.datasets import load_dataset
 
     candidates = [Path(args.data)] if args.data else []
     if args.run:
@@ -98,7 +98,7 @@ def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
         if (path / "dataset.json").is_file():
             records = [r for r in load_dataset(path).split("test") if r.path is not None]
             return records[: args.images], f"{path} (test split)"
-    from edgecap.data.synthetic import generate_dataset
+    from edgecap.build.data.synthetic import generate_dataset
 
     target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "synthetic"
     if not (target / "dataset.json").is_file():
@@ -120,8 +120,8 @@ def test_features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str
         cached = torch.load(FEATURE_CACHE, weights_only=True)
         return dict(cached), records, where + " [cached features]"
     try:
-        from edgecap.runs import load_run
-        from edgecap.runtimes.images import BackboneInputs, backbone_from_spec
+        from edgecap.build.runs import load_run
+        from edgecap.runtime.images.inputs import BackboneInputs, backbone_from_spec
 
         spec = load_run(args.run, device="cpu").backbone_spec
         inputs = BackboneInputs(backbone_from_spec(spec), "cpu")
@@ -164,7 +164,7 @@ def step_model(model: Any, precision: str, mode: str, device: str) -> Any:
     """A fresh adapter on a copy of ``model`` (casting is in place); on CPU ``cuda-graph`` runs as ``static``."""
     import torch
 
-    from edgecap.runtimes.torch import TorchStepModel
+    from edgecap.build.torch_runtime.runtime import TorchStepModel
 
     if device == "cpu" and mode == "cuda-graph":
         mode = "static"
@@ -180,7 +180,7 @@ def first_tokens(hyps: Sequence[Sequence[Any]]) -> list[list[int]]:
 
 def decode_all(step_model: Any, feats: Mapping[str, Any], cfg: Any, batch: int) -> list[list[int]]:
     """Token ids of every image of ``feats``, decoded ``batch`` images at a time."""
-    from edgecap.decoding import decode
+    from edgecap.runtime.decoding import decode
 
     n = int(next(iter(feats.values())).shape[0])
     out: list[list[int]] = []
@@ -196,7 +196,7 @@ def time_decode(
     """Timed decodes of ``inputs`` (``warmup`` untimed first; stops at ``deadline`` after 2): captions/s and the
     per-step split of the loop into the step call, ``select`` and the host search."""
     from edgecap.bench.harness import TimedStepModel
-    from edgecap.decoding import decode
+    from edgecap.runtime.decoding import decode
 
     timed = TimedStepModel(step_model)
     walls, step_ms, steps, search_ms, select_ms = [], [], [], [], []

@@ -1,5 +1,5 @@
 """Timing primitives: a warm-up-excluded, duration-based repeat loop, latency statistics, and a timing proxy around a
-:class:`~edgecap.decoding.StepModel`.
+:class:`~edgecap.runtime.decoding.StepModel`.
 
 The loop follows optimum-benchmark's latency tracker: a
 number of untimed warm-up calls, then timed calls until *both* a minimum count and a minimum timed duration are
@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import numpy as np
 
 if TYPE_CHECKING:  # annotations only: importing the bench's timing code does not load the search
-    from edgecap.decoding.protocol import State
+    from edgecap.runtime.decoding.protocol import State
 
 __all__ = [
     "Clock",
@@ -251,7 +251,7 @@ def run_loop(
 # -- the step-model timing proxy -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepTimes:
-    """Time spent inside a :class:`~edgecap.decoding.StepModel` during one query.
+    """Time spent inside a :class:`~edgecap.runtime.decoding.StepModel` during one query.
 
     Attributes:
         encode_s: total time in ``encode`` (the encoder graph: with the backbone when it is inside it).
@@ -273,13 +273,13 @@ class StepTimes:
 
 
 class TimedStepModel:
-    """A :class:`~edgecap.decoding.StepModel` proxy that times ``encode``/``step``/``select`` of the model it wraps.
+    """A :class:`~edgecap.runtime.decoding.StepModel` proxy that times ``encode``/``step``/``select`` of the model it wraps.
 
     Decoding code is unchanged: the search sees a step model, the proxy forwards every call and adds its duration to
     a running total (read with :meth:`times`, cleared with :meth:`reset`). On a GPU pass ``sync`` so each call's time
     covers its kernels; that adds one synchronisation per call, which the end-to-end latency then includes too.
     It forwards the wrapped model's ``decode_workers``, so a batch decodes as concurrent chunks as it would unwrapped
-    (``edgecap.decoding.parallel``); the totals then add up every chunk's calls (one ``encode`` per chunk), under a
+    (``edgecap.runtime.decoding.parallel``); the totals then add up every chunk's calls (one ``encode`` per chunk), under a
     lock.
 
     Args:
@@ -360,7 +360,7 @@ class TimedStepModel:
 
 
 class TimedRefineModel(TimedStepModel):
-    """The timing proxy of a mask-predict :class:`~edgecap.decoding.mask_predict.RefineModel` (LaBERT): ``refine``
+    """The timing proxy of a mask-predict :class:`~edgecap.runtime.decoding.mask_predict.RefineModel` (LaBERT): ``refine``
     passes count as decoder steps (``steps`` = refinement passes, ``first_step_s`` the first pass), so a report's
     encoder/decoder split means the same for both kinds of decoding; there is no ``select``."""
 

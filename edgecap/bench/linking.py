@@ -22,7 +22,7 @@ def link_results(results: Sequence[ComboResult]) -> list[ComboResult]:
     - quality: delta and ratio to the FP32 result of the same bundle and beam, on the same runtime when it was
       measured, else on the first other runtime measured at FP32 (torch before onnxruntime).
     """
-    from edgecap.runtimes.registry import get_runtime, list_runtimes
+    from edgecap.runtime.backends.registry import get_runtime, list_runtimes
 
     rerun = {(r.bundle, r.precision, r.beam, r.batch, r.length_level): r for r in results if r.runtime == RERUN}
     torch_runtimes = [name for name in list_runtimes() if get_runtime(name).torch]

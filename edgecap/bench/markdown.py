@@ -11,7 +11,7 @@ from typing import Any
 
 from edgecap.bench.ratios import ratio_lines
 from edgecap.bench.results import BenchReport, ComboResult
-from edgecap.precisions import PRECISIONS
+from edgecap.runtime.precisions import PRECISIONS
 
 __all__ = ["fmt_count", "fmt_mib", "fmt_ms", "fmt_num", "format_markdown"]
 
@@ -205,7 +205,7 @@ def table(columns: Sequence[Column], results: Iterable[ComboResult]) -> list[str
 def _runtime_order() -> dict[str, int]:
     """Report order of the runtimes: baselines first, then the registry's ``auto`` order reversed (the runtime a
     deployment would pick comes last, next to the baseline it is compared with)."""
-    from edgecap.runtimes.registry import list_runtimes
+    from edgecap.runtime.backends.registry import list_runtimes
 
     return {name: i for i, name in enumerate(reversed(list_runtimes()))}
 

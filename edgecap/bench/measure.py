@@ -80,9 +80,9 @@ def _make_batches(items: Sequence[dict[str, Any]], batch: int) -> list[dict[str,
 def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode_cfg: Any, batch: int) -> float:
     """CIDEr-D of the subject's captions on the quality set (not timed)."""
     from edgecap.bench.subjects import collate, inference_mode
-    from edgecap.captioning import captions_from_hypotheses
-    from edgecap.decoding import decode
-    from edgecap.evaluation.cider import cider_d
+    from edgecap.build.evaluation.cider import cider_d
+    from edgecap.runtime.captioning import captions_from_hypotheses
+    from edgecap.runtime.decoding import decode
 
     captions: list[str] = []
     with inference_mode():
@@ -96,8 +96,8 @@ def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode
 
 def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode_cfg: Any) -> Callable:
     from edgecap.bench.subjects import inference_mode
-    from edgecap.captioning import captions_from_hypotheses
-    from edgecap.decoding import decode
+    from edgecap.runtime.captioning import captions_from_hypotheses
+    from edgecap.runtime.decoding import decode
 
     sync = subject.sync
     clock = timed.clock
@@ -170,7 +170,7 @@ def measure_group(task: GroupTask, emit: Emit | None = None) -> GroupOutcome:
     from edgecap.bench.environment import jetson_model
     from edgecap.bench.memory import ResourceMonitor
     from edgecap.bench.subjects import open_subject
-    from edgecap.bundle import load_bundle
+    from edgecap.runtime.bundle import load_bundle
 
     emit = emit or (lambda event, label: None)
     cfg = task.cfg

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from edgecap._process import terminate
+from edgecap.runtime._process import terminate
 
 __all__ = [
     "TOTAL_POWER_RAILS",

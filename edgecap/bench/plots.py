@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edgecap._io import atomic_path
 from edgecap.bench.results import BenchReport, ComboResult
+from edgecap.runtime._io import atomic_path
 
 __all__ = ["pareto_front", "plot_latency_vs_batch", "plot_pareto"]
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgecap.decoding import DecodeCfg, RadixSpec
+from edgecap.runtime.decoding import DecodeCfg, RadixSpec
 
 if TYPE_CHECKING:
     from torch import Tensor, nn
@@ -24,23 +24,23 @@ GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 re
 
 
 def _edge_settings(name: str) -> dict[str, Any]:
-    from edgecap.models import edge_settings
+    from edgecap.build.models import edge_settings
 
     return edge_settings(name)
 
 
 def _paper_settings(name: str) -> dict[str, Any]:
-    from edgecap.models import paper_settings
+    from edgecap.build.models import paper_settings
 
     return paper_settings(name)
 
 
-#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.models``).
+#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.build.models``).
 SETTINGS = {"edge": _edge_settings, "paper": _paper_settings}
 
 
 def _words(setting: str) -> int:
-    from edgecap.models import EDGE_WORD_VOCAB_SIZE, PAPER_WORD_VOCAB_SIZE
+    from edgecap.build.models import EDGE_WORD_VOCAB_SIZE, PAPER_WORD_VOCAB_SIZE
 
     return {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}[setting]
 
@@ -64,7 +64,7 @@ def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Set
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
     import torch
 
-    from edgecap.models import create_model, get_model_cfg
+    from edgecap.build.models import create_model, get_model_cfg
 
     torch.manual_seed(seed)
     settings = SETTINGS[setting](name)

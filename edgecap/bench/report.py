@@ -12,7 +12,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from edgecap._io import atomic_write_json, atomic_write_text
 from edgecap.bench.results import (
     SCHEMA_VERSION,
     BenchReport,
@@ -26,6 +25,7 @@ from edgecap.bench.results import (
     Skip,
     Throughput,
 )
+from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
 __all__ = [
     "SCHEMA_VERSION",

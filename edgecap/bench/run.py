@@ -24,7 +24,7 @@ from edgecap.bench.notes import report_notes
 from edgecap.bench.progress import ProgressBar
 from edgecap.bench.results import SCHEMA_VERSION, BenchReport, BundleInfo, ComboResult, Skip
 from edgecap.bench.worker import run_in_process, run_isolated
-from edgecap.precisions import PRECISIONS
+from edgecap.runtime.precisions import PRECISIONS
 
 __all__ = ["ALL_LEVELS", "PRECISIONS", "RERUN", "BenchCfg", "BenchCfgError", "link_results", "run_benchmark"]
 
@@ -56,13 +56,13 @@ def run_benchmark(cfg: BenchCfg, progress: bool = True, *, command: str | None =
 
     Raises:
         BenchCfgError: bad configuration.
-        edgecap.length.LengthLevelError: length levels asked of a bundle without length control.
-        edgecap.bundle.BundleError: a bundle is missing, corrupt or inconsistent (checked before any timing).
+        edgecap.runtime.length.LengthLevelError: length levels asked of a bundle without length control.
+        edgecap.runtime.bundle.BundleError: a bundle is missing, corrupt or inconsistent (checked before any timing).
         FileNotFoundError, ValueError: ``images``/``quality_data`` given but unusable.
     """
     from edgecap.bench.environment import capture_environment
     from edgecap.bench.subjects import bundle_input_kind, list_images, resolve_quality_set, skip_reason
-    from edgecap.bundle import load_bundle
+    from edgecap.runtime.bundle import load_bundle
 
     environment = capture_environment()
     if cfg.threads is not None:

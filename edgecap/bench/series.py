@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgecap._io import atomic_write_json, atomic_write_text
 from edgecap.bench.config import BenchCfg
 from edgecap.bench.ratios import BACKBONE_COMPARISON, RatioSeries, ratio_series, series_lines
 from edgecap.bench.results import BenchReport
+from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
 __all__ = ["SeriesSummary", "judged_span", "run_series", "summarise_series", "write_series"]
 

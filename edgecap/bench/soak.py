@@ -31,8 +31,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from edgecap import Captioner
-from edgecap._io import atomic_write_json, atomic_write_text
-from edgecap.data.images import ImageError
+from edgecap.runtime._io import atomic_write_json, atomic_write_text
+from edgecap.runtime.images.load import ImageError
 
 
 def rss_mb() -> float:

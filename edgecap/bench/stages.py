@@ -76,7 +76,7 @@ class Results:
 
     def flush(self) -> None:
         """Rewrite ``path`` atomically with everything recorded so far."""
-        from edgecap._io import atomic_write_json
+        from edgecap.runtime._io import atomic_write_json
 
         atomic_write_json(self.path, self.data)
 

@@ -1,11 +1,11 @@
 """What is benchmarked: a bundle on one runtime at one precision, as a :class:`Subject` the driver times.
 
 This is the only module of ``edgecap.bench`` that knows bundles. It opens them through the public API
-(``edgecap.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application runs
+(``edgecap.runtime.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application runs
 it, and it exposes what the measurement needs: the step model, the decoding config per beam, per-image inputs
 (synthetic, from image files, or from the quality set) and the part of the pipeline that runs before the encoder.
 
-Runtimes come from the runtime registry (:mod:`edgecap.runtimes.registry`): ``--runtime`` accepts every registered
+Runtimes come from the runtime registry (:mod:`edgecap.runtime.backends.registry`): ``--runtime`` accepts every registered
 name, and one whose backend is not installed here is skipped with the registry's install hint. The built-in ones:
 
 - ``torch``: the bundle's ``weights.safetensors`` in torch eager (cached decoding);
@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.data.images import IMAGE_SUFFIXES, image_files
-from edgecap.runtimes.registry import UnknownRuntimeError, get_runtime, list_runtimes
+from edgecap.runtime.backends.registry import UnknownRuntimeError, get_runtime, list_runtimes
+from edgecap.runtime.images.load import IMAGE_SUFFIXES, image_files
 
 __all__ = [
     "QualitySet",
@@ -202,7 +202,7 @@ def resolve_quality_set(
     Raises:
         FileNotFoundError, ValueError: ``data``/``features`` were given explicitly but cannot be used.
     """
-    from edgecap.data.datasets import load_dataset
+    from edgecap.build.data.datasets import load_dataset
 
     source = bundle.config.get("source") or {}
     explicit = data is not None
@@ -251,7 +251,7 @@ class Subject:
     """A loaded bundle on one runtime/precision, ready to be timed.
 
     Attributes:
-        step_model: the :class:`~edgecap.decoding.StepModel` (the driver wraps it in a timing proxy).
+        step_model: the :class:`~edgecap.runtime.decoding.StepModel` (the driver wraps it in a timing proxy).
         vocab: token ids -> words.
         max_words: the bundle's caption length limit.
         input_kind: ``"pixels"`` or ``"features"`` — where the timed region starts.
@@ -287,7 +287,7 @@ class Subject:
     def decode_cfg(self, beam: int, length_level: int | None = None) -> Any:
         """The bundle's production decoding config at beam size ``beam`` (1 = greedy; mask-predict ignores it) and
         ``length_level`` (None: the bundle's default level, or none for a model without length control)."""
-        from edgecap.captioner import bundle_decode_cfg
+        from edgecap.runtime.captioner import bundle_decode_cfg
 
         return bundle_decode_cfg(self.bundle, self.vocab, beam, length_level)
 
@@ -346,7 +346,7 @@ class Subject:
 
     def feature_items(self, directory: str | Path, image_ids: Sequence[str]) -> list[Item]:
         """Region features of ``image_ids`` from a feature directory (a feature cache or a region-feature store)."""
-        from edgecap.data.sources import open_feature_source
+        from edgecap.build.data.sources import open_feature_source
 
         source = open_feature_source(directory)
         missing = [i for i in image_ids if i not in source]
@@ -418,17 +418,17 @@ def open_subject(
     step_mode: str = "eager",
     trt_opt_batch: int | None = None,
 ) -> Subject:
-    """Load ``bundle`` (a verified :class:`~edgecap.bundle.Bundle`) on ``runtime`` at ``precision`` (``trt_opt_batch``:
+    """Load ``bundle`` (a verified :class:`~edgecap.runtime.bundle.Bundle`) on ``runtime`` at ``precision`` (``trt_opt_batch``:
     the images per call ONNX Runtime's TensorRT provider tunes for, None = its default).
 
     Raises:
-        ValueError: the runtime is unknown (:class:`~edgecap.runtimes.registry.UnknownRuntimeError`);
+        ValueError: the runtime is unknown (:class:`~edgecap.runtime.backends.registry.UnknownRuntimeError`);
             ``Captioner.load`` errors (``CaptionerError``, ``BundleError``) pass through with their messages.
     """
     spec = get_runtime(runtime)
     graphs = spec.graph_runtime is not None and not spec.torch
     start = time.perf_counter()
-    from edgecap.captioner import Captioner
+    from edgecap.runtime.captioner import Captioner
 
     captioner = Captioner.load(
         bundle.path,

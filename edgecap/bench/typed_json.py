@@ -22,7 +22,7 @@ class ReportError(ValueError):
 def current_runtime_names(value: Any) -> Any:
     """``value`` with every ``runtime``/``runtimes`` entry under its current registry name, so a report written
     before a runtime was renamed (``ort`` -> ``onnxruntime``) compares with a new one."""
-    from edgecap.runtimes.registry import canonical_runtime
+    from edgecap.runtime.backends.registry import canonical_runtime
 
     if isinstance(value, list):
         return [current_runtime_names(v) for v in value]

@@ -37,8 +37,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Literal
 
-from edgecap._process import terminate
 from edgecap.bench.measure import Emit, GroupOutcome, GroupTask, error_entry, measure_group
+from edgecap.runtime._process import terminate
 
 __all__ = ["Failed", "Finished", "Progress", "WorkerMessage", "run_in_process", "run_isolated", "serve"]
 

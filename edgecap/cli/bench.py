@@ -20,10 +20,10 @@ import click
 
 from edgecap.bench.config import STEP_MODE_CHOICES, BenchCfg
 from edgecap.cli.options import check_out, fail, onnxruntime_threads_options, option_group
-from edgecap.decoding.config import MAX_BEAM
-from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.onnxruntime_gpu import DEFAULT_TRT_OPT_BATCH
-from edgecap.runtimes.registry import list_runtimes
+from edgecap.runtime.backends.onnxruntime.gpu import DEFAULT_TRT_OPT_BATCH
+from edgecap.runtime.backends.registry import list_runtimes
+from edgecap.runtime.decoding.config import MAX_BEAM
+from edgecap.runtime.precisions import PRECISIONS
 
 _DEFAULTS = {f.name: f.default for f in dataclasses.fields(BenchCfg) if f.default is not dataclasses.MISSING}
 
@@ -64,9 +64,9 @@ def _command_line() -> str | None:
 
 
 def _compare(paths: tuple[Path, Path], out: Path | None) -> None:
-    from edgecap._io import atomic_write_json, atomic_write_text
     from edgecap.bench.compare import compare_reports, format_comparison
     from edgecap.bench.report import load_report
+    from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
     try:
         a, b = (load_report(p) for p in paths)

@@ -15,8 +15,8 @@ from edgecap.cli.options import (
     onnxruntime_threads_options,
     torch_thread_count,
 )
-from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import get_runtime, list_runtimes
+from edgecap.runtime.backends.registry import get_runtime, list_runtimes
+from edgecap.runtime.precisions import PRECISIONS
 
 
 @click.command("caption")
@@ -103,9 +103,9 @@ def caption(
 
     from click.core import ParameterSource
 
-    from edgecap.bundle.reader import find_bundle
-    from edgecap.captioner import Captioner, SkippedImageWarning
-    from edgecap.runtimes.onnxruntime_fallback import ProviderFallback, ProviderFallbackWarning
+    from edgecap.runtime.backends.onnxruntime.fallback import ProviderFallback, ProviderFallbackWarning
+    from edgecap.runtime.bundle.reader import find_bundle
+    from edgecap.runtime.captioner import Captioner, SkippedImageWarning
 
     # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)
     asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
@@ -152,7 +152,7 @@ def caption(
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
                     "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
-            from edgecap.runtimes.torch import resolve_device
+            from edgecap.build.torch_runtime.runtime import resolve_device
 
             apply_threads(torch_thread_count(threads))  # the CLI owns its process: torch's thread count is process-wide
             captioner = Captioner.from_run(

@@ -8,8 +8,8 @@ import click
 
 from edgecap.bench.harness import MAX_BATCH
 from edgecap.cli.options import fail
-from edgecap.decoding.config import MAX_BEAM
-from edgecap.precisions import PRECISIONS
+from edgecap.runtime.decoding.config import MAX_BEAM
+from edgecap.runtime.precisions import PRECISIONS
 
 
 @click.command("engine")
@@ -63,13 +63,13 @@ def engine(
     edgecap engine bundles/acort-xsmall --precision fp16 --max-batch 64 --beam 3
     edgecap engine bundles/acort-xsmall --precision int8 --rebuild
     """
-    from edgecap.bundle.manifest import BundleError
-    from edgecap.bundle.reader import find_bundle
-    from edgecap.engines.build import EngineBuildError, EngineUnavailableError, build_engines
-    from edgecap.engines.cuda import CudaError
-    from edgecap.engines.graphs import GraphReaderMissingError
-    from edgecap.engines.profiles import ProfileError
-    from edgecap.engines.settings import EngineSettingsError
+    from edgecap.runtime.bundle.manifest import BundleError
+    from edgecap.runtime.bundle.reader import find_bundle
+    from edgecap.runtime.engines.build import EngineBuildError, EngineUnavailableError, build_engines
+    from edgecap.runtime.engines.cuda import CudaError
+    from edgecap.runtime.engines.graphs import GraphReaderMissingError
+    from edgecap.runtime.engines.profiles import ProfileError
+    from edgecap.runtime.engines.settings import EngineSettingsError
 
     # Each piece this machine may lack is one line, never a traceback: onnx (GraphReaderMissingError), TensorRT,
     # cuda-python or a usable driver (EngineUnavailableError), a CUDA call on the chosen device (CudaError).

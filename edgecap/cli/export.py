@@ -20,7 +20,7 @@ class _PresetChoice(click.Choice):
 
     @property
     def choices(self) -> Sequence[str]:
-        from edgecap.calibration.presets import list_presets
+        from edgecap.build.export.calibration.presets import list_presets
 
         return tuple(list_presets())
 
@@ -30,11 +30,11 @@ class _PresetChoice(click.Choice):
 
 
 class _StepSchemeChoice(_PresetChoice):
-    """The named step schemes of ``edgecap.calibration.presets.STEP_SCHEMES``."""
+    """The named step schemes of ``edgecap.build.export.calibration.presets.STEP_SCHEMES``."""
 
     @property
     def choices(self) -> Sequence[str]:
-        from edgecap.calibration.presets import STEP_SCHEMES
+        from edgecap.build.export.calibration.presets import STEP_SCHEMES
 
         return tuple(STEP_SCHEMES)
 
@@ -57,7 +57,7 @@ _VARIANTS = option_group(
         type=_PresetChoice(),
         default="cpu-auto",
         show_default=True,
-        help="INT8 preset: any registered edgecap.calibration preset (register_preset() adds one); cpu-auto picks "
+        help="INT8 preset: any registered edgecap.build.export.calibration preset (register_preset() adds one); cpu-auto picks "
         "the preset of this machine's CPU.",
     ),
     click.option(
@@ -128,8 +128,8 @@ def export(model: str, out: Path | None, quiet: bool, threads: int, **options: A
     if options["int8_step"] is not None and not options["int8"]:
         raise click.UsageError("--int8-step is only used with --int8")
     apply_threads(threads)
-    from edgecap.bundle.export import ExportRequest, default_bundle_out, export_request
-    from edgecap.bundle.reader import is_bundle, load_bundle
+    from edgecap.build.export.bundle import ExportRequest, default_bundle_out, export_request
+    from edgecap.runtime.bundle.reader import is_bundle, load_bundle
 
     try:
         replacing = out is None and is_bundle(default_bundle_out(model))
@@ -147,6 +147,6 @@ def print_bundle_table(bundle: object) -> None:
     """The per-variant parity/quality table of a bundle (also used by ``edgecap quickstart``)."""
     from rich.console import Console
 
-    from edgecap.bundle.report import bundle_table
+    from edgecap.build.export.report import bundle_table
 
     Console(highlight=False).print(bundle_table(bundle))

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from edgecap._renamed import renamed_getattr
-from edgecap.decoding.config import MAX_BEAM
+from edgecap.runtime._renamed import renamed_getattr
+from edgecap.runtime.decoding.config import MAX_BEAM
 
 #: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
 _RENAMED = {"ort_threads_options": "onnxruntime_threads_options"}
@@ -68,7 +68,7 @@ class RuntimeName(click.ParamType):
     name = "runtime"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from edgecap.runtimes.registry import canonical_runtime, list_runtimes
+        from edgecap.runtime.backends.registry import canonical_runtime, list_runtimes
 
         if value == "auto":
             return value
@@ -84,11 +84,11 @@ def fail(message: str) -> None:
 
 
 def check_out(path: Path, flag: str = "--out", *, existing: str = "into", atomic: bool = False) -> Path:
-    """Check an output location before the command does any work (:func:`edgecap._io.check_output_location`):
+    """Check an output location before the command does any work (:func:`edgecap.runtime._io.check_output_location`):
     a read-only place, a file in the way or a name too long stops the command with one line, not a traceback after
     the work. ``existing`` is what an existing directory is to the command (``refuse``, ``replace``, ``into``);
     ``atomic``: the directory is built in a temporary sibling and moved into place (its name needs room for that)."""
-    from edgecap._io import SIBLING_RESERVE, check_output_location
+    from edgecap.runtime._io import SIBLING_RESERVE, check_output_location
 
     try:
         check_output_location(path, existing=existing, what=flag, reserve=SIBLING_RESERVE if atomic else 0)  # type: ignore[arg-type]
@@ -98,8 +98,8 @@ def check_out(path: Path, flag: str = "--out", *, existing: str = "into", atomic
 
 
 def bounded_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
-    """A click callback: a thread count above :func:`edgecap.runtimes.threads.max_threads` is a usage error."""
-    from edgecap.runtimes.threads import ThreadSettingError, check_threads
+    """A click callback: a thread count above :func:`edgecap.runtime.backends.threads.max_threads` is a usage error."""
+    from edgecap.runtime.backends.threads import ThreadSettingError, check_threads
 
     try:
         check_threads(value)
@@ -126,12 +126,12 @@ def apply_threads(threads: int) -> None:
 
 
 class ThreadsValue(click.ParamType):
-    """``auto``, ``dedicated`` or a thread count >= 0 (:func:`edgecap.runtimes.threads.plan_threads`)."""
+    """``auto``, ``dedicated`` or a thread count >= 0 (:func:`edgecap.runtime.backends.threads.plan_threads`)."""
 
     name = "auto|dedicated|N"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | str:
-        from edgecap.runtimes.threads import THREAD_POLICIES, ThreadSettingError, check_threads
+        from edgecap.runtime.backends.threads import THREAD_POLICIES, ThreadSettingError, check_threads
 
         text = str(value).strip().lower()
         if text in THREAD_POLICIES:

@@ -55,8 +55,8 @@ def quickstart(
 ) -> None:
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     apply_threads(threads)
-    from edgecap.quickstart import QuickstartCfg, run_quickstart
-    from edgecap.runs import default_run_dir, edgecap_home
+    from edgecap.build.quickstart import QuickstartCfg, run_quickstart
+    from edgecap.build.runs import default_run_dir, edgecap_home
 
     beam = _quickstart_beam(model, beam)
     workdir = check_out(workdir or edgecap_home() / "quickstart", "--workdir")
@@ -84,8 +84,8 @@ def _quickstart_beam(model: str, beam: int) -> int:
     one above 1 is refused now rather than after the training."""
     from click.core import ParameterSource
 
-    from edgecap.captioner import NO_BEAM_SEARCH
-    from edgecap.models import UnknownModelError, family_hooks, model_family
+    from edgecap.build.models import UnknownModelError, family_hooks, model_family
+    from edgecap.runtime.captioner import NO_BEAM_SEARCH
 
     try:
         decoding = family_hooks(model_family(model)).decoding

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from edgecap.build.training.config import SCST_RECIPES, TrainCfg
 from edgecap.cli.options import (
     apply_threads,
     check_out,
@@ -18,7 +19,6 @@ from edgecap.cli.options import (
     parse_overrides,
     threads_option,
 )
-from edgecap.training.config import SCST_RECIPES, TrainCfg
 
 _DEFAULTS = TrainCfg()
 _SCST_OPTIONS = (
@@ -150,10 +150,10 @@ def train(
     """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
-    from edgecap.models import list_models
-    from edgecap.runs import default_run_dir
-    from edgecap.training.config import TrainCfg
-    from edgecap.training.loop import train as run_training
+    from edgecap.build.models import list_models
+    from edgecap.build.runs import default_run_dir
+    from edgecap.build.training.config import TrainCfg
+    from edgecap.build.training.loop import train as run_training
 
     scst = {name: options.pop(name) for name in _SCST_OPTIONS}
     scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}
@@ -215,8 +215,8 @@ def _train_from_run(
     The stored cross-entropy recipe is kept; the SCST options, the batch size, seed, device and step limits come
     from this command line.
     """
-    from edgecap.training import checkpoint as ckpt
-    from edgecap.training.scst_loop import init_from_run, train_scst
+    from edgecap.build.training import checkpoint as ckpt
+    from edgecap.build.training.scst_loop import init_from_run, train_scst
 
     if not options.get("scst_epochs"):
         fail("--init RUN runs self-critical training only: pass --scst-epochs N")

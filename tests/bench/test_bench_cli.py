@@ -215,7 +215,7 @@ def test_length_level_on_a_bundle_without_length_control_is_refused_before_measu
     tiny_bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, level: str
 ) -> None:
     from edgecap.bench import run as bench_run
-    from edgecap.length import NO_LENGTH_CONTROL
+    from edgecap.runtime.length import NO_LENGTH_CONTROL
 
     def no_measuring(*args: object, **kwargs: object) -> None:
         raise AssertionError("measured before refusing the flag")
@@ -230,7 +230,7 @@ def test_length_level_on_a_bundle_without_length_control_is_refused_before_measu
 
 
 def test_beam_above_max_beam_is_refused() -> None:
-    from edgecap.decoding.config import MAX_BEAM
+    from edgecap.runtime.decoding.config import MAX_BEAM
 
     assert BenchCfg(bundles=("b",), beams=(MAX_BEAM,)).beams == (MAX_BEAM,)
     with pytest.raises(BenchCfgError, match="MAX_BEAM"):

@@ -15,7 +15,7 @@ import pytest
 
 from edgecap.bench.report import load_report, write_report
 from edgecap.bench.run import BenchCfg, run_benchmark
-from tests.bundle.helpers import pixel_run
+from tests.runtime.bundle.helpers import pixel_run
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = {"warmup": 1, "min_repeats": 2, "min_seconds": 0.0, "threads": 1, "isolate": False, "quality": False}
@@ -48,7 +48,7 @@ BLOCKER = textwrap.dedent(
 def twins(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(pixels-in bundle, torch-backbone bundle, images): one pixel run exported with its backbone in the encoder
     graph and with it in torch (FP32), and a few of the dataset's images."""
-    from edgecap.bundle import export_bundle
+    from edgecap.runtime.bundle import export_bundle
 
     run, weights = pixel_run(tiny_data, tmp_path_factory)
     root = tmp_path_factory.mktemp("twins")
@@ -130,8 +130,8 @@ def test_a_runtime_not_installed_is_skipped_with_the_registrys_hint(
     twins: tuple[Path, Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from edgecap.bench.subjects import skip_reason
-    from edgecap.bundle import load_bundle
-    from edgecap.runtimes import registry
+    from edgecap.runtime.backends import registry
+    from edgecap.runtime.bundle import load_bundle
 
     real = registry._find_spec
     monkeypatch.setattr(registry, "_find_spec", lambda module: None if module == "torch" else real(module))

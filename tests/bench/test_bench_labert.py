@@ -8,8 +8,8 @@ import pytest
 from edgecap.bench.markdown import format_markdown
 from edgecap.bench.report import load_report, write_report
 from edgecap.bench.run import BenchCfg, BenchCfgError, run_benchmark
-from edgecap.bundle import load_bundle
-from tests.bundle.helpers import labert_bundle
+from edgecap.runtime.bundle import load_bundle
+from tests.runtime.bundle.helpers import labert_bundle
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 

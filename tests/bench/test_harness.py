@@ -21,7 +21,7 @@ from edgecap.bench.harness import (
     run_loop,
     timed_decoder,
 )
-from edgecap.decoding import DecodeCfg, decode
+from edgecap.runtime.decoding import DecodeCfg, decode
 
 
 class FakeClock:

@@ -14,15 +14,15 @@ from click.testing import CliRunner
 from edgecap import Captioner
 from edgecap.bench.report import load_report
 from edgecap.cli import main
-from edgecap.runtimes import registry as registry_module
-from edgecap.runtimes.registry import LoadedRuntime, RuntimeSpec, register_runtime
+from edgecap.runtime.backends import registry as registry_module
+from edgecap.runtime.backends.registry import LoadedRuntime, RuntimeSpec, register_runtime
 
 CALLS: list[str] = []
 
 
 def load_toy(bundle: Any, request: Any) -> LoadedRuntime:
     """The toy runtime: the bundle's FP32 graphs on ONNX Runtime's CPU provider, one thread, tagged as the toy's."""
-    from edgecap.runtimes.onnxruntime_session import load_bundle_runtime
+    from edgecap.runtime.backends.onnxruntime.session import load_bundle_runtime
 
     CALLS.append(request.precision)
     loaded = load_bundle_runtime(bundle, dataclasses.replace(request, providers=["cpu"], threads=1))

@@ -280,7 +280,7 @@ def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp
 
 def test_the_ort_threads_column_shows_the_wide_session() -> None:
     from edgecap.bench.markdown import _ort_threads
-    from edgecap.runtimes.threads import plan_threads
+    from edgecap.runtime.backends.threads import plan_threads
 
     result = make_result(runtime="onnxruntime")
     per_call = dataclasses.replace(result, threads=plan_threads("auto", cores=2).as_dict())

@@ -7,9 +7,9 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.captioner import NO_BEAM_SEARCH, CaptionerError
 from edgecap.cli import main
-from tests.bundle.helpers import labert_bundle, pixel_run
+from edgecap.runtime.captioner import NO_BEAM_SEARCH, CaptionerError
+from tests.runtime.bundle.helpers import labert_bundle, pixel_run
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap.cli import COMMANDS, main
-from edgecap.precisions import PRECISIONS
-from edgecap.runtimes.registry import STEP_MODES, list_runtimes
+from edgecap.runtime.backends.registry import STEP_MODES, list_runtimes
+from edgecap.runtime.precisions import PRECISIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -204,7 +204,7 @@ def test_engine_precision_choices_match_the_readme():
 
 
 def test_export_int8_step_choices_match_the_readme():
-    from edgecap.calibration.presets import STEP_SCHEMES
+    from edgecap.build.export.calibration.presets import STEP_SCHEMES
 
     option = _option("export", "--int8-step")
     assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == tuple(STEP_SCHEMES)

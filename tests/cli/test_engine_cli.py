@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import edgecap.engines.build as build
-import edgecap.engines.cuda as cuda
+import edgecap.runtime.engines.build as build
+import edgecap.runtime.engines.cuda as cuda
 from edgecap.cli import main
-from edgecap.engines.store import EngineEnv
-from tests.bundle.helpers import copy_bundle, pixel_bundle
-from tests.engines import simulated_device as sim
-from tests.engines.fake_trt import fake_tensorrt
+from edgecap.runtime.engines.store import EngineEnv
+from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle
+from tests.runtime.engines import simulated_device as sim
+from tests.runtime.engines.fake_trt import fake_tensorrt
 
 
 @pytest.fixture

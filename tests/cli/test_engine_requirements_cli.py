@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner, Result
 
-import edgecap.engines.cuda as cuda
+import edgecap.runtime.engines.cuda as cuda
 from edgecap.cli import main
-from tests.bundle.helpers import copy_bundle, pixel_bundle
-from tests.engines.fake_trt import fake_tensorrt
+from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle
+from tests.runtime.engines.fake_trt import fake_tensorrt
 
 _CUDA_MODULES = ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart")
 

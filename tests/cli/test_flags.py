@@ -5,7 +5,7 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from edgecap.cli import main
-from edgecap.decoding.config import MAX_BEAM
+from edgecap.runtime.decoding.config import MAX_BEAM
 
 
 def test_caption_beam_is_capped_at_max_beam(tmp_path):
@@ -15,7 +15,7 @@ def test_caption_beam_is_capped_at_max_beam(tmp_path):
 
 
 def test_caption_checks_image_paths_before_loading_a_model(tmp_path, monkeypatch):
-    from edgecap import captioner
+    from edgecap.runtime import captioner
 
     def no_loading(*args, **kwargs):
         raise AssertionError("a model was loaded before the image paths were checked")

@@ -1,4 +1,4 @@
-"""Every command that writes an output directory checks it before any work (``edgecap._io.check_output_location``):
+"""Every command that writes an output directory checks it before any work (``edgecap.runtime._io.check_output_location``):
 a read-only place, a file in the way, a name too long or a concurrent writer is one clear line in a second, not a
 traceback after the work, and nothing already there is lost."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgecap import _io
 from edgecap.cli import main
+from edgecap.runtime import _io
 
 READ_ONLY = "/sys/kernel/edgecap-out"  # takes no new entries, not even from root (chmod would not stop root)
 LONG = "b" * 300
@@ -23,7 +23,7 @@ def no_export_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("export started its work before refusing --out")
 
-    monkeypatch.setattr("edgecap.bundle.export.load_source", refuse)
+    monkeypatch.setattr("edgecap.build.export.bundle.load_source", refuse)
 
 
 def _refused(args: list[str], expected: str) -> str:

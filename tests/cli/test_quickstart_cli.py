@@ -4,8 +4,8 @@ import json
 
 from click.testing import CliRunner
 
-from edgecap.bundle import load_bundle
 from edgecap.cli import main
+from edgecap.runtime.bundle import load_bundle
 
 
 def test_quickstart_runs_every_stage(tmp_path, monkeypatch):

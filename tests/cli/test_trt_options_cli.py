@@ -1,5 +1,5 @@
 """``--trt-opt-batch`` and ``--trt-workspace-mb`` reach ``Captioner.load`` from ``edgecap caption`` and
-``edgecap bench`` (what they do to the TensorRT provider: tests/runtimes/test_onnxruntime_fallback.py)."""
+``edgecap bench`` (what they do to the TensorRT provider: tests/runtime/backends/test_onnxruntime_fallback.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ class _Stop(ValueError):
 
 
 def _recording_load(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    from edgecap import captioner
+    from edgecap.runtime import captioner
 
     given: dict[str, Any] = {}
 
@@ -30,10 +30,10 @@ def _recording_load(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_caption_passes_the_tensorrt_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import edgecap.bundle.reader
+    import edgecap.runtime.bundle.reader
 
     given = _recording_load(monkeypatch)
-    monkeypatch.setattr(edgecap.bundle.reader, "find_bundle", lambda model: tmp_path)
+    monkeypatch.setattr(edgecap.runtime.bundle.reader, "find_bundle", lambda model: tmp_path)
     image = tmp_path / "a.png"
     image.write_bytes(b"")
     args = ["caption", str(image), "--model", str(tmp_path), "--trt-opt-batch", "4", "--trt-workspace-mb", "512"]

@@ -1,4 +1,4 @@
-"""Fuzz the bundle reader on a copy of a tiny real bundle (tests/bundle/helpers.py ``region_bundle``).
+"""Fuzz the bundle reader on a copy of a tiny real bundle (tests/runtime/bundle/helpers.py ``region_bundle``).
 
 ``manifest.json``, ``config.json`` and ``vocab.json`` are mutated (fields, types, nasty paths, raw bytes); for an
 edited config or vocabulary the manifest's size and SHA-256 are updated so the parser behind the integrity check is
@@ -25,9 +25,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgecap.bundle.manifest import BundleError
-from edgecap.bundle.reader import load_bundle
-from tests.bundle.helpers import region_bundle
+from edgecap.runtime.bundle.manifest import BundleError
+from edgecap.runtime.bundle.reader import load_bundle
+from tests.runtime.bundle.helpers import region_bundle
 
 from .strategies import NASTY_PATHS, byte_mutations, mutated_json
 

@@ -1,10 +1,10 @@
-"""Hostile numbers in a bundle (``edgecap.bundle.limits``): each is refused when the bundle is opened, with an error
+"""Hostile numbers in a bundle (``edgecap.runtime.bundle.limits``): each is refused when the bundle is opened, with an error
 naming the file and the field, before any runtime decodes or preprocesses with it.
 
 Found by fuzzing the bundle reader and the CLI: a ``decode.max_words`` of 10^9 hung ``Captioner``, the CLI and the
 torch runtime; an ``image_size`` of 10^6 grew the CLI to 21 GB; a zero ``std`` captioned with exit 0 and an empty
 caption; a 5000-digit number stopped the reader with Python's int-conversion error, naming no file. Each edit keeps
-the checksums right (:func:`~tests.bundle.helpers.rehash`), so only the limits can catch it.
+the checksums right (:func:`~tests.runtime.bundle.helpers.rehash`), so only the limits can catch it.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from edgecap import Captioner
-from edgecap.bundle import BundleError, load_bundle
-from edgecap.bundle.limits import MAX_DIM, MAX_IMAGE_SIZE, MAX_WORDS
-from edgecap.bundle.manifest import MANIFEST_NAME
-from tests.bundle.helpers import copy_bundle, edit_json, pixel_bundle, rehash
+from edgecap.runtime.bundle import BundleError, load_bundle
+from edgecap.runtime.bundle.limits import MAX_DIM, MAX_IMAGE_SIZE, MAX_WORDS
+from edgecap.runtime.bundle.manifest import MANIFEST_NAME
+from tests.runtime.bundle.helpers import copy_bundle, edit_json, pixel_bundle, rehash
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
@@ -197,8 +197,8 @@ def test_finding_refine_graph_metadata_out_of_bounds(tiny_data, tmp_path_factory
     """10^9 refinement passes in the refine graph's metadata would never finish: refused when the runtime is built."""
     import onnx
 
-    from edgecap.runtimes.base import RuntimeInputError
-    from tests.bundle.helpers import labert_bundle
+    from edgecap.runtime.backends.base import RuntimeInputError
+    from tests.runtime.bundle.helpers import labert_bundle
 
     copy = copy_bundle(labert_bundle(tiny_data, tmp_path_factory)[0], tmp_path / "labert")
     name = json.loads((copy / MANIFEST_NAME).read_text())["variants"]["fp32"]["files"]["refine"]

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from edgecap.data.images import ImageError, load_image
-from edgecap.data.preprocess import PreprocessCfg
+from edgecap.runtime.images.load import ImageError, load_image
+from edgecap.runtime.images.preprocess import PreprocessCfg
 
 from .strategies import byte_mutations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from edgecap import Captioner
-from tests.bundle.helpers import pixel_bundle
+from tests.runtime.bundle.helpers import pixel_bundle
 
 pytestmark = pytest.mark.gpu
 

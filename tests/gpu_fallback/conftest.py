@@ -34,7 +34,7 @@ def why_not_here() -> str | None:
 
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return "this onnxruntime build has no CUDA provider (the CPU wheel)"
-    from edgecap.runtimes.onnxruntime_fallback import provider_library_error
+    from edgecap.runtime.backends.onnxruntime.fallback import provider_library_error
 
     if provider_library_error(onnxruntime, "CUDAExecutionProvider") is None:
         return "the CUDA provider's library loads here: the GPU providers may start, so there is no fallback to test"

@@ -21,7 +21,7 @@ IMAGES = 3
 
 
 class _Dirs:
-    """The ``mktemp`` of pytest's ``tmp_path_factory``, under one directory (tests.bundle.helpers takes a factory)."""
+    """The ``mktemp`` of pytest's ``tmp_path_factory``, under one directory (tests.runtime.bundle.helpers takes a factory)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -37,9 +37,9 @@ def make_case(root: Path) -> dict[str, Any]:
     import warnings
 
     from edgecap import Captioner
+    from edgecap.build.data.synthetic import generate_dataset
     from edgecap.cli import main
-    from edgecap.data.synthetic import generate_dataset
-    from tests.bundle.helpers import pixel_run
+    from tests.runtime.bundle.helpers import pixel_run
 
     root.mkdir(parents=True, exist_ok=True)
     generate_dataset(root / "data", 12, seed=3, progress=False)

@@ -56,11 +56,11 @@ def _check_info(info: dict[str, Any]) -> None:
 
 
 def test_the_fake_of_the_unit_tests_behaves_as_this_wheel(case: dict[str, Any], capfd) -> None:
-    """tests/runtimes/fake_onnxruntime_gpu.py: the same names and signatures, and the same streams for the same
+    """tests/runtime/backends/fake_onnxruntime_gpu.py: the same names and signatures, and the same streams for the same
     notices."""
     import onnxruntime
 
-    from tests.runtimes.fake_onnxruntime_gpu import FailingGpuOnnxRuntime, surface_mismatches
+    from tests.runtime.backends.fake_onnxruntime_gpu import FailingGpuOnnxRuntime, surface_mismatches
 
     assert surface_mismatches(FailingGpuOnnxRuntime(onnxruntime), onnxruntime) == []
     graph = next(Path(case["bundle"]).rglob("*.onnx"))

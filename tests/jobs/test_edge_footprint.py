@@ -21,7 +21,7 @@ import pytest
 
 from edgecap.bench.edge_footprint import TARGETS, format_markdown, measure_env, measure_footprint, write_image_list
 from edgecap.bench.edge_install import clean_env
-from tests.bundle.helpers import pixel_bundle
+from tests.runtime.bundle.helpers import pixel_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 

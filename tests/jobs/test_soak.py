@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from edgecap.bench.soak import make_images, rss_summary, run_soak, write_soak_report
-from tests.bundle.helpers import pixel_bundle
+from tests.runtime.bundle.helpers import pixel_bundle
 
 
 def _asked_for(config: pytest.Config, marker: str) -> bool:

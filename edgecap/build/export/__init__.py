@@ -1,0 +1,66 @@
+"""Export: torch -> ONNX graphs per model part (fp32, fp16), validated, simplified and checked for parity.
+
+Everything is driven by a model's :class:`ExportSpec` (``edgecap.build.export.spec``); nothing branches on the model
+family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.build.export`` works
+without the ``[train]`` and ``[cpu]``/``[gpu]`` extras.
+
+    from edgecap.build.export import export_onnx
+    result = export_onnx(model, "out/", name="acort-xsmall")      # fp32 + fp16, parity-checked
+    result.runtime_models("fp32")                                 # {"encoder": init graph, "step": step graph}
+"""
+
+from __future__ import annotations
+
+from edgecap.build.export.spec import (
+    DimSpec,
+    ExportSpec,
+    ExportSpecError,
+    Fp16Policy,
+    GraphSpec,
+    Tolerance,
+    get_export_spec,
+    list_export_families,
+)
+from edgecap.runtime._lazy import lazy_getattr
+
+_LAZY: dict[str, str] = {
+    "ExportError": "edgecap.build.export.onnx",
+    "ExportResult": "edgecap.build.export.onnx",
+    "ExportedGraph": "edgecap.build.export.onnx",
+    "export_onnx": "edgecap.build.export.onnx",
+    "convert_to_fp16": "edgecap.build.export.fp16",
+    "ParityError": "edgecap.build.export.parity",
+    "check_graph": "edgecap.build.export.parity",
+    "check_runtime": "edgecap.build.export.parity",
+    "GraphError": "edgecap.build.export.graph",
+    "non_portable_nodes": "edgecap.build.export.graph",
+}
+
+__all__ = [
+    "ONNX_STACK",
+    "require_onnx_stack",
+    "DimSpec",
+    "ExportSpec",
+    "ExportSpecError",
+    "Fp16Policy",
+    "GraphSpec",
+    "Tolerance",
+    "get_export_spec",
+    "list_export_families",
+    *_LAZY,
+]
+
+
+ONNX_STACK = ("onnx", "onnxruntime", "onnxscript", "onnxslim", "onnxconverter_common")
+
+
+def require_onnx_stack() -> None:
+    """Fail early, with the install command, when the export packages are missing."""
+    import importlib.util
+
+    missing = [name for name in ONNX_STACK if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ImportError(f"exporting needs {missing}: pip install 'edgecap[train,cpu]' (or [train,gpu])")
+
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

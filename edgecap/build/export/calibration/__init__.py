@@ -1,0 +1,65 @@
+"""INT8 calibration and static quantisation (QDQ) of exported captioners.
+
+- :class:`CalibrationSource` (``source``): feeds + a cache path, with the ONNX Runtime calibration-reader adapter.
+- ``record``: the decoder-step feeds of a real FP32 decoding run (realistic caches and tokens).
+- ``presets``: per-target INT8 schemes (``tensorrt``, ``cpu-avx2``, ``cpu-vnni``, ``arm64``, ``cpu-auto``), and those
+  of installed plugins (the ``edgecap.int8_presets`` entry points, docs/extending.md).
+- ``quantize``: :func:`quantize_int8` (both runtime graphs), with ONNX Runtime's ``quantize_static`` (the
+  ``tensorrt`` preset's QDQ graphs are what ``edgecap engine`` builds from); ``int8``: :func:`quantize_graph` (one
+  graph), helped by ``graph_utils`` (inspection, exclusions), ``qdq_utils`` (Q/DQ placement), ``calib_utils`` (level
+  feeds, the range cache) and ``onnxruntime_utils`` (``onnxruntime.quantization`` plumbing).
+- ``schemes``: the calibration-free ``dynamic`` and ``weight-only`` schemes of a role.
+- ``quality``: :func:`compare_decoders`, the task-level check of an INT8 decoder against its FP32 reference.
+
+``onnx``/``onnxruntime`` are imported only when a quantisation actually runs.
+
+    from edgecap.build.export.calibration import quantize_int8
+    result = quantize_int8(export.runtime_models("fp32"), export.spec, feeds, decode_cfg, preset="cpu-auto")
+    result.models["step"]          # QDQ onnx.ModelProto
+"""
+
+from __future__ import annotations
+
+from edgecap.build.export.calibration.presets import (
+    QuantPreset,
+    RolePolicy,
+    detect_cpu_preset,
+    get_preset,
+    list_presets,
+    load_preset_plugins,
+    register_preset,
+)
+from edgecap.build.export.calibration.source import (
+    CalibrationError,
+    CalibrationSource,
+    OrtCalibrationReader,
+)
+from edgecap.runtime._lazy import lazy_getattr
+
+_LAZY: dict[str, str] = {
+    "FeedRecorder": "edgecap.build.export.calibration.record",
+    "RecordingStepModel": "edgecap.build.export.calibration.record",
+    "record_decoder_feeds": "edgecap.build.export.calibration.record",
+    "GraphInt8": "edgecap.build.export.calibration.int8",
+    "Int8Result": "edgecap.build.export.calibration.quantize",
+    "quantize_graph": "edgecap.build.export.calibration.int8",
+    "quantize_int8": "edgecap.build.export.calibration.quantize",
+    "compare_decoders": "edgecap.build.export.calibration.quality",
+}
+
+__all__ = [
+    "CalibrationError",
+    "CalibrationSource",
+    "OrtCalibrationReader",
+    "QuantPreset",
+    "RolePolicy",
+    "detect_cpu_preset",
+    "get_preset",
+    "list_presets",
+    "load_preset_plugins",
+    "register_preset",
+    *_LAZY,
+]
+
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

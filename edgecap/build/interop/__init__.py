@@ -1,0 +1,28 @@
+"""Importing checkpoints trained with the official ACORT, ORT and ExpansionNet v2 code (``edgecap import``).
+
+One module per source reads the official state dict safely, maps every tensor by name and shape onto the matching
+reference config (``*-ref``, :mod:`edgecap.build.models.reference`), converts the official vocabulary and hands back an
+:class:`ImportedRun`; :func:`import_checkpoint` writes it as a normal run directory. ``docs/import.md`` lists the
+name mappings and where edgecap's default configs depart from the official code.
+"""
+
+from __future__ import annotations
+
+from edgecap.build.interop.sources import SOURCES
+from edgecap.runtime._lazy import lazy_getattr
+
+_LAZY: dict[str, str] = {
+    "CheckpointError": "edgecap.build.interop._reading",
+    "read_checkpoint": "edgecap.build.interop._reading",
+    "read_pickle": "edgecap.build.interop._reading",
+    "IMPORT_RECORD": "edgecap.build.interop._run",
+    "ImportedRun": "edgecap.build.interop._run",
+    "convert_checkpoint": "edgecap.build.interop.convert",
+    "import_checkpoint": "edgecap.build.interop.convert",
+    "parse_groups": "edgecap.build.interop.convert",
+    "word_capacity": "edgecap.build.interop.convert",
+}
+
+__all__ = ["SOURCES", *_LAZY]
+
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -1,0 +1,495 @@
+"""The SCST stage: sample K captions per image, reward them, one teacher-forced pass with gradient, repeat.
+
+Runs after the cross-entropy epochs of :func:`edgecap.build.training.loop.train` (``--scst-epochs N``) or on a copy of a
+trained run (``edgecap train --init RUN --scst-epochs N``). Per batch of images:
+
+1. **Sample** (no gradient): the shared sampling search (:func:`edgecap.runtime.decoding.sampling.sample`) draws K captions
+   per image through the model's cached ``step``, at temperature 1 with no top-k (ExpansionNet v2 §4.3, ACORT
+   §5.1), up to ``scst_max_words`` words; a caption ends at its EOS. With the greedy baseline the greedy caption is
+   decoded too.
+2. **Reward**: CIDEr-D (+ optional BLEU-4) of every caption against its image's references, with document
+   frequencies from the training split (:mod:`edgecap.build.training.rewards`); the baseline gives the advantages
+   (:mod:`edgecap.build.training.scst`).
+3. **Learn**: one teacher-forced ``decode_full`` over ``BOS + sample`` with gradient gives the log-probability of
+   every sampled token and of EOS (when the sample ended with one); no autograd through a re-run prefix.
+
+Families: every autoregressive model (one with ``start``/``step``: ACORT/ORT, ExpansionNet and their ``*-len``
+variants). A non-autoregressive model (LaBERT, mask-predict) is refused: it has no left-to-right policy to sample.
+
+Length-aware (``*-len``) models keep each image's **target level**: for every image one of its reference captions
+is drawn (seeded by step) and its length level conditions all K samples and the teacher-forced pass, as in
+cross-entropy training (LaBERT §3.1). The reward compares the samples with all references of the image.
+
+End to end: a run that fine-tuned its backbone (``--finetune-epochs``, ExpansionNet v2 §4.3) has no feature cache
+matching that backbone any more, so its SCST runs from images, fine-tuning backbone and captioner together (v2's
+optional last step: 1 epoch at lr 2e-6): per batch the backbone computes the features once with gradient; the
+sampler sees them detached and the teacher-forced pass back-propagates into the backbone (BatchNorm statistics
+frozen, as in the cross-entropy fine-tuning). The best backbone is written to ``backbone.safetensors`` (the one SCST
+started from is kept as ``backbone.xe.safetensors``) and ``config.json`` names it. End-to-end SCST runs in one
+process.
+
+Sampling runs the model in eval mode (no dropout); the teacher-forced pass runs in train mode, as the cross-entropy
+stage does. The run directory gains ``weights.xe.safetensors`` (the cross-entropy weights SCST started from),
+``checkpoints/scst/`` (resumable state), ``scst.json`` (summary) and ``"event": "scst"`` / ``"scst_val"`` lines in
+``metrics.jsonl``; ``weights.safetensors`` holds the best weights by validation CIDEr-D, the starting weights
+included (validated before the first SCST step).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from edgecap.build._progress import ProgressBar
+from edgecap.build.training import checkpoint as ckpt
+from edgecap.build.training.batches import VisualBatch
+from edgecap.build.training.config import TrainCfg
+from edgecap.build.training.distributed import Dist, epoch_order, init_distributed, shutdown, wrap_ddp
+from edgecap.build.training.objectives import _autocast
+from edgecap.build.training.rewards import CaptionReward
+from edgecap.build.training.scst import BASELINES, LOSS_NORMS, advantages, scst_loss
+from edgecap.runtime._io import atomic_path, atomic_write_json
+
+__all__ = ["SCST_STATE", "SCST_SUMMARY", "XE_WEIGHTS", "init_from_run", "supports_scst", "train_scst"]
+
+SCST_STATE = Path("checkpoints") / "scst"
+XE_BACKBONE = "backbone.xe.safetensors"
+SCST_SUMMARY = "scst.json"
+XE_WEIGHTS = "weights.xe.safetensors"
+
+
+def supports_scst(model: Any) -> bool:
+    """Whether ``model`` can be trained with SCST: an autoregressive family with the cached ``start``/``step``."""
+    return callable(getattr(model, "start", None)) and callable(getattr(model, "step", None))
+
+
+def check_scst_cfg(cfg: TrainCfg) -> None:
+    """Clear errors for SCST settings that cannot work."""
+    if cfg.scst_baseline not in BASELINES:
+        raise ValueError(f"unknown SCST baseline {cfg.scst_baseline!r}; choose one of {BASELINES}")
+    if cfg.scst_loss_norm not in LOSS_NORMS:
+        raise ValueError(f"unknown SCST loss normalisation {cfg.scst_loss_norm!r}; choose one of {LOSS_NORMS}")
+    if cfg.scst_optimizer not in ("radam", "adam"):
+        raise ValueError(f"unknown SCST optimizer {cfg.scst_optimizer!r}; choose radam or adam")
+    if cfg.scst_samples < 1 or (cfg.scst_baseline == "loo" and cfg.scst_samples < 2):
+        raise ValueError(f"the {cfg.scst_baseline} baseline needs more samples per image, got {cfg.scst_samples}")
+    if not cfg.scst_lr > 0 or not 0 < cfg.scst_anneal <= 1 or cfg.scst_max_words < 1:
+        raise ValueError("scst_lr must be > 0, scst_anneal in (0, 1] and scst_max_words >= 1")
+
+
+@dataclasses.dataclass
+class _Progress:
+    epoch: int = 0
+    batch_in_epoch: int = 0
+    step: int = 0
+    best_score: float = -math.inf
+    best_epoch: int = -1
+    start_score: float | None = None
+
+
+@dataclasses.dataclass
+class Rollout:
+    """One batch's samples as the teacher-forced pass needs them, and their rewards (for logging)."""
+
+    inputs: torch.Tensor  # (B·K, T) BOS + sample without its last token
+    targets: torch.Tensor  # (B·K, T) the sample + EOS when finished, PAD after
+    mask: torch.Tensor  # (B·K, T) bool, True on scored tokens
+    advantage: torch.Tensor  # (B·K,)
+    rewards: np.ndarray  # (B, K)
+    captions: list[str]  # the first sample of each image
+
+
+def batch_seed(seed: int, epoch: int, batch: int, rank: int) -> int:
+    """The sampling seed of one batch on one rank: repeatable after a resume, different across ranks."""
+    return int(np.random.SeedSequence([seed, epoch, batch, rank]).generate_state(1)[0])
+
+
+def target_levels(model: Any, captions: list[Any], seed: int) -> torch.Tensor | None:
+    """(B,) the length level of one reference caption drawn per image, for a ``*-len`` model; None otherwise."""
+    from edgecap.runtime.length import level_of
+
+    levels = getattr(model, "length_levels", None)
+    if not levels:
+        return None
+    gen = torch.Generator().manual_seed(seed)
+    picks = [caps[int(torch.randint(len(caps), (1,), generator=gen))] for caps in captions]
+    return torch.tensor([level_of(levels, len(words)) for words in picks], dtype=torch.long)
+
+
+def rollout(
+    model: Any,
+    visual: Any,
+    refs: list[list[list[str]]],
+    vocab: Any,
+    cfg: TrainCfg,
+    reward: CaptionReward,
+    seed: int,
+    levels: torch.Tensor | None = None,
+) -> Rollout:
+    """Sample ``cfg.scst_samples`` captions per image without gradient, score them, and build the teacher-forcing
+    tensors. ``refs[i]`` are image i's references in reward form (:meth:`CaptionReward.references`)."""
+    from edgecap.build.torch_runtime.runtime import TorchStepModel
+    from edgecap.runtime.decoding import DecodeCfg, decode
+    from edgecap.runtime.decoding.protocol import stack_hypotheses
+    from edgecap.runtime.decoding.sampling import sample
+
+    k = cfg.scst_samples
+    device = visual.features.device
+    max_len = cfg.scst_max_words * vocab.tokens_per_word + 1
+    inputs = visual.as_inputs()
+    if levels is not None:
+        inputs = {**inputs, "length_level": levels.numpy()}
+    was_training = model.training
+    step_model = TorchStepModel(model, device=device)  # eval mode, inference_mode
+    try:
+        dcfg = DecodeCfg.for_vocab(vocab, strategy="sample", num_samples=k, seed=seed, max_len=max_len)
+        samples = sample(step_model, inputs, dcfg)
+        greedy = None
+        if cfg.scst_baseline == "greedy":
+            greedy = decode(step_model, inputs, DecodeCfg.for_vocab(vocab, strategy="greedy", max_len=max_len))
+    finally:
+        model.train(was_training)
+    flat = [h for hyps in samples for h in hyps]
+    cands = [reward.candidate(vocab.decode(h.tokens), h.finished) for h in flat]
+    rows = [refs[i] for i in range(len(samples)) for _ in range(k)]  # shared list objects: each image scored once
+    rewards = reward(cands, rows).reshape(len(samples), k)
+    greedy_rewards = None
+    if greedy is not None:
+        greedy_cands = [reward.candidate(vocab.decode(h[0].tokens), h[0].finished) for h in greedy]
+        greedy_rewards = torch.from_numpy(reward(greedy_cands, refs))
+    adv = advantages(torch.from_numpy(rewards), cfg.scst_baseline, greedy_rewards).reshape(-1).float()
+
+    targets_np, lengths = stack_hypotheses(flat, vocab.pad_id, eos_id=vocab.eos_id)
+    targets = torch.from_numpy(targets_np)
+    if targets.shape[1] == 0:  # cannot happen with max_len >= 1; keeps the shapes valid regardless
+        targets = torch.full((len(flat), 1), vocab.pad_id, dtype=torch.long)
+    bos = torch.full((len(flat), 1), vocab.bos_id, dtype=torch.long)
+    tf_inputs = torch.cat([bos, targets[:, :-1]], dim=1)
+    mask = torch.arange(targets.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]
+    captions = [" ".join(vocab.decode(hyps[0].tokens)) for hyps in samples]
+    return Rollout(tf_inputs.to(device), targets.to(device), mask.to(device), adv.to(device), rewards, captions)
+
+
+def scst_objective(
+    model: Any, visual: Any, roll: Rollout, samples: int, norm: str, levels: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The policy-gradient loss of a rollout: one teacher-forced pass with gradient over the sampled sequences."""
+    extra = {} if levels is None else {"length_level": levels.to(visual.features.device).repeat_interleave(samples)}
+    with _autocast(visual):
+        memory = model.encode_memory(visual.features, visual.boxes, visual.mask).repeat_interleave(samples, dim=0)
+        mask = visual.mask.repeat_interleave(samples, dim=0)
+        logprobs = model.decode_full(memory, mask, roll.inputs, **extra)
+    token_lp = logprobs.float().gather(-1, roll.targets.unsqueeze(-1)).squeeze(-1)
+    return scst_loss(token_lp, roll.mask, roll.advantage, norm)
+
+
+def init_from_run(init: str | Path, out: str | Path) -> Path:
+    """Copy a trained run's config, vocabulary and best weights into ``out`` (created), for SCST there.
+
+    A directory that already holds a run (e.g. an interrupted SCST run being resumed) is left as it is.
+    """
+    init, out = Path(init), Path(out)
+    ckpt.read_config(init)  # a clear error when INIT is not a run
+    if out.resolve() == init.resolve() or (out / ckpt.CONFIG).is_file():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    for name in (ckpt.VOCAB, ckpt.WEIGHTS, "backbone.safetensors", ckpt.CONFIG):  # config last: marks a full copy
+        if (init / name).is_file():
+            with atomic_path(out / name) as tmp:
+                shutil.copyfile(init / name, tmp)
+    return out
+
+
+def _open_backbone(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None, ctx: Dist) -> Any:
+    """The run's fine-tuned backbone for end-to-end SCST: from the resumed state, else from its weights file."""
+    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS
+    from edgecap.runtime.captioner import backbone_from_spec
+
+    source = run_dir / (XE_BACKBONE if (run_dir / XE_BACKBONE).is_file() else BACKBONE_WEIGHTS)
+    spec = config["backbone"]
+    backbone = backbone_from_spec(spec, weights=source) if source.name == BACKBONE_WEIGHTS else None
+    if backbone is None:  # restarting before the first checkpoint: the backbone SCST started from
+        from edgecap.build.models.backbone import create_backbone
+
+        backbone = create_backbone(spec["name"], weights=source, image_size=int(spec["image_size"]))
+    if state is not None:
+        backbone.model.load_state_dict(state["backbone"])
+    elif ctx.is_main and not (run_dir / XE_BACKBONE).is_file():
+        with atomic_path(run_dir / XE_BACKBONE) as tmp:
+            shutil.copyfile(run_dir / BACKBONE_WEIGHTS, tmp)
+    for p in backbone.parameters():
+        p.requires_grad_(True)
+    return backbone
+
+
+def _save_backbone(run_dir: Path, backbone: Any) -> None:
+    """Write the backbone's weights and point ``config.json`` at them (config last: a crash keeps the old pair)."""
+    from safetensors.torch import save_file
+
+    from edgecap.build.models.backbone import create_backbone
+    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS
+
+    with atomic_path(run_dir / BACKBONE_WEIGHTS) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in backbone.model.state_dict().items()}, str(tmp))
+    config = ckpt.read_config(run_dir)
+    spec = config["backbone"]
+    tuned = create_backbone(spec["name"], weights=run_dir / BACKBONE_WEIGHTS, image_size=int(spec["image_size"]))
+    config["backbone"] = tuned.spec
+    ckpt.write_config(run_dir, config)
+
+
+def _optimizer(model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int, backbone: Any = None):
+    params = [p for p in model.parameters() if p.requires_grad]
+    if backbone is not None:
+        params += list(backbone.parameters())
+    if cfg.scst_optimizer == "radam":
+        opt = torch.optim.RAdam(params, lr=cfg.scst_lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.Adam(params, lr=cfg.scst_lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay)
+    anneal, per_epoch = cfg.scst_anneal, max(batches_per_epoch, 1)
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda it: anneal ** (it // per_epoch))
+
+
+def train_scst(
+    cfg: TrainCfg,
+    run_dir: str | Path | None = None,
+    *,
+    resume: bool = True,
+    progress: bool = True,
+    ctx: Dist | None = None,
+    device: torch.device | None = None,
+) -> Path:
+    """Run ``cfg.scst_epochs`` epochs of SCST on the run in ``run_dir`` (default ``cfg.out``); resumable.
+
+    Args:
+        cfg: the training cfg (``scst_*`` fields, ``data``, ``features``, ``batch_size``, ``seed``, ...).
+        run_dir: a run with ``config.json``, ``vocab.json`` and ``weights.safetensors`` (the starting weights).
+        resume: continue from ``checkpoints/scst`` when it exists.
+        ctx, device: the process group and device when called from a running training job; otherwise joined
+            here from the torchrun environment.
+
+    Returns:
+        The run directory.
+
+    Raises:
+        ValueError: the model is not autoregressive, or the SCST settings are invalid.
+    """
+    from edgecap.build.data.datasets import load_dataset
+    from edgecap.build.data.sources import open_feature_source
+    from edgecap.build.evaluation.cider import cider_d
+    from edgecap.build.models import cfg_from_dict, create_model_from_cfg
+    from edgecap.build.torch_runtime.runtime import resolve_device
+    from edgecap.build.training.batches import FeatureBank
+    from edgecap.runtime.captioning import caption_bank
+    from edgecap.runtime.vocab import load_vocab
+
+    check_scst_cfg(cfg)
+    run_dir = Path(run_dir or cfg.out)
+    owns_group = ctx is None
+    if ctx is None or device is None:
+        ctx, device = init_distributed(resolve_device(cfg.device))
+    config = ckpt.read_config(run_dir)
+    vocab = load_vocab(run_dir / ckpt.VOCAB)
+    model = create_model_from_cfg(cfg_from_dict(config["model"]["cfg"]), vocab.size)
+    if not supports_scst(model):
+        raise ValueError(
+            f"{config['model']['name']} is not autoregressive (no cached start/step to sample from), so it cannot be "
+            "trained with self-critical sequence training; SCST applies to ACORT/ORT and ExpansionNet models"
+        )
+    end_to_end = bool(config.get("backbone_before_end_to_end"))
+    if end_to_end and ctx.active:
+        raise ValueError("end-to-end SCST (a run that fine-tuned its backbone) runs in one process, not under torchrun")
+
+    state = ckpt.load_training_state(run_dir, model, where=SCST_STATE) if resume else None
+    if state is None:
+        start = run_dir / (XE_WEIGHTS if (run_dir / XE_WEIGHTS).is_file() else ckpt.WEIGHTS)
+        ckpt.load_weights(model, start)
+        if ctx.is_main and not (run_dir / XE_WEIGHTS).is_file():
+            with atomic_path(run_dir / XE_WEIGHTS) as tmp:
+                shutil.copyfile(run_dir / ckpt.WEIGHTS, tmp)
+    model.to(device)
+    backbone = _open_backbone(run_dir, config, state, ctx) if end_to_end else None
+    if backbone is not None:
+        backbone.to(device).eval()  # BatchNorm statistics frozen; gradients still reach every backbone weight
+    torch.manual_seed(cfg.seed * 7 + 1 + ctx.rank)  # dropout of the teacher-forced pass
+    if ctx.is_main:
+        config["train"] = cfg.to_dict()
+        ckpt.write_config(run_dir, config)
+
+    dataset = load_dataset(cfg.data)
+    train_records = dataset.split("train")
+    val_records = dataset.split("val")[: cfg.val_images or None]
+    if not train_records:
+        raise ValueError(f"{cfg.data} has no training images")
+    if backbone is None:
+        source = open_feature_source(cfg.features)
+        train_bank = FeatureBank(source, [r.image_id for r in train_records])
+        val_bank = FeatureBank(source, [r.image_id for r in val_records]) if (val_records and ctx.is_main) else None
+    else:
+        from edgecap.build.training.end_to_end import _check_images
+
+        _check_images(train_records + val_records)
+        train_bank, val_bank = None, None
+    val_refs = {r.image_id: [" ".join(c) for c in r.captions] for r in val_records}
+    reward = CaptionReward(
+        [r.captions for r in train_records], bleu_weight=cfg.scst_bleu_weight, eos_word=cfg.scst_eos_word
+    )
+    train_refs = [reward.references(r.captions) for r in train_records]
+    batch_size = cfg.scst_batch_size or cfg.batch_size
+    local_images = len(epoch_order(len(train_records), cfg.seed, 0, ctx))
+    batches_per_epoch = math.ceil(local_images / batch_size)
+    optimizer, scheduler = _optimizer(model, cfg, batches_per_epoch, backbone)
+    call = wrap_ddp(model, ctx)
+    prog = _Progress()
+    if state is not None:
+        optimizer.load_state_dict(state["optimizer"])
+        scheduler.load_state_dict(state["scheduler"])
+        ckpt.set_rng_state(state["rng"])
+        if ctx.rank:
+            torch.manual_seed(batch_seed(cfg.seed, state["progress"]["epoch"], state["progress"]["step"], ctx.rank))
+        prog = _Progress(**state["progress"])
+    started = time.monotonic()
+
+    def save_state() -> None:
+        if ctx.is_main:
+            snapshot = {
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": ckpt.rng_state(),
+                "progress": dataclasses.asdict(prog),
+            }
+            if backbone is not None:
+                snapshot["backbone"] = {k: v.detach().cpu() for k, v in backbone.model.state_dict().items()}
+            ckpt.save_training_state(run_dir, model, snapshot, where=SCST_STATE)
+
+    def train_visual(rows: list[int]) -> VisualBatch:
+        if backbone is None:
+            return train_bank.batch(rows).to(device)
+        features, boxes = backbone(backbone.preprocess([train_records[r].path for r in rows]).to(device))
+        return VisualBatch(features, boxes, torch.ones(features.shape[:2], dtype=torch.bool, device=device))
+
+    def validate(epoch: int, partial: bool = False) -> None:
+        bank = val_bank
+        if backbone is not None and val_records:
+            from edgecap.build.training.end_to_end import _ImageFeatures
+
+            bank = FeatureBank(_ImageFeatures(backbone, val_records), [r.image_id for r in val_records])
+        if bank is not None:
+            model.eval()
+            preds = caption_bank(model, bank, vocab, beam_size=cfg.val_beam, max_words=cfg.max_words, device=device)
+            model.train()
+            score = cider_d({i: p for i, p in zip(bank.image_ids, preds, strict=True)}, val_refs)
+            record = {"event": "scst_val", "epoch": epoch, "step": prog.step, "cider_d": score, "example": preds[0]}
+            if partial:
+                record["partial_epoch"] = True
+            ckpt.append_metrics(run_dir, {**record, "elapsed_s": round(time.monotonic() - started, 2)})
+            if progress:
+                when = "start" if epoch < 0 else f"epoch {epoch + 1}" + (" (stopped mid-epoch)" if partial else "")
+                print(f"SCST {when}: val CIDEr-D {score * 100:.1f}  e.g. {preds[0]!r}")
+            if prog.start_score is None:
+                prog.start_score = score
+            if score > prog.best_score:
+                prog.best_score, prog.best_epoch = score, epoch
+                if epoch >= 0:  # epoch -1 is the starting model, whose weights are already in place
+                    ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
+                    if backbone is not None:
+                        _save_backbone(run_dir, backbone)
+
+    model.train()
+    if prog.step == 0 and prog.batch_in_epoch == 0 and prog.epoch == 0 and prog.start_score is None:
+        if ctx.is_main:
+            validate(-1)
+        save_state()
+        ctx.barrier()
+
+    stopped = False
+    while prog.epoch < cfg.scst_epochs and not stopped:
+        order = epoch_order(len(train_records), cfg.seed, prog.epoch, ctx)
+        bar = ProgressBar(
+            batches_per_epoch,
+            f"SCST {prog.epoch + 1}/{cfg.scst_epochs}",
+            enabled=progress and ctx.is_main,
+            initial=prog.batch_in_epoch,
+        )
+        running: list[float] = []
+        for b in range(prog.batch_in_epoch, batches_per_epoch):
+            rows = order[b * batch_size : (b + 1) * batch_size]
+            seed = batch_seed(cfg.seed, prog.epoch, b, ctx.rank)
+            levels = target_levels(model, [train_records[r].captions for r in rows], seed)
+            visual = train_visual(rows)
+            seen = VisualBatch(visual.features.detach(), visual.boxes.detach(), visual.mask)  # the sampler's copy
+            roll = rollout(model, seen, [train_refs[r] for r in rows], vocab, cfg, reward, seed, levels)
+            loss = call(scst_objective, visual, roll, cfg.scst_samples, cfg.scst_loss_norm, levels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_([p for g in optimizer.param_groups for p in g["params"]], cfg.grad_clip)
+            optimizer.step()
+            scheduler.step()
+            prog.step += 1
+            prog.batch_in_epoch = b + 1
+            mean_reward = ctx.mean(float(roll.rewards.mean()))
+            running.append(mean_reward)
+            bar.update(1)
+            bar.postfix(reward=f"{np.mean(running[-50:]):.3f}", lr=f"{scheduler.get_last_lr()[0]:.1e}")
+            if ctx.is_main and (prog.step % 20 == 0 or prog.step == 1 or b == batches_per_epoch - 1):
+                ckpt.append_metrics(
+                    run_dir,
+                    {
+                        "event": "scst",
+                        "epoch": prog.epoch,
+                        "step": prog.step,
+                        "loss": float(loss.detach()),
+                        "reward": mean_reward,
+                        "lr": scheduler.get_last_lr()[0],
+                        "elapsed_s": round(time.monotonic() - started, 2),
+                        "example": roll.captions[0],
+                    },
+                )
+            if cfg.save_every_steps and prog.step % cfg.save_every_steps == 0:
+                save_state()
+            if cfg.scst_max_steps and prog.step >= cfg.scst_max_steps:
+                stopped = True
+                break
+            over_time = bool(cfg.max_minutes) and (time.monotonic() - started) / 60 >= cfg.max_minutes
+            if cfg.max_minutes and ctx.agree(over_time):  # rank 0 decides, so every rank stops at the same step
+                stopped = True
+                break
+        bar.close()
+        if prog.batch_in_epoch >= batches_per_epoch:
+            finished = prog.epoch
+            prog.epoch += 1
+            prog.batch_in_epoch = 0
+            if ctx.is_main:
+                validate(finished)
+        elif ctx.is_main and prog.batch_in_epoch:  # stopped by the step or time limit: the weights so far compete too
+            validate(prog.epoch, partial=True)
+        save_state()
+        ctx.barrier()
+
+    if ctx.is_main:
+        if not val_records:  # nothing to select by: keep the latest weights
+            ckpt.save_weights(model, run_dir / ckpt.WEIGHTS)
+            if backbone is not None:
+                _save_backbone(run_dir, backbone)
+        summary: dict[str, Any] = {
+            "epochs_done": prog.epoch,
+            "steps": prog.step,
+            "start_val_cider_d": prog.start_score,
+            "best_val_cider_d": None if prog.best_score == -math.inf else prog.best_score,
+            "best_epoch": prog.best_epoch,
+            "processes": ctx.world,
+            "global_batch_images": batch_size * ctx.world,
+            "train_seconds_this_session": round(time.monotonic() - started, 1),
+        }
+        atomic_write_json(run_dir / SCST_SUMMARY, summary)
+    if owns_group:
+        shutdown(ctx)
+    return run_dir

@@ -1,0 +1,148 @@
+"""Runtime adapters: one :class:`Runtime` interface, backends registered by name and imported only when used.
+
+``RuntimeStepModel`` turns an encoder runtime and a decoder-step runtime into the decoding ``StepModel``, so the
+one beam search in ``edgecap.runtime.decoding`` runs on every backend.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._renamed import renamed_getattr
+from edgecap.runtime.backends.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
+from edgecap.runtime.backends.registry import (
+    STEP_MODES,
+    LoadedRuntime,
+    LoadRequest,
+    RuntimeSpec,
+    UnknownRuntimeError,
+    auto_runtime,
+    canonical_runtime,
+    get_runtime,
+    list_runtimes,
+    register_runtime,
+    runtime_available,
+)
+from edgecap.runtime.precisions import FLOAT_PRECISIONS, PRECISIONS
+
+_LAZY: dict[str, str] = {
+    "RuntimeStepModel": "edgecap.runtime.backends.bridge",
+    "TorchRuntime": "edgecap.build.torch_runtime.runtime",
+    "TorchStepModel": "edgecap.build.torch_runtime.runtime",
+    "PrefixRerunStepModel": "edgecap.build.torch_runtime.prefix",
+    "TorchRefineModel": "edgecap.runtime.backends.refine",
+    "RuntimeRefineModel": "edgecap.runtime.backends.refine",
+    "create_onnxruntime_refine_model": "edgecap.runtime.backends.refine",
+}
+
+# GPU hints name the CUDA line: an extra of another CUDA major than the driver's installs but cannot start.
+_ONNXRUNTIME_INSTALL = (
+    "pip install 'edgecap[cpu]' (CPU), or on a GPU machine the extra of its driver's CUDA major: 'edgecap[gpu-cu12]' "
+    "or 'edgecap[gpu-cu13]' ('edgecap[gpu]' is CUDA 13); on a Jetson, NVIDIA's onnxruntime-gpu wheel for its JetPack"
+)
+_TORCH_INSTALL = "pip install 'edgecap[train]'"
+_TRT_INSTALL = (
+    "TensorRT 10 and cuda-python of the driver's CUDA major: pip install 'edgecap[tensorrt-cu12]' or "
+    "'edgecap[tensorrt-cu13]' (TensorRT's libraries download from NVIDIA's index, pypi.nvidia.com, during the "
+    "install); on JetPack 6, its TensorRT 10.3 (python3-libnvinfer) with cuda-python 12.x and onnx; then build "
+    "engines with `edgecap engine BUNDLE`"
+)
+
+# The built-in runtimes: a new backend is one module plus one entry like these.
+register_runtime(
+    RuntimeSpec(
+        name="onnxruntime",
+        description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
+        loader="edgecap.runtime.backends.onnxruntime.session:load_bundle_runtime",
+        graph_runtime="edgecap.runtime.backends.onnxruntime.session:OnnxRuntimeSession",
+        requires=("onnxruntime",),
+        install=_ONNXRUNTIME_INSTALL,
+        precisions=PRECISIONS,
+        auto_rank=0,
+        aliases=("ort",),  # its earlier name; "ort" is also the Object Relation Transformer model family
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="torch",
+        description="torch eager: the bundle's weights.safetensors, cached step decoding (CPU or CUDA)",
+        loader="edgecap.build.torch_runtime.runtime:load_bundle_runtime",
+        graph_runtime="edgecap.build.torch_runtime.runtime:TorchRuntime",
+        requires=("torch",),
+        install=_TORCH_INSTALL,
+        precisions=FLOAT_PRECISIONS,
+        auto_rank=1,
+        torch=True,
+        step_modes=(*STEP_MODES, "auto"),
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="tensorrt",
+        description="TensorRT engines built in the bundle by `edgecap engine` (CUDA GPU, cuda-python, no torch)",
+        loader="edgecap.runtime.backends.tensorrt.runtime:load_bundle_runtime",
+        requires=("tensorrt", "cuda"),
+        install=_TRT_INSTALL,
+        precisions=PRECISIONS,
+        auto_rank=None,  # only by name: engines are built per machine first (edgecap engine)
+    )
+)
+register_runtime(
+    RuntimeSpec(
+        name="torch-rerun",
+        description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
+        loader="edgecap.build.torch_runtime.runtime:load_bundle_rerun_runtime",
+        requires=("torch",),
+        install=_TORCH_INSTALL,
+        precisions=FLOAT_PRECISIONS,
+        baseline=True,
+        torch=True,
+    )
+)
+
+
+def get_runtime_class(name: str) -> type[Runtime]:
+    """Import and return the one-graph :class:`Runtime` class of the runtime registered as ``name``."""
+    cls = get_runtime(name).graph_runtime_class()
+    if not (isinstance(cls, type) and issubclass(cls, Runtime)):
+        raise UnknownRuntimeError(f"runtime {name!r}: {get_runtime(name).graph_runtime} is not a Runtime subclass")
+    return cls
+
+
+def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
+    """Construct the one-graph runtime of ``name`` (not yet activated: use it as a context manager)."""
+    return get_runtime_class(name)(*args, **kwargs)
+
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
+__getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
+
+
+__all__ = [
+    "LoadRequest",
+    "LoadedRuntime",
+    "PrefixRerunStepModel",
+    "Runtime",
+    "RuntimeInputError",
+    "RuntimeStateError",
+    "RuntimeRefineModel",
+    "RuntimeSpec",
+    "RuntimeStepModel",
+    "TensorMeta",
+    "TorchRefineModel",
+    "TorchRuntime",
+    "TorchStepModel",
+    "UnknownRuntimeError",
+    "auto_runtime",
+    "canonical_runtime",
+    "create_onnxruntime_refine_model",
+    "dtype_name",
+    "get_runtime",
+    "get_runtime_class",
+    "list_runtimes",
+    "load_runtime",
+    "register_runtime",
+    "runtime_available",
+]

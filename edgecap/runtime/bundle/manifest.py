@@ -1,0 +1,442 @@
+"""The bundle manifest: what a bundle holds, proven by checksums, and how well each exported variant did.
+
+``manifest.json`` (format ``edgecap-bundle``) records
+
+- ``format_version``: the layout version; a reader refuses a bundle newer than it understands;
+- ``versions``: edgecap, Python, torch, onnx, onnxruntime and numpy that produced it;
+- ``opset`` and the graph ``interface`` (decode inputs, state names, which graph a runtime loads per role);
+- ``files``: the SHA-256 and size of **every** file of the bundle except the manifest itself;
+- ``variants``: per precision, its graph files, the element-wise parity of each graph against torch, and the
+  task-level check (CIDEr-D and caption agreement against FP32 on a named held-out set).
+
+Nothing here imports torch or onnx: reading and checking a manifest is cheap on an edge board.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+import platform
+import re
+from collections.abc import Collection, Mapping
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from edgecap._version import __version__
+from edgecap.runtime._versions import InvalidVersion, parse_version
+from edgecap.runtime.backends.roles import DECODING_ROLES
+from edgecap.runtime.bundle.limits import check_manifest_numbers
+from edgecap.runtime.precisions import PRECISIONS
+
+__all__ = [
+    "DERIVED_DIRS",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "PRECISION_ORDER",
+    "BundleConfigError",
+    "BundleError",
+    "BundleIntegrityError",
+    "BundleNotFoundError",
+    "BundleVersionError",
+    "bundle_file",
+    "check_relative_path",
+    "quality_levels",
+    "hash_files",
+    "jsonable",
+    "parity_summary",
+    "parse_manifest",
+    "sha256_file",
+    "software_versions",
+    "summary_rows",
+    "verify_files",
+]
+
+FORMAT = "edgecap-bundle"
+#: Version of the bundle layout and manifest schema this edgecap writes and the newest it reads.
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+#: Top-level folders of artefacts built *from* a bundle on the machine that runs it (TensorRT engines, which depend
+#: on the GPU and TensorRT version): outside the manifest's file list and checksums, so building one never breaks
+#: verification; each records its own checksum and the graph checksum it was built from (``edgecap.runtime.engines``).
+DERIVED_DIRS = ("engines",)
+#: Precisions a bundle can hold, best-known first in reports.
+PRECISION_ORDER = PRECISIONS  # the bundle-format name of edgecap.runtime.precisions.PRECISIONS
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be used; the message names the bundle and the file or field at fault."""
+
+
+class BundleNotFoundError(BundleError, FileNotFoundError):
+    """The path is not a bundle directory (no ``manifest.json``)."""
+
+
+class BundleIntegrityError(BundleError):
+    """Files missing, unlisted, or whose bytes differ from the manifest's checksums."""
+
+
+class BundleVersionError(BundleError):
+    """A bundle written by a newer edgecap, or with graphs newer than the installed ONNX stack supports."""
+
+
+class BundleConfigError(BundleError):
+    """Parts of a bundle that do not belong together: config vs vocab, graphs vs the recorded interface."""
+
+
+# -- hashing ---------------------------------------------------------------------------------------------------------
+def sha256_file(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _bundle_files(root: Path) -> list[str]:
+    """Relative POSIX paths of every regular file under ``root``, except the manifest, hidden entries and the
+    derived-artefact folders (:data:`DERIVED_DIRS`)."""
+    out = []
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root)
+        if any(part.startswith(".") for part in rel.parts) or rel.parts[0] in DERIVED_DIRS or not path.is_file():
+            continue
+        name = rel.as_posix()
+        if name != MANIFEST_NAME:
+            out.append(name)
+    return out
+
+
+def hash_files(root: str | Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"sha256", "bytes"}}`` for every file of a bundle directory (the manifest excluded)."""
+    root = Path(root)
+    files = _bundle_files(root)
+    return {name: {"sha256": sha256_file(root / name), "bytes": (root / name).stat().st_size} for name in files}
+
+
+def check_relative_path(
+    name: Any, where: str, error: type[ValueError] = BundleError, inside: str = "the bundle"
+) -> str:
+    """``name`` if it is a plain relative path inside the bundle (no absolute path, no ``..``), else ``error``
+    (BundleError unless a caller, such as a run directory, names its own)."""
+    if not isinstance(name, str):
+        raise error(f"{where}: {name!r} is not a relative path inside {inside} (not a string)")
+    pure = PurePosixPath(name)
+    if ".." in pure.parts:
+        raise error(f"{where}: {name!r} is not a relative path inside {inside} (its '..' escapes {inside})")
+    if not name or pure.is_absolute() or "\\" in name or (len(name) > 1 and name[1] == ":"):
+        raise error(f"{where}: {name!r} is not a relative path inside {inside}")
+    return name
+
+
+def bundle_file(
+    root: str | Path,
+    name: Any,
+    where: str,
+    listed: Collection[str] | None = None,
+    error: type[ValueError] = BundleError,
+    inside: str = "the bundle",
+) -> Path:
+    """The one path rule for every file a bundle (or a run directory) names: ``root / name`` when ``name`` is a
+    relative path inside ``root`` (:func:`check_relative_path`), that stays inside ``root`` once symlinks are resolved,
+    and, when ``listed`` is given (a manifest's ``files``), is one of the listed files; else ``error``.
+
+    Checksums are verified separately (:func:`verify_files`), before a loader opens the file.
+    """
+    name = check_relative_path(name, where, error, inside)
+    if listed is not None and name not in listed:
+        raise error(f"{where}: {name!r} is not listed in the manifest's 'files' (every file a bundle uses must be)")
+    base = Path(root).resolve()
+    path = Path(root) / name
+    target = path.resolve()
+    if target != base and base not in target.parents:
+        raise error(f"{where}: {name!r} resolves to {target}, outside {inside} {base} (a symlink leaving it?)")
+    return path
+
+
+# -- versions --------------------------------------------------------------------------------------------------------
+#: Package -> the distributions that provide it (the first one installed gives the version).
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "onnx": ("onnx",),
+    "onnxruntime": ("onnxruntime", "onnxruntime-gpu", "onnxruntime-directml", "onnxruntime-openvino"),
+    "numpy": ("numpy",),
+}
+
+
+def installed_version(names: tuple[str, ...]) -> str | None:
+    """The version of the first of the distributions ``names`` that is installed, from package metadata."""
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def software_versions() -> dict[str, str | None]:
+    """Versions of the software that matters to a bundle, from package metadata (nothing is imported)."""
+    versions: dict[str, str | None] = {"edgecap": __version__, "python": platform.python_version()}
+    versions.update({key: installed_version(names) for key, names in DISTRIBUTIONS.items()})
+    return versions
+
+
+def is_newer_version(candidate: str, reference: str) -> bool:
+    """``candidate > reference`` in :pep:`440` order (``0.2.0rc1 < 0.2.0 < 0.2.0.post1 < 0.10.0``); False when
+    either is not a version, so an odd string in a bundle's manifest never stops it from loading."""
+    try:
+        return parse_version(candidate) > parse_version(reference)
+    except InvalidVersion:
+        return False
+
+
+# -- JSON hygiene ----------------------------------------------------------------------------------------------------
+def jsonable(value: Any) -> Any:
+    """``value`` with tuples as lists, numpy scalars as Python numbers and NaN/inf as None (strict JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 1) == 0:
+        value = value.item()  # numpy / torch scalars
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of an export parity report (``edgecap.build.export.parity.check_graph``) a manifest keeps: verdict, the
+    sizes checked and per output the error statistics next to the tolerance they were held to."""
+    keep = ("max_abs", "mean_abs", "max_rel", "violations", "never", "atol", "rtol", "passed")
+    return jsonable(
+        {
+            "passed": bool(report["passed"]),
+            "feeds": report.get("feeds"),
+            "sizes": report.get("sizes"),
+            "outputs": {name: {k: out.get(k) for k in keep} for name, out in report.get("outputs", {}).items()},
+        }
+    )
+
+
+# -- validation ------------------------------------------------------------------------------------------------------
+def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in data:
+        raise BundleError(f"{where}: field {key!r} is missing")
+    value = data[key]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
+        raise BundleError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def parse_manifest(data: Any, where: str) -> dict[str, Any]:
+    """Check a manifest's schema (``where`` names it in errors) and return it.
+
+    Raises:
+        BundleVersionError: ``format_version`` is newer than :data:`FORMAT_VERSION`.
+        BundleError: any other missing or malformed field.
+    """
+    if not isinstance(data, dict):
+        raise BundleError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if data.get("format") != FORMAT:
+        raise BundleError(f"{where}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
+    version = _require(data, "format_version", int, where)
+    if version > FORMAT_VERSION:
+        written_by = data.get("versions", {}).get("edgecap") if isinstance(data.get("versions"), dict) else None
+        raise BundleVersionError(
+            f"{where}: bundle format version {version} is newer than this edgecap ({__version__}) supports "
+            f"(up to {FORMAT_VERSION}); it was written by edgecap {written_by or '?'}. "
+            "Upgrade edgecap (pip install -U edgecap) or re-export the bundle with this version."
+        )
+    if version < 1:
+        raise BundleError(f"{where}: field 'format_version' must be >= 1, got {version}")
+    _require(data, "model", dict, where)
+    _require(data["model"], "name", str, f"{where} model")
+    _require(data, "versions", dict, where)
+    _require(data, "opset", int, where)
+    interface = _require(data, "interface", dict, where)
+    for key in ("decode_inputs", "state_names"):
+        _require(interface, key, list, f"{where} interface")
+    for key in ("decode_inputs", "state_names", "updated_state_names"):
+        names = interface.get(key)
+        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+            raise BundleError(f"{where}: interface.{key} must be a list of tensor names (strings), got {names!r}")
+    for key in ("tokens", "logprobs", "state_output_suffix"):
+        if key in interface and not isinstance(interface[key], str):
+            raise BundleError(f"{where}: interface.{key} must be a string, got {interface[key]!r}")
+    graphs_by_role = _require(interface, "runtime_graphs", dict, f"{where} interface")
+    if not all(isinstance(g, str) for g in graphs_by_role.values()):
+        raise BundleError(f"{where}: interface.runtime_graphs must map each role to a graph name (a string)")
+    decoding = interface.get("decoding", "autoregressive")  # bundles written before the field: autoregressive
+    roles = DECODING_ROLES.get(decoding) if isinstance(decoding, str) else None
+    if roles is None:
+        raise BundleError(
+            f"{where}: interface.decoding {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "
+            "upgrade edgecap"
+        )
+    foreign = [r for r in interface["runtime_graphs"] if r not in roles]
+    if foreign:
+        raise BundleError(
+            f"{where}: runtime role(s) {foreign} have no meaning for {decoding} decoding (its roles: {list(roles)})"
+        )
+    files = _require(data, "files", dict, where)
+    for name, entry in files.items():
+        check_relative_path(name, f"{where} files")
+        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256", ""))):
+            raise BundleError(f"{where}: files[{name!r}] needs a 64-hex 'sha256'")
+        if not isinstance(entry.get("bytes"), int) or entry["bytes"] < 0:
+            raise BundleError(f"{where}: files[{name!r}] needs a non-negative integer 'bytes'")
+    variants = _require(data, "variants", dict, where)
+    if "fp32" not in variants:
+        raise BundleError(f"{where}: variants lack 'fp32' (every bundle carries its FP32 graphs)")
+    for precision, variant in variants.items():
+        vwhere = f"{where} variants[{precision!r}]"
+        if precision not in PRECISION_ORDER:
+            raise BundleError(f"{vwhere}: unknown precision (known: {list(PRECISION_ORDER)})")
+        if not isinstance(variant, dict):
+            raise BundleError(f"{vwhere}: expected an object")
+        runtime_files = _require(variant, "files", dict, vwhere)
+        missing_roles = [r for r in interface["runtime_graphs"] if r not in runtime_files]
+        if missing_roles:
+            raise BundleError(f"{vwhere}: no graph file for runtime role(s) {missing_roles}")
+        schemes = variant.get("schemes", {})
+        if not isinstance(schemes, dict) or not all(
+            isinstance(r, dict) and isinstance(r.get("scheme"), str) for r in schemes.values()
+        ):
+            raise BundleError(f"{vwhere}: field 'schemes' must map each role to an object with a 'scheme' name")
+        graphs = variant.get("graphs", {})
+        if not isinstance(graphs, dict):
+            raise BundleError(f"{vwhere}: field 'graphs' must be dict, got {type(graphs).__name__}")
+        for field, entries in (("files", runtime_files), ("graphs", graphs)):  # each checked: a key may be in both
+            for role, name in entries.items():
+                fwhere = f"{vwhere} {field}[{role!r}]"
+                check_relative_path(name, fwhere)
+                if name not in files:
+                    raise BundleError(f"{fwhere}: graph file {name!r} is not listed in 'files'")
+    check_manifest_numbers(data, where, BundleError)
+    return data
+
+
+def verify_files(root: str | Path, manifest: Mapping[str, Any], hashed: Collection[str] | None = None) -> None:
+    """Check every listed file exists with the recorded size and SHA-256, and that no unlisted file is present.
+
+    Hidden entries (``.DS_Store``, ``._*``) are ignored. All problems are reported in one error.
+
+    Args:
+        root: the bundle directory.
+        manifest: its parsed manifest.
+        hashed: hash only these listed files (sizes and presence are still checked for all): loading a bundle
+            hashes the files it will use, not every precision's graphs.
+
+    Raises:
+        BundleIntegrityError: naming each missing, corrupt or unlisted file.
+    """
+    root = Path(root)
+    listed: Mapping[str, Mapping[str, Any]] = manifest["files"]
+    problems: list[str] = []
+    for name, entry in listed.items():
+        try:
+            path = bundle_file(root, name, MANIFEST_NAME)
+        except BundleError as exc:
+            problems.append(str(exc))
+            continue
+        if not path.is_file():
+            problems.append(f"{name}: missing (listed in {MANIFEST_NAME})")
+            continue
+        size = path.stat().st_size
+        if size != entry["bytes"]:
+            problems.append(f"{name}: {size} bytes, the manifest says {entry['bytes']} (truncated or modified)")
+            continue
+        if hashed is not None and name not in hashed:
+            continue
+        digest = sha256_file(path)
+        if digest != entry["sha256"]:
+            problems.append(
+                f"{name}: SHA-256 {digest[:12]}… differs from the manifest's {entry['sha256'][:12]}… "
+                "(corrupt or modified)"
+            )
+    unlisted = [name for name in _bundle_files(root) if name not in listed]
+    problems.extend(f"{name}: not listed in {MANIFEST_NAME} (added after export)" for name in unlisted)
+    if problems:
+        shown = "; ".join(problems[:6]) + (f"; and {len(problems) - 6} more" if len(problems) > 6 else "")
+        raise BundleIntegrityError(
+            f"bundle {root} failed verification: {shown}. Re-export it (edgecap export) or copy it again."
+        )
+
+
+# -- reports ---------------------------------------------------------------------------------------------------------
+def _number(value: Any) -> float | None:
+    """``value`` if it is a finite number, else None: a report shows a hand-edited field as unknown, never crashes."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return value if ok else None
+
+
+def _objects(value: Any) -> list[Mapping[str, Any]]:
+    return [v for v in value.values() if isinstance(v, Mapping)] if isinstance(value, Mapping) else []
+
+
+def _worst_parity(parity: Mapping[str, Any]) -> tuple[float | None, float | None, bool | None]:
+    """Largest ``max_abs / atol`` over every graph output: (max_abs, its atol, all passed)."""
+    worst: tuple[float, float, float] | None = None
+    passed = True
+    for report in _objects(parity):
+        passed = passed and bool(report.get("passed"))
+        for out in _objects(report.get("outputs")):
+            max_abs, atol = _number(out.get("max_abs")), _number(out.get("atol")) or 0.0
+            if max_abs is None:
+                return None, None, False
+            ratio = max_abs / atol if atol else math.inf
+            if worst is None or ratio > worst[0]:
+                worst = (ratio, max_abs, atol)
+    if worst is None:
+        return None, None, None if not parity else passed
+    return worst[1], worst[2], passed
+
+
+def quality_levels(quality: Mapping[str, Any] | None) -> dict[int | None, dict[str, Any]]:
+    """A variant's task-level check per length level: a ``*-len`` bundle's ``levels`` entries (each with the shared
+    fields: set, images, decoding), else its one check at ``length_level`` (bundles exported before per-level
+    checks, and models without length control: key None)."""
+    if not isinstance(quality, Mapping):
+        return {}
+    levels = quality.get("levels")
+    shared = {k: v for k, v in quality.items() if k != "levels"}
+    if not isinstance(levels, Mapping) or not levels:
+        return {shared.get("length_level"): shared}
+    return {int(level): {**shared, **fields, "length_level": int(level)} for level, fields in levels.items()}
+
+
+def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per variant, in :data:`PRECISION_ORDER`: size, worst parity error vs its tolerance, and the task-level
+    check (CIDEr-D of FP32 and of the variant, their difference, caption agreement)."""
+    files = manifest.get("files", {})
+    rows = []
+    for precision in PRECISION_ORDER:
+        variant = manifest.get("variants", {}).get(precision)
+        if variant is None:
+            continue
+        names = set(variant.get("files", {}).values())
+        max_abs, atol, passed = _worst_parity(variant.get("parity") or {})
+        quality = variant.get("quality") if isinstance(variant.get("quality"), Mapping) else {}
+        rows.append(
+            {
+                "precision": precision,
+                "bytes": sum(files.get(n, {}).get("bytes", 0) for n in names),
+                "parity_passed": passed,
+                "parity_max_abs": max_abs,
+                "parity_atol": atol,
+                "cider_d_reference": _number(quality.get("reference_cider_d")),
+                "cider_d": _number(quality.get("candidate_cider_d")),
+                "cider_d_delta": _number(quality.get("cider_d_delta")),
+                "agreement": _number(quality.get("agreement")),
+                "images": _number(quality.get("images")),
+                "quality_set": quality.get("set") if isinstance(quality.get("set"), str) else None,
+            }
+        )
+    return rows

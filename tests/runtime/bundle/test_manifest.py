@@ -1,0 +1,241 @@
+"""The manifest schema, checksums and reports, on hand-made directories (no export needed)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgecap._version import __version__
+from edgecap.runtime.bundle.manifest import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST_NAME,
+    BundleError,
+    BundleIntegrityError,
+    BundleVersionError,
+    hash_files,
+    is_newer_version,
+    jsonable,
+    parity_summary,
+    parse_manifest,
+    software_versions,
+    summary_rows,
+    verify_files,
+)
+
+
+def _files(root: Path) -> Path:
+    (root / "onnx" / "fp32").mkdir(parents=True)
+    (root / "config.json").write_text("{}")
+    (root / "onnx" / "fp32" / "init.onnx").write_bytes(b"\x08\x07graph-bytes" * 10)
+    (root / "onnx" / "fp32" / "step.onnx").write_bytes(b"step-bytes" * 10)
+    return root
+
+
+def _manifest(root: Path, **changes) -> dict:
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "versions": software_versions(),
+        "model": {"name": "ort-test"},
+        "opset": 20,
+        "interface": {"decode_inputs": ["features"], "state_names": ["s"], "runtime_graphs": {"encoder": "init"}},
+        "variants": {"fp32": {"files": {"encoder": "onnx/fp32/init.onnx", "step": "onnx/fp32/step.onnx"}}},
+        "files": hash_files(root),
+    }
+    manifest.update(changes)
+    return manifest
+
+
+def test_hash_files_covers_every_file_but_the_manifest_and_hidden_ones(tmp_path: Path):
+    root = _files(tmp_path)
+    (root / MANIFEST_NAME).write_text("{}")
+    (root / ".DS_Store").write_text("finder")
+    files = hash_files(root)
+    assert sorted(files) == ["config.json", "onnx/fp32/init.onnx", "onnx/fp32/step.onnx"]
+    assert files["config.json"] == {
+        "sha256": "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a",
+        "bytes": 2,
+    }
+
+
+def test_a_valid_manifest_parses_and_verifies(tmp_path: Path):
+    root = _files(tmp_path)
+    manifest = parse_manifest(_manifest(root), "m.json")
+    verify_files(root, manifest)
+
+
+def test_newer_format_version_is_refused_with_both_versions_named(tmp_path: Path):
+    data = _manifest(_files(tmp_path), format_version=FORMAT_VERSION + 1)
+    data["versions"]["edgecap"] = "9.0.0"
+    with pytest.raises(BundleVersionError) as err:
+        parse_manifest(data, "bundle/manifest.json")
+    message = str(err.value)
+    assert f"format version {FORMAT_VERSION + 1}" in message and f"up to {FORMAT_VERSION}" in message
+    assert "9.0.0" in message and __version__ in message and "bundle/manifest.json" in message
+
+
+@pytest.mark.parametrize(
+    ("change", "needle"),
+    [
+        ({"format": "something-else"}, "'format'"),
+        ({"format_version": "1"}, "'format_version' must be int"),
+        ({"opset": None}, "'opset'"),
+        ({"variants": {}}, "lack 'fp32'"),
+        ({"variants": {"fp8": {"files": {}}, "fp32": {"files": {}}}}, "unknown precision"),
+        ({"variants": {"fp32": {"files": {"encoder": "onnx/fp32/other.onnx"}}}}, "not listed in 'files'"),
+        ({"variants": {"fp32": {"files": {"step": "onnx/fp32/step.onnx"}}}}, "runtime role(s) ['encoder']"),
+        (
+            {"interface": {"decode_inputs": ["features"], "state_names": [[], "s"], "runtime_graphs": {}}},
+            "interface.state_names must be a list of tensor names",
+        ),
+        (
+            {"interface": {"decode_inputs": [1], "state_names": ["s"], "runtime_graphs": {"encoder": "init"}}},
+            "interface.decode_inputs",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {}, "tokens": ["t"]}},
+            "interface.tokens must be a string",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {"encoder": 3}}},
+            "interface.runtime_graphs must map",
+        ),
+        (
+            {"variants": {"fp32": {"files": {"encoder": "onnx/fp32/init.onnx"}, "schemes": {"step": "dynamic"}}}},
+            "'schemes' must map each role",
+        ),
+    ],
+)
+def test_malformed_manifests_name_the_field(tmp_path: Path, change: dict, needle: str):
+    with pytest.raises(BundleError) as err:
+        parse_manifest(_manifest(_files(tmp_path), **change), "m.json")
+    assert needle in str(err.value) and "m.json" in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["../outside.onnx", "/etc/passwd", ""])
+def test_paths_outside_the_bundle_are_refused(tmp_path: Path, name: str):
+    data = _manifest(_files(tmp_path))
+    data["files"][name] = {"sha256": "0" * 64, "bytes": 1}
+    with pytest.raises(BundleError, match="not a relative path inside the bundle"):
+        parse_manifest(data, "m.json")
+
+
+def test_a_flipped_byte_is_caught_and_the_file_named(tmp_path: Path):
+    root = _files(tmp_path)
+    manifest = _manifest(root)
+    path = root / "onnx" / "fp32" / "step.onnx"
+    data = bytearray(path.read_bytes())
+    data[5] ^= 0x01
+    path.write_bytes(bytes(data))
+    with pytest.raises(BundleIntegrityError) as err:
+        verify_files(root, manifest)
+    assert "onnx/fp32/step.onnx" in str(err.value) and "SHA-256" in str(err.value)
+
+
+def test_missing_truncated_and_unlisted_files_are_all_reported(tmp_path: Path):
+    root = _files(tmp_path)
+    manifest = _manifest(root)
+    (root / "config.json").unlink()
+    (root / "onnx" / "fp32" / "init.onnx").write_bytes(b"short")
+    (root / "onnx" / "fp32" / "sneaky.onnx").write_bytes(b"x")
+    (root / "._resource_fork").write_bytes(b"ignored")
+    with pytest.raises(BundleIntegrityError) as err:
+        verify_files(root, manifest)
+    message = str(err.value)
+    assert "config.json: missing" in message
+    assert "onnx/fp32/init.onnx: 5 bytes" in message
+    assert "onnx/fp32/sneaky.onnx: not listed" in message
+    assert "_resource_fork" not in message
+
+
+def test_jsonable_makes_strict_json():
+    value = {"a": (1, np.float32(0.5)), "b": math.nan, "c": np.int64(3), "d": [math.inf, Path("x")]}
+    out = jsonable(value)
+    assert out == {"a": [1, 0.5], "b": None, "c": 3, "d": [None, "x"]}
+    json.dumps(out, allow_nan=False)
+
+
+def test_parity_summary_keeps_the_numbers_and_tolerances():
+    report = {
+        "graph": "step",
+        "passed": True,
+        "feeds": 2,
+        "sizes": [{"batch": 1}],
+        "runs": [{"tokens": [1]}],
+        "outputs": {
+            "logprobs": {
+                "max_abs": 1e-6,
+                "mean_abs": 1e-7,
+                "max_rel": 1e-5,
+                "violations": 0,
+                "elements": 10,
+                "never": 4,
+                "atol": 1e-4,
+                "rtol": 1e-4,
+                "passed": True,
+                "worst_feed": 0,
+            }
+        },
+    }
+    summary = parity_summary(report)
+    assert summary["passed"] is True and summary["feeds"] == 2 and "runs" not in summary
+    assert summary["outputs"]["logprobs"] == {
+        "max_abs": 1e-6,
+        "mean_abs": 1e-7,
+        "max_rel": 1e-5,
+        "violations": 0,
+        "never": 4,  # the -1e4 entries left out of the statistics, so the manifest says why max_abs is small
+        "atol": 1e-4,
+        "rtol": 1e-4,
+        "passed": True,
+    }
+
+
+def test_summary_rows_report_the_worst_output_relative_to_its_tolerance():
+    parity = {
+        "encoder": {"passed": True, "outputs": {"memory": {"max_abs": 5e-4, "atol": 1e-3}}},  # 0.5 of its bound
+        "step": {"passed": True, "outputs": {"logprobs": {"max_abs": 9e-5, "atol": 1e-4}}},  # 0.9: the worst
+    }
+    manifest = {
+        "files": {"a.onnx": {"bytes": 100}, "b.onnx": {"bytes": 50}, "c.onnx": {"bytes": 10}},
+        "variants": {
+            "int8": {"files": {"encoder": "c.onnx"}, "quality": {"agreement": 0.9, "candidate_cider_d": 1.0}},
+            "fp32": {"files": {"encoder": "a.onnx", "step": "b.onnx"}, "parity": parity},
+        },
+    }
+    rows = summary_rows(manifest)
+    assert [r["precision"] for r in rows] == ["fp32", "int8"]
+    assert rows[0]["bytes"] == 150 and rows[0]["parity_max_abs"] == 9e-5 and rows[0]["parity_atol"] == 1e-4
+    assert rows[0]["parity_passed"] is True and rows[0]["agreement"] is None
+    assert rows[1]["parity_passed"] is None and rows[1]["agreement"] == 0.9 and rows[1]["cider_d"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {"parity": {"step": {"passed": True, "outputs": {"logprobs": {"max_abs": "9e-5", "atol": 1e-4}}}}},
+        {"parity": {"step": {"passed": True, "outputs": {"logprobs": {"max_abs": 1e-5, "atol": [1]}}}}},
+        {"parity": {"step": {"passed": True, "outputs": ["logprobs"]}}},
+        {"parity": {"step": "passed"}},
+        {"parity": ["step"]},
+        {"quality": {"agreement": "all", "images": [4], "set": {"a": 1}, "cider_d_delta": 1e999}},
+        {"quality": "good"},
+    ],
+)
+def test_summary_rows_show_a_hand_edited_report_field_as_unknown(variant: dict):
+    """A manifest's reports are not parsed for loading, so ``edgecap info`` and benchmark reports read whatever
+    they hold: a malformed field is shown as unknown (None), never a TypeError."""
+    (row,) = summary_rows({"files": {}, "variants": {"fp32": {"files": {}, **variant}}})
+    assert row["parity_max_abs"] is None or row["parity_max_abs"] == 1e-5
+    assert all(row[k] is None for k in ("agreement", "images", "quality_set", "cider_d_delta"))
+
+
+def test_software_versions_and_version_order():
+    versions = software_versions()
+    assert versions["edgecap"] == __version__ and versions["torch"] and versions["onnxruntime"]
+    assert is_newer_version("0.10.0", "0.9.3") and not is_newer_version("0.1.0rc1", "0.1.0")
