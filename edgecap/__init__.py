@@ -7,7 +7,7 @@ Heavy submodules (torch models, onnxruntime, TensorRT) are imported lazily so th
 from __future__ import annotations
 
 from edgecap._version import __version__
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "create_model": "edgecap.build.models",
@@ -23,3 +23,4 @@ __all__ = ["__version__", *_LAZY]
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

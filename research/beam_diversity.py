@@ -19,8 +19,9 @@ import torch
 
 from edgecap.build.evaluation.length import diversity
 from edgecap.build.runs import load_run
+from edgecap.build.torch_runtime.captioning import decoder_for
 from edgecap.runtime._io import atomic_write_json
-from edgecap.runtime.captioning import decode_cfg_for, decoder_for
+from edgecap.runtime.captioning import decode_cfg_for
 from edgecap.runtime.decoding import decode
 
 

@@ -16,7 +16,8 @@ interleaved and alternate their order so a drifting machine load hits both. Warm
 
 ``--runtime onnxruntime`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``)
 instead of torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
-:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunModel`, which re-run the prefix every step as the official ExpansionNet
+:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunModel`, which re-run the prefix every step as the official
+ExpansionNet
 ONNX export does. In torch eager at batch 1 both modes are bound by per-op dispatch, which hides what the cache
 saves; ONNX Runtime shows it.
 
@@ -194,7 +195,7 @@ def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) ->
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
     from edgecap.build.export import export_onnx
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     threads = torch.get_num_threads()
     out = {}

@@ -6,10 +6,12 @@ part is a visible share of the total, and it is the same for every backend. This
 
 - ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
   the time is the search's;
-- ``torch``: :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the step
+- ``torch``: :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the
+step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_onnxruntime_step_model``;
-- ``prefix``: :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every step).
+- ``prefix``: :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every
+step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
 call is its wall time minus the time inside ``encode``/``step``/``select``. Models are random-init at edge settings
@@ -17,7 +19,8 @@ call is its wall time minus the time inside ``encode``/``step``/``select``. Mode
 ``max_len = steps``, so every hypothesis runs every step. Repeats interleave backends and implementations (and
 alternate their order) so a drifting load on a shared machine hits all of them; medians are reported.
 
-``--impl`` names importable modules exposing ``decode`` (default ``edgecap.runtime.decoding``), e.g. a saved copy of an older
+``--impl`` names importable modules exposing ``decode`` (default ``edgecap.runtime.decoding``), e.g. a saved copy of an
+older
 search, to compare implementations in one process; their results must agree token for token.
 
 Usage::
@@ -194,7 +197,7 @@ class Backends:
         if backend == "onnxruntime":
             if self._ort is None:
                 from edgecap.build.export import export_onnx
-                from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+                from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_onnxruntime_step_model(

@@ -9,7 +9,8 @@ ids, forced to a fixed length (every hypothesis runs every step: 26 radix tokens
 v2). Besides wall time each worker reports its CPU time per decode (all its threads): what the setting costs the
 other work on the machine, and a steadier number than wall time on a shared host.
 
-Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtime.backends.threads.plan_threads` picks here; ``auto`` chooses
+Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtime.backends.threads.plan_threads` picks here; ``auto``
+chooses
 per call: one thread, plus on two or more usable cores a wide session for calls of many rows), ORT's own default (one
 spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``). Settings whose
 sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins; ``auto`` equals ``1``
@@ -49,7 +50,7 @@ from edgecap.build.export import export_onnx
 from edgecap.build.export.spec import get_export_spec
 from edgecap.build.models import create_model, get_model_cfg, paper_settings
 from edgecap.runtime._io import atomic_write_json, atomic_write_text
-from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import ThreadPlan, plan_threads, usable_cores
 
 #: model -> (regions per image, forced decode length in tokens): ACORT decodes 2 radix tokens per word (13 words),

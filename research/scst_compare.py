@@ -39,9 +39,9 @@ LIMITS = {"data": 120, "features": 120, "ce": 240, "scst": 240, "ce_more": 300, 
 MIN_STAGE = 20
 EVAL_RESERVE = 40  # kept back for the eval stage (three runs on the test split): the table needs it
 CIDER_NOTE = (
-    "test CIDEr-D from edgecap.build.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case tokenisation, "
-    "document frequencies from the test references); not pycocoevalcap (no Java on this machine), so it can differ "
-    "slightly from `edgecap eval`'s PTB-tokenised CIDEr-D"
+    "test CIDEr-D from edgecap.build.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case "
+    "tokenisation, document frequencies from the test references); not pycocoevalcap (no Java on this machine), "
+    "so it can differ slightly from `edgecap eval`'s PTB-tokenised CIDEr-D"
 )
 
 
@@ -119,8 +119,8 @@ def evaluate(runs: list[Path], device: str, beam: int, out: Path, threads: int) 
 
     from edgecap.build.evaluation.cider import cider_d
     from edgecap.build.evaluation.run_eval import load_eval_set
+    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.runtime._io import atomic_write_json
-    from edgecap.runtime.captioning import caption_bank
 
     if threads:
         torch.set_num_threads(threads)

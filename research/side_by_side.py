@@ -12,11 +12,13 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   official repository at the commit in ``OFFICIAL_CODE``; its model built at the row's architecture with
   its own random init, its own decode function and beam search timed on the same features: ``py``;
   skipped with a note when no path is given), the *re-run-prefix stand-in* (edgecap's model and search in torch eager
-  through :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every step),
+  through :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every
+  step),
   edgecap torch (:class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`), and one edgecap ONNX
   Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
-  :func:`edgecap.build.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a preset another
+  :func:`edgecap.build.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a
+  preset another
   change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
   export folders already hold. Every edgecap column (stand-in, torch, ORT) runs the same beam search; the official
   code runs its own, with its end token set to an id the model cannot emit so that it too decodes the forced length.
@@ -352,7 +354,7 @@ def _step_model(
     elif column == TORCH:
         yield TorchStepModel(setup.model)
     elif column.startswith(ORT_PREFIX):
-        from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+        from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
         variant = column[len(ORT_PREFIX) :]
         record = manifest["variants"].get(variant)

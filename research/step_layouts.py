@@ -59,7 +59,7 @@ def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
 
 
 def run(args: SimpleNamespace) -> dict[int, dict[str, Any]]:
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     torch.set_num_threads(1)
     clock = CLOCKS[args.clock]

@@ -178,7 +178,7 @@ def decode_split(
 
 def run(args: SimpleNamespace) -> dict[str, Any]:
     """Export once, then the decode split and the step profile per batch size."""
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     torch.set_num_threads(args.threads)
     clock = CLOCKS[args.clock]

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from edgecap import Captioner
-from edgecap.runtime.bundle import export_bundle, load_bundle
+from edgecap.build.export.bundle import export_bundle
+from edgecap.runtime.bundle import load_bundle
 from tests.runtime.bundle.helpers import export_result_from, pixel_run
 
 pytest.importorskip("onnxruntime")

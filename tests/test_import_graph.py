@@ -1,9 +1,10 @@
-"""The runtime half imports numpy, Pillow and the inference engine only (docs/architecture.md, "Two installs").
+"""The two halves and the import graph (docs/architecture.md, "Two halves").
 
-Statically: the module-level imports reachable from the runtime entry points (``Captioner``, the ONNX Runtime
-adapter, the decoding package, the bundle reader, ``edgecap caption``) never reach a training-side module or a
-``[train]``-only package. Imports inside functions are how the torch runtime and the torch backbone stay
-available without being loaded; ``tests/test_captioner_bundle.py`` runs a real script and checks ``sys.modules``.
+``edgecap.runtime`` is what a device imports: numpy, Pillow and an inference engine only, at module level and inside
+functions alike. ``edgecap.build`` (torch) builds on it and is never imported from it. These tests read every import
+statement of the package with ``ast`` — module level, inside functions and methods, inside ``try`` blocks — so a
+function-level import cannot hide a dependency or a cycle. ``tests/test_edge_install.py`` imports every one of them
+in a runtime-only venv.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import ast
 import re
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,38 +20,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edgecap"
 
-#: What an edge script, ``edgecap caption`` and the ONNX Runtime adapter import first.
-ENTRY_POINTS = (
-    "edgecap",
-    "edgecap.runtime.captioner",
-    "edgecap.runtime.captioning",
-    "edgecap.runtime.backends",
-    "edgecap.runtime.backends.onnxruntime.session",
-    "edgecap.runtime.backends.bridge",
-    "edgecap.runtime.backends.onnxruntime.decoders",
-    "edgecap.runtime.images.inputs",
-    "edgecap.runtime.backends.tensorrt.runtime",
-    "edgecap.runtime.engines.build",
-    "edgecap.cli.engine",
-    "edgecap.runtime.decoding",
-    "edgecap.runtime.bundle.reader",
-    "edgecap.runtime.images.preprocess",
-    "edgecap.runtime.vocab",
-    "edgecap.cli",
-    "edgecap.cli.caption",
-)
-#: The training side: never reached from the entry points at import time.
-TRAINING_SIDE = (
-    "edgecap.build.training",
-    "edgecap.build.models",
-    "edgecap.build.export",
-    "edgecap.build.export.calibration",
-    "edgecap.build.evaluation",
-    "edgecap.build.data.synthetic",
-    "edgecap.build.data.feature_cache",
-    "edgecap.build.runs",
-    "edgecap.build.quickstart",
-)
 #: Packages only the [train] extra installs.
 TRAIN_ONLY = (
     "torch",
@@ -62,8 +32,8 @@ TRAIN_ONLY = (
     "safetensors",
     "rich",
 )
-#: Third-party modules the runtime entry points may import at import time -> the distribution that provides them,
-#: which must be a base dependency in pyproject.toml (the runtime-only install has nothing else).
+#: Third-party modules the runtime half may import -> the distribution that provides them, which must be a base
+#: dependency in pyproject.toml (the runtime-only install has nothing else).
 BASE_IMPORTS = {
     "numpy": "numpy",
     "PIL": "pillow",
@@ -71,15 +41,26 @@ BASE_IMPORTS = {
     "psutil": "psutil",
     "packaging": "packaging",  # edgecap.runtime._versions: every version comparison
 }
+#: Inference engines the runtime half may import where they are used -> the extras that install them. ``onnx`` is
+#: part of the TensorRT engine build (the ONNX parser's input) and of the optional graph check of a bundle; the
+#: ONNX Runtime path never needs it.
+ENGINE_IMPORTS = {
+    "onnxruntime": ("cpu", "gpu-cu12", "gpu-cu13"),
+    "tensorrt": ("tensorrt-cu12", "tensorrt-cu13"),
+    "cuda": ("tensorrt-cu12", "tensorrt-cu13"),
+    "onnx": ("tensorrt-cu12", "tensorrt-cu13"),
+}
+#: The only runtime modules that name the build half, as ``"module:attribute"`` strings resolved when a torch path is
+#: asked for: the torch hooks, and the built-in registrations of the torch runtimes.
+BUILD_NAMERS = {"edgecap/runtime/torch_hooks.py", "edgecap/runtime/backends/__init__.py"}
 
 
-def _module_file(name: str) -> Path | None:
-    parts = name.split(".")
-    base = PACKAGE.parent.joinpath(*parts)
-    for candidate in (base / "__init__.py", base.with_suffix(".py")):
-        if candidate.is_file():
-            return candidate
-    return None
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -89,95 +70,180 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _import_time_imports(name: str, path: Path) -> set[str]:
-    """Modules imported when ``name`` is imported: every import outside function bodies and TYPE_CHECKING."""
+def _statements(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: anywhere in the module, except under ``if TYPE_CHECKING``."""
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            skip.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
+            yield node
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The modules ``name`` imports anywhere; ``from pkg import sub`` counts ``pkg.sub`` when it is a module."""
     found: set[str] = set()
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                continue
-            if isinstance(node, ast.If) and _is_type_checking(node):
-                visit(node.orelse)
-                continue
-            if isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-                    module = f"{base}.{node.module}" if node.module else base
-                else:
-                    module = node.module or ""
-                found.add(module)
-                found.update(f"{module}.{alias.name}" for alias in node.names if _module_file(f"{module}.{alias.name}"))
-            for field in ("body", "orelse", "finalbody", "handlers"):
-                child = getattr(node, field, None)
-                if isinstance(child, list):
-                    visit([c for c in child if isinstance(c, ast.stmt)] if field != "handlers" else [])
-                    if field == "handlers":
-                        for handler in child:
-                            visit(handler.body)
-
-    visit(ast.parse(path.read_text()).body)
+    for node in _statements(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+            continue
+        if node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            module = f"{base}.{node.module}" if node.module else base
+        else:
+            module = node.module or ""
+        found.add(module)
+        found.update(f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES)
     return found
 
 
-def _closure() -> dict[str, str]:
-    """Every module reachable at import time from the entry points -> the module that first imported it."""
-    seen: dict[str, str] = {}
-    todo = [(entry, "<entry point>") for entry in ENTRY_POINTS]
+GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iterative)."""
+    edges = {node: sorted(n for n in targets if n in graph and n != node) for node, targets in graph.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_walker_sees_imports_inside_functions() -> None:
+    assert "edgecap.runtime.torch_hooks" in GRAPH["edgecap.runtime.backends.bridge"]  # imported inside array_ops
+    assert "edgecap.runtime.backends.onnxruntime.decoders" in GRAPH["edgecap.runtime.backends.onnxruntime.loader"]
+
+
+def test_no_import_cycles_counting_function_level_imports() -> None:
+    assert cycles(GRAPH) == []
+
+
+def _third_party(module: str) -> str | None:
+    top = module.split(".")[0]
+    return None if top in ("edgecap", "") or top in sys.stdlib_module_names else top
+
+
+RUNTIME = {
+    name: path for name, path in MODULES.items() if name == "edgecap.runtime" or name.startswith("edgecap.runtime.")
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME))
+def test_the_runtime_half_imports_only_numpy_pillow_and_engines(name: str) -> None:
+    """At module level and inside functions: no torch, no [train]-only package, nothing of the build half."""
+    allowed = set(BASE_IMPORTS) | set(ENGINE_IMPORTS)
+    bad = sorted(
+        module
+        for module in GRAPH[name]
+        if (module.startswith("edgecap.") and not module.startswith(("edgecap.runtime", "edgecap._version")))
+        or (_third_party(module) is not None and _third_party(module) not in allowed)
+    )
+    assert not bad, f"{name} imports {bad}: the runtime half imports numpy, Pillow and an inference engine only"
+
+
+IMPORT_STRING = re.compile(r"^edgecap\.build(\.\w+)+(:\w+)?$")
+
+
+def test_only_the_torch_hooks_and_the_registry_name_the_build_half() -> None:
+    """The runtime reaches torch code only through import strings, and only from the two places that own them."""
+    namers = {
+        str(path.relative_to(ROOT))
+        for path in RUNTIME.values()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and IMPORT_STRING.match(node.value)
+    }
+    assert namers == BUILD_NAMERS
+
+
+def test_the_torch_hooks_resolve() -> None:
+    from edgecap.runtime.torch_hooks import HOOKS, torch_hook
+
+    for name in HOOKS:
+        assert torch_hook(name) is not None
+
+
+def test_the_front_ends_reach_the_build_half_only_inside_functions() -> None:
+    """``import edgecap``, the CLI and ``edgecap caption``/``engine``/``bench`` start without torch: their
+    module-level imports stay in the runtime half (the commands that train or export import the build half when run).
+    """
+    entry_points = ["edgecap", "edgecap.cli", "edgecap.cli.caption", "edgecap.cli.engine", "edgecap.bench"]
+    seen: set[str] = set()
+    todo = list(entry_points)
     while todo:
-        name, parent = todo.pop()
-        if name in seen:
+        name = todo.pop()
+        if name in seen or name not in MODULES:
             continue
-        seen[name] = parent
-        if not name.startswith("edgecap"):
-            continue
-        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]  # packages run first
-        todo.extend((p, name) for p in parents if p not in seen)
-        path = _module_file(name)
-        if path is not None:
-            todo.extend((child, name) for child in _import_time_imports(name, path) if child not in seen)
-    return seen
+        seen.add(name)
+        tree = ast.parse(MODULES[name].read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        for node in top:
+            if isinstance(node, ast.ImportFrom) and node.module:
+                todo.append(node.module)
+                todo.extend(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                todo.extend(a.name for a in node.names)
+        parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
+        todo.extend(parents)
+    bad = sorted(m for m in seen if m.startswith("edgecap.build") or m.split(".")[0] in TRAIN_ONLY)
+    assert "edgecap.runtime.captioner" in seen or "edgecap.cli.caption" in seen
+    assert not bad, f"module-level imports of the front ends reach {bad}"
 
 
-def test_runtime_modules_never_import_the_training_side():
-    closure = _closure()
-    bad = {
-        module: parent
-        for module, parent in closure.items()
-        if any(module == side or module.startswith(side + ".") for side in TRAINING_SIDE)
-        or module.split(".")[0] in TRAIN_ONLY
-    }
-    assert not bad, f"runtime-side imports reach the training side or [train]-only packages: {bad}"
-
-
-def test_the_closure_covers_the_runtime_path():
-    closure = _closure()  # guards against a walker that silently finds nothing
-    for module in (
-        "edgecap.runtime.decoding.beam",
-        "edgecap.runtime.bundle.manifest",
-        "edgecap.runtime.backends.registry",
-        "numpy",
-        "PIL",
-    ):
-        assert module in closure
-
-
-def test_the_runtime_imports_only_declared_base_dependencies():
+def test_the_runtime_imports_only_declared_dependencies() -> None:
     tomllib = pytest.importorskip("tomllib")
-    third_party = {
-        module.split(".")[0]
-        for module in _closure()
-        if not module.startswith("edgecap") and module.split(".")[0] not in sys.stdlib_module_names
-    }
-    unlisted = third_party - set(BASE_IMPORTS)
-    assert not unlisted, f"the runtime imports {unlisted}: add them to BASE_IMPORTS and pyproject.toml's dependencies"
-    assert "packaging" in third_party
-    declared = {
-        re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0].lower()
-        for requirement in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    }
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {re.split(r"[\s<>=!~\[;]", r, maxsplit=1)[0].lower() for r in requirements}
+
+    declared = names(project["dependencies"])
     missing = {module: dist for module, dist in BASE_IMPORTS.items() if dist not in declared}
     assert not missing, f"the runtime imports these, but pyproject.toml's dependencies lack them: {missing}"
+    extras = project["optional-dependencies"]
+    for module, extra_names in ENGINE_IMPORTS.items():
+        dist = {"cuda": "cuda-python", "tensorrt": "tensorrt-cu12"}.get(module, module)
+        for extra in extra_names:
+            wanted = dist.replace("-cu12", "-cu13") if extra.endswith("cu13") and dist.startswith("tensorrt") else dist
+            wanted = "onnxruntime-gpu" if module == "onnxruntime" and extra.startswith("gpu") else wanted
+            assert wanted in names(extras[extra]), f"[{extra}] should install {wanted} for `import {module}`"

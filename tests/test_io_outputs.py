@@ -1,4 +1,5 @@
-"""Output locations (``edgecap.runtime._io``): checked before any work, one writer at a time, and the swap into place never
+"""Output locations (``edgecap.runtime._io``): checked before any work, one writer at a time, and the swap into place
+never
 replaces an output that appeared while this one was being built."""
 
 from __future__ import annotations

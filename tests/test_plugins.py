@@ -1,4 +1,5 @@
-"""Runtimes and INT8 presets from installed plugins (``edgecap.runtime.backends`` / ``edgecap.int8_presets`` entry points).
+"""Runtimes and INT8 presets from installed plugins (``edgecap.runtime.backends`` / ``edgecap.int8_presets`` entry
+points).
 
 The plugin package of docs/extending.md is built from its ``plugin:`` blocks, installed for real with pip
 (``--no-index``: nothing is downloaded) and queried in a fresh interpreter, with no edit to edgecap and no import of

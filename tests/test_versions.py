@@ -1,4 +1,5 @@
-"""Every version check reads versions through ``packaging`` (``edgecap.runtime._versions``): nightlies (``.devN``), local
+"""Every version check reads versions through ``packaging`` (``edgecap.runtime._versions``): nightlies (``.devN``),
+local
 builds (``+cpu``, ``+cu12``), TensorRT's four-part versions and pre-releases order as :pep:`440` says, and a vendor
 string that is not :pep:`440` still reads by its leading release numbers."""
 

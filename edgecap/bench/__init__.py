@@ -8,7 +8,7 @@ Modules are imported on first use, so ``import edgecap.bench`` costs nothing.
 
 from __future__ import annotations
 
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "BenchCfg": "edgecap.bench.config",
@@ -38,3 +38,4 @@ __all__ = sorted(_LAZY)
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

@@ -37,7 +37,8 @@ class BenchCfg:
 
     Attributes:
         bundles: bundle directories.
-        runtimes: runtime registry names (``edgecap.runtime.backends.list_runtimes()``); ``torch-rerun`` is the re-run-prefix
+        runtimes: runtime registry names (``edgecap.runtime.backends.list_runtimes()``); ``torch-rerun`` is the
+        re-run-prefix
             baseline; empty = every registered runtime. A registered runtime whose backend is not installed here is
             skipped with the reason.
         precisions: precisions to measure; None = every precision each bundle holds.
@@ -65,7 +66,8 @@ class BenchCfg:
         tegrastats: sample tegrastats (power, unified memory) when it is installed.
         step_mode: the torch runtime's decoder step, one of :data:`STEP_MODE_CHOICES`.
         trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its engines for; None = its default
-            (``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_OPT_BATCH``, the largest of the default ``batches``).
+            (``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_OPT_BATCH``, the largest of the default
+            ``batches``).
         seed: seed of the synthetic inputs and of torch.
     """
 

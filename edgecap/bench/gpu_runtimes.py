@@ -115,7 +115,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
 
     from edgecap.build.models import create_model
     from edgecap.build.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
-    from edgecap.runtime.backends.refine import TorchRefineModel
+    from edgecap.build.torch_runtime.refine import TorchRefineModel
     from edgecap.runtime.decoding import DecodeCfg, decode
     from edgecap.runtime.decoding.config import RadixSpec
 

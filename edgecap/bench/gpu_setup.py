@@ -121,7 +121,7 @@ def test_features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str
         return dict(cached), records, where + " [cached features]"
     try:
         from edgecap.build.runs import load_run
-        from edgecap.runtime.images.inputs import BackboneInputs, backbone_from_spec
+        from edgecap.build.torch_runtime.images import BackboneInputs, backbone_from_spec
 
         spec = load_run(args.run, device="cpu").backbone_spec
         inputs = BackboneInputs(backbone_from_spec(spec), "cpu")

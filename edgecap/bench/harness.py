@@ -273,13 +273,15 @@ class StepTimes:
 
 
 class TimedStepModel:
-    """A :class:`~edgecap.runtime.decoding.StepModel` proxy that times ``encode``/``step``/``select`` of the model it wraps.
+    """A :class:`~edgecap.runtime.decoding.StepModel` proxy that times ``encode``/``step``/``select`` of the model it
+    wraps.
 
     Decoding code is unchanged: the search sees a step model, the proxy forwards every call and adds its duration to
     a running total (read with :meth:`times`, cleared with :meth:`reset`). On a GPU pass ``sync`` so each call's time
     covers its kernels; that adds one synchronisation per call, which the end-to-end latency then includes too.
     It forwards the wrapped model's ``decode_workers``, so a batch decodes as concurrent chunks as it would unwrapped
-    (``edgecap.runtime.decoding.parallel``); the totals then add up every chunk's calls (one ``encode`` per chunk), under a
+    (``edgecap.runtime.decoding.parallel``); the totals then add up every chunk's calls (one ``encode`` per chunk),
+    under a
     lock.
 
     Args:
@@ -360,7 +362,8 @@ class TimedStepModel:
 
 
 class TimedRefineModel(TimedStepModel):
-    """The timing proxy of a mask-predict :class:`~edgecap.runtime.decoding.mask_predict.RefineModel` (LaBERT): ``refine``
+    """The timing proxy of a mask-predict :class:`~edgecap.runtime.decoding.mask_predict.RefineModel` (LaBERT):
+    ``refine``
     passes count as decoder steps (``steps`` = refinement passes, ``first_step_s`` the first pass), so a report's
     encoder/decoder split means the same for both kinds of decoding; there is no ``select``."""
 

@@ -167,7 +167,8 @@ class ComboResult:
         length_level: the 1-based length level decoded at (LaBERT, ``*-len`` bundles; ``--length-level``), None for
             a bundle without length control. Reports written before the field read as None.
         threads: the ONNX Runtime threading the sessions ran with on CPU (``intra_op``, ``inter_op``, ``spin``,
-            ``execution_mode``, ``policy``, ``reason``, ``wide``; :class:`edgecap.runtime.backends.threads.ThreadPlan`); None
+            ``execution_mode``, ``policy``, ``reason``, ``wide``;
+            :class:`edgecap.runtime.backends.threads.ThreadPlan`); None
             for other runtimes and in reports written before the field.
         provider_fallback: the execution providers that were requested but did not start, with ONNX Runtime's cause
             (``requested``, ``in_use``, ``cause``): the row was measured on what ran. None when nothing fell back and

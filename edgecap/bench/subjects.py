@@ -1,11 +1,13 @@
 """What is benchmarked: a bundle on one runtime at one precision, as a :class:`Subject` the driver times.
 
 This is the only module of ``edgecap.bench`` that knows bundles. It opens them through the public API
-(``edgecap.runtime.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application runs
+(``edgecap.runtime.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application
+runs
 it, and it exposes what the measurement needs: the step model, the decoding config per beam, per-image inputs
 (synthetic, from image files, or from the quality set) and the part of the pipeline that runs before the encoder.
 
-Runtimes come from the runtime registry (:mod:`edgecap.runtime.backends.registry`): ``--runtime`` accepts every registered
+Runtimes come from the runtime registry (:mod:`edgecap.runtime.backends.registry`): ``--runtime`` accepts every
+registered
 name, and one whose backend is not installed here is skipped with the registry's install hint. The built-in ones:
 
 - ``torch``: the bundle's ``weights.safetensors`` in torch eager (cached decoding);
@@ -418,7 +420,8 @@ def open_subject(
     step_mode: str = "eager",
     trt_opt_batch: int | None = None,
 ) -> Subject:
-    """Load ``bundle`` (a verified :class:`~edgecap.runtime.bundle.Bundle`) on ``runtime`` at ``precision`` (``trt_opt_batch``:
+    """Load ``bundle`` (a verified :class:`~edgecap.runtime.bundle.Bundle`) on ``runtime`` at ``precision``
+    (``trt_opt_batch``:
     the images per call ONNX Runtime's TensorRT provider tunes for, None = its default).
 
     Raises:

@@ -38,13 +38,12 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
     from edgecap.build.evaluation.run_eval import evaluate_run
     from edgecap.build.export import require_onnx_stack
     from edgecap.build.export.report import bundle_table
-    from edgecap.build.runs import default_run_dir
     from edgecap.build.torch_runtime.runtime import resolve_device
     from edgecap.build.training.config import TrainCfg
     from edgecap.build.training.determinism import make_deterministic
     from edgecap.build.training.loop import train
     from edgecap.cli.features import default_cache_dir
-    from edgecap.runtime.bundle.reader import default_bundle_dir
+    from edgecap.runtime.bundle.layout import default_bundle_dir, default_run_dir
 
     require_onnx_stack()  # stage 6 exports: say what to install before training for minutes
     console = console or Console()
@@ -133,7 +132,8 @@ def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[s
 
 def _export_bundle(run_dir: Path, data_dir: Path, bundle_dir: Path, calib_size: int, console: Console) -> Any:
     """Export the run unless the bundle already holds exactly these weights with all three precisions, pixels in."""
-    from edgecap.runtime.bundle import BundleError, export_bundle, load_bundle
+    from edgecap.build.export.bundle import export_bundle
+    from edgecap.runtime.bundle import BundleError, load_bundle
     from edgecap.runtime.bundle.manifest import PRECISION_ORDER, sha256_file
 
     wanted = sha256_file(run_dir / "weights.safetensors")

@@ -1,4 +1,5 @@
-"""Finding and loading trained runs: a run directory, or a bare model name stored under EDGECAP_HOME."""
+"""Loading trained runs (a run directory, or a bare model name stored under EDGECAP_HOME) and a bundle's torch
+weights into an eval-mode model. Where runs live and how they are found is :mod:`edgecap.runtime.bundle.layout`'s."""
 
 from __future__ import annotations
 
@@ -6,39 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgecap.build.training.checkpoint import (
-    CONFIG,
-    VOCAB,
-    WEIGHTS,
-    NotARunError,
-    RunError,
-    load_weights,
-    read_config,
-    run_file,
-)
-from edgecap.runtime._home import edgecap_home
-
-
-def default_run_dir(model_name: str) -> Path:
-    return edgecap_home() / "runs" / model_name
-
-
-def resolve_run(name_or_path: str | Path) -> Path:
-    """A run directory from a path, or from a model name trained earlier with ``edgecap train``/``quickstart``."""
-    from edgecap.runtime.bundle.reader import describe_directory, is_bundle
-
-    path = Path(name_or_path)
-    if is_bundle(path):
-        raise NotARunError(describe_directory(path, "run"))
-    if (path / CONFIG).is_file():
-        return path
-    candidate = default_run_dir(str(name_or_path))
-    if (candidate / CONFIG).is_file():
-        return candidate
-    raise RunError(
-        f"no trained run found for {str(name_or_path)!r}: looked for {path / CONFIG} and {candidate / CONFIG}. "
-        f"Train one with `edgecap train --model {name_or_path}` (or `edgecap quickstart`), or pass a run directory."
-    )
+from edgecap.build.training.checkpoint import VOCAB, WEIGHTS, load_weights
+from edgecap.runtime.bundle.layout import CONFIG_NAME, RunError, read_run_config, resolve_run, run_file
+from edgecap.runtime.bundle.manifest import BundleConfigError
 
 
 @dataclass
@@ -73,7 +44,7 @@ def load_run(name_or_path: str | Path, device: str = "cpu", weights: str = WEIGH
     from edgecap.runtime.vocab import load_vocab
 
     path = resolve_run(name_or_path)
-    config = read_config(path)
+    config = read_run_config(path)
     vocab_path = run_file(path, VOCAB, "vocabulary")
     if not vocab_path.is_file():
         raise RunError(f"{path} has no {VOCAB}: the weights cannot be decoded without their vocabulary")
@@ -87,3 +58,14 @@ def load_run(name_or_path: str | Path, device: str = "cpu", weights: str = WEIGH
     load_weights(model, run_file(path, str(weights), "weights"))
     model.to(device).eval()
     return TrainedRun(path=path, model=model, vocab=vocab, config=config)
+
+
+def load_bundle_model(bundle: Any, device: str = "cpu") -> Any:
+    """A bundle's captioner rebuilt from ``config.json`` with ``weights.safetensors`` loaded, in eval mode (the torch
+    runtime, bundle export from a bundle)."""
+    model = build_model_from_config(bundle.config, int(bundle.config["model"]["vocab_size"]))
+    try:
+        load_weights(model, bundle.file(bundle.weights_file, f"{CONFIG_NAME} weights"))
+    except RunError as exc:
+        raise BundleConfigError(f"bundle {bundle.path}: {exc}") from exc
+    return model.to(device).eval()

@@ -104,7 +104,7 @@ def caption(
     from click.core import ParameterSource
 
     from edgecap.runtime.backends.onnxruntime.fallback import ProviderFallback, ProviderFallbackWarning
-    from edgecap.runtime.bundle.reader import find_bundle
+    from edgecap.runtime.bundle.layout import find_bundle
     from edgecap.runtime.captioner import Captioner, SkippedImageWarning
 
     # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)

@@ -63,8 +63,8 @@ def engine(
     edgecap engine bundles/acort-xsmall --precision fp16 --max-batch 64 --beam 3
     edgecap engine bundles/acort-xsmall --precision int8 --rebuild
     """
+    from edgecap.runtime.bundle.layout import find_bundle
     from edgecap.runtime.bundle.manifest import BundleError
-    from edgecap.runtime.bundle.reader import find_bundle
     from edgecap.runtime.engines.build import EngineBuildError, EngineUnavailableError, build_engines
     from edgecap.runtime.engines.cuda import CudaError
     from edgecap.runtime.engines.graphs import GraphReaderMissingError

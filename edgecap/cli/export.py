@@ -57,8 +57,8 @@ _VARIANTS = option_group(
         type=_PresetChoice(),
         default="cpu-auto",
         show_default=True,
-        help="INT8 preset: any registered edgecap.build.export.calibration preset (register_preset() adds one); cpu-auto picks "
-        "the preset of this machine's CPU.",
+        help="INT8 preset: any registered edgecap.build.export.calibration preset (register_preset() adds one); "
+        "cpu-auto picks the preset of this machine's CPU.",
     ),
     click.option(
         "--calib-size", type=click.IntRange(1), default=256, show_default=True, help="Calibrate on at most N images."
@@ -129,7 +129,8 @@ def export(model: str, out: Path | None, quiet: bool, threads: int, **options: A
         raise click.UsageError("--int8-step is only used with --int8")
     apply_threads(threads)
     from edgecap.build.export.bundle import ExportRequest, default_bundle_out, export_request
-    from edgecap.runtime.bundle.reader import is_bundle, load_bundle
+    from edgecap.runtime.bundle.layout import is_bundle
+    from edgecap.runtime.bundle.reader import load_bundle
 
     try:
         replacing = out is None and is_bundle(default_bundle_out(model))

@@ -56,7 +56,8 @@ def quickstart(
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     apply_threads(threads)
     from edgecap.build.quickstart import QuickstartCfg, run_quickstart
-    from edgecap.build.runs import default_run_dir, edgecap_home
+    from edgecap.runtime._home import edgecap_home
+    from edgecap.runtime.bundle.layout import default_run_dir
 
     beam = _quickstart_beam(model, beam)
     workdir = check_out(workdir or edgecap_home() / "quickstart", "--workdir")

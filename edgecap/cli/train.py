@@ -151,9 +151,9 @@ def train(
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
     from edgecap.build.models import list_models
-    from edgecap.build.runs import default_run_dir
     from edgecap.build.training.config import TrainCfg
     from edgecap.build.training.loop import train as run_training
+    from edgecap.runtime.bundle.layout import default_run_dir
 
     scst = {name: options.pop(name) for name in _SCST_OPTIONS}
     scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}

@@ -25,7 +25,8 @@ def renamed_getattr(
     module: str, renamed: Mapping[str, str], fallback: Callable[[str], Any] | None = None
 ) -> Callable[[str], Any]:
     """A module-level ``__getattr__`` that resolves an old name in ``renamed`` (old -> new) to the object now under
-    its new name, with a ``FutureWarning``; other names go to ``fallback`` (e.g. :func:`edgecap.runtime._lazy.lazy_getattr`).
+    its new name, with a ``FutureWarning``; other names go to ``fallback`` (e.g.
+    :func:`edgecap.runtime._lazy.lazy_getattr`).
     """
 
     def __getattr__(name: str) -> Any:

@@ -22,20 +22,18 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtime.backends.registry import CaptionerError
-from edgecap.runtime.images.inputs import BackboneInputs, BackboneMismatchError, PixelInputs, backbone_from_spec
+from edgecap.runtime.images.inputs import BackboneMismatchError, PixelInputs
 from edgecap.runtime.precisions import PRECISIONS
 
 log = logging.getLogger(__name__)
 
 
 __all__ = [
-    "BackboneInputs",
     "BackboneMismatchError",
     "Captioner",
     "CaptionerError",
     "PixelInputs",
     "SkippedImageWarning",
-    "backbone_from_spec",
     "bundle_decode_cfg",
 ]
 
@@ -50,11 +48,13 @@ class SkippedImageWarning(UserWarning):
 
 # -- the captioner ---------------------------------------------------------------------------------------------------
 class Captioner:
-    """Images -> encoder inputs -> a :class:`~edgecap.runtime.decoding.StepModel` -> captions; call it on one image or use
+    """Images -> encoder inputs -> a :class:`~edgecap.runtime.decoding.StepModel` -> captions; call it on one image or
+    use
     :meth:`batch`.
 
     Args:
-        inputs: images -> encoder inputs (:class:`BackboneInputs`, :class:`PixelInputs`), or None when captions can
+        inputs: images -> encoder inputs (:class:`PixelInputs`, or the build half's torch ``BackboneInputs``), or None
+        when captions can
             only come from precomputed features (:meth:`caption_inputs`); ``no_images_reason`` then says why.
         step_model: torch, ONNX Runtime or TensorRT adapter.
         vocab: decodes token ids to words.
@@ -97,23 +97,17 @@ class Captioner:
         cls, run: str | Path, device: str = "cpu", beam: int | None = None, backbone_weights: str | Path | None = None
     ) -> Captioner:
         """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier);
-        ``beam`` default 3 (a mask-predict model, LaBERT, takes none: see :meth:`load`)."""
-        from edgecap.build.runs import load_run
-        from edgecap.runtime.captioning import decode_cfg_for, decoder_for, model_decoding_overrides
+        ``beam`` default 3 (a mask-predict model, LaBERT, takes none: see :meth:`load`). Needs the ``[train]``
+        extra: the run is decoded in torch (:mod:`edgecap.build.torch_runtime.run_captioner`)."""
+        from edgecap.runtime.torch_hooks import TorchUnavailableError, torch_hook
 
         if beam is not None:
             _check_beam(beam)  # before loading the run
-        trained = load_run(run, device=device)
-        overrides = model_decoding_overrides(trained.model)  # the family's decoding (LaBERT: mask-predict, §3.2)
-        _check_beam_applies(beam, overrides.get("strategy"))
-        beam = 3 if beam is None else beam
-        backbone = backbone_from_spec(trained.backbone_spec, weights=backbone_weights)
-        cfg = decode_cfg_for(trained.vocab, beam_size=beam, max_words=trained.max_words, **overrides)
-        info = {"runtime": "torch", "device": str(device), "precision": "fp32", "run": str(trained.path)}
-        return cls(
-            BackboneInputs(backbone, device), decoder_for(trained.model, device), trained.vocab, cfg,
-            runtime_info=info,
-        )  # fmt: skip
+        try:
+            from_run = torch_hook("captioner_from_run")
+        except TorchUnavailableError as exc:
+            raise CaptionerError(f"Captioner.from_run({str(run)!r}): {exc}") from None
+        return from_run(cls, run, device=device, beam=beam, backbone_weights=backbone_weights)
 
     @classmethod
     def load(
@@ -182,7 +176,8 @@ class Captioner:
             list_runtimes,
         )
         from edgecap.runtime.backends.threads import ThreadSettingError, check_threads
-        from edgecap.runtime.bundle.reader import find_bundle, load_bundle
+        from edgecap.runtime.bundle.layout import find_bundle
+        from edgecap.runtime.bundle.reader import load_bundle
 
         if precision != "auto" and precision not in PRECISIONS:
             raise CaptionerError(f"precision must be 'auto' or one of {list(PRECISIONS)}, got {precision!r}")
@@ -212,7 +207,7 @@ class Captioner:
                 f"need runtime={' or '.join(repr(n) for n in able) or 'none registered'}"
             )
         opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
-        _check_beam_applies(beam, opened.decoding)
+        check_beam_applies(beam, opened.decoding)
         beam = opened.beam if beam is None else beam
         _check_beam(beam)
         request = LoadRequest(
@@ -378,7 +373,7 @@ NO_BEAM_SEARCH = (
 )
 
 
-def _check_beam_applies(beam: int | None, decoding: str | None) -> None:
+def check_beam_applies(beam: int | None, decoding: str | None) -> None:
     """Refuse an explicit beam above 1 for a model that does not search (mask-predict), instead of ignoring it."""
     if decoding == "mask_predict" and beam is not None and beam != 1:
         raise CaptionerError(f"beam={beam}: {NO_BEAM_SEARCH}")

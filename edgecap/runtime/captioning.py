@@ -1,21 +1,14 @@
-"""Turning visual features into caption strings with the shared decoding package.
+"""The decoding defaults of a captioner: ``decode_cfg_for``, the default length level, hypotheses -> strings.
 
-The decoding defaults (``decode_cfg_for``, the default length level, hypotheses -> strings) are on the runtime side
-and import no torch; the helpers that caption a torch model's feature bank import torch and the training batches
-only when called.
+Captioning a torch model's feature bank is the build half's (:mod:`edgecap.build.torch_runtime.captioning`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from edgecap.runtime.decoding import DecodeCfg, decode
-
-if TYPE_CHECKING:
-    import torch
-
-    from edgecap.build.training.batches import FeatureBank, VisualBatch
+from edgecap.runtime.decoding import DecodeCfg
 
 #: The level a LaBERT model is validated at when none is given: 10–14 words, the paper's "normal" range (§4.3).
 DEFAULT_LENGTH_LEVEL = 2
@@ -51,51 +44,3 @@ def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overri
 
 def captions_from_hypotheses(vocab: Any, hypotheses: Sequence[Sequence[Any]]) -> list[str]:
     return [" ".join(vocab.decode(hyps[0].tokens)) for hyps in hypotheses]
-
-
-def caption_visual(step_model: Any, visual: VisualBatch, vocab: Any, cfg: DecodeCfg) -> list[str]:
-    """Captions for one padded batch of features through any :class:`~edgecap.runtime.decoding.StepModel`."""
-    return captions_from_hypotheses(vocab, decode(step_model, visual.as_inputs(), cfg))
-
-
-def decoder_for(model: torch.nn.Module, device: torch.device | str = "cpu") -> Any:
-    """The torch adapter decoding drives, named by the model's family (``FamilyHooks.torch_decoder``: a
-    ``TorchRefineModel`` for LaBERT, a ``TorchStepModel`` for the autoregressive families)."""
-    from edgecap.build.models import family_hooks
-
-    return family_hooks(model).resolve("torch_decoder")(model, device=device)
-
-
-def model_decoding_overrides(model: Any) -> dict[str, Any]:
-    """``decode_cfg_for`` overrides for a torch model: its family's decoding (``FamilyHooks.decoding``) at the
-    default length level of its length levels, if it has any."""
-    from edgecap.build.models import family_hooks
-
-    return decoding_overrides(family_hooks(model).decoding, getattr(model, "length_levels", None) or ())
-
-
-def caption_bank(
-    model: torch.nn.Module,
-    bank: FeatureBank,
-    vocab: Any,
-    beam_size: int = 1,
-    max_words: int = 25,
-    device: torch.device | str = "cpu",
-    batch_size: int = 100,
-    **decode_overrides: Any,
-) -> list[str]:
-    """Captions for every image of ``bank``, in order, decoded with the torch adapter and the family's decoding
-    (mask-predict for LaBERT) at ``length_level`` — default :data:`DEFAULT_LENGTH_LEVEL`."""
-    step_model = decoder_for(model, device)
-    decode_overrides = {**model_decoding_overrides(model), **decode_overrides}
-    cfg = decode_cfg_for(vocab, beam_size=beam_size, max_words=max_words, **decode_overrides)
-    was_training = model.training
-    model.eval()
-    out: list[str] = []
-    try:
-        for start in range(0, len(bank), batch_size):
-            rows = list(range(start, min(start + batch_size, len(bank))))
-            out.extend(caption_visual(step_model, bank.batch(rows), vocab, cfg))
-    finally:
-        model.train(was_training)
-    return out

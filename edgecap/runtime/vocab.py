@@ -514,7 +514,8 @@ def count_words(captions: Iterable[Sequence[str]]) -> Counter[str]:
     for n, caption in enumerate(captions):
         if isinstance(caption, str):
             raise VocabError(
-                f"caption {n} is a str ({caption[:40]!r}); pass token lists, e.g. from edgecap.runtime.text.clean_caption"
+                f"caption {n} is a str ({caption[:40]!r}); pass token lists, e.g. from "
+                "edgecap.runtime.text.clean_caption"
             )
         for word in caption:
             if not isinstance(word, str):

@@ -48,7 +48,7 @@ BLOCKER = textwrap.dedent(
 def twins(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(pixels-in bundle, torch-backbone bundle, images): one pixel run exported with its backbone in the encoder
     graph and with it in torch (FP32), and a few of the dataset's images."""
-    from edgecap.runtime.bundle import export_bundle
+    from edgecap.build.export.bundle import export_bundle
 
     run, weights = pixel_run(tiny_data, tmp_path_factory)
     root = tmp_path_factory.mktemp("twins")

@@ -22,7 +22,7 @@ CALLS: list[str] = []
 
 def load_toy(bundle: Any, request: Any) -> LoadedRuntime:
     """The toy runtime: the bundle's FP32 graphs on ONNX Runtime's CPU provider, one thread, tagged as the toy's."""
-    from edgecap.runtime.backends.onnxruntime.session import load_bundle_runtime
+    from edgecap.runtime.backends.onnxruntime.loader import load_bundle_runtime
 
     CALLS.append(request.precision)
     loaded = load_bundle_runtime(bundle, dataclasses.replace(request, providers=["cpu"], threads=1))

@@ -131,9 +131,10 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     import edgecap.build.export
     from edgecap.build.export.bundle import load_source
     from edgecap.build.export.bundling.quality import PixelReference
+    from edgecap.build.torch_runtime.captioning import decoder_for
     from edgecap.runtime.backends.onnxruntime.decoders import create_onnxruntime_decoder
     from edgecap.runtime.bundle import load_bundle
-    from edgecap.runtime.captioning import decode_cfg_for, decoder_for
+    from edgecap.runtime.captioning import decode_cfg_for
     from edgecap.runtime.decoding import decode
     from tests.runtime.bundle.helpers import export_result_from
 

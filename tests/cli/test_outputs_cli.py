@@ -1,4 +1,5 @@
-"""Every command that writes an output directory checks it before any work (``edgecap.runtime._io.check_output_location``):
+"""Every command that writes an output directory checks it before any work
+(``edgecap.runtime._io.check_output_location``):
 a read-only place, a file in the way, a name too long or a concurrent writer is one clear line in a second, not a
 traceback after the work, and nothing already there is lost."""
 

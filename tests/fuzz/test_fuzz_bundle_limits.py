@@ -1,4 +1,5 @@
-"""Hostile numbers in a bundle (``edgecap.runtime.bundle.limits``): each is refused when the bundle is opened, with an error
+"""Hostile numbers in a bundle (``edgecap.runtime.bundle.limits``): each is refused when the bundle is opened, with an
+error
 naming the file and the field, before any runtime decodes or preprocesses with it.
 
 Found by fuzzing the bundle reader and the CLI: a ``decode.max_words`` of 10^9 hung ``Captioner``, the CLI and the

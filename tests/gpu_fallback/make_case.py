@@ -21,7 +21,8 @@ IMAGES = 3
 
 
 class _Dirs:
-    """The ``mktemp`` of pytest's ``tmp_path_factory``, under one directory (tests.runtime.bundle.helpers takes a factory)."""
+    """The ``mktemp`` of pytest's ``tmp_path_factory``, under one directory (tests.runtime.bundle.helpers takes a
+    factory)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root

@@ -46,7 +46,8 @@ def evaluate_run_levels(
     Args:
         beam: beam size of an autoregressive model (ignored by LaBERT, which uses mask-predict).
         levels: 1-based levels to evaluate; None = every level of the model.
-        decode_overrides: extra :class:`~edgecap.runtime.decoding.DecodeCfg` fields (e.g. ``refine_steps``, ``eos_decay``,
+        decode_overrides: extra :class:`~edgecap.runtime.decoding.DecodeCfg` fields (e.g. ``refine_steps``,
+        ``eos_decay``,
             ``update_rule``).
 
     Returns:
@@ -56,7 +57,7 @@ def evaluate_run_levels(
     from edgecap.build.evaluation import evaluate_captions
     from edgecap.build.evaluation.length import control_precision, diversity
     from edgecap.build.evaluation.run_eval import load_eval_set
-    from edgecap.runtime.captioning import caption_bank
+    from edgecap.build.torch_runtime.captioning import caption_bank
 
     ev = load_eval_set(run, split, data, features, device, limit)
     trained, records, bank = ev.trained, ev.records, ev.bank

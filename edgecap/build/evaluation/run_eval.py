@@ -79,7 +79,7 @@ def evaluate_run(
         (EvalResult, predictions by image id). With ``write``, both are saved under ``RUN/eval/``.
     """
     from edgecap.build.evaluation import evaluate_captions
-    from edgecap.runtime.captioning import caption_bank
+    from edgecap.build.torch_runtime.captioning import caption_bank
 
     ev = load_eval_set(run, split, data, features, device, limit)
     trained, records, bank = ev.trained, ev.records, ev.bank

@@ -1,7 +1,8 @@
 """Export: torch -> ONNX graphs per model part (fp32, fp16), validated, simplified and checked for parity.
 
 Everything is driven by a model's :class:`ExportSpec` (``edgecap.build.export.spec``); nothing branches on the model
-family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.build.export`` works
+family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.build.export``
+works
 without the ``[train]`` and ``[cpu]``/``[gpu]`` extras.
 
     from edgecap.build.export import export_onnx
@@ -21,7 +22,7 @@ from edgecap.build.export.spec import (
     get_export_spec,
     list_export_families,
 )
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "ExportError": "edgecap.build.export.onnx",
@@ -64,3 +65,4 @@ def require_onnx_stack() -> None:
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

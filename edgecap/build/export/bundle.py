@@ -13,10 +13,12 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
 2. write config, vocab, weights (and the backbone's local weights file when the run used one);
 3. INT8 (``int8=True``): turn the calibration images into encoder feeds (backbone features computed by the run's
    backbone, or preprocessed pixels when the backbone is in the graph), quantise with
-   :func:`edgecap.build.export.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges (TensorRT builds
+   :func:`edgecap.build.export.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges (TensorRT
+   builds
    from the QDQ graphs: no calibration table);
 4. task-level check of every variant against the torch FP32 model on a held-out set: CIDEr-D of both, the
-   difference, and caption agreement (``edgecap.build.export.calibration.compare_decoders``). The held-out set is the run's
+   difference, and caption agreement (``edgecap.build.export.calibration.compare_decoders``). The held-out set is the
+   run's
    val split when its dataset is reachable, else calibration images kept out of calibration (scored against the
    FP32 captions); the manifest names the set and its size;
 5. the manifest (checksums, versions, parity, quality), then a full verification with the reader.
@@ -58,8 +60,8 @@ from edgecap.build.export.bundling.variants import (
 )
 from edgecap.build.export.writer import create_bundle
 from edgecap.runtime._io import check_output_location, output_lock
+from edgecap.runtime.bundle.layout import is_bundle
 from edgecap.runtime.bundle.manifest import PRECISION_ORDER
-from edgecap.runtime.bundle.reader import is_bundle
 from edgecap.runtime.images.load import IMAGE_SUFFIXES
 
 __all__ = [
@@ -131,7 +133,8 @@ def export_bundle(
     Raises:
         FileExistsError: an explicit ``out`` exists and ``overwrite`` is False, or the default ``out`` exists and
             is not a bundle (before any work), or another process is exporting to ``out``.
-        edgecap.runtime._io.OutputLocationError: ``out`` cannot be written (read-only, a name too long, a file in the way),
+        edgecap.runtime._io.OutputLocationError: ``out`` cannot be written (read-only, a name too long, a file in the
+        way),
             checked before any work.
         RunError: no trained run under that name/path.
         BundleExportError: bad arguments, an empty calibration set, or a failed FP32/FP16 parity check (nothing is
@@ -182,7 +185,8 @@ def export_request(model_or_run: Any, out: str | Path | None, request: ExportReq
 
 def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportRequest) -> Path:
     from edgecap.build.export import export_onnx
-    from edgecap.runtime.captioning import decode_cfg_for, decoder_for, decoding_overrides
+    from edgecap.build.torch_runtime.captioning import decoder_for
+    from edgecap.runtime.captioning import decode_cfg_for, decoding_overrides
 
     calib_images, calib_description = calibration_images(request.calib) if request.int8 else ([], "")
     source = load_source(model_or_run, request.backbone_weights)

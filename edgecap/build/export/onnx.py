@@ -381,7 +381,8 @@ def export_onnx(
         precisions: default the spec's (``fp32`` and ``fp16``); ``fp32`` is always exported (the others derive from it).
         simplify: ``"onnxslim"``, ``"onnxruntime"`` (ONNX Runtime's basic-level offline optimiser) or
             ``"none"``.
-        parity: run :func:`~edgecap.build.export.parity.check_graph` on every graph (fresh inputs, per-precision tolerances).
+        parity: run :func:`~edgecap.build.export.parity.check_graph` on every graph (fresh inputs, per-precision
+        tolerances).
         parity_seed: seed of the parity inputs (independent of the export example inputs).
         overwrite: replace existing files in ``out_dir``.
 

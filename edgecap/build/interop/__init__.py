@@ -9,7 +9,7 @@ name mappings and where edgecap's default configs depart from the official code.
 from __future__ import annotations
 
 from edgecap.build.interop.sources import SOURCES
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "CheckpointError": "edgecap.build.interop._reading",
@@ -26,3 +26,4 @@ _LAZY: dict[str, str] = {
 __all__ = ["SOURCES", *_LAZY]
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

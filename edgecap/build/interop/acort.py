@@ -1,6 +1,7 @@
 """Import official ACORT checkpoints (jiahuei/sparse-image-captioning, ``relation_transformer`` with radix tokens).
 
-The checkpoint is the model's ``state_dict`` (layout: :mod:`edgecap.build.interop._relation_transformer`); the vocabulary
+The checkpoint is the model's ``state_dict`` (layout: :mod:`edgecap.build.interop._relation_transformer`); the
+vocabulary
 is the SentencePiece ``word.vocab`` of the run's ``tokenizer/`` folder. Its radix layout (PAD 0, digits 1…v, BOS
 v+1, EOS v+2, most-significant digit first, ``<unk>`` the last word index) is edgecap's :class:`RadixVocab`, so token
 ids carry over unchanged; only the word list is read: SentencePiece ids 0-3 are ``<pad> <unk> <bos> <eos>`` and

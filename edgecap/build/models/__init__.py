@@ -43,7 +43,7 @@ from edgecap.build.models.image_transformer import ImageTransformerCaptioner, Im
 from edgecap.build.models.labert import LaBertCaptioner, LaBertCfg
 from edgecap.build.models.layers.layer_map import LayerMapError, format_layer_map, parse_layer_map
 from edgecap.build.models.ort import ORTCaptioner
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 from edgecap.runtime.length import LENGTH_PLANS, LengthLevelError
 
 _LAZY = {"create_backbone": "edgecap.build.models.backbone", "Backbone": "edgecap.build.models.backbone"}
@@ -93,3 +93,4 @@ __all__ = [
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

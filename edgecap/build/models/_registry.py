@@ -94,7 +94,8 @@ class FamilyHooks:
         objective: the training objective, ``(model, visual, tokens, pad_id, cfg, tokens_per_word) -> (loss, nll)``.
         torch_decoder: the torch adapter decoding drives, constructed as ``cls(model, device=device)``.
         export_spec: ``builder(model, *, backbone=None, name=None, **options) -> ExportSpec``; None = not exportable.
-        static_step: its decoder runs with static-shape caches written in place (``edgecap.build.torch_runtime.static_cache``),
+        static_step: its decoder runs with static-shape caches written in place
+        (``edgecap.build.torch_runtime.static_cache``),
             so the torch runtime offers ``step_mode="static"``, ``"cuda-graph"`` and ``"compile"`` for it.
     """
 

@@ -9,7 +9,8 @@ Architecture (v2 §3.1 Eq. 1-3; v1 §3.4-3.5 Eq. 10-11):
   plus a learned length-level embedding for a length-controllable model (LaBERT §3.1, Eq. 2; ``*-len`` variants);
 - N_dec pre-LN decoder layers ``DynamicExp``, cross-attention to the memory, FF (Eq. 3) -> ``Linear(d, V)``.
 
-The expansion layers are in :mod:`edgecap.build.models.layers.expansion`. Variants (v2 §4.2; v1 §4.2): ``expansionnet-v2``
+The expansion layers are in :mod:`edgecap.build.models.layers.expansion`. Variants (v2 §4.2; v1 §4.2):
+``expansionnet-v2``
 (d 512, d_ff 2048, 3+3, G = {32, 64, 128, 256, 512}, N_E = 16, a Swin-L grid in the paper), ``expansionnet-v1``
 (ExpansionNet_{64,16}: the same sizes with one static length 64, on 2,048-d regions), the compact edge variants
 ``expansionnet-v2-small`` / ``-xsmall`` and ``expansionnet-test``, and their length-controllable ``*-len`` forms.

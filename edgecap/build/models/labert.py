@@ -10,7 +10,8 @@ Inputs (§3.1–3.2):
 - both streams share BERT's embedding LayerNorm + dropout, are concatenated and run through post-LN BERT layers
   (GELU FFN) with no causal mask; a BERT LM head (dense + GELU + LN + untied decoder) gives ``(B, L, V)``.
 
-Deployable split (what ``edgecap.build.export.specs.labert`` exports): ``encode`` -> ``visual`` (B, N, d) embedded visual
+Deployable split (what ``edgecap.build.export.specs.labert`` exports): ``encode`` -> ``visual`` (B, N, d) embedded
+visual
 tokens and ``visual_bias`` (B, N) key-padding bias, computed once per image; ``refine(tokens (B, L),
 length_level (B,), state)`` -> log-probs (B, L, V), one full pass per mask-predict step. Unlike an autoregressive
 decoder nothing is cached between steps: every visual token attends to the (changing) caption tokens.
@@ -176,7 +177,7 @@ register_family(
     FamilyHooks(
         decoding="mask_predict",  # §3.2: non-autoregressive refinement at a chosen length level
         objective="edgecap.build.training.objectives:masked_lm",  # §3.2, Eq. 4
-        torch_decoder="edgecap.runtime.backends.refine:TorchRefineModel",
+        torch_decoder="edgecap.build.torch_runtime.refine:TorchRefineModel",
         export_spec="edgecap.build.export.specs.labert:labert_export_spec",
     ),
 )

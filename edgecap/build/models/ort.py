@@ -2,7 +2,8 @@
 Transformer for Parameter Efficient Image Captioning").
 
 Naming: this module, the family ``"ort"`` and the ``ort-*``/``acort-*`` model names are the paper's. ONNX Runtime is
-never called "ort" in edgecap's names: its runtime is ``"onnxruntime"`` (``edgecap.runtime.backends.onnxruntime.session``).
+never called "ort" in edgecap's names: its runtime is ``"onnxruntime"``
+(``edgecap.runtime.backends.onnxruntime.session``).
 
 ORT (ACORT §3): visual features -> ``Linear(C, d) + ReLU + Dropout`` -> pre-LN Transformer encoder whose
 self-attention is box-relational -> Transformer decoder (masked self-attention, cross-attention, FFN) over
@@ -11,7 +12,8 @@ self-attention is box-relational -> Transformer decoder (masked self-attention, 
 ACORT (§4) is the same network with (§4.1) radix-encoded tokens (``V = v + 3``), (§4.2) cross-layer parameter
 sharing through layer maps and (§4.3) attention parameter sharing (Share-KV in every attention). Configurations and
 parameter counts follow Table 1: at the paper's setting (2,048-d regions, 10,001-id word vocabulary or 771 radix
-classes) they equal the reference's totals exactly and Table 1 to its rounding (``tests/build/models/test_registry.py``).
+classes) they equal the reference's totals exactly and Table 1 to its rounding
+(``tests/build/models/test_registry.py``).
 
 Departures from the released ORT code, on purpose: standard LayerNorm (``layer_norm="annotated"`` reproduces theirs),
 no ``+1`` on box sizes (``box_wh_offset=1.0`` reproduces it), the box embedding computed once per forward, finite

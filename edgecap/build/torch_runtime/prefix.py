@@ -117,7 +117,8 @@ class PrefixRerunStepModel(TorchStepModel):
     ``encode`` runs ``model.encode_memory`` once per image; the state holds the memory, the feature mask (all True
     when none is given) and the prefix, empty at first. ``step(tokens)`` appends ``tokens`` to the prefix and returns
     ``model.decode_full(memory, mask, prefix)[:, -1]``. Takes the same inputs and options as
-    :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`, so the two are interchangeable in every decoding strategy.
+    :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`, so the two are interchangeable in every decoding
+    strategy.
 
     Args:
         model: a ``CaptionModel`` (``encode_memory`` and ``decode_full``; ``docs/contracts.md``, "models").

@@ -23,29 +23,16 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from edgecap.runtime._io import atomic_directory, atomic_path, atomic_write_json
+from edgecap.runtime.bundle.layout import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME, RunError
+from edgecap.runtime.bundle.layout import NotARunError as NotARunError  # the run layout's, re-exported for the trainers
+from edgecap.runtime.bundle.layout import run_file as run_file
 
-CONFIG = "config.json"
-VOCAB = "vocab.json"
-WEIGHTS = "weights.safetensors"
+CONFIG = CONFIG_NAME
+VOCAB = VOCAB_NAME
+WEIGHTS = WEIGHTS_NAME
 METRICS = "metrics.jsonl"
 STATE = "state.pt"
 LAST = Path("checkpoints") / "last"
-
-
-class RunError(ValueError):
-    """A run directory is missing, incomplete or inconsistent."""
-
-
-class NotARunError(RunError):
-    """The directory is not a training run: a bundle, a half-copied bundle, or neither (the message says which)."""
-
-
-def run_file(run_dir: str | Path, name: str, where: str) -> Path:
-    """``run_dir / name`` under the bundles' one path rule (:func:`edgecap.runtime.bundle.manifest.bundle_file`): a relative
-    path inside the run directory that stays inside it once symlinks are resolved; else RunError."""
-    from edgecap.runtime.bundle.manifest import bundle_file
-
-    return bundle_file(run_dir, name, f"{run_dir}: {where}", error=RunError, inside="the run directory")
 
 
 def save_weights(model: torch.nn.Module, path: str | Path) -> None:
@@ -136,22 +123,3 @@ def append_metrics(run_dir: Path, record: dict[str, Any]) -> None:
 
 def write_config(run_dir: Path, config: dict[str, Any]) -> None:
     atomic_write_json(run_dir / CONFIG, config)
-
-
-def read_config(run_dir: Path) -> dict[str, Any]:
-    """A run's ``config.json``; NotARunError when the directory is a bundle or its config has not the run's
-    sections (:data:`edgecap.runtime.bundle.reader.RUN_KEYS`)."""
-    from edgecap.runtime.bundle.reader import RUN_KEYS, describe_directory, is_bundle
-
-    path = Path(run_dir) / CONFIG
-    if is_bundle(run_dir):
-        raise NotARunError(describe_directory(run_dir, "run"))
-    if not path.is_file():
-        raise NotARunError(f"{run_dir} is not an edgecap run: {CONFIG} is missing")
-    try:
-        config = json.loads(run_file(run_dir, CONFIG, CONFIG).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(config, dict) or any(key not in config for key in RUN_KEYS):
-        raise NotARunError(describe_directory(run_dir, "run"))
-    return config

@@ -42,7 +42,8 @@ class TrainCfg:
     save_every_steps: int = 200
     max_steps: int = 0  # 0 = no limit (used by tests and time-boxed runs)
     max_minutes: float = 0.0  # 0 = no limit; stops cleanly after the running epoch's step
-    # End-to-end fine-tuning after the frozen-backbone stage (ExpansionNet v2 §4.3; edgecap/build/training/end_to_end.py).
+    # End-to-end fine-tuning after the frozen-backbone stage (ExpansionNet v2 §4.3;
+    # edgecap/build/training/end_to_end.py).
     finetune_epochs: int = 0  # 0 = off; v2 uses 2
     finetune_lr: float = 3e-5
     finetune_anneal: float = 0.55  # lr factor per epoch

@@ -98,9 +98,9 @@ def finetune_end_to_end(cfg: TrainCfg, run_dir: str | Path, progress: bool = Tru
     from edgecap.build.evaluation.cider import cider_d
     from edgecap.build.models import cfg_from_dict, create_model_from_cfg
     from edgecap.build.models.backbone import create_backbone
+    from edgecap.build.torch_runtime.captioning import caption_bank
+    from edgecap.build.torch_runtime.images import backbone_from_spec
     from edgecap.build.torch_runtime.runtime import resolve_device
-    from edgecap.runtime.captioner import backbone_from_spec
-    from edgecap.runtime.captioning import caption_bank
     from edgecap.runtime.vocab import load_vocab
 
     run_dir = Path(run_dir)

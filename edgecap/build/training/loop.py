@@ -74,7 +74,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     from edgecap.build.data.sources import open_feature_source
     from edgecap.build.evaluation.cider import cider_d
     from edgecap.build.models import create_model, get_model_cfg
-    from edgecap.runtime.captioning import caption_bank
+    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.runtime.vocab import build_vocab, load_vocab
 
     run_dir = Path(cfg.out)

@@ -3,7 +3,8 @@
 Runs after the cross-entropy epochs of :func:`edgecap.build.training.loop.train` (``--scst-epochs N``) or on a copy of a
 trained run (``edgecap train --init RUN --scst-epochs N``). Per batch of images:
 
-1. **Sample** (no gradient): the shared sampling search (:func:`edgecap.runtime.decoding.sampling.sample`) draws K captions
+1. **Sample** (no gradient): the shared sampling search (:func:`edgecap.runtime.decoding.sampling.sample`) draws K
+captions
    per image through the model's cached ``step``, at temperature 1 with no top-k (ExpansionNet v2 §4.3, ACORT
    §5.1), up to ``scst_max_words`` words; a caption ends at its EOS. With the greedy baseline the greedy caption is
    decoded too.
@@ -209,8 +210,8 @@ def init_from_run(init: str | Path, out: str | Path) -> Path:
 
 def _open_backbone(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None, ctx: Dist) -> Any:
     """The run's fine-tuned backbone for end-to-end SCST: from the resumed state, else from its weights file."""
+    from edgecap.build.torch_runtime.images import backbone_from_spec
     from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS
-    from edgecap.runtime.captioner import backbone_from_spec
 
     source = run_dir / (XE_BACKBONE if (run_dir / XE_BACKBONE).is_file() else BACKBONE_WEIGHTS)
     spec = config["backbone"]
@@ -285,9 +286,9 @@ def train_scst(
     from edgecap.build.data.sources import open_feature_source
     from edgecap.build.evaluation.cider import cider_d
     from edgecap.build.models import cfg_from_dict, create_model_from_cfg
+    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.build.torch_runtime.runtime import resolve_device
     from edgecap.build.training.batches import FeatureBank
-    from edgecap.runtime.captioning import caption_bank
     from edgecap.runtime.vocab import load_vocab
 
     check_scst_cfg(cfg)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtime.backends.registry import (
@@ -28,12 +28,8 @@ from edgecap.runtime.precisions import FLOAT_PRECISIONS, PRECISIONS
 
 _LAZY: dict[str, str] = {
     "RuntimeStepModel": "edgecap.runtime.backends.bridge",
-    "TorchRuntime": "edgecap.build.torch_runtime.runtime",
-    "TorchStepModel": "edgecap.build.torch_runtime.runtime",
-    "PrefixRerunStepModel": "edgecap.build.torch_runtime.prefix",
-    "TorchRefineModel": "edgecap.runtime.backends.refine",
     "RuntimeRefineModel": "edgecap.runtime.backends.refine",
-    "create_onnxruntime_refine_model": "edgecap.runtime.backends.refine",
+    "create_onnxruntime_refine_model": "edgecap.runtime.backends.onnxruntime.refine",
 }
 
 # GPU hints name the CUDA line: an extra of another CUDA major than the driver's installs but cannot start.
@@ -54,7 +50,7 @@ register_runtime(
     RuntimeSpec(
         name="onnxruntime",
         description="ONNX Runtime: the bundle's ONNX graphs (TensorRT, CUDA or CPU execution provider)",
-        loader="edgecap.runtime.backends.onnxruntime.session:load_bundle_runtime",
+        loader="edgecap.runtime.backends.onnxruntime.loader:load_bundle_runtime",
         graph_runtime="edgecap.runtime.backends.onnxruntime.session:OnnxRuntimeSession",
         requires=("onnxruntime",),
         install=_ONNXRUNTIME_INSTALL,
@@ -67,7 +63,7 @@ register_runtime(
     RuntimeSpec(
         name="torch",
         description="torch eager: the bundle's weights.safetensors, cached step decoding (CPU or CUDA)",
-        loader="edgecap.build.torch_runtime.runtime:load_bundle_runtime",
+        loader="edgecap.build.torch_runtime.loader:load_bundle_runtime",
         graph_runtime="edgecap.build.torch_runtime.runtime:TorchRuntime",
         requires=("torch",),
         install=_TORCH_INSTALL,
@@ -92,7 +88,7 @@ register_runtime(
     RuntimeSpec(
         name="torch-rerun",
         description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
-        loader="edgecap.build.torch_runtime.runtime:load_bundle_rerun_runtime",
+        loader="edgecap.build.torch_runtime.loader:load_bundle_rerun_runtime",
         requires=("torch",),
         install=_TORCH_INSTALL,
         precisions=FLOAT_PRECISIONS,
@@ -118,12 +114,12 @@ def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
 #: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
 _RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
 __getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
+__dir__ = lazy_dir(globals(), _LAZY)
 
 
 __all__ = [
     "LoadRequest",
     "LoadedRuntime",
-    "PrefixRerunStepModel",
     "Runtime",
     "RuntimeInputError",
     "RuntimeStateError",
@@ -131,9 +127,6 @@ __all__ = [
     "RuntimeSpec",
     "RuntimeStepModel",
     "TensorMeta",
-    "TorchRefineModel",
-    "TorchRuntime",
-    "TorchStepModel",
     "UnknownRuntimeError",
     "auto_runtime",
     "canonical_runtime",

@@ -7,8 +7,8 @@ beam reordering is a gather along axis 0.
 
 The search hands over int64 numpy tokens and row indices and reads numpy log-probs (``docs/contracts.md``,
 "StepModel"). On ONNX Runtime's CPU path (``array_type == "numpy"``) there is nothing to convert; the io-binding path
-(``array_type == "torch"``) converts at this boundary and imports torch only there, so this module imports without
-torch.
+(``array_type == "torch"``) converts at this boundary with the build half's ``TorchOps``
+(:mod:`edgecap.runtime.torch_hooks`), so this module never imports torch.
 """
 
 from __future__ import annotations
@@ -65,29 +65,9 @@ class NumpyOps(ArrayOps):
         return np.take(array, index, axis=0)
 
 
-class TorchOps(ArrayOps):
-    """Runtimes with ``array_type == "torch"`` (ONNX Runtime with io-binding, the torch graph runtime): the state
-    stays in torch tensors on the runtime's device. torch is imported here only, on first use: ``bridge`` itself
-    imports without it."""
-
-    def feed(self, value: Any, dtype: str) -> Any:
-        import torch
-
-        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(_writable(np.asarray(value)))
-        return tensor.to(getattr(torch, dtype))
-
-    def adopt(self, array: Array) -> Any:
-        import torch
-
-        return array if isinstance(array, torch.Tensor) else torch.from_numpy(_writable(np.asarray(array)))
-
-    def take(self, array: Array, index: np.ndarray) -> Any:
-        import torch
-
-        return array.index_select(0, torch.from_numpy(index).to(array.device))
-
-
-ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps(), "torch": TorchOps()}
+#: Array types whose operations live in the runtime half; ``"torch"`` comes from the build half
+#: (:func:`edgecap.runtime.torch_hooks.torch_hook`), only when a runtime keeps its state in torch tensors.
+ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps()}
 
 
 @functools.cache
@@ -95,13 +75,12 @@ def _numpy_dtype(name: str) -> np.dtype:
     return np.dtype(name)
 
 
-def _writable(array: np.ndarray) -> np.ndarray:
-    """``array`` contiguous and writable (``torch.from_numpy`` warns on read-only memory)."""
-    return array if array.flags.c_contiguous and array.flags.writeable else np.array(array, order="C")
-
-
 def array_ops(runtime: Runtime) -> ArrayOps:
     ops = ARRAY_OPS.get(runtime.array_type)
+    if ops is None and runtime.array_type == "torch":
+        from edgecap.runtime.torch_hooks import torch_hook
+
+        ops = torch_hook("torch_arrays")
     if ops is None:
         raise ValueError(f"{runtime.name}: unsupported array_type {runtime.array_type!r}; known: {sorted(ARRAY_OPS)}")
     return ops
@@ -120,8 +99,10 @@ class GraphPair:
         rows_independent: every row of a loop-graph call is computed as if it were alone in the call. False for a
             graph whose activations are quantised with one scale per call (a ``dynamic`` INT8 step:
             ``DynamicQuantizeLinear``), where a batch's rows change each other's outputs; ``decode`` then decodes
-            each image on its own (:mod:`edgecap.runtime.decoding.parallel`), so a caption never depends on its batch. Set
-            by :func:`~edgecap.runtime.backends.onnxruntime.decoders.create_onnxruntime_decoder` from the graphs' recorded INT8 schemes.
+            each image on its own (:mod:`edgecap.runtime.decoding.parallel`), so a caption never depends on its batch.
+            Set
+            by :func:`~edgecap.runtime.backends.onnxruntime.decoders.create_onnxruntime_decoder` from the graphs'
+            recorded INT8 schemes.
     """
 
     rows_independent: bool = True
@@ -199,7 +180,8 @@ class RuntimeStepModel(GraphPair):
         logprobs_name: the step graph's log-prob output.
         state_output_names: step outputs holding the new state; default ``f"{name}_out"`` per updated state.
         decode_workers: decodes that may run on this model at once, each on a chunk of a batch's images
-            (:func:`~edgecap.runtime.decoding.decode` splits greedy and beam batches; ``ThreadPlan.decode_workers``). The
+            (:func:`~edgecap.runtime.decoding.decode` splits greedy and beam batches; ``ThreadPlan.decode_workers``).
+            The
             runtimes must take concurrent calls, as ONNX Runtime sessions do.
     """
 

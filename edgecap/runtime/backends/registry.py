@@ -9,7 +9,8 @@ nothing heavy is imported until the runtime is used:
 - ``requires``: the modules it imports, checked with ``importlib.util.find_spec`` (no import) to tell whether the
   runtime is usable here, and ``install``: what to install when it is not.
 
-Third-party runtimes register through the ``edgecap.runtime.backends`` entry-point group (:mod:`edgecap.runtime.plugins`), loaded
+Third-party runtimes register through the ``edgecap.runtime.backends`` entry-point group
+(:mod:`edgecap.runtime.plugins`), loaded
 the first time the registry is queried.
 
 This module imports nothing beyond the standard library.
@@ -67,7 +68,8 @@ class RuntimeSpec:
         name: the key users type (``runtime="onnxruntime"``, ``--runtime onnxruntime``).
         description: one line for help texts and reports.
         loader: ``"package.module:function"``, called as ``loader(bundle, request)`` -> :class:`LoadedRuntime`.
-        graph_runtime: ``"package.module:Class"`` of its one-graph :class:`~edgecap.runtime.backends.base.Runtime`, if any.
+        graph_runtime: ``"package.module:Class"`` of its one-graph :class:`~edgecap.runtime.backends.base.Runtime`, if
+        any.
         requires: top-level modules it needs (``("onnxruntime",)``).
         install: how to get them, for error messages.
         precisions: bundle precisions it can run at all.
@@ -125,7 +127,8 @@ class LoadRequest:
     Attributes:
         precision: ``"auto"``, ``"fp32"``, ``"fp16"`` or ``"int8"``.
         threads: ONNX Runtime sessions' threading: ``"auto"`` (None means the same), ``"dedicated"``, or an
-            intra-op count (0 = ONNX Runtime's own default); :func:`edgecap.runtime.backends.threads.plan_threads`. Never
+            intra-op count (0 = ONNX Runtime's own default); :func:`edgecap.runtime.backends.threads.plan_threads`.
+            Never
             process-wide.
         spin: force ONNX Runtime's pool threads to spin (True) or not (False); None = the thread policy's choice.
         streams: decodes that run at once in this process (the thread policy shares cores among them).
@@ -135,9 +138,11 @@ class LoadRequest:
         beam: the beam width the search will decode with (None: the bundle's); runtimes whose compiled engines
             fix the rows per image (``tensorrt``) choose and check their engines by it.
         step_mode: how the torch runtime runs a decoder step (``"eager"``, ``"static"``, ``"cuda-graph"``,
-            ``"compile"``, ``"auto"``; :mod:`edgecap.build.torch_runtime.static_cache`); other runtimes take only ``"eager"``.
+            ``"compile"``, ``"auto"``; :mod:`edgecap.build.torch_runtime.static_cache`); other runtimes take only
+            ``"eager"``.
         trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its optimisation profiles for (the step
-            graph's rows: this times ``beam``); None = ``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_OPT_BATCH``.
+            graph's rows: this times ``beam``); None =
+            ``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_OPT_BATCH``.
             The profiles' maximum stays the bundle's limit.
         trt_workspace_mb: the TensorRT provider's workspace limit in MiB; None =
             ``edgecap.runtime.backends.onnxruntime.gpu.DEFAULT_TRT_WORKSPACE_MB`` (sized for a Jetson), 0 = no limit of

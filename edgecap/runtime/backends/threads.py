@@ -17,7 +17,8 @@ The policy (measured with ``research/ort_threads.py`` and ``research/thread_cros
   session (:class:`WidePlan`: the usable cores ÷ streams, no spinning), created on the first call whose rows (the
   feed's leading dimension: images for the encoder, hypotheses for the step) reach :data:`WIDE_FROM_ROWS`; those
   calls run on it, since their matmuls are large enough to split between threads. On those cores a batch of images
-  also decodes as concurrent chunks, one per core (``decode_workers``; :mod:`edgecap.runtime.decoding.parallel`), each on
+  also decodes as concurrent chunks, one per core (``decode_workers``; :mod:`edgecap.runtime.decoding.parallel`), each
+  on
   the one-thread sessions: every image's search is independent, and a chunk wakes no other thread per kernel. The
   wide session then serves what cannot be split (one image with many beams).
 - ``threads="dedicated"``: the cores are this process's alone (nothing to share them with). A step graph of at least
@@ -165,7 +166,8 @@ class ThreadPlan:
         return _spin_config(self.spin)
 
     def runtime_options(self) -> dict[str, Any]:
-        """Keyword arguments of :class:`~edgecap.runtime.backends.onnxruntime.session.OnnxRuntimeSession` that apply this
+        """Keyword arguments of :class:`~edgecap.runtime.backends.onnxruntime.session.OnnxRuntimeSession` that apply
+        this
         plan."""
         return {
             "intra_op_threads": self.intra_op,
@@ -176,7 +178,8 @@ class ThreadPlan:
         }
 
     def step_model_options(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~edgecap.runtime.backends.onnxruntime.session.create_onnxruntime_step_model` that apply
+        """Keyword arguments of :func:`~edgecap.runtime.backends.onnxruntime.session.create_onnxruntime_step_model`
+        that apply
         this plan: the sessions' (:meth:`runtime_options`) and the step model's ``decode_workers``."""
         return {**self.runtime_options(), "decode_workers": self.decode_workers}
 

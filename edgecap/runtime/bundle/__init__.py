@@ -14,13 +14,13 @@ A bundle is one directory::
     BUNDLE/engines/<key>/           TensorRT engines built here by ``edgecap engine`` (derived, outside the manifest's
                                     checksums; each engine's own SHA-256 is in its ``engine.json``)
 
-``export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies one;
-``edgecap.Captioner.load(BUNDLE)`` runs one. Only the manifest and reader are imported eagerly (no torch/onnx).
+``edgecap.build.export.bundle.export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies
+one; ``edgecap.Captioner.load(BUNDLE)`` runs one.
 """
 
 from __future__ import annotations
 
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime.bundle.layout import is_bundle
 from edgecap.runtime.bundle.manifest import (
     FORMAT_VERSION,
     MANIFEST_NAME,
@@ -30,17 +30,7 @@ from edgecap.runtime.bundle.manifest import (
     BundleNotFoundError,
     BundleVersionError,
 )
-from edgecap.runtime.bundle.reader import Bundle, is_bundle, load_bundle
-
-_LAZY: dict[str, str] = {
-    "export_bundle": "edgecap.build.export.bundle",
-    "export_request": "edgecap.build.export.bundle",
-    "ExportRequest": "edgecap.build.export.bundle",
-    "BundleExportError": "edgecap.build.export.bundle",
-    "default_bundle_out": "edgecap.build.export.bundle",
-    "int8_targets": "edgecap.build.export.bundle",
-    "create_bundle": "edgecap.build.export.writer",
-}
+from edgecap.runtime.bundle.reader import Bundle, load_bundle
 
 __all__ = [
     "FORMAT_VERSION",
@@ -53,8 +43,4 @@ __all__ = [
     "BundleVersionError",
     "is_bundle",
     "load_bundle",
-    *_LAZY,
 ]
-
-
-__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -5,13 +5,16 @@
 - manifest is missing, malformed, or of a format version newer than this edgecap reads;
 - files are missing, unlisted, or differ from their recorded SHA-256 (truncated copy, bit rot, hand edits);
 - vocabulary disagrees with ``config.json`` (kind or number of classes: the weights would decode to nonsense);
-- numbers lie outside :mod:`edgecap.runtime.bundle.limits` (a caption of 10^9 words, a zero ``std``, an image of 10^6 px);
-- ``manifest.json`` or any file it names resolves outside the bundle (:func:`~edgecap.runtime.bundle.manifest.bundle_file`);
+- numbers lie outside :mod:`edgecap.runtime.bundle.limits` (a caption of 10^9 words, a zero ``std``, an image of 10^6
+px);
+- ``manifest.json`` or any file it names resolves outside the bundle
+(:func:`~edgecap.runtime.bundle.manifest.bundle_file`);
 - graphs do not have the inputs/outputs the manifest's interface promises, or need a newer ONNX opset than the
   installed ``onnx`` knows.
 
-Only ``json``/``pathlib`` are imported up front; torch, onnx and the vocabulary code are imported when a check or a
-load needs them, so opening a bundle on an edge board stays fast.
+Only ``json``/``pathlib`` are imported up front; onnx (the optional graph check) and the vocabulary code are
+imported when a check or a load needs them, so opening a bundle on an edge board stays fast. Where bundles and runs
+live and how a directory is told apart is :mod:`edgecap.runtime.bundle.layout`'s.
 """
 
 from __future__ import annotations
@@ -24,6 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.runtime.bundle.layout import (
+    CONFIG_NAME,
+    VOCAB_NAME,
+    WEIGHTS_NAME,
+    describe_directory,
+)
 from edgecap.runtime.bundle.limits import check_config_numbers
 from edgecap.runtime.bundle.manifest import (
     MANIFEST_NAME,
@@ -41,104 +50,15 @@ from edgecap.runtime.bundle.manifest import (
 )
 
 __all__ = [
-    "CONFIG_NAME",
-    "RUN_KEYS",
-    "VOCAB_NAME",
-    "WEIGHTS_NAME",
+    "LENGTH_LEVEL",
     "Bundle",
-    "describe_directory",
-    "directory_kind",
-    "is_bundle",
     "load_bundle",
 ]
 
 log = logging.getLogger(__name__)
 
-CONFIG_NAME = "config.json"
-VOCAB_NAME = "vocab.json"
-WEIGHTS_NAME = "weights.safetensors"
 #: The graph input that carries a 1-based length level (LaBERT's ``refine``, a ``*-len`` model's encoder).
 LENGTH_LEVEL = "length_level"
-
-
-#: The sections a training run's ``config.json`` always has (``edgecap.build.training.loop`` writes them); a bundle's
-#: ``config.json`` has no ``train`` section.
-RUN_KEYS = ("model", "train")
-
-
-def is_bundle(path: str | Path) -> bool:
-    """Whether ``path`` is a directory with a bundle manifest (nothing is verified)."""
-    return (Path(path) / MANIFEST_NAME).is_file()
-
-
-def directory_kind(path: str | Path) -> str:
-    """What a directory is, without guessing: ``"bundle"`` (it has ``manifest.json``), ``"run"`` (its
-    ``config.json`` is a JSON object with the run's sections :data:`RUN_KEYS`), ``"config-only"`` (a
-    ``config.json`` that is neither: a half-copied bundle, or another tool's file), ``"missing"`` (not a directory)
-    or ``"neither"``. Nothing is verified."""
-    path = Path(path)
-    if not path.is_dir():
-        return "missing"
-    if is_bundle(path):
-        return "bundle"
-    config = path / CONFIG_NAME
-    if not config.is_file():
-        return "neither"
-    try:
-        data = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError):  # ValueError: bad JSON, a too-long number
-        return "config-only"
-    if isinstance(data, dict) and all(key in data for key in RUN_KEYS):
-        return "run"
-    return "config-only"
-
-
-def describe_directory(path: str | Path, expected: str) -> str:
-    """A sentence saying what ``path`` is when it is not the ``expected`` kind (``"bundle"`` or ``"run"``), and what
-    to use instead."""
-    kind = directory_kind(path)
-    if kind == "bundle":
-        return (
-            f"{path} is a bundle, not a training run: use Captioner.load({str(path)!r}) "
-            f"(`edgecap caption IMAGE --model {path}` works with bundles)"
-        )
-    if kind == "run":
-        return (
-            f"{path} is a training run, not a bundle: use Captioner.from_run({str(path)!r}), or make a bundle of it "
-            f"with `edgecap export --model {path}`"
-        )
-    if kind == "config-only":
-        return (
-            f"{path} has {CONFIG_NAME} but no {MANIFEST_NAME}: not a bundle (a half-copied bundle?) and not a "
-            f"training run (no {' and '.join(repr(k) for k in RUN_KEYS)} sections)"
-        )
-    if kind == "missing":
-        return f"{path} is not a directory: expected a {'bundle' if expected == 'bundle' else 'training run'}"
-    if expected == "bundle":
-        return f"{path} is not an edgecap bundle: {MANIFEST_NAME} is missing (create one with `edgecap export`)"
-    return f"{path} is not an edgecap run: {CONFIG_NAME} is missing"
-
-
-def default_bundle_dir(model_name: str) -> Path:
-    """Where ``edgecap export --model NAME`` writes by default and where a bare name is looked up:
-    ``$EDGECAP_HOME/bundles/NAME``."""
-    from edgecap.runtime._home import edgecap_home
-
-    return edgecap_home() / "bundles" / model_name
-
-
-def find_bundle(name_or_path: str | Path) -> Path | None:
-    """A bundle directory from a path, or from a bare model name exported earlier (``$EDGECAP_HOME/bundles/NAME``);
-    None when neither is a bundle."""
-    path = Path(name_or_path)
-    if is_bundle(path):
-        return path
-    text = str(name_or_path)
-    if text and not path.is_absolute() and len(path.parts) == 1 and not path.exists():
-        candidate = default_bundle_dir(text)
-        if is_bundle(candidate):
-            return candidate
-    return None
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -313,14 +233,16 @@ class Bundle:
         return self.variant(precision).get("quality")
 
     def summary(self) -> list[dict[str, Any]]:
-        """One row per variant: size, parity, task-level quality (see :func:`~edgecap.runtime.bundle.manifest.summary_rows`)."""
+        """One row per variant: size, parity, task-level quality
+        (:func:`~edgecap.runtime.bundle.manifest.summary_rows`)."""
         return summary_rows(self.manifest)
 
     # -- files -----------------------------------------------------------------------------------------------------
     def file(self, name: Any, where: str) -> Path:
         """The path of a file the bundle names (``where`` says which field, for errors) under the one path rule:
         relative, inside the bundle once symlinks are resolved, and listed in the manifest's ``files``
-        (:func:`~edgecap.runtime.bundle.manifest.bundle_file`). Checksums are :meth:`verify`'s job, before a loader reads it.
+        (:func:`~edgecap.runtime.bundle.manifest.bundle_file`). Checksums are :meth:`verify`'s job, before a loader
+        reads it.
 
         Raises:
             BundleIntegrityError: the name breaks the rule.
@@ -356,18 +278,6 @@ class Bundle:
             return load_vocab(path)
         except (ValueError, FileNotFoundError, RecursionError) as exc:
             raise BundleConfigError(f"bundle {self.path}: cannot load the vocabulary {path.name}: {exc}") from exc
-
-    def load_torch_model(self, device: str = "cpu") -> Any:
-        """The captioner rebuilt from ``config.json`` with ``weights.safetensors`` loaded, in eval mode."""
-        from edgecap.build.runs import build_model_from_config
-        from edgecap.build.training.checkpoint import RunError, load_weights
-
-        model = build_model_from_config(self.config, int(self.config["model"]["vocab_size"]))
-        try:
-            load_weights(model, self.file(self.weights_file, f"{CONFIG_NAME} weights"))
-        except RunError as exc:
-            raise BundleConfigError(f"bundle {self.path}: {exc}") from exc
-        return model.to(device).eval()
 
     # -- checks ----------------------------------------------------------------------------------------------------
     def check_graphs(self, precisions: Sequence[str] | None = None) -> None:

@@ -1,7 +1,8 @@
 """Decoding strategies written once against :class:`StepModel`: greedy, batched beam search and sampling; and
 LaBERT's mask-predict-update against :class:`RefineModel`.
 
-The same code runs on every backend (torch, ONNX Runtime, TensorRT) through ``edgecap.runtime.backends`` adapters; search
+The same code runs on every backend (torch, ONNX Runtime, TensorRT) through ``edgecap.runtime.backends`` adapters;
+search
 knobs (min length, forbidden tokens, n-gram blocking, the radix constraint) are log-prob processors. The search runs
 on numpy and imports no torch: adapters convert at the step boundary (``docs/contracts.md``, "StepModel").
 """

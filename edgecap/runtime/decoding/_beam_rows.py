@@ -1,12 +1,14 @@
 """The beam search of :mod:`edgecap.runtime.decoding.beam` run image by image in Python lists, for small batches.
 
 At a handful of images the vectorised search's fixed cost — a few dozen numpy calls per step, about 1 µs each —
-exceeds the per-image Python work it replaces, so :func:`~edgecap.runtime.decoding.beam.beam_search` hands small batches to
+exceeds the per-image Python work it replaces, so :func:`~edgecap.runtime.decoding.beam.beam_search` hands small
+batches to
 this form. Both follow the same rules (the module docstring of :mod:`edgecap.runtime.decoding.beam`) and return the same
 hypotheses bit for bit (``tests/runtime/decoding/test_beam_equivalence.py`` checks both against one reference).
 
 Per step: candidates are picked best first by repeated ``argmax``
-(:func:`~edgecap.runtime.decoding.search.top_candidates`), the top K only when no EOS ranks within any image's top K; each
+(:func:`~edgecap.runtime.decoding.search.top_candidates`), the top K only when no EOS ranks within any image's top K;
+each
 step stores back-pointers (token, log-prob, parent row) and a hypothesis is traced back when it finishes.
 """
 

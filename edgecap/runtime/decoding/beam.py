@@ -60,7 +60,8 @@ from edgecap.runtime.decoding.search import ranked
 NEG_INF = float("-inf")
 NEG_INF32 = np.float32(NEG_INF)
 _MAX_RUNS = 8  # a static mask's columns as at most this many slices; more: one fancy-indexed gather
-#: Batches of at most this many images run the per-image form (:mod:`edgecap.runtime.decoding._beam_rows`), cheaper there.
+# : Batches of at most this many images run the per-image form (:mod:`edgecap.runtime.decoding._beam_rows`), cheaper
+# there.
 SMALL_BATCH = 16
 
 

@@ -22,7 +22,8 @@ class DecodeCfgError(ValueError):
 
 @dataclass(frozen=True)
 class RadixSpec:
-    """The radix token layout a :class:`~edgecap.runtime.decoding.RadixConstraint` enforces (ACORT §4.1, reference layout).
+    """The radix token layout a :class:`~edgecap.runtime.decoding.RadixConstraint` enforces (ACORT §4.1, reference
+    layout).
 
     Attributes:
         base: v, digits per position; digit k is token k + 1.

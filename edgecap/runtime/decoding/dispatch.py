@@ -55,7 +55,8 @@ def decode(
         processors: replaces the processors built from ``cfg`` (see :func:`build_processors`).
 
     A step model with ``decode_workers`` > 1 (ONNX Runtime on spare CPU cores) decodes greedy and beam batches as
-    that many concurrent chunks of images (:mod:`edgecap.runtime.decoding.parallel`); the hypotheses are the same. A model
+    that many concurrent chunks of images (:mod:`edgecap.runtime.decoding.parallel`); the hypotheses are the same. A
+    model
     whose rows are not independent (``rows_independent`` False: a dynamic INT8 step) decodes greedy, beam and
     mask-predict batches image by image, so an image's caption does not depend on its batch.
 

@@ -16,43 +16,14 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 import numpy as np
 
 from edgecap.runtime.decoding.config import DecodeCfg, DecodeCfgError
+from edgecap.runtime.decoding.logits import NEG_INF, NEG_INF32, LogitsProcessor, StepContext
 from edgecap.runtime.decoding.protocol import DecodeInputError
-
-NEG_INF = float("-inf")
-NEG_INF32 = np.float32(NEG_INF)
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What a processor may look at besides the log-probs.
-
-    Attributes:
-        step: t, the number of tokens generated so far by every row (0 at the first step, after BOS).
-        max_len: the configured maximum number of generated tokens.
-        tokens: (N, t) int64 numpy array, the tokens generated so far by each row (no BOS).
-    """
-
-    step: int
-    max_len: int
-    tokens: np.ndarray
-
-
-class LogitsProcessor(Protocol):
-    """``(logprobs (N, V) float32 numpy, ctx) -> logprobs (N, V)``; may modify ``logprobs`` in place.
-
-    A processor may also define ``step_mask(step, max_len, vocab_size) -> np.ndarray | None``: the (V,) bool mask of
-    the tokens it bans in *every* row at ``step`` (all False: none), or None when that step's effect depends on the
-    rows' tokens. Where it returns a mask the search applies the mask instead of calling the processor (the two must
-    agree), so a step whose processors are all static costs one masked copy of the log-probs.
-    """
-
-    def __call__(self, logprobs: np.ndarray, ctx: StepContext) -> np.ndarray: ...
+from edgecap.runtime.decoding.radix import RadixConstraint
 
 
 @functools.lru_cache(maxsize=256)
@@ -150,8 +121,6 @@ def apply_processors(processors: Sequence[LogitsProcessor], logprobs: np.ndarray
 def build_processors(cfg: DecodeCfg) -> list[LogitsProcessor]:
     """The processors a :class:`DecodeCfg` asks for: PAD/BOS (+ ``forbid_tokens``) masked, min length, n-gram
     blocking, and the radix constraint when ``cfg.radix`` is set."""
-    from edgecap.runtime.decoding.radix import RadixConstraint
-
     processors: list[LogitsProcessor] = [ForbidTokens({cfg.pad_id, cfg.bos_id, *cfg.forbid_tokens})]
     if cfg.min_len > 0:
         processors.append(MinLength(cfg.min_len, cfg.eos_id))

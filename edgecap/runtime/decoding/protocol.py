@@ -5,7 +5,8 @@ never sees a model class or a backend, only a :class:`StepModel`. Torch models, 
 engines all reach the one beam search through this protocol (``edgecap.runtime.backends``).
 
 The search runs on numpy (``docs/contracts.md``, "StepModel"): it hands the model int64 numpy tokens and row indices,
-and converts the log-probs it gets back with :func:`~edgecap.runtime.decoding.arrays.to_numpy`, so a step model may return
+and converts the log-probs it gets back with :func:`~edgecap.runtime.decoding.arrays.to_numpy`, so a step model may
+return
 numpy, torch or cupy arrays. The state is opaque to the search and stays in the adapter's own arrays (torch tensors
 on a GPU, numpy for ONNX Runtime on CPU).
 """
@@ -34,7 +35,8 @@ class DecodeInputError(ValueError):
 class StepModel(Protocol):
     """What a decoding strategy needs from a captioner, on any backend.
 
-    Token ids (BOS/EOS/PAD) are not part of this interface: they come from the :class:`~edgecap.runtime.decoding.DecodeCfg`.
+    Token ids (BOS/EOS/PAD) are not part of this interface: they come from the
+    :class:`~edgecap.runtime.decoding.DecodeCfg`.
     """
 
     def encode(self, inputs: Mapping[str, Any]) -> State:
@@ -57,7 +59,8 @@ class StepModel(Protocol):
             state: the state returned by :meth:`encode`, :meth:`step` or :meth:`select`, batch B.
 
         Returns:
-            log-probabilities (B, V) for the next token — any array :func:`~edgecap.runtime.decoding.arrays.to_numpy` reads
+            log-probabilities (B, V) for the next token — any array :func:`~edgecap.runtime.decoding.arrays.to_numpy`
+            reads
             (numpy, torch, cupy; read as float32, never written into) — and the state after consuming ``tokens``.
         """
         ...

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtime.decoding.config import DecodeCfgError, RadixSpec
-from edgecap.runtime.decoding.processors import NEG_INF, StepContext
+from edgecap.runtime.decoding.logits import NEG_INF, StepContext
 
 
 class RadixConstraint:

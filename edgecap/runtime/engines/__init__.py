@@ -11,14 +11,15 @@
 - ``build``: :func:`build_engines` (``edgecap engine``); ``tensorrt_api``: every TensorRT call of a build (the only
   module that imports tensorrt to build).
 
-The runtime that runs the engines is ``edgecap.runtime.backends.tensorrt.runtime`` (``Captioner.load(bundle, runtime="tensorrt")``).
+The runtime that runs the engines is ``edgecap.runtime.backends.tensorrt.runtime`` (``Captioner.load(bundle,
+runtime="tensorrt")``).
 Only the standard library and numpy are imported here; tensorrt and cuda-python are imported when an engine is
 built or run. See ``docs/tensorrt.md``.
 """
 
 from __future__ import annotations
 
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "build_engines": "edgecap.runtime.engines.build",
@@ -41,3 +42,4 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

@@ -1,15 +1,18 @@
 """``build_engines``: TensorRT engines from a bundle's own graphs, stored in the bundle (``edgecap engine``).
 
 Per runtime role (``init``/``step`` or ``encoder``/``refine``) the ONNX graph of the requested precision is parsed
-with TensorRT's ONNX parser into a network created with the flags :func:`~edgecap.runtime.engines.settings.build_settings`
+with TensorRT's ONNX parser into a network created with the flags
+:func:`~edgecap.runtime.engines.settings.build_settings`
 chooses for the installed TensorRT, with one optimisation profile from the bundle's dynamic axes
 (:mod:`edgecap.runtime.engines.profiles`), a workspace limit and the key's timing cache. Autoregressive bundles also get
 two gather engines written with TensorRT's network API (``add_gather`` on axis 0): ``reorder`` gathers the states the
 step updates by a row index (beam reordering, every step a beam changes), ``expand`` gathers every state (images to
 beams, and any reorder that changes a carried state), so beam search never copies a cache through the host.
 
-The set is written atomically into ``BUNDLE/engines/<key>/`` (:mod:`edgecap.runtime.engines.store`); an up-to-date set is
-kept unless ``rebuild``. Every TensorRT call of the build is in :mod:`edgecap.runtime.engines.tensorrt_api`; tensorrt and
+The set is written atomically into ``BUNDLE/engines/<key>/`` (:mod:`edgecap.runtime.engines.store`); an up-to-date set
+is
+kept unless ``rebuild``. Every TensorRT call of the build is in :mod:`edgecap.runtime.engines.tensorrt_api`; tensorrt
+and
 cuda-python are imported only when a build or the runtime runs.
 """
 

@@ -94,7 +94,8 @@ def engine_key(
 
 def engine_file(folder: Path, name: Any, what: str) -> Path:
     """``folder / name`` for a file an engine set names (``what`` says which, for errors), under the bundle's one
-    path rule (:func:`~edgecap.runtime.bundle.manifest.bundle_file`): a relative path that stays inside the engine folder once
+    path rule (:func:`~edgecap.runtime.bundle.manifest.bundle_file`): a relative path that stays inside the engine
+    folder once
     symlinks are resolved; and, for a bundle's engine set (``BUNDLE/engines/NAME``), inside the bundle too (the
     folder itself may be a symlink leaving it).
 

@@ -1,7 +1,8 @@
 """TensorRT's Python API as edgecap calls it: importing it, starting a ``Builder``/``Runtime``, data types, and the two
 kinds of network edgecap builds (a bundle graph through the ONNX parser, and the gather engines).
 
-Kept apart from :mod:`edgecap.runtime.engines.build` (which decides what to build and where it is stored) so every TensorRT
+Kept apart from :mod:`edgecap.runtime.engines.build` (which decides what to build and where it is stored) so every
+TensorRT
 call of the build sits in one module that ``tests/runtime/engines/test_trt_conformance.py`` checks against NVIDIA's real
 bindings. Nothing here imports tensorrt at module level.
 

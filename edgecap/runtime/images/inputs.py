@@ -1,8 +1,9 @@
 """Images -> encoder inputs for a bundle: Pillow + numpy preprocessing for pixels-in bundles, or the torch backbone
 rebuilt from the bundle's spec for bundles whose encoder takes backbone features.
 
-:class:`PixelInputs` is the edge path and imports no torch. :class:`BackboneInputs` and :func:`backbone_from_spec`
-import torch and timm when they are used (the torch runtime, benchmarks, training runs).
+:class:`PixelInputs` is the edge path. The torch backbone (``BackboneInputs``, ``backbone_from_spec``) lives in
+:mod:`edgecap.build.torch_runtime.images`, reached through :mod:`edgecap.runtime.torch_hooks` when such a bundle is
+loaded on an install with torch.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BackboneInputs", "BackboneMismatchError", "PixelInputs", "backbone_from_spec", "image_inputs"]
+from edgecap.runtime.torch_hooks import torch_available, torch_hook
+
+__all__ = ["BackboneMismatchError", "PixelInputs", "image_inputs"]
 
 
 class BackboneMismatchError(ValueError):
@@ -22,7 +25,8 @@ class BackboneMismatchError(ValueError):
 
 class PixelInputs:
     """Images -> ``pixel_values`` (B, 3, S, S) float32 with the backbone's own preprocessing (decode, EXIF orientation,
-    mode conversion, resize, crop, normalise in Pillow + numpy; see :class:`~edgecap.runtime.images.preprocess.PreprocessCfg`),
+    mode conversion, resize, crop, normalise in Pillow + numpy; see
+    :class:`~edgecap.runtime.images.preprocess.PreprocessCfg`),
     for bundles whose encoder graph contains the backbone."""
 
     backbone = None
@@ -34,65 +38,6 @@ class PixelInputs:
 
     def __call__(self, images: Sequence[Any]) -> dict[str, np.ndarray]:
         return {"pixel_values": np.stack([self.cfg(image) for image in images]).astype(np.float32, copy=False)}
-
-
-class BackboneInputs:
-    """Images -> ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N) through a torch backbone."""
-
-    def __init__(self, backbone: Any, device: Any) -> None:
-        import torch
-
-        self.device = torch.device(device)
-        self.backbone = backbone.to(self.device).eval()
-
-    def __call__(self, images: Sequence[Any]) -> dict[str, Any]:
-        import torch
-
-        with torch.inference_mode():
-            pixels = self.backbone.preprocess(list(images)).to(self.device)
-            features, boxes = self.backbone(pixels)
-            mask = torch.ones(features.shape[:2], dtype=torch.bool, device=self.device)
-        return {"features": features, "boxes": boxes, "feature_mask": mask}
-
-
-def backbone_from_spec(spec: Mapping[str, Any], weights: Any = None) -> Any:
-    """Rebuild the backbone a feature cache (and so a run) was made with, and prove it is the same one."""
-    if not spec:
-        raise BackboneMismatchError(
-            "the run records no backbone (it was trained on precomputed region features); "
-            "captioning raw images needs a run trained on backbone features"
-        )
-    identity = spec.get("weights", {})
-    source = identity.get("source")
-    if weights is None and source == "file":
-        raise BackboneMismatchError(
-            f"the run's backbone used local weights {identity.get('file')!r}: pass that file (backbone_weights=...)"
-        )
-    if weights is None and source == "random":
-        raise BackboneMismatchError(
-            "the run's features came from a randomly initialised backbone, which cannot be rebuilt; "
-            "extract features with pretrained or file weights to caption images"
-        )
-    from edgecap.build.models.backbone import create_backbone
-    from edgecap.runtime.images.preprocess import PreprocessCfg
-
-    # The recorded preprocessing, not the timm weights' default: an imported run records the official one.
-    preprocess = None
-    if all(key in spec for key in PreprocessCfg.SPEC_FIELDS):
-        preprocess = PreprocessCfg.from_spec(spec)
-    backbone = create_backbone(
-        spec["name"],
-        pretrained=source == "packaged",
-        weights=weights,
-        image_size=int(spec["image_size"]),
-        preprocess=preprocess,
-    )
-    got = backbone.spec["weights"].get("sha256")
-    if got != identity.get("sha256"):
-        raise BackboneMismatchError(
-            f"backbone weights differ from the ones the run was trained with (sha256 {got} != {identity.get('sha256')})"
-        )
-    return backbone
 
 
 def image_inputs(bundle: Any, device: Any, in_graph: bool) -> tuple[Any, str, str]:
@@ -111,11 +56,15 @@ def image_inputs(bundle: Any, device: Any, in_graph: bool) -> tuple[Any, str, st
         )  # fmt: skip
     if in_graph:
         return PixelInputs(spec), f"in the encoder graph ({spec['name']}, {spec['image_size']} px)", ""
-    if importlib.util.find_spec("torch") is None or importlib.util.find_spec("timm") is None:
+    if not torch_available() or importlib.util.find_spec("timm") is None:
         return None, f"torch (not installed; {spec['name']})", (
             f"bundle {bundle.path} takes backbone features: captioning images runs its backbone in torch, which is "
             "not installed here (pip install 'edgecap[train]'); or re-export it pixels-in (the default of "
             "`edgecap export`), or caption precomputed features with Captioner.caption_inputs"
         )  # fmt: skip
-    backbone = backbone_from_spec(spec, weights=bundle.backbone_weights)
-    return BackboneInputs(backbone, device), f"torch on {device} ({spec['name']}, {spec['image_size']} px)", ""
+    backbone_inputs = torch_hook("backbone_inputs")  # the backbone in torch (edgecap.runtime.torch_hooks)
+    return (
+        backbone_inputs(spec, bundle.backbone_weights, device),
+        f"torch on {device} ({spec['name']}, {spec['image_size']} px)",
+        "",
+    )

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edgecap.build.export.calibration import compare_decoders, quantize_int8
-from edgecap.runtime.backends.onnxruntime.session import create_ort_step_model
+from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model
 from edgecap.runtime.decoding import DecodeCfg
 from edgecap.runtime.vocab import WordVocab
 

@@ -95,7 +95,7 @@ def test_inputs_that_cannot_be_compared(inputs, references, message: str) -> Non
 
 
 def test_the_fp32_graphs_agree_with_themselves(acort, region_feeds) -> None:
-    from edgecap.runtime.backends.onnxruntime.session import create_ort_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model
 
     fp32 = acort.fp32
     refs = [["w1 w2 w3", "w4"]] * 8

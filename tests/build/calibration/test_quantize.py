@@ -26,7 +26,8 @@ from edgecap.build.export.calibration import (  # noqa: E402
     record_decoder_feeds,
 )
 from edgecap.build.export.calibration.presets import ENCODER_ROLE  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.session import OrtRuntime, create_ort_step_model  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.session import OrtRuntime  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model  # noqa: E402
 
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
 #: The CPU presets with their step kept on static QDQ (what this module tests; the default step schemes are in

@@ -22,11 +22,8 @@ from edgecap.build.export.calibration import (  # noqa: E402
 )
 from edgecap.build.export.calibration.presets import SCHEMES, TRANSFORMER_ROLE  # noqa: E402
 from edgecap.build.export.calibration.schemes import float_weight_matmuls  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.session import (  # noqa: E402
-    ROW_COUPLED_SCHEMES,
-    OrtRuntime,
-    create_ort_step_model,
-)
+from edgecap.runtime.backends.onnxruntime.session import ROW_COUPLED_SCHEMES, OrtRuntime  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model  # noqa: E402
 
 #: scheme -> (bits, the op each weight MatMul becomes)
 CASES = {"dynamic": (8, "MatMulInteger"), "weight-only-8": (8, "MatMulNBits"), "weight-only-4": (4, "MatMulNBits")}

@@ -11,7 +11,7 @@ from edgecap.build.export.onnx import export_onnx
 from edgecap.build.export.specs.layer_caches import PerLayerCaches
 from edgecap.build.export.specs.ort import ort_export_spec
 from edgecap.build.torch_runtime.runtime import TorchStepModel
-from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.decoding import decode
 from tests.build.export.helpers import decode_cfg, random_images, tiny_model
 

@@ -13,7 +13,7 @@ from torch import nn
 
 from edgecap.build.export import Tolerance
 from edgecap.build.export.parity import ParityError, check_graph, check_runtime, compare_arrays, torch_reference
-from edgecap.runtime.backends import TorchRuntime
+from edgecap.build.torch_runtime.runtime import TorchRuntime
 from tests.build.export.helpers import (
     BACKBONE_FAMILIES,
     TEST_CONFIGS,

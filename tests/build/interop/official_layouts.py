@@ -19,7 +19,8 @@ Sources read: ``yahoo/object_relation_transformer`` ``models/RelationTransformer
 kept in ExpansionNet v2's ``models/swin_transformer_mod.py`` (head and pooling removed, ``ape=False``,
 ``patch_norm=True``).
 
-Run ``python -m tests.build.interop.official_layouts`` from the repository root to rewrite ``tests/build/interop/fixtures/``
+Run ``python -m tests.build.interop.official_layouts`` from the repository root to rewrite
+``tests/build/interop/fixtures/``
 (``test_fixtures_are_current`` fails when they drift from this file). The timm key list of Swin-L is recorded too,
 from ``timm.create_model(..., pretrained=False)`` on the meta device, so tests do not build the 197 M-parameter
 model.

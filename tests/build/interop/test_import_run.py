@@ -60,10 +60,10 @@ def test_an_imported_acort_run_exports_and_captions_identically_on_torch_and_onn
     from edgecap import Captioner
     from edgecap.build.data.datasets import load_dataset
     from edgecap.build.data.sources import open_feature_source
+    from edgecap.build.export.bundle import export_bundle
     from edgecap.build.runs import load_run
+    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.build.training.batches import FeatureBank
-    from edgecap.runtime.bundle import export_bundle
-    from edgecap.runtime.captioning import caption_bank
 
     ckpt, vocab = acort_files
     run = import_checkpoint("acort", ckpt, tmp_path / "run", vocab=vocab)

@@ -14,7 +14,8 @@ import torch
 
 from edgecap.build.interop import CheckpointError, convert_checkpoint, import_checkpoint
 from edgecap.build.runs import load_run
-from edgecap.runtime.captioning import decode_cfg_for, decoder_for, model_decoding_overrides
+from edgecap.build.torch_runtime.captioning import decoder_for, model_decoding_overrides
+from edgecap.runtime.captioning import decode_cfg_for
 from edgecap.runtime.decoding import decode
 from tests.build.interop.helpers import load_fixture, official_state, sentencepiece_vocab
 from tests.build.interop.test_expansionnet import _tokens

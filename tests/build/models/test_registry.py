@@ -287,8 +287,8 @@ def test_family_hooks_agree_with_what_the_family_trains_decodes_and_exports(fami
     name are the ones used, and the decoding they declare is the one the export spec writes graphs for."""
     from edgecap.build.export import get_export_spec
     from edgecap.build.models import family_hooks
+    from edgecap.build.torch_runtime.captioning import decoder_for
     from edgecap.build.training.objectives import objective_for
-    from edgecap.runtime.captioning import decoder_for
 
     name = next(n for n in list_models("*-test") if model_family(n) == family)
     model = create_model(name, **edge_settings(name, feature_dim=8)).eval()

@@ -61,7 +61,7 @@ def _cfg(data: Path, cache: Path, out: Path, **kw) -> TrainCfg:
 
 
 def test_frozen_then_end_to_end_run(pixel_data, tmp_path):
-    from edgecap.runtime.captioner import backbone_from_spec
+    from edgecap.build.torch_runtime.images import backbone_from_spec
 
     data, cache, weights = pixel_data
     cfg = _cfg(data, cache, tmp_path / "run", backbone_weights=str(weights))
@@ -118,8 +118,8 @@ def test_radam_uses_the_paper_betas():
 
 
 def test_scst_of_a_run_that_fine_tuned_its_backbone_runs_end_to_end(pixel_data, tmp_path):
+    from edgecap.build.torch_runtime.images import backbone_from_spec
     from edgecap.build.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_BACKBONE
-    from edgecap.runtime.captioner import backbone_from_spec
 
     data, cache, weights = pixel_data
     cfg = _cfg(data, cache, tmp_path / "run", epochs=1, backbone_weights=str(weights))

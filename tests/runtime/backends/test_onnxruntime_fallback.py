@@ -4,7 +4,8 @@ ONNX Runtime does not fail when a GPU provider cannot load (no driver, no Tensor
 The runtime must then follow the providers its session got (device, io-binding, array type, wide session), a
 bundle's load must be planned again for the CPU (precision, threads, reasons), the cause must be reported, and
 ``edgecap caption`` must say it in one line while ``--json`` keeps a clean stdout. The CPU onnxruntime installed here
-cannot show any of that, so :mod:`tests.runtime.backends.fake_onnxruntime_gpu` plays onnxruntime-gpu on this machine (checked
+cannot show any of that, so :mod:`tests.runtime.backends.fake_onnxruntime_gpu` plays onnxruntime-gpu on this machine
+(checked
 against the real module's surface); ``tests/gpu_fallback`` runs the same on the real wheel.
 """
 
@@ -22,7 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession, create_onnxruntime_step_model
+from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import WidePlan
 from edgecap.runtime.decoding import decode
 from tests.build.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images
@@ -129,7 +131,7 @@ def test_a_refine_pair_whose_gpu_providers_did_not_start_decodes_in_numpy(
 ) -> None:
     """LaBERT's encoder + refine pair made directly (not through ``Captioner.load``, which reopens on the CPU): the
     pair picks its array conversions once its sessions exist, so the fallen-back sessions get numpy, not torch."""
-    from edgecap.runtime.backends.refine import create_onnxruntime_refine_model
+    from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
     from tests.runtime.backends.test_refine import _cfg, exported_fp32
 
     images, cfg = random_images(3, regions=7, seed=11), _cfg(2)

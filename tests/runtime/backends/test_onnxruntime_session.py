@@ -1,6 +1,7 @@
 """OnnxRuntimeSession and its StepModel: providers, threads, I/O paths, lazy import, and decode-level parity with torch.
 
-The decode test is the end-to-end contract: the *same* ``edgecap.runtime.decoding.decode`` on torch (``TorchStepModel``) and
+The decode test is the end-to-end contract: the *same* ``edgecap.runtime.decoding.decode`` on torch
+(``TorchStepModel``) and
 on ONNX Runtime fp32 gives identical beam-3 token sequences and scores within 1e-4.
 """
 
@@ -16,19 +17,10 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.runtime.backends import (
-    RuntimeInputError,
-    RuntimeStateError,
-    TorchStepModel,
-    get_runtime_class,
-    load_runtime,
-)
-from edgecap.runtime.backends.onnxruntime.session import (
-    OnnxRuntimeProviderError,
-    OnnxRuntimeSession,
-    create_onnxruntime_step_model,
-    resolve_providers,
-)
+from edgecap.build.torch_runtime.runtime import TorchStepModel
+from edgecap.runtime.backends import RuntimeInputError, RuntimeStateError, get_runtime_class, load_runtime
+from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeProviderError, OnnxRuntimeSession, resolve_providers
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import SPIN_KEYS, WIDE_FROM_ROWS, WidePlan, plan_threads
 from edgecap.runtime.decoding import decode
 from tests.build.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model

@@ -171,7 +171,7 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     level for a length-aware model)."""
     from edgecap.build.export import export_onnx
     from edgecap.build.torch_runtime.prefix import PrefixRerunModel
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     if name == "expansionnet-test":
         torch.manual_seed(0)

@@ -10,8 +10,9 @@ import torch
 
 from edgecap.build.export.onnx import export_onnx
 from edgecap.build.models import create_model
+from edgecap.build.torch_runtime.refine import TorchRefineModel
 from edgecap.runtime.backends.base import RuntimeInputError
-from edgecap.runtime.backends.refine import TorchRefineModel, create_onnxruntime_refine_model
+from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
 from edgecap.runtime.decoding import DecodeCfg, decode
 from tests.build.export.helpers import FEATURE_DIM, WORD_VOCAB, random_images
 

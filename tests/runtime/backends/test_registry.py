@@ -65,7 +65,7 @@ def test_a_runtime_whose_backend_is_missing_says_what_to_install(registry: dict[
         RuntimeSpec(
             name="ghost",
             description="needs a package that is not installed",
-            loader="edgecap.runtime.backends.onnxruntime.session:load_bundle_runtime",
+            loader="edgecap.runtime.backends.onnxruntime.loader:load_bundle_runtime",
             requires=("edgecap_no_such_backend",),
             install="pip install edgecap-ghost",
             auto_rank=-1,

@@ -1,4 +1,5 @@
-"""The ONNX Runtime thread policy (``edgecap.runtime.backends.threads``): its decisions, explicit values winning, and the
+"""The ONNX Runtime thread policy (``edgecap.runtime.backends.threads``): its decisions, explicit values winning, and
+the
 settings reaching a real session's ``SessionOptions``."""
 
 from __future__ import annotations
@@ -179,7 +180,7 @@ def test_on_a_gpu_provider_explicit_values_still_reach_the_session(threads, spin
 
 def test_step_model_options_apply_the_plan_to_a_step_model() -> None:
     """The sessions' options and the step model's concurrent chunks, as one set of keyword arguments."""
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     plan = plan_threads("auto", cores=4, streams=2)
     options = plan.step_model_options()

@@ -11,7 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from edgecap.build import models
-from edgecap.runtime.backends import RuntimeStepModel, TorchRuntime, TorchStepModel
+from edgecap.build.torch_runtime.runtime import TorchRuntime, TorchStepModel
+from edgecap.runtime.backends import RuntimeStepModel
 from edgecap.runtime.decoding import DecodeCfg, DecodeInputError, RadixSpec, beam_search, decode, greedy
 
 VOCAB, FEAT, HIDDEN = 10, 6, 16

@@ -68,7 +68,7 @@ def region_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) ->
 def region_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
     """The region run exported with FP32, FP16 and INT8 (calibrated on the train split, quality on val)."""
     if "region_bundle" not in _CACHE:
-        from edgecap.runtime.bundle import export_bundle
+        from edgecap.build.export.bundle import export_bundle
 
         data, _ = tiny_data
         run, out = region_run(tiny_data, factory), _root(factory) / "region-bundle"

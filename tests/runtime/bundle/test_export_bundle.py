@@ -18,10 +18,10 @@ import torch
 
 import edgecap.build.export
 import edgecap.build.export.bundling.quality as export_quality
-from edgecap.build.export.bundle import calibration_images
+from edgecap.build.export.bundle import BundleExportError, calibration_images, export_bundle
 from edgecap.build.runs import load_run
 from edgecap.build.training.checkpoint import RunError
-from edgecap.runtime.bundle import BundleExportError, export_bundle, load_bundle
+from edgecap.runtime.bundle import load_bundle
 from tests.runtime.bundle.helpers import (
     edit_json,
     export_result_from,
@@ -68,9 +68,10 @@ def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny
     from edgecap.build.data.datasets import load_dataset
     from edgecap.build.data.sources import open_feature_source
     from edgecap.build.evaluation import cider_d
+    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.build.training.batches import FeatureBank
-    from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
-    from edgecap.runtime.captioning import caption_bank, decode_cfg_for
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
+    from edgecap.runtime.captioning import decode_cfg_for
     from edgecap.runtime.decoding import decode
 
     loaded = load_bundle(bundle)

@@ -82,7 +82,7 @@ def test_bad_levels_and_torch_fp16_are_refused_clearly(labert, images):
 def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, images, tiny_data, tmp_path, monkeypatch):
     """Re-export with INT8 (the ONNX export stands in from the bundle's graphs: the INT8 path is under test)."""
     import edgecap.build.export
-    from edgecap.runtime.bundle import export_bundle
+    from edgecap.build.export.bundle import export_bundle
 
     bundle = labert[0]
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="labert-test")  # noqa: E731

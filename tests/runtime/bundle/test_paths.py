@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
+from edgecap.build.runs import load_bundle_model
 from edgecap.runtime.bundle import BundleError, load_bundle
 from edgecap.runtime.bundle.manifest import MANIFEST_NAME
 from tests.runtime.bundle.helpers import copy_bundle, edit_json, pixel_bundle, rehash
@@ -117,7 +118,7 @@ def test_a_symlink_inside_the_bundle_pointing_outside_is_refused(copy: Path, fie
     for verify in (True, False):
         with pytest.raises(BundleError, match="outside"):
             bundle = load_bundle(copy, verify=verify, graphs="none")
-            bundle.load_torch_model()
+            load_bundle_model(bundle)
             bundle.graph_path("fp32", "step")
 
 

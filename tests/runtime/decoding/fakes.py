@@ -3,7 +3,8 @@
 Token layout of the scripted tests: PAD=0, BOS=1, EOS=2, then word tokens A=3, B=4, C=5, D=6 (V=7).
 
 The fakes hold their state and return their log-probs in the array type of :data:`BACKEND` — ``"numpy"`` (what
-ONNX Runtime adapters return) or ``"torch"`` (the torch adapters) — which ``tests/runtime/decoding/conftest.py`` sets per test,
+ONNX Runtime adapters return) or ``"torch"`` (the torch adapters) — which ``tests/runtime/decoding/conftest.py`` sets
+per test,
 so every search test runs against every array type the search accepts. Whatever the backend, they check the search's
 side of the contract: tokens and row indices arrive as int64 numpy arrays.
 """

@@ -8,12 +8,14 @@ come from the record; and every class carries only the members the record lists,
 the real overloads (:func:`check_fake` verifies both whenever a fake is made). A member the record lacks does not
 exist here either, so edgecap code that calls it fails in the tests, not first on a GPU.
 
-The build half (:mod:`tests.runtime.engines.fake_trt_build`) records and checks what it is asked: ``OnnxParser`` reads the
+The build half (:mod:`tests.runtime.engines.fake_trt_build`) records and checks what it is asked: ``OnnxParser`` reads
+the
 graph's inputs and outputs with ``onnx`` and reports nodes it is told not to support as ``ParserError`` objects;
 ``build_serialized_network`` returns JSON naming the graph, io, flags, workspace and profile (an ``IHostMemory``), or
 None where TensorRT fails (a precision builder flag on a strongly typed network, an input without a profile shape, a
 profile whose min/opt/max disagree). The runtime half (:mod:`tests.runtime.engines.fake_trt_runtime`) deserialises that
-plan and runs it on the simulated device. :class:`~tests.runtime.engines.fake_trt_base.Faults` makes it fail as a machine
+plan and runs it on the simulated device. :class:`~tests.runtime.engines.fake_trt_base.Faults` makes it fail as a
+machine
 can: CUDA not starting (``Builder`` and ``Runtime`` raise pybind11's "factory function returned nullptr"), a
 timing cache TensorRT cannot use, a context that cannot be created, an address refused, a tensor retyped.
 """

@@ -1,4 +1,5 @@
-"""What the fake ``tensorrt`` (:mod:`tests.runtime.engines.fake_trt`) is made of: the recorded surfaces, pybind11-like enums,
+"""What the fake ``tensorrt`` (:mod:`tests.runtime.engines.fake_trt`) is made of: the recorded surfaces, pybind11-like
+enums,
 argument checks, the failures it can be told to have (:class:`Faults`) and ``trt.nptype``."""
 
 from __future__ import annotations

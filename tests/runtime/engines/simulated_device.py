@@ -1,6 +1,7 @@
 """A simulated GPU for the tensorrt runtime's own logic: device memory is numpy bytes keyed by fake pointers, with the
 device current in the allocating thread, and streams. The fake TensorRT's execution contexts
-(:mod:`tests.runtime.engines.fake_trt_runtime`) read and write this memory; what is exercised is edgecap's side — buffer pools,
+(:mod:`tests.runtime.engines.fake_trt_runtime`) read and write this memory; what is exercised is edgecap's side —
+buffer pools,
 ping-pong caches, reorder/expand on the device, tokens up and log-probs down — never CUDA itself."""
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 For the oldest and newest supported 10.x (10.3, JetPack 6's; 10.16) and for 11.4, the real ``tensorrt_bindings`` wheel
 is downloaded once into the test cache and imported in a subprocess over stub libraries whose entry points return NULL
-(:mod:`tests.runtime.engines.real_trt`). There, the surface edgecap uses is re-extracted and must equal ``trt_surface.json``,
-which the fake (:mod:`tests.runtime.engines.fake_trt`) is generated from and checked against; edgecap's settings decisions
+(:mod:`tests.runtime.engines.real_trt`). There, the surface edgecap uses is re-extracted and must equal
+``trt_surface.json``,
+which the fake (:mod:`tests.runtime.engines.fake_trt`) is generated from and checked against; edgecap's settings
+decisions
 must be the same on the real module as on the fake; edgecap's data-type table must agree with ``trt.nptype``;
 ``trt.Builder``/``trt.Runtime`` must fail as they do without CUDA and edgecap must say so in a sentence. Statically,
 every ``trt.X.Y`` edgecap names must exist in every version and every call of a recorded method must fit one of the
@@ -27,8 +29,13 @@ from tests.runtime.engines.trt_surface import dump, overload_params
 
 ROOT = Path(__file__).resolve().parents[2]
 #: edgecap's modules that call TensorRT.
-TRT_MODULES = ("edgecap/runtime/engines/build.py", "edgecap/runtime/engines/settings.py", "edgecap/runtime/engines/tensorrt_api.py",
-               "edgecap/runtime/backends/tensorrt/runtime.py", "edgecap/runtime/backends/tensorrt/engines.py")  # fmt: skip
+TRT_MODULES = (
+    "edgecap/runtime/engines/build.py",
+    "edgecap/runtime/engines/settings.py",
+    "edgecap/runtime/engines/tensorrt_api.py",
+    "edgecap/runtime/backends/tensorrt/runtime.py",
+    "edgecap/runtime/backends/tensorrt/engines.py",
+)
 PRECISIONS = ("fp32", "fp16", "int8")
 TYPINGS = ("auto", "strong", "weak")
 

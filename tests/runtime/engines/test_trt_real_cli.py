@@ -1,6 +1,7 @@
 """``edgecap engine`` and ``edgecap caption --runtime tensorrt`` with NVIDIA's real TensorRT 10.3 bindings installed
 as ``tensorrt`` (the meta package's shim over ``tensorrt_bindings``) but no CUDA: the libraries' entry points return
-NULL (:mod:`tests.runtime.engines.real_trt`), as on a machine without a driver or with a CUDA mismatch. Each command must exit
+NULL (:mod:`tests.runtime.engines.real_trt`), as on a machine without a driver or with a CUDA mismatch. Each command
+must exit
 non-zero with one message and no traceback: as this machine is (whatever cuda-python says about the GPU), and with the
 GPU check passing (``current_env`` answering for an Orin), so that the real ``trt.Builder``/``trt.Runtime`` is reached
 and fails. Skipped only when the package index cannot be reached (or off Linux)."""

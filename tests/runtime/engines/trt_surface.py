@@ -5,7 +5,8 @@ attributes are ``DataType`` aliases (``trt.float32``); what ``trt.nptype`` gives
 class in :data:`USED` its bases, whether it has the buffer protocol (``bytes(plan)``), and for each used member either
 its kind and the parameter lists parsed from pybind11's docstrings (``name(self: ..., arg: type = default) -> ret``,
 one per overload) or ``None`` when that version lacks it. ``trt_surface.json`` holds one record per version (key
-``10.3``, ``10.16``, ``11.4``); ``tests/runtime/engines/test_trt_conformance.py`` re-extracts from NVIDIA's real bindings and
+``10.3``, ``10.16``, ``11.4``); ``tests/runtime/engines/test_trt_conformance.py`` re-extracts from NVIDIA's real
+bindings and
 compares, and ``tests/runtime/engines/fake_trt.py`` builds its stand-in from the record. Regenerate after changing
 :data:`USED` (or the versions in ``real_trt.WHEELS``)::
 
@@ -25,7 +26,8 @@ from typing import Any
 
 SNAPSHOT = Path(__file__).with_name("trt_surface.json")
 
-#: Per class, the members edgecap (``edgecap/runtime/engines/build.py``, ``settings.py``, ``edgecap/runtime/backends/tensorrt/runtime*.py``)
+# : Per class, the members edgecap (``edgecap/runtime/engines/build.py``, ``settings.py``,
+# ``edgecap/runtime/backends/tensorrt/runtime*.py``)
 #: or the fake use. A call edgecap makes outside this list fails in the fake (it has nothing else).
 USED: dict[str, tuple[str, ...]] = {
     "Logger": ("__init__", "WARNING"),
@@ -218,7 +220,10 @@ def _write() -> None:  # pragma: no cover - a maintenance command
 
 
 #: The subprocess program: the real module's surface as JSON on stdout.
-_EXTRACT = "import json, tensorrt_bindings as t; from tests.runtime.engines.trt_surface import extract; print(json.dumps(extract(t)))"
+_EXTRACT = (
+    "import json, tensorrt_bindings as t; from tests.runtime.engines.trt_surface import extract; "
+    "print(json.dumps(extract(t)))"
+)
 
 if __name__ == "__main__":  # pragma: no cover
     if sys.argv[1:] != ["--write"]:

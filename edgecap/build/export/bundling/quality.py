@@ -29,7 +29,8 @@ __all__ = [
 
 class PixelReference:
     """The torch FP32 reference of a bundle whose encoder graph contains the backbone: ``pixel_values`` through the
-    torch backbone, then the captioner's own decoder adapter (a :class:`~edgecap.runtime.decoding.StepModel`, or LaBERT's
+    torch backbone, then the captioner's own decoder adapter (a :class:`~edgecap.runtime.decoding.StepModel`, or
+    LaBERT's
     refine model), to which everything but ``encode`` is handed on. Inputs other than the pixels (``length_level``
     of a ``*-len`` model) go on to the inner encoder."""
 

@@ -16,7 +16,8 @@ QUANTIZED = "int8"
 
 
 def int8_targets() -> list[str]:
-    """The INT8 targets export accepts: the registered ``edgecap.build.export.calibration`` presets (``register_preset`` adds
+    """The INT8 targets export accepts: the registered ``edgecap.build.export.calibration`` presets
+    (``register_preset`` adds
     one) plus ``cpu-auto``, which picks the preset for the exporting machine's CPU."""
     from edgecap.build.export.calibration.presets import list_presets
 

@@ -9,8 +9,9 @@ from typing import Any
 import torch
 
 from edgecap.build.export.bundling import BundleExportError
+from edgecap.runtime.bundle.layout import CONFIG_NAME, WEIGHTS_NAME, is_bundle
 from edgecap.runtime.bundle.manifest import sha256_file
-from edgecap.runtime.bundle.reader import CONFIG_NAME, WEIGHTS_NAME, is_bundle, load_bundle
+from edgecap.runtime.bundle.reader import load_bundle
 
 __all__ = [
     "REBUILDABLE_BACKBONES",
@@ -54,7 +55,7 @@ class ExportSource:
 
     def backbone(self) -> Any:
         """The run's backbone, rebuilt and checked against its spec (raises ``BackboneMismatchError``)."""
-        from edgecap.runtime.captioner import backbone_from_spec
+        from edgecap.build.torch_runtime.images import backbone_from_spec
 
         return backbone_from_spec(self.backbone_spec, weights=self.backbone_weights)
 
@@ -79,7 +80,7 @@ def default_bundle_out(model_or_run: Any) -> Path:
     import json
 
     from edgecap.build.runs import TrainedRun
-    from edgecap.runtime.bundle.reader import default_bundle_dir
+    from edgecap.runtime.bundle.layout import default_bundle_dir
 
     if isinstance(model_or_run, TrainedRun):
         return default_bundle_dir(str(model_or_run.config["model"]["name"]))
@@ -94,14 +95,15 @@ def default_bundle_out(model_or_run: Any) -> Path:
 
 
 def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -> ExportSource:
-    """Resolve what ``edgecap export --model`` names: a :class:`~edgecap.build.runs.TrainedRun`, a run directory, a model
+    """Resolve what ``edgecap export --model`` names: a :class:`~edgecap.build.runs.TrainedRun`, a run directory, a
+    model
     name trained earlier (``$EDGECAP_HOME/runs/NAME``), or an existing bundle (re-export, e.g. to add INT8).
 
     Raises:
         RunError: nothing trained under that name/path (the message says where it looked and what to do).
         BundleExportError: the run's backbone used a local weights file that was not passed.
     """
-    from edgecap.build.runs import TrainedRun, load_run
+    from edgecap.build.runs import TrainedRun, load_bundle_model, load_run
 
     weights = Path(backbone_weights) if backbone_weights is not None else None
     if isinstance(model_or_run, (str, Path)) and is_bundle(model_or_run):
@@ -109,7 +111,7 @@ def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -
         source_info = bundle.config.get("source") or {}
         source = ExportSource(
             name=bundle.name,
-            model=bundle.load_torch_model(),
+            model=load_bundle_model(bundle),
             vocab=bundle.load_vocab(),
             model_config=dict(bundle.config["model"]),
             max_words=bundle.max_words,

@@ -9,8 +9,8 @@ from typing import Any
 from edgecap.build.export.bundling import BundleExportError
 from edgecap.build.export.bundling.source import ExportSource
 from edgecap.build.export.writer import BundleBuilder
+from edgecap.runtime.bundle.layout import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME
 from edgecap.runtime.bundle.manifest import parity_summary
-from edgecap.runtime.bundle.reader import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME
 
 __all__ = ["check_parity", "interface_record", "write_float_variants", "write_model_files"]
 

@@ -34,7 +34,7 @@ from edgecap.build.export.calibration.source import (
     CalibrationSource,
     OrtCalibrationReader,
 )
-from edgecap.runtime._lazy import lazy_getattr
+from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
     "FeedRecorder": "edgecap.build.export.calibration.record",
@@ -63,3 +63,4 @@ __all__ = [
 
 
 __getattr__ = lazy_getattr(__name__, _LAZY)
+__dir__ = lazy_dir(globals(), _LAZY)

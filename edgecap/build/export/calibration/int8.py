@@ -197,7 +197,8 @@ def _quantize_uncalibrated(
     strict_exclusions: bool,
     workdir: str | Path | None,
 ) -> GraphInt8:
-    """:func:`quantize_graph` for the ``dynamic`` and ``weight-only`` schemes (``edgecap.build.export.calibration.schemes``): no
+    """:func:`quantize_graph` for the ``dynamic`` and ``weight-only`` schemes
+    (``edgecap.build.export.calibration.schemes``): no
     calibration feeds are read and no ranges come back."""
     from edgecap.build.export.graph import non_portable_nodes, set_metadata
 

@@ -2,7 +2,8 @@
 ``quantize_static`` call.
 
 Everything that talks to ONNX Runtime's quantiser directly lives here, so the graph and Q/DQ helpers
-(``graph_utils``, ``qdq_utils``) and :func:`~edgecap.build.export.calibration.int8.quantize_graph` see only ``onnx`` models.
+(``graph_utils``, ``qdq_utils``) and :func:`~edgecap.build.export.calibration.int8.quantize_graph` see only ``onnx``
+models.
 ``onnxruntime`` is imported inside the functions: importing this module loads no backend.
 """
 

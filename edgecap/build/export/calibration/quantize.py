@@ -6,9 +6,11 @@ encoder feeds (real images: backbone pixels or region features) and the deployed
 1. decodes the calibration images with the FP32 graphs on ONNX Runtime, recording the step graph's feeds (tokens,
    cross-attention keys/values and the growing self-attention cache) — realistic decoder calibration data
    (``edgecap.build.export.calibration.record``);
-2. per graph (:func:`~edgecap.build.export.calibration.int8.quantize_graph`): ``quant_pre_process`` (symbolic shape inference,
+2. per graph (:func:`~edgecap.build.export.calibration.int8.quantize_graph`): ``quant_pre_process`` (symbolic shape
+inference,
    basic ONNX Runtime optimisation, ONNX shape inference), then ``quantize_static(QuantFormat.QDQ)`` with the target
-   preset's types, op types and calibration method (``edgecap.build.export.calibration.presets``), excluding the nodes/op types
+   preset's types, op types and calibration method (``edgecap.build.export.calibration.presets``), excluding the
+   nodes/op types
    the caller names;
 3. returns the QDQ graphs, the calibration tensor ranges (JSON-ready) and a calibration report for the bundle
    manifest. TensorRT builds from the QDQ graphs themselves (explicit INT8; ``edgecap engine``), so no TensorRT
@@ -18,7 +20,8 @@ A length-controllable model (``*-len``, LaBERT §3.1: its encoder graph takes ``
 level: feeds without levels get one per image, cycling over the plan, and each image is decoded at its own level.
 
 Each feed is checked against the graph's inputs; an empty calibration set, a set from which decoding records no step
-feed, or mismatching names raise :class:`~edgecap.build.export.calibration.source.CalibrationError` before any quantisation runs.
+feed, or mismatching names raise :class:`~edgecap.build.export.calibration.source.CalibrationError` before any
+quantisation runs.
 
 This is the entry point of the INT8 path; its parts sit beside it: ``int8`` (one graph), ``graph_utils`` (graph
 inspection, exclusions), ``qdq_utils`` (Q/DQ placement), ``calib_utils`` (level feeds, the range cache) and
@@ -102,7 +105,8 @@ def quantize_int8(
     """INT8 versions of a captioner's runtime graphs, calibrated on real images.
 
     Each role is quantised with its preset policy's scheme: the encoder with calibrated static QDQ, the step with
-    static QDQ, ``dynamic`` or ``weight-only`` (``edgecap.build.export.calibration.schemes``, no calibration; docs/int8.md).
+    static QDQ, ``dynamic`` or ``weight-only`` (``edgecap.build.export.calibration.schemes``, no calibration;
+    docs/int8.md).
 
     Args:
         fp32_models: ``{"encoder": ..., "step": ...}`` FP32 runtime graphs (``ExportResult.runtime_models("fp32")``).

@@ -2,7 +2,8 @@
 are recorded while the FP32 graphs run mask-predict on the calibration images at every length level, so the
 quantiser sees the token/level mixtures (all-[MASK] first pass, partly masked later passes) that deployment sees.
 
-Each graph goes through :func:`~edgecap.build.export.calibration.int8.quantize_graph` with the preset's policy of the matching
+Each graph goes through :func:`~edgecap.build.export.calibration.int8.quantize_graph` with the preset's policy of the
+matching
 role: ``encoder`` for the visual embedding, ``refine`` for the refine graph (a preset without a ``refine`` policy uses
 its default role, static QDQ: a refine pass runs every position at once, not one token per weight read).
 """
@@ -59,7 +60,8 @@ class LabertInt8:
         return {role: g.info for role, g in self.graphs.items()}
 
     def result(self, preset: str) -> Int8Result:
-        """The same graphs as an :class:`~edgecap.build.export.calibration.quantize.Int8Result`, the form a bundle's INT8 variant
+        """The same graphs as an :class:`~edgecap.build.export.calibration.quantize.Int8Result`, the form a bundle's
+        INT8 variant
         is written from (models, ranges per role, the calibration report)."""
         from edgecap.build.export.calibration.presets import get_preset
 
@@ -92,7 +94,7 @@ def quantize_labert_int8(
     Raises:
         CalibrationError: no encoder feeds, or the graphs are not LaBERT's.
     """
-    from edgecap.runtime.backends.refine import create_ort_refine_model
+    from edgecap.runtime.backends.onnxruntime.refine import create_ort_refine_model
 
     missing = [r for r in ("encoder", "refine") if r not in fp32_models]
     if missing:

@@ -1,4 +1,5 @@
-"""Export spec of the Image Transformer family (``edgecap.build.models.image_transformer``): the generic captioning graphs
+"""Export spec of the Image Transformer family (``edgecap.build.models.image_transformer``): the generic captioning
+graphs
 (encoder with optional backbone, start, init, step) plus the family's float16 policy and tolerances.
 
 The step graph carries the LSTM: its state (``lstm_h``, ``lstm_c``, ``context``) has a fixed size, so the step

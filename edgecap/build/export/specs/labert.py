@@ -30,7 +30,7 @@ from edgecap.build.export.specs.captioning import (
     random_boxes,
     random_mask,
 )
-from edgecap.runtime.backends.refine import refine_metadata
+from edgecap.build.torch_runtime.refine import refine_metadata
 
 __all__ = ["LABERT_FP16", "LABERT_TOLERANCES", "labert_export_spec"]
 

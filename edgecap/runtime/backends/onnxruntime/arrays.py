@@ -1,9 +1,11 @@
 """Arrays between numpy, torch and ONNX Runtime's ``OrtValue``, and what a session's options and inputs say.
 
 Helpers of :class:`~edgecap.runtime.backends.onnxruntime.session.OnnxRuntimeSession`: dtype names of ONNX tensor types,
-outputs of the io-binding path as torch tensors without leaving the device (DLPack, else the CUDA Array Interface),
-the fast feed check's fixed sizes, and a ``SessionOptions``' threading read back. torch is imported inside the
-functions that need it (the io-binding path), never at import.
+outputs
+of
+the CUDA Array Interface of a device buffer, the fast feed check's fixed sizes, and a ``SessionOptions``' threading
+read back. No torch: the io-binding path's torch side is
+:mod:`edgecap.build.torch_runtime.onnxruntime_binding`, reached through :mod:`edgecap.runtime.torch_hooks`.
 
 I/O: two paths behind one interface.
 
@@ -40,9 +42,6 @@ __all__ = [
     "numpy_dtype_or_none",
     "passes_fast_checks",
     "read_settings",
-    "run_bound",
-    "to_torch",
-    "torch_numpy_dtype",
 ]
 
 #: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
@@ -62,37 +61,6 @@ ONNXRUNTIME_TYPES = {
     "tensor(uint8)": "uint8",
     "tensor(bool)": "bool",
 }
-
-
-def to_torch(value: Any, device: Any) -> Any:
-    """An output OrtValue as a torch tensor, without leaving the device where the API allows:
-
-    - DLPack (``OrtValue.__dlpack__``, in current releases): zero-copy;
-    - else, for a CUDA output (onnxruntime builds whose OrtValue lacks DLPack, such as some 1.18–1.20 wheels Jetson
-      users get): zero-copy through the CUDA Array Interface built from ``data_ptr()``/``shape()``/``data_type()``,
-      which every release since 1.8 has; the wrapper holds the OrtValue, so ONNX Runtime's buffer lives as long as
-      the tensor;
-    - else (a CPU output): through numpy.
-    """
-    import torch
-
-    if hasattr(value, "__dlpack__"):
-        return torch.from_dlpack(value)
-    if getattr(device, "type", None) == "cuda" and callable(getattr(value, "data_ptr", None)):
-        shape = tuple(int(d) for d in value.shape())
-        dtype = np.dtype(ONNXRUNTIME_TYPES[value.data_type()])
-        if 0 in shape:  # an empty tensor may have no buffer at all
-            return torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype, device=device)
-        return torch.as_tensor(_CudaArray(value, shape, dtype), device=device)
-    return torch.from_numpy(value.numpy()).to(device)
-
-
-class _CudaArray:
-    """An ONNX Runtime-owned CUDA buffer as a CUDA Array Interface (v2) object; keeps the OrtValue alive."""
-
-    def __init__(self, value: Any, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.value = value
-        self.__cuda_array_interface__ = cuda_array_interface(int(value.data_ptr()), shape, dtype)
 
 
 def cuda_array_interface(pointer: int, shape: Sequence[int], dtype: Any) -> dict[str, Any]:
@@ -139,7 +107,8 @@ def fixed_sizes(shape: tuple[Any, ...]) -> tuple[Any, Any]:
 
 
 def fast_checks(inputs: Iterable[Any]) -> tuple[tuple[str, Any, Any, Any, int], ...] | None:
-    """Per input (a :class:`~edgecap.runtime.backends.base.TensorMeta`): name, numpy dtype, :func:`fixed_sizes` and rank, for
+    """Per input (a :class:`~edgecap.runtime.backends.base.TensorMeta`): name, numpy dtype, :func:`fixed_sizes` and
+    rank, for
     :func:`passes_fast_checks`; None when an input has no numpy dtype (bfloat16 always takes the full check)."""
     checks = tuple(
         (meta.name, numpy_dtype_or_none(meta.dtype), *fixed_sizes(meta.shape), len(meta.shape)) for meta in inputs
@@ -176,40 +145,3 @@ def as_numpy(value: Array) -> np.ndarray:
     if detach is not None:  # a torch tensor
         return detach().cpu().numpy()
     return np.asarray(value)
-
-
-def torch_numpy_dtype(torch_dtype: Any) -> Any:
-    """The numpy scalar type of a torch dtype (what ``IOBinding.bind_input`` takes)."""
-    import torch
-
-    if torch_dtype == torch.bool:
-        return np.bool_
-    return torch.empty((), dtype=torch_dtype).numpy().dtype.type
-
-
-def run_bound(
-    session: Any, binding: Any, feed: Mapping[str, Array], output_names: Sequence[str], device_type: str, device_id: int
-) -> dict[str, Any]:
-    """One ``run_with_iobinding`` call: ``feed`` (torch tensors or numpy arrays) bound by pointer on the device, the
-    outputs allocated there by ONNX Runtime and returned as torch tensors (:func:`to_torch`, zero-copy)."""
-    import torch
-
-    binding.clear_binding_inputs()
-    binding.clear_binding_outputs()
-    device = torch.device(device_type, device_id) if device_type == "cuda" else torch.device("cpu")
-    keep_alive = []
-    for name, value in feed.items():
-        tensor = value if isinstance(value, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(value))
-        tensor = tensor.detach().to(device).contiguous()
-        keep_alive.append(tensor)
-        binding.bind_input(
-            name, device_type, device_id, torch_numpy_dtype(tensor.dtype), tuple(tensor.shape), tensor.data_ptr()
-        )
-    for name in output_names:
-        binding.bind_output(name, device_type, device_id)
-    if device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()  # inputs written by torch kernels must be complete
-    session.run_with_iobinding(binding)
-    binding.synchronize_outputs()
-    values = binding.get_outputs()
-    return {name: to_torch(value, device) for name, value in zip(output_names, values, strict=True)}

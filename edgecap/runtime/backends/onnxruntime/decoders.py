@@ -1,6 +1,7 @@
 """One entry point from exported runtime graphs to the adapter decoding drives, chosen by the graphs' roles.
 
-``{"encoder", "step"}`` (autoregressive captioners) becomes a :class:`~edgecap.runtime.backends.bridge.RuntimeStepModel`;
+``{"encoder", "step"}`` (autoregressive captioners) becomes a
+:class:`~edgecap.runtime.backends.bridge.RuntimeStepModel`;
 ``{"encoder", "refine"}`` (LaBERT) a :class:`~edgecap.runtime.backends.refine.RuntimeRefineModel`. Bundle export (its
 task-level check) and ``Captioner.load`` both go through here, so neither knows model families.
 """
@@ -35,18 +36,19 @@ def create_onnxruntime_decoder(
             carries it); None = read from the graph's metadata.
         rows_independent: False for graphs that couple a call's rows (a ``dynamic`` INT8 step): every decode on the
             adapter then runs image by image (:attr:`~edgecap.runtime.backends.bridge.GraphPair.rows_independent`).
-        **runtime_options: :class:`~edgecap.runtime.backends.onnxruntime.session.OnnxRuntimeSession` options for every session.
+        **runtime_options: :class:`~edgecap.runtime.backends.onnxruntime.session.OnnxRuntimeSession` options for every
+        session.
 
     Raises:
         ValueError: the roles are neither pair.
     """
     roles = set(graphs)
     if roles == {"encoder", "refine"}:
-        from edgecap.runtime.backends.refine import create_onnxruntime_refine_model
+        from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
 
         model = create_onnxruntime_refine_model(graphs["encoder"], graphs["refine"], **runtime_options)
     elif roles == {"encoder", "step"}:
-        from edgecap.runtime.backends.onnxruntime.session import create_onnxruntime_step_model
+        from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
         model = create_onnxruntime_step_model(
             graphs["encoder"], graphs["step"], state_names, updated_state_names=updated_state_names, **runtime_options

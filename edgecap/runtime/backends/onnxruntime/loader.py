@@ -59,7 +59,8 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     input/output names are checked against the bundle's interface from the sessions' own metadata.
 
     Returns:
-        A :class:`~edgecap.runtime.backends.registry.LoadedRuntime`; its ``info`` says which provider and precision run and
+        A :class:`~edgecap.runtime.backends.registry.LoadedRuntime`; its ``info`` says which provider and precision run
+        and
         why, and ``provider_fallback`` (``requested``, ``in_use``, ``cause``) when a requested provider did not start.
     """
     from edgecap.runtime.backends.registry import LoadedRuntime
@@ -226,7 +227,8 @@ def _tensorrt_settings(request: Any, bundle: Any) -> dict[str, Any]:
 
 
 def _tensorrt_options(bundle: Any, precision: str, workspace_mb: int | None) -> dict[str, Any]:
-    """TensorRT EP options (:func:`edgecap.runtime.backends.onnxruntime.gpu.tensorrt_ep_options`): engine and timing caches in
+    """TensorRT EP options (:func:`edgecap.runtime.backends.onnxruntime.gpu.tensorrt_ep_options`): engine and timing
+    caches in
     the bundle's hidden ``.onnxruntime-trt`` directory (outside the manifest, so it stays verifiable), keyed by the
     decoder graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap.runtime._home import edgecap_home

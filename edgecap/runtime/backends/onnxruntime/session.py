@@ -4,7 +4,8 @@
 ``onnxruntime`` is imported only when a runtime is constructed, never by ``import edgecap`` /
 ``import edgecap.runtime.backends``. The provider and precision choice live in
 :mod:`~edgecap.runtime.backends.onnxruntime.providers`, the GPU-provider fallback in
-:mod:`~edgecap.runtime.backends.onnxruntime.fallback`, bundles on sessions (the registry's loader, :func:`load_bundle_runtime`)
+:mod:`~edgecap.runtime.backends.onnxruntime.fallback`, bundles on sessions (the registry's loader,
+:func:`load_bundle_runtime`)
 in :mod:`~edgecap.runtime.backends.onnxruntime.loader`; their public names are importable from here too.
 
 Execution providers: CPU always (last, as the fallback); TensorRT and CUDA first when
@@ -21,7 +22,6 @@ run: caches stay on the device, ``array_type = "torch"``); :mod:`~edgecap.runtim
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import threading
@@ -42,15 +42,12 @@ from edgecap.runtime.backends.onnxruntime.arrays import (
     fast_checks,
     passes_fast_checks,
     read_settings,
-    run_bound,
-    to_torch,
 )
 from edgecap.runtime.backends.onnxruntime.fallback import (
     ProviderFallback,
     ProviderFallbackWarning,
     open_session,
 )
-from edgecap.runtime.backends.onnxruntime.loader import load_bundle_runtime
 from edgecap.runtime.backends.onnxruntime.providers import (
     CUDA_PROVIDERS,
     PROVIDER_ALIASES,
@@ -63,13 +60,18 @@ from edgecap.runtime.backends.onnxruntime.providers import (
     resolve_providers,
     row_coupled_roles,
 )
-from edgecap.runtime.backends.onnxruntime.step import ModelSource, create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import WidePlan
 from edgecap.runtime.decoding.parallel import in_decode_chunk
+from edgecap.runtime.torch_hooks import torch_available, torch_hook
 
 log = logging.getLogger(__name__)
 
+#: A graph a session opens: an ``.onnx`` path, serialized bytes, or an ``onnx.ModelProto`` (anything with
+#: ``SerializeToString``).
+ModelSource = str | os.PathLike | bytes | Any
+
 __all__ = [
+    "ModelSource",
     "PROVIDERS",
     "PROVIDER_ALIASES",
     "ROW_COUPLED_SCHEMES",
@@ -79,9 +81,7 @@ __all__ = [
     "ProviderFallback",
     "ProviderFallbackWarning",
     "ProviderInfo",
-    "create_onnxruntime_step_model",
     "cuda_array_interface",
-    "load_bundle_runtime",
     "resolve_providers",
     "row_coupled_roles",
 ]
@@ -90,12 +90,9 @@ __all__ = [
 _RENAMED = {
     "OrtRuntime": "OnnxRuntimeSession",
     "OrtProviderError": "OnnxRuntimeProviderError",
-    "create_ort_step_model": "create_onnxruntime_step_model",
     "ORT_TYPES": "ONNXRUNTIME_TYPES",
 }
 __getattr__ = renamed_getattr(__name__, _RENAMED)
-
-_to_torch = to_torch  # its older private name, kept importable from here (the GPU tests reach it)
 
 
 class OnnxRuntimeSession(Runtime):
@@ -122,7 +119,8 @@ class OnnxRuntimeSession(Runtime):
         device_id: the CUDA device of CUDA/TensorRT providers.
         trt_profile_dims: with the TensorRT provider, bounds of the graph's named dynamic dimensions (a bundle's
             ``interface.dims``): the session gets explicit optimisation profiles for its own inputs
-            (:func:`edgecap.runtime.backends.onnxruntime.gpu.trt_profile_shapes`), read from a metadata-only CPU session first.
+            (:func:`edgecap.runtime.backends.onnxruntime.gpu.trt_profile_shapes`), read from a metadata-only CPU
+            session first.
             Their maximum is the bundle's; TensorRT tunes for ``trt_opt_batch`` images
             (:func:`edgecap.runtime.backends.onnxruntime.gpu.trt_opt_sizes`).
         trt_opt_batch: images per call the profiles are tuned for (None:
@@ -242,7 +240,7 @@ class OnnxRuntimeSession(Runtime):
             self.device_id = int(provider_options[primary].get("device_id", self.device_id))
         io_binding = self._io_binding_asked
         if io_binding is None:  # device-resident caches need torch for the beam gather on the device
-            io_binding = self.device_type == "cuda" and importlib.util.find_spec("torch") is not None
+            io_binding = self.device_type == "cuda" and torch_available()
         self.io_binding = bool(io_binding)
         self.array_type = "torch" if self.io_binding else "numpy"  # type: ignore[misc]  # per instance
         self.wide = self._wide_plan if self.device_type == "cpu" else None
@@ -440,4 +438,5 @@ class OnnxRuntimeSession(Runtime):
         if binding is None:  # one per thread and session
             binding = session.io_binding()
             setattr(self._binding, slot, binding)
+        run_bound = torch_hook("onnxruntime_binding")  # torch tensors bound by pointer (edgecap.runtime.torch_hooks)
         return run_bound(session, binding, feed, self._output_names, self.device_type, self.device_id)

@@ -11,14 +11,13 @@ from typing import Any
 
 from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.bridge import RuntimeStepModel
+from edgecap.runtime.backends.onnxruntime.session import ModelSource, OnnxRuntimeSession
 
 __all__ = ["ModelSource", "create_onnxruntime_step_model"]
 
 #: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
 _RENAMED = {"create_ort_step_model": "create_onnxruntime_step_model"}
 __getattr__ = renamed_getattr(__name__, _RENAMED)
-
-ModelSource = str | os.PathLike | bytes | Any  # Any: an onnx.ModelProto (anything with SerializeToString)
 
 
 def create_onnxruntime_step_model(
@@ -48,8 +47,6 @@ def create_onnxruntime_step_model(
     Use it as a context manager (``with create_onnxruntime_step_model(...) as sm: decode(sm, inputs, cfg)``); both
     sessions are created once on entry.
     """
-    from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
-
     if state_names is None or updated_state_names is None:
         meta_names, meta_updated = _state_names_of(step)
         state_names = meta_names if state_names is None else state_names

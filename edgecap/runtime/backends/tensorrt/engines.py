@@ -1,10 +1,12 @@
 """The engine side of the ``tensorrt`` runtime: deserialised engines, per-thread workers (execution contexts, a
-stream, buffer pools) and the launch of one engine; :mod:`edgecap.runtime.backends.tensorrt.runtime` drives them from the search.
+stream, buffer pools) and the launch of one engine; :mod:`edgecap.runtime.backends.tensorrt.runtime` drives them from
+the search.
 
 Every TensorRT call of the runtime is here. Each result TensorRT reports by value is checked: a NULL ``Runtime``
 (CUDA could not start), an engine that does not deserialise, a context it cannot create (``None``), an input shape
 outside the profile or an address it refuses (``False``), a launch that fails. Data types go through edgecap's table
-(:func:`~edgecap.runtime.engines.tensorrt_api.numpy_dtype`), so an engine with a bfloat16 or FP8 input or output is refused
+(:func:`~edgecap.runtime.engines.tensorrt_api.numpy_dtype`), so an engine with a bfloat16 or FP8 input or output is
+refused
 by name when loaded instead of failing inside ``trt.nptype``.
 """
 

@@ -5,7 +5,8 @@ interfaces as every runtime, so the one numpy search drives them.
   (init), ``step``, ``reorder`` and ``expand`` engines; :class:`TrtRefineModel` (LaBERT) a ``RefineModel`` over the
   ``encoder`` and ``refine`` engines.
 - The state never leaves the device: it is a dict of :class:`DeviceTensor` views into buffers allocated once per batch
-  shape (:mod:`edgecap.runtime.engines.buffers`). A step reads each cache from one copy and writes the next into the other;
+  shape (:mod:`edgecap.runtime.engines.buffers`). A step reads each cache from one copy and writes the next into the
+  other;
   beam reordering runs the ``reorder`` gather engine (``expand`` when a carried state, such as the cross-attention
   keys, must change too: the first expansion from images to beams). Only the tokens and the row index go up and the
   log-probs come back, as the search needs them.
@@ -20,7 +21,8 @@ The engines themselves (deserialising, contexts, launches: every TensorRT call) 
 :mod:`edgecap.runtime.backends.tensorrt.engines`.
 
 An engine set is loaded only when its record matches this machine's TensorRT version and GPU and the bundle's graph
-checksums, and its plans match their recorded checksums (:mod:`edgecap.runtime.engines.store`); otherwise loading refuses,
+checksums, and its plans match their recorded checksums (:mod:`edgecap.runtime.engines.store`); otherwise loading
+refuses,
 naming the difference and the ``edgecap engine`` command that builds a fitting set.
 """
 
