@@ -68,12 +68,6 @@ NOT_RENAMED_YET: dict[str, set[str]] = {
     "edgecap/bench/gpu_runtimes.py": {"ort"},
     "edgecap/bench/kernel_floor.py": {"ort"},
     "edgecap/bench/markdown.py": {"_ort_threads", "ORT threads", "ORT spin", "ort_providers"},
-    "edgecap/build/export/calibration/__init__.py": {"OrtCalibrationReader"},
-    "edgecap/build/export/calibration/int8.py": {"ort_method"},
-    "edgecap/build/export/calibration/onnxruntime_utils.py": {"OrtCalibrationReader"},
-    "edgecap/build/export/calibration/quantize.py": {"OrtRuntime"},
-    "edgecap/build/export/calibration/refine.py": {"create_ort_refine_model"},
-    "edgecap/build/export/calibration/source.py": {"OrtCalibrationReader"},
 }
 #: ONNX Runtime's own API names, allowed only as attributes (``onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL``).
 ONNXRUNTIME_API = {

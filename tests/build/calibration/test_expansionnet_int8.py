@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from edgecap.build.export.calibration import compare_decoders, quantize_int8
-from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.decoding import DecodeCfg
 from edgecap.runtime.vocab import WordVocab
 
@@ -45,8 +45,8 @@ def test_int8_quantises_the_cached_step_and_decodes_like_fp32(expansionnet, regi
     if scheme != "static":
         assert float_weight_matmuls(int8.models["step"]) == []
     with (
-        create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
-        create_ort_step_model(int8.models["encoder"], int8.models["step"]) as cand,
+        create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as ref,
+        create_onnxruntime_step_model(int8.models["encoder"], int8.models["step"]) as cand,
     ):
         report = compare_decoders(ref, cand, region_feeds(3, batch=4, seed=9), None, vocab, cfg)
     assert report["images"] == 12

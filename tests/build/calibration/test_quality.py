@@ -95,13 +95,13 @@ def test_inputs_that_cannot_be_compared(inputs, references, message: str) -> Non
 
 
 def test_the_fp32_graphs_agree_with_themselves(acort, region_feeds) -> None:
-    from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
     fp32 = acort.fp32
     refs = [["w1 w2 w3", "w4"]] * 8
     with (
-        create_ort_step_model(fp32["encoder"], fp32["step"]) as a,
-        create_ort_step_model(fp32["encoder"], fp32["step"]) as b,
+        create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as a,
+        create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as b,
     ):
         report = compare_decoders(a, b, region_feeds(2, seed=4), refs, acort.vocab, acort.cfg("beam", beam_size=2))
     assert report["images"] == 8 and report["caption_agreement_pct"] == 100.0 and report["cider_d_delta"] == 0.0

@@ -26,8 +26,8 @@ from edgecap.build.export.calibration import (  # noqa: E402
     record_decoder_feeds,
 )
 from edgecap.build.export.calibration.presets import ENCODER_ROLE  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.session import OrtRuntime  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model  # noqa: E402
 
 WEIGHT_OPS = {"MatMul", "Gemm", "Conv"}
 #: The CPU presets with their step kept on static QDQ (what this module tests; the default step schemes are in
@@ -149,8 +149,8 @@ def test_int8_runs_in_onnx_runtime_close_to_fp32(avx2, acort, region_feeds) -> N
     fp32 = acort.fp32
     cfg = acort.cfg("greedy")
     with (
-        create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
-        create_ort_step_model(avx2.models["encoder"], avx2.models["step"]) as cand,
+        create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as ref,
+        create_onnxruntime_step_model(avx2.models["encoder"], avx2.models["step"]) as cand,
     ):
         report = compare_decoders(ref, cand, test, None, acort.vocab, cfg)
         feeds = record_decoder_feeds(ref, test, cfg, acort.spec.state_names).feeds
@@ -161,7 +161,7 @@ def test_int8_runs_in_onnx_runtime_close_to_fp32(avx2, acort, region_feeds) -> N
     error = np.linalg.norm(memory_int8 - memory_ref) / np.linalg.norm(memory_ref)
     assert error < 0.15
     agree = total = 0
-    with OrtRuntime(fp32["step"]) as a, OrtRuntime(avx2.models["step"]) as b:
+    with OnnxRuntimeSession(fp32["step"]) as a, OnnxRuntimeSession(avx2.models["step"]) as b:
         for feed in feeds:
             top_a = a.infer(feed)["logprobs"].argmax(-1)
             top_b = b.infer(feed)["logprobs"].argmax(-1)
@@ -312,8 +312,8 @@ def test_quantize_graph_errors() -> None:
 def test_histogram_calibration_accepts_feeds_of_varying_shape(method: str) -> None:
     preset = get_preset("cpu-avx2").replace(name=f"test-{method}", roles={"step": RolePolicy(("MatMul",), method)})
     result = quantize_graph(tiny_graph(), (f for f in tiny_feeds(6, varying=True)), preset, "step")
-    assert result.info["feeds"] == 6 and result.info["ort_method"].lower() == method
-    with OrtRuntime(result.model) as runtime:
+    assert result.info["feeds"] == 6 and result.info["onnxruntime_method"].lower() == method
+    with OnnxRuntimeSession(result.model) as runtime:
         assert runtime.infer({"x": np.ones((3, 8), np.float32)})["y"].shape == (3, 4)
 
 
@@ -361,8 +361,8 @@ def test_a_word_vocabulary_model_with_separate_values(ort_word, region_feeds) ->
     cfg = ort_word.cfg("greedy")
     refs = [["w1 w2 w3", "w4 w5"]] * 12
     with (
-        create_ort_step_model(ort_word.fp32["encoder"], ort_word.fp32["step"]) as ref,
-        create_ort_step_model(result.models["encoder"], result.models["step"]) as cand,
+        create_onnxruntime_step_model(ort_word.fp32["encoder"], ort_word.fp32["step"]) as ref,
+        create_onnxruntime_step_model(result.models["encoder"], result.models["step"]) as cand,
     ):
         report = compare_decoders(ref, cand, test, refs, ort_word.vocab, cfg)
     assert report["images"] == 12 and report["token_agreement_pct"] >= 70.0

@@ -99,9 +99,9 @@ def test_no_inputs_is_an_empty_calibration_set() -> None:
 # -- the exported model on ONNX Runtime ------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def fp32_step_model(acort):
-    from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model
+    from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
-    with create_ort_step_model(acort.fp32["encoder"], acort.fp32["step"], acort.spec.state_names) as step_model:
+    with create_onnxruntime_step_model(acort.fp32["encoder"], acort.fp32["step"], acort.spec.state_names) as step_model:
         yield step_model
 
 

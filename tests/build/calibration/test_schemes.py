@@ -22,8 +22,8 @@ from edgecap.build.export.calibration import (  # noqa: E402
 )
 from edgecap.build.export.calibration.presets import SCHEMES, TRANSFORMER_ROLE  # noqa: E402
 from edgecap.build.export.calibration.schemes import float_weight_matmuls  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.session import ROW_COUPLED_SCHEMES, OrtRuntime  # noqa: E402
-from edgecap.runtime.backends.onnxruntime.step import create_ort_step_model  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.session import ROW_COUPLED_SCHEMES, OnnxRuntimeSession  # noqa: E402
+from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model  # noqa: E402
 
 #: scheme -> (bits, the op each weight MatMul becomes)
 CASES = {"dynamic": (8, "MatMulInteger"), "weight-only-8": (8, "MatMulNBits"), "weight-only-4": (4, "MatMulNBits")}
@@ -56,7 +56,7 @@ def quantized(acort, calib):
 @pytest.fixture(scope="module")
 def step_feeds(acort, region_feeds):
     fp32 = acort.fp32
-    with create_ort_step_model(fp32["encoder"], fp32["step"]) as ref:
+    with create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as ref:
         return record_decoder_feeds(
             ref, region_feeds(2, batch=4, seed=5), acort.cfg("beam", beam_size=2), acort.spec.state_names
         ).feeds
@@ -119,7 +119,7 @@ def test_step_logprobs_stay_close_to_fp32_and_decoding_runs(quantized, acort, st
     step = quantized[case].models["step"]
     agree = total = 0
     errors = []
-    with OrtRuntime(acort.fp32["step"]) as ref, OrtRuntime(step) as cand:
+    with OnnxRuntimeSession(acort.fp32["step"]) as ref, OnnxRuntimeSession(step) as cand:
         for feed in step_feeds:
             a, b = ref.infer(feed)["logprobs"], cand.infer(feed)["logprobs"]
             errors.append(np.abs(np.exp(a) - np.exp(b)).max())
@@ -130,8 +130,8 @@ def test_step_logprobs_stay_close_to_fp32_and_decoding_runs(quantized, acort, st
     fp32 = acort.fp32
     cfg = acort.cfg("beam", beam_size=2)
     with (
-        create_ort_step_model(fp32["encoder"], fp32["step"]) as ref,
-        create_ort_step_model(quantized[case].models["encoder"], step) as cand,
+        create_onnxruntime_step_model(fp32["encoder"], fp32["step"]) as ref,
+        create_onnxruntime_step_model(quantized[case].models["encoder"], step) as cand,
     ):
         report = compare_decoders(ref, cand, region_feeds(2, batch=4, seed=9), None, acort.vocab, cfg)
     assert report["images"] == 8 and report["token_agreement_pct"] >= 60.0
@@ -146,7 +146,7 @@ def test_only_a_dynamic_step_lets_one_row_change_the_others(quantized, acort, ca
     changed = {}
     for case, step in steps.items():
         changed[case] = 0
-        with OrtRuntime(step) as runtime:
+        with OnnxRuntimeSession(step) as runtime:
             for feed in step_feeds:
                 before = runtime.infer(feed)["logprobs"]
                 for token in (0, 5, acort.vocab.size - 1):
@@ -201,7 +201,7 @@ def test_a_shared_weight_restored_for_an_excluded_node_leaves_no_dead_nodes() ->
     second = next(n for n in out.graph.node if n.name == "second")
     assert second.op_type == "MatMul" and second.input[1] in {t.name for t in out.graph.initializer}
     x = rng.standard_normal((2, 16)).astype(np.float32)
-    with OrtRuntime(out, name="q", providers="cpu") as runtime:
+    with OnnxRuntimeSession(out, name="q", providers="cpu") as runtime:
         got = runtime.infer({"x": x})["y"]
     ref = (x @ numpy_helper.to_array(w)) @ numpy_helper.to_array(w)
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()

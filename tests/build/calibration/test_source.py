@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.build.export.calibration import CalibrationError, CalibrationSource, OrtCalibrationReader
+from edgecap.build.export.calibration import CalibrationError, CalibrationSource, OnnxRuntimeCalibrationReader
 
 
 def feeds(count: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
@@ -93,7 +93,7 @@ def test_cache_is_written_atomically_and_read_back(tmp_path) -> None:
 
 # -- ONNX Runtime reader ---------------------------------------------------------------------------------------------
 def test_ort_reader_serves_feeds_in_order_then_none() -> None:
-    reader = OrtCalibrationReader(CalibrationSource(feeds(3)), ["x", "id"], {"x": np.float64})
+    reader = OnnxRuntimeCalibrationReader(CalibrationSource(feeds(3)), ["x", "id"], {"x": np.float64})
     got = [reader.get_next() for _ in range(4)]
     assert [int(f["id"][0]) for f in got[:3]] == [0, 1, 2] and got[3] is None
     assert got[0]["x"].dtype == np.float64 and reader.served == 3 and len(reader) == 3
@@ -101,17 +101,17 @@ def test_ort_reader_serves_feeds_in_order_then_none() -> None:
 
 def test_ort_reader_is_an_ort_calibration_data_reader() -> None:
     ortq = pytest.importorskip("onnxruntime.quantization")
-    assert isinstance(OrtCalibrationReader(feeds(1)), ortq.CalibrationDataReader)
+    assert isinstance(OnnxRuntimeCalibrationReader(feeds(1)), ortq.CalibrationDataReader)
 
 
 def test_ort_reader_rejects_feeds_that_do_not_match_the_graph() -> None:
-    reader = OrtCalibrationReader(feeds(2), ["x", "mask"])
+    reader = OnnxRuntimeCalibrationReader(feeds(2), ["x", "mask"])
     with pytest.raises(CalibrationError, match=r"feed #0.*missing \['mask'\], unexpected \['id'\]"):
         reader.get_next()
 
 
 def test_ort_reader_windows_for_strided_calibration() -> None:
-    reader = OrtCalibrationReader(CalibrationSource(feeds(4)))
+    reader = OnnxRuntimeCalibrationReader(CalibrationSource(feeds(4)))
     windows = []
     for start in range(0, len(reader), 2):
         reader.set_range(start, start + 2)
@@ -138,3 +138,12 @@ def test_importing_calibration_loads_no_backend() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_the_reader_s_earlier_name_is_the_same_class_with_a_warning() -> None:
+    import edgecap.build.export.calibration as calibration
+    from edgecap.build.export.calibration import source
+
+    for module in (calibration, source):
+        with pytest.warns(FutureWarning, match="OrtCalibrationReader is now called .*OnnxRuntimeCalibrationReader"):
+            assert module.OrtCalibrationReader is source.OnnxRuntimeCalibrationReader

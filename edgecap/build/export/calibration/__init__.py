@@ -32,9 +32,10 @@ from edgecap.build.export.calibration.presets import (
 from edgecap.build.export.calibration.source import (
     CalibrationError,
     CalibrationSource,
-    OrtCalibrationReader,
+    OnnxRuntimeCalibrationReader,
 )
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
+from edgecap.runtime._renamed import renamed_getattr
 
 _LAZY: dict[str, str] = {
     "FeedRecorder": "edgecap.build.export.calibration.record",
@@ -50,7 +51,7 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "CalibrationError",
     "CalibrationSource",
-    "OrtCalibrationReader",
+    "OnnxRuntimeCalibrationReader",
     "QuantPreset",
     "RolePolicy",
     "detect_cpu_preset",
@@ -62,5 +63,7 @@ __all__ = [
 ]
 
 
-__getattr__ = lazy_getattr(__name__, _LAZY)
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"OrtCalibrationReader": "OnnxRuntimeCalibrationReader"}
+__getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
 __dir__ = lazy_dir(globals(), _LAZY)

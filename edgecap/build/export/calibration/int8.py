@@ -127,7 +127,7 @@ def quantize_graph(
         pre_model, pre_mode, excluded, unmatched = _prepared(model, tmp, role, exclude_nodes, strict_exclusions)
         float_matmuls = activation_matmuls(pre_model) if policy.weight_matmuls_only else []
         unfused = unfused_activations(pre_model, policy.fused_activations)
-        qdq, ranges, ort_method, served = calibrate_and_quantize(
+        qdq, ranges, onnxruntime_method, served = calibrate_and_quantize(
             tmp,
             preset,
             policy,
@@ -165,7 +165,7 @@ def quantize_graph(
     info = {
         "role": role,
         "method": policy.method,
-        "ort_method": ort_method,
+        "onnxruntime_method": onnxruntime_method,
         "feeds": served,
         "cache": None if source.cache is None else {"path": str(source.cache), "reused": cached is not None},
         "op_types": list(op_types),

@@ -21,7 +21,7 @@ import numpy as np
 
 from edgecap.build.export.calibration.calib_utils import Ranges, progress_bar, ranges_from_cache
 from edgecap.build.export.calibration.presets import HISTOGRAM_METHODS, QuantPreset
-from edgecap.build.export.calibration.source import CalibrationError, CalibrationSource, OrtCalibrationReader
+from edgecap.build.export.calibration.source import CalibrationError, CalibrationSource, OnnxRuntimeCalibrationReader
 from edgecap.runtime._versions import InvalidVersion, parse_version
 
 __all__ = [
@@ -141,7 +141,9 @@ def calibrate_and_quantize(
     if cached is not None:
         cache_path.write_bytes(cached)
     bar = progress_bar(progress, length, f"int8 {role}: calibrating ({policy.method})")
-    reader = OrtCalibrationReader(source, list(inputs), inputs, length=length, on_feed=bar.update if bar else None)
+    reader = OnnxRuntimeCalibrationReader(
+        source, list(inputs), inputs, length=length, on_feed=bar.update if bar else None
+    )
     kwargs = preset.quantize_kwargs(policy)
     if policy.method in HISTOGRAM_METHODS:
         # one feed per collect pass: bounded memory, and onnxruntime's histogram collector cannot stack feeds of

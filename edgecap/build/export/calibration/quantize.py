@@ -132,7 +132,7 @@ def quantize_int8(
             exclusion patterns matching nothing, or quantisation failing.
     """
     from edgecap.runtime.backends.bridge import RuntimeStepModel
-    from edgecap.runtime.backends.onnxruntime.session import OrtRuntime
+    from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
 
     roles = list(fp32_models)
     missing = [r for r in ("encoder", "step") if r not in fp32_models]
@@ -178,8 +178,8 @@ def quantize_int8(
 
     if step_static:
         step_model = RuntimeStepModel(
-            OrtRuntime(fp32_models["encoder"], name="fp32-encoder", providers="cpu"),
-            OrtRuntime(fp32_models["step"], name="fp32-step", providers="cpu"),
+            OnnxRuntimeSession(fp32_models["encoder"], name="fp32-encoder", providers="cpu"),
+            OnnxRuntimeSession(fp32_models["step"], name="fp32-step", providers="cpu"),
             spec.state_names,
             tokens_name=spec.tokens_name,
             logprobs_name=spec.logprobs_name,

@@ -94,7 +94,7 @@ def quantize_labert_int8(
     Raises:
         CalibrationError: no encoder feeds, or the graphs are not LaBERT's.
     """
-    from edgecap.runtime.backends.onnxruntime.refine import create_ort_refine_model
+    from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
 
     missing = [r for r in ("encoder", "refine") if r not in fp32_models]
     if missing:
@@ -102,7 +102,7 @@ def quantize_labert_int8(
     batches = [dict(b) for b in encoder_feeds]
     if not batches:
         raise CalibrationError("no calibration images: encoder_feeds is empty")
-    with create_ort_refine_model(fp32_models["encoder"], fp32_models["refine"], providers="cpu") as fp32:
+    with create_onnxruntime_refine_model(fp32_models["encoder"], fp32_models["refine"], providers="cpu") as fp32:
         per_level = max(1, max_refine_feeds // len(fp32.length_levels))
         feeds: list[dict[str, np.ndarray]] = []
         for level in range(1, len(fp32.length_levels) + 1):

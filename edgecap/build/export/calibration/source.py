@@ -3,8 +3,8 @@
 Modelled on Polygraphy's ``Calibrator(data_loader, cache)``: the source
 says *what* to calibrate on and *where* the result is remembered; each backend reads it through a thin adapter.
 
-- :class:`OrtCalibrationReader`: ONNX Runtime's ``CalibrationDataReader`` protocol (``get_next`` returning a feed
-  or ``None``; ``__len__``/``set_range`` for strided calibration), checking every feed against the graph's inputs.
+- :class:`OnnxRuntimeCalibrationReader`: ONNX Runtime's ``CalibrationDataReader`` protocol (``get_next`` returning a
+  feed or ``None``; ``__len__``/``set_range`` for strided calibration), checking every feed against the graph's inputs.
   The cache is ONNX Runtime's JSON tensor-range cache (``quantize_static(calibration_cache_path=...)``).
 
 TensorRT needs no calibrator: it builds INT8 engines from the explicit QDQ graphs these ranges produce
@@ -24,15 +24,20 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtime._io import atomic_write_bytes
+from edgecap.runtime._renamed import renamed_getattr
 
 __all__ = [
     "CalibrationError",
     "CalibrationSource",
     "Feed",
-    "OrtCalibrationReader",
+    "OnnxRuntimeCalibrationReader",
     "as_feed",
     "check_feed_names",
 ]
+
+#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
+_RENAMED = {"OrtCalibrationReader": "OnnxRuntimeCalibrationReader"}
+__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 #: One graph feed: input name -> array.
 Feed = dict[str, np.ndarray]
@@ -218,7 +223,7 @@ def as_source(data: Any, name: str = "calibration") -> CalibrationSource:
 
 
 # -- ONNX Runtime adapter --------------------------------------------------------------------------------------------
-class OrtCalibrationReader:
+class OnnxRuntimeCalibrationReader:
     """ONNX Runtime's ``CalibrationDataReader`` over a :class:`CalibrationSource`.
 
     It does not inherit from ``onnxruntime.quantization.CalibrationDataReader`` (so this module imports without
