@@ -62,12 +62,7 @@ FAMILY_TEXT = {
 }
 #: Modules whose earlier names are still to be renamed (they run through the warning aliases meanwhile).
 NOT_RENAMED_YET: dict[str, set[str]] = {
-    "edgecap/bench/environment.py": {"_ort_providers", "ort_providers"},
     "edgecap/bench/edge_install.py": {"oldest-ort"},
-    "edgecap/bench/gpu_check.py": {"ort_providers"},
-    "edgecap/bench/gpu_runtimes.py": {"ort"},
-    "edgecap/bench/kernel_floor.py": {"ort"},
-    "edgecap/bench/markdown.py": {"_ort_threads", "ORT threads", "ORT spin", "ort_providers"},
 }
 #: ONNX Runtime's own API names, allowed only as attributes (``onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL``).
 ONNXRUNTIME_API = {

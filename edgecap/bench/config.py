@@ -57,8 +57,8 @@ class BenchCfg:
         quality_images: size of the fixed quality subset (first N of the test split, else val).
         quality_batch: batch size of the quality run (it does not change the captions).
         warmup, min_repeats, min_seconds, max_repeats: the repeat rule (:class:`~edgecap.bench.harness.LoopCfg`).
-        threads: ONNX Runtime's threading (``"auto"``/None, ``"dedicated"``, or an intra-op count, 0 = ORT's own
-            default; :func:`edgecap.runtime.backends.threads.plan_threads`); a count >= 1 also sets torch's threads.
+        threads: ONNX Runtime's threading (``"auto"``/None, ``"dedicated"``, or an intra-op count, 0 = ONNX Runtime's
+            own default; :func:`edgecap.runtime.backends.threads.plan_threads`); a count >= 1 also sets torch's threads.
         spin: force ONNX Runtime's pool threads to spin (True) or not (False); None = the policy's choice.
         device: torch device (``cpu``, ``cuda``, ``cuda:1``); None = CUDA when available.
         providers: ONNX Runtime providers (``cpu``, ``cuda``, ``tensorrt``); None = the best available.

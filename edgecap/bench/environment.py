@@ -154,7 +154,7 @@ def _torch_info() -> dict[str, Any]:
     return info
 
 
-def _ort_providers() -> list[str] | None:
+def _onnxruntime_providers() -> list[str] | None:
     try:
         import onnxruntime
     except ImportError:
@@ -207,7 +207,7 @@ def capture_environment() -> dict[str, Any]:
         "usable_cpus": len(affinity) if affinity is not None else os.cpu_count(),
         "memory_bytes": int(psutil.virtual_memory().total),
         "versions": _versions(),
-        "ort_providers": _ort_providers(),
+        "onnxruntime_providers": _onnxruntime_providers(),
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "cpu_governor": governor.strip() if governor else None,
         "jetson": jetson,

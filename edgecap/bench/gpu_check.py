@@ -95,7 +95,7 @@ def environment() -> dict[str, Any]:
         import onnxruntime
 
         env["onnxruntime"] = onnxruntime.__version__
-        env["ort_providers"] = onnxruntime.get_available_providers()
+        env["onnxruntime_providers"] = onnxruntime.get_available_providers()
     except ImportError as exc:
         env["onnxruntime"] = f"not importable: {exc}"
     try:
@@ -176,7 +176,7 @@ def orchestrate(args: argparse.Namespace) -> int:
         "torch_cuda",
         "numpy",
         "onnxruntime",
-        "ort_providers",
+        "onnxruntime_providers",
         "tensorrt",
         "runtimes_available",
     ):

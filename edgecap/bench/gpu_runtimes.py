@@ -30,10 +30,10 @@ def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
     from edgecap.runtime.backends.registry import get_runtime, list_runtimes
 
     try:
-        import onnxruntime as ort
+        import onnxruntime
 
-        providers = ort.get_available_providers()
-        rec.set(onnxruntime=ort.__version__, providers=providers)
+        providers = onnxruntime.get_available_providers()
+        rec.set(onnxruntime=onnxruntime.__version__, providers=providers)
     except ImportError as exc:
         providers = []
         rec.set(onnxruntime=None, providers=[], reason=str(exc))

@@ -157,8 +157,9 @@ class LoopCfg:
     """How many times a measurement runs.
 
     Attributes:
-        warmup: untimed calls first (allocator growth, lazy kernel selection, ORT's first-run graph work); their
-            durations are kept separately (``Timings.warmup_s``) as the cold-start signal, never in the statistics.
+        warmup: untimed calls first (allocator growth, lazy kernel selection, ONNX Runtime's first-run graph work);
+            their durations are kept separately (``Timings.warmup_s``) as the cold-start signal, never in the
+            statistics.
         min_repeats: timed calls at least.
         min_seconds: keep timing until the timed calls sum to at least this (optimum-benchmark's ``duration``).
         max_repeats: hard cap on timed calls, whatever ``min_seconds`` says.

@@ -2,12 +2,13 @@
 
 The weight-read limit (``research/side_by_side.py``) says how fast a step could be if it did nothing but stream its
 weights. This says how fast it can be on ONNX Runtime's CPU kernels with everything but the weight matmuls free. Every
-node of the *optimised* step graph (as ORT runs it: ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``,
+node of the *optimised* step graph (as ONNX Runtime runs it: ``DynamicQuantizeMatMul``, ``MatMulIntegerToFloat``,
 ``MatMulNBits``, ``MatMul``, ``FusedMatMul``, ``Gemm`` …) that reads an initializer is copied, with its weights, into
-one graph of those nodes alone, each fed random inputs of the types and shapes it saw in a real step (ORT's profiler
-records them). One run of that graph runs every weight matmul once, in the step's order, with the step's working set of
-weights: ``floor_s``, its median. ``hot_floor_s`` sums each node timed in a graph of its own (its weights hot in the
-cache), less a ``session.run``'s own cost per node, plus that cost once: what the kernels do with no cache misses.
+one graph of those nodes alone, each fed random inputs of the types and shapes it saw in a real step (ONNX Runtime's
+profiler records them). One run of that graph runs every weight matmul once, in the step's order, with the step's
+working set of weights: ``floor_s``, its median. ``hot_floor_s`` sums each node timed in a graph of its own (its
+weights hot in the cache), less a ``session.run``'s own cost per node, plus that cost once: what the kernels do with no
+cache misses.
 
 Where the floor is already above twice the weight-read limit, no layout of the rest of the step graph brings the step
 within 2× of the limit on these kernels: that takes faster kernels (a fused GEMV streaming INT8 weights at the
@@ -35,7 +36,7 @@ MATMUL_OPS = frozenset(
     {"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
     | {"QGemm", "QLinearMatMul", "MatMulNBits", "MatMulBnb4"}
 )
-#: ORT profiler type names -> numpy dtypes of the inputs a weight matmul takes.
+#: ONNX Runtime profiler type names -> numpy dtypes of the inputs a weight matmul takes.
 PROFILE_DTYPES = {
     "float": np.float32,
     "float16": np.float16,
@@ -47,16 +48,16 @@ PROFILE_DTYPES = {
 
 
 def weight_matmuls(model: Any) -> list[Any]:
-    """The nodes of an (ORT-optimised) ``onnx.ModelProto`` that multiply by an initializer."""
+    """The nodes of an (ONNX Runtime-optimised) ``onnx.ModelProto`` that multiply by an initializer."""
     weights = {t.name for t in model.graph.initializer}
     return [n for n in model.graph.node if n.op_type in MATMUL_OPS and any(i in weights for i in n.input)]
 
 
 def session_options(threads: int = 1) -> Any:
     """ONNX Runtime session options for measuring: ``threads`` intra-op threads, one inter-op thread, no spinning."""
-    import onnxruntime as ort
+    import onnxruntime
 
-    options = ort.SessionOptions()
+    options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -64,17 +65,18 @@ def session_options(threads: int = 1) -> Any:
 
 
 def profile_runs(path: Path, feed: Mapping[str, Any], runs: int, threads: int = 1) -> tuple[list[Any], Any]:
-    """ORT profiler events of ``runs`` runs of the graph at ``path`` on ``feed``, and the graph as ORT optimised it
-    (an ``onnx.ModelProto``: ORT renames and fuses nodes, and the events name the optimised nodes)."""
+    """ONNX Runtime profiler events of ``runs`` runs of the graph at ``path`` on ``feed``, and the graph as ONNX
+    Runtime optimised it (an ``onnx.ModelProto``: ONNX Runtime renames and fuses nodes, and the events name the
+    optimised nodes)."""
     import onnx
-    import onnxruntime as ort
+    import onnxruntime
 
     with tempfile.TemporaryDirectory(prefix="edgecap-profile-") as tmp:
         options = session_options(threads)
         options.enable_profiling = True
         options.profile_file_prefix = str(Path(tmp) / "run")
         options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
-        session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         for _ in range(runs):
             session.run(None, dict(feed))
         events = json.loads(Path(session.end_profiling()).read_text())
@@ -82,7 +84,7 @@ def profile_runs(path: Path, feed: Mapping[str, Any], runs: int, threads: int = 
 
 
 def kernel_events(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    """``(node name, event)`` for each node-kernel event of an ORT profile (one per node and run)."""
+    """``(node name, event)`` for each node-kernel event of an ONNX Runtime profile (one per node and run)."""
     for event in events:
         name = str(event.get("name", ""))
         if event.get("cat") == "Node" and name.endswith("_kernel_time"):
@@ -90,7 +92,8 @@ def kernel_events(events: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, Ma
 
 
 def profiled_input_shapes(events: Iterable[Mapping[str, Any]]) -> dict[str, list[tuple[str, tuple[int, ...]]]]:
-    """Node name -> ``[(type, shape), ...]`` of its inputs in the first profiled run (ORT's ``input_type_shape``)."""
+    """Node name -> ``[(type, shape), ...]`` of its inputs in the first profiled run (ONNX Runtime's
+    ``input_type_shape``)."""
     shapes: dict[str, list[tuple[str, tuple[int, ...]]]] = {}
     for node, event in kernel_events(events):
         if node in shapes:
@@ -105,8 +108,8 @@ def align_inputs(
 ) -> dict[str, tuple[str, tuple[int, ...]]]:
     """Input name -> profiled (type, shape) for the inputs of ``node`` that are not initializers.
 
-    ORT's profiler lists a node's inputs in order but leaves out a weight its kernel pre-packed at load time, so an
-    initializer whose dims do not match the next entry is taken as left out."""
+    ONNX Runtime's profiler lists a node's inputs in order but leaves out a weight its kernel pre-packed at load time,
+    so an initializer whose dims do not match the next entry is taken as left out."""
     aligned: dict[str, tuple[str, tuple[int, ...]]] = {}
     position = 0
     for name in (n for n in node.input if n):
@@ -168,12 +171,12 @@ def matmuls_model(model: Any, nodes: Sequence[Any], shapes: Mapping[str, Any]) -
 
 
 def _session(model_bytes: bytes, optimise: bool) -> Any:
-    import onnxruntime as ort
+    import onnxruntime
 
     options = session_options()
-    if not optimise:  # the node is already what ORT runs; keep it so
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    if not optimise:  # the node is already what ONNX Runtime runs; keep it so
+        options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return onnxruntime.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
 
 
 def median_run_s(session: Any, feed: Mapping[str, Any], runs: int, warmup: int = 20) -> float:

@@ -77,13 +77,23 @@ def _power(r: ComboResult, read: Callable[[Any], float | None], digits: int) -> 
     return fmt_num(read(r.power) if r.power is not None else None, digits)
 
 
-def _ort_threads(r: ComboResult) -> str:
-    """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ORT's default; spinning), plus
-    ``threads="auto"``'s split decodes and wide session: ``1, no spin; batches in 2 chunks; 2 from encoder 2 / step 48
-    rows``."""
+#: The environment record's keys in reports written before they were renamed: today's key -> the earlier one.
+_RENAMED_ENV_KEYS = {"onnxruntime_providers": "ort_providers"}
+
+
+def _onnxruntime_providers(env: Mapping[str, Any]) -> list[str]:
+    """The environment's ONNX Runtime providers, under today's key or, in an older report, the earlier one."""
+    key = "onnxruntime_providers"
+    return list(env.get(key, env.get(_RENAMED_ENV_KEYS[key])) or [])
+
+
+def _onnxruntime_threads(r: ComboResult) -> str:
+    """ONNX Runtime's threading of the row: ``1, no spin`` (intra-op threads, 0 = ONNX Runtime's default; spinning),
+    plus ``threads="auto"``'s split decodes and wide session: ``1, no spin; batches in 2 chunks; 2 from encoder 2 / step
+    48 rows``."""
     if not r.threads:
         return "–"
-    spin = {True: "spin", False: "no spin", None: "ORT spin"}[r.threads.get("spin")]
+    spin = {True: "spin", False: "no spin", None: "default spin"}[r.threads.get("spin")]
     text = f"{r.threads.get('intra_op')}, {spin}"
     chunks = int(r.threads.get("decode_workers") or 1)  # absent in reports written before split decodes
     if chunks > 1:
@@ -121,7 +131,7 @@ LABEL: list[Column] = [
 BATCH: Column = ("batch", "r", lambda r: str(r.batch))
 LEVEL: Column = ("length level", "r", lambda r: "–" if r.length_level is None else str(r.length_level))
 SPEEDUP: Column = ("speed-up vs re-run prefix", "r", _speedup)
-THREADS: Column = ("ORT threads", "l", _ort_threads)
+THREADS: Column = ("ONNX Runtime threads", "l", _onnxruntime_threads)
 
 SINGLE_STREAM: list[Column] = [
     *LABEL,
@@ -239,7 +249,7 @@ def _environment_lines(env: Mapping[str, Any]) -> list[str]:
         + f"; OMP_NUM_THREADS={env.get('omp_num_threads') or 'unset'}",
         f"- Memory: {fmt_mib(env.get('memory_bytes'))} MiB; load average at start {env.get('loadavg')}",
         "- Software: " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
-        f"- ONNX Runtime providers: {', '.join(env.get('ort_providers') or []) or 'onnxruntime not installed'}",
+        f"- ONNX Runtime providers: {', '.join(_onnxruntime_providers(env)) or 'onnxruntime not installed'}",
     ]
     gpus = env.get("gpus") or []
     if gpus:

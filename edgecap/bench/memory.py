@@ -350,7 +350,7 @@ class MemoryStats:
         rss_peak_scope: ``"combination"`` (the mark was reset before it) or ``"process"`` (cumulative since start).
         rss_delta_bytes: ``rss_peak − rss_baseline``: what the combination added (batches, activations, caches).
         gpu_allocated_peak_bytes, gpu_reserved_peak_bytes: torch allocator peaks (CUDA only).
-        gpu_process_peak_bytes: this process's device memory per NVML, sampled (ORT/TensorRT included).
+        gpu_process_peak_bytes: this process's device memory per NVML, sampled (ONNX Runtime/TensorRT included).
         gpu_process_unmeasured: why ``gpu_process_peak_bytes`` is None on a CUDA device (NVML missing or unusable).
         unified_used_baseline_bytes, unified_used_peak_bytes: system used memory (``psutil``) before and at
             peak, on unified-memory boards (Jetson).

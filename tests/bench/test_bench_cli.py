@@ -82,7 +82,7 @@ def test_cli_smoke(tiny_bundle: Path, tmp_path: Path) -> None:
 
     text = (out / "report.md").read_text()
     assert "## Single-stream latency" in text and "speed-up vs re-run prefix" in text and "## Quality" in text
-    assert "| ORT threads |" in text and "| 1, spin |" in text
+    assert "| ONNX Runtime threads |" in text and "| 1, spin |" in text
     for png in ("latency_vs_batch.png", "pareto.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 

@@ -59,3 +59,13 @@ def test_capture_environment_is_json_and_complete() -> None:
     assert env["usable_cpus"] >= 1
     assert env["physical_cores"] == physical_cores() and 1 <= env["physical_cores"] <= env["logical_cpus"]
     assert env["memory_bytes"] > 0
+
+
+def test_the_providers_line_reads_today_s_key_and_the_one_older_reports_wrote() -> None:
+    from edgecap.bench.markdown import _environment_lines
+
+    env = capture_environment()
+    assert "onnxruntime_providers" in env and "ort_providers" not in env
+    for record in ({"onnxruntime_providers": ["CPUExecutionProvider"]}, {"ort_providers": ["CPUExecutionProvider"]}):
+        assert "- ONNX Runtime providers: CPUExecutionProvider" in _environment_lines(record)
+    assert "- ONNX Runtime providers: onnxruntime not installed" in _environment_lines({"onnxruntime_providers": None})

@@ -21,7 +21,7 @@ def test_sections_write_json_and_a_summary_as_they_go(tmp_path: Path, monkeypatc
     assert {"torch", "onnxruntime", "runtimes", "cuda_available"} <= set(env)
     ort = json.loads((out / "onnxruntime.json").read_text())
     status = {row["provider"]: row["status"] for row in ort["rows"] if row["runtime"] == "onnxruntime"}
-    if "CUDAExecutionProvider" not in (env.get("ort_providers") or []):
+    if "CUDAExecutionProvider" not in (env.get("onnxruntime_providers") or []):
         assert status["CUDAExecutionProvider"].startswith("not available")
     assert "finished" in ort
     summary = (out / "summary.md").read_text()

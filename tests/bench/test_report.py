@@ -279,17 +279,17 @@ def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp
 
 
 def test_the_ort_threads_column_shows_the_wide_session() -> None:
-    from edgecap.bench.markdown import _ort_threads
+    from edgecap.bench.markdown import _onnxruntime_threads
     from edgecap.runtime.backends.threads import plan_threads
 
     result = make_result(runtime="onnxruntime")
     per_call = dataclasses.replace(result, threads=plan_threads("auto", cores=2).as_dict())
     explicit = dataclasses.replace(result, threads=plan_threads(1).as_dict())
-    assert _ort_threads(explicit) == "1, no spin"
+    assert _onnxruntime_threads(explicit) == "1, no spin"
     rows = " / ".join(f"{role} {n}" for role, n in sorted(per_call.threads["wide"]["from_rows"].items()))
-    assert _ort_threads(per_call) == f"1, no spin; batches in 2 chunks; 2 from {rows} rows"
+    assert _onnxruntime_threads(per_call) == f"1, no spin; batches in 2 chunks; 2 from {rows} rows"
     legacy = dataclasses.replace(result, threads={k: v for k, v in per_call.threads.items() if k != "decode_workers"})
-    assert _ort_threads(legacy) == f"1, no spin; 2 from {rows} rows"  # a report from before split decodes
+    assert _onnxruntime_threads(legacy) == f"1, no spin; 2 from {rows} rows"  # a report from before split decodes
     assert BenchReport.from_dict(json.loads(json.dumps(make_report([per_call]).to_dict()))).results[0].threads == (
         per_call.threads
     )
