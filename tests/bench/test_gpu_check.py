@@ -19,11 +19,11 @@ def test_sections_write_json_and_a_summary_as_they_go(tmp_path: Path, monkeypatc
     assert gpu_check.main(args) == 0
     env = json.loads((out / "env.json").read_text())
     assert {"torch", "onnxruntime", "runtimes", "cuda_available"} <= set(env)
-    ort = json.loads((out / "onnxruntime.json").read_text())
-    status = {row["provider"]: row["status"] for row in ort["rows"] if row["runtime"] == "onnxruntime"}
+    onnxruntime = json.loads((out / "onnxruntime.json").read_text())
+    status = {row["provider"]: row["status"] for row in onnxruntime["rows"] if row["runtime"] == "onnxruntime"}
     if "CUDAExecutionProvider" not in (env.get("onnxruntime_providers") or []):
         assert status["CUDAExecutionProvider"].startswith("not available")
-    assert "finished" in ort
+    assert "finished" in onnxruntime
     summary = (out / "summary.md").read_text()
     assert "## transfer — ok" in summary and "## onnxruntime — ok" in summary and "random-weights" in summary
 

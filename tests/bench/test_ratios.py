@@ -27,14 +27,14 @@ def _with(result, **breakdown):  # type: ignore[no-untyped-def]
 def _results():  # type: ignore[no-untyped-def]
     rerun = _with(make_result("torch-rerun", times_ms=(40.0,)), decoder_ms=30.0, decoder_step_ms=3.0)
     torch = _with(make_result("torch", times_ms=(20.0,)), decoder_ms=12.0, decoder_step_ms=1.2)
-    ort = _with(
+    onnxruntime = _with(
         make_result("onnxruntime", times_ms=(10.0,), size=8 << 20), decoder_ms=4.0, decoder_step_ms=0.4, encoder_ms=0.8
     )
     int8 = _with(make_result("onnxruntime", "int8", times_ms=(8.0,), size=2 << 20), decoder_ms=3.0, encoder_ms=0.5)
     q = Quality("CIDEr-D", 0.80, 20, "set", 3)
-    ort = replace(ort, quality=q)
+    onnxruntime = replace(onnxruntime, quality=q)
     int8 = replace(int8, quality=dataclasses.replace(q, score=0.795))
-    return rerun, torch, ort, int8
+    return rerun, torch, onnxruntime, int8
 
 
 def test_spans_add_up() -> None:
@@ -44,14 +44,16 @@ def test_spans_add_up() -> None:
 
 
 def test_headline_ratios_pair_the_promised_comparisons() -> None:
-    rerun, torch, ort, int8 = _results()
-    ratios = {h.comparison: h for h in headline_ratios([int8, ort, torch, rerun])}
+    rerun, torch, onnxruntime, int8 = _results()
+    ratios = {h.comparison: h for h in headline_ratios([int8, onnxruntime, torch, rerun])}
     assert list(ratios) == ["cached vs re-run prefix", "onnxruntime vs torch", "int8 vs fp32"]
     cached = ratios["cached vs re-run prefix"]
     assert cached.loop_speedup == pytest.approx(31.0 / 13.0) and cached.step_speedup == pytest.approx(2.5)
     assert cached.end_to_end_speedup == pytest.approx(2.0)
-    ort_vs_torch = ratios["onnxruntime vs torch"]
-    assert ort_vs_torch.decode_speedup == pytest.approx(14.0 / 5.8) and ort_vs_torch.step_speedup == pytest.approx(3.0)
+    onnxruntime_vs_torch = ratios["onnxruntime vs torch"]
+    assert onnxruntime_vs_torch.decode_speedup == pytest.approx(
+        14.0 / 5.8
+    ) and onnxruntime_vs_torch.step_speedup == pytest.approx(3.0)
     q8 = ratios["int8 vs fp32"]
     assert q8.encoder_speedup == pytest.approx(0.8 / 0.5) and q8.size_ratio == pytest.approx(0.25)
     assert q8.quality_delta == pytest.approx(-0.5)
@@ -59,11 +61,13 @@ def test_headline_ratios_pair_the_promised_comparisons() -> None:
 
 
 def test_ratios_only_compare_the_same_bundle_beam_and_batch() -> None:
-    rerun, torch, ort, _ = _results()
-    other = [replace(torch, batch=8), replace(ort, beam=1), replace(rerun, bundle="/bundles/other")]
+    rerun, torch, onnxruntime, _ = _results()
+    other = [replace(torch, batch=8), replace(onnxruntime, beam=1), replace(rerun, bundle="/bundles/other")]
     assert headline_ratios(other) == []
     assert ratio_lines(other) == []
-    assert [h.batch for h in headline_ratios([torch, ort, replace(torch, batch=8), replace(ort, batch=8)])] == [1, 8]
+    assert [
+        h.batch for h in headline_ratios([torch, onnxruntime, replace(torch, batch=8), replace(onnxruntime, batch=8)])
+    ] == [1, 8]
 
 
 def test_report_markdown_leads_with_the_ratios() -> None:
@@ -75,23 +79,27 @@ def test_report_markdown_leads_with_the_ratios() -> None:
 
 
 def test_ratio_series_collects_each_comparison_across_reports() -> None:
-    rerun, torch, ort, _ = _results()
+    rerun, torch, onnxruntime, _ = _results()
     slower_torch = _with(torch, decoder_ms=9.0, decoder_step_ms=0.9)  # loop 10 ms against ORT's 5 ms: 2.0x
-    reports = [[torch, ort, rerun], [slower_torch, ort], [ort]]  # the third holds no complete comparison
+    reports = [
+        [torch, onnxruntime, rerun],
+        [slower_torch, onnxruntime],
+        [onnxruntime],
+    ]  # the third holds no complete comparison
     series = {s.comparison: s for s in ratio_series(reports)}
     assert list(series) == ["cached vs re-run prefix", "onnxruntime vs torch"]
-    ort_vs_torch = series["onnxruntime vs torch"]
-    assert ort_vs_torch.runs == 2 and ort_vs_torch.subject == "onnxruntime fp32"
-    assert ort_vs_torch.baseline == "torch fp32"
-    assert ort_vs_torch.loop == pytest.approx((13.0 / 5.0, 10.0 / 5.0))
-    assert ort_vs_torch.step == pytest.approx((3.0, 2.25))
-    assert ort_vs_torch.below(2.5) == 1 and ort_vs_torch.below(2.0) == 0
+    onnxruntime_vs_torch = series["onnxruntime vs torch"]
+    assert onnxruntime_vs_torch.runs == 2 and onnxruntime_vs_torch.subject == "onnxruntime fp32"
+    assert onnxruntime_vs_torch.baseline == "torch fp32"
+    assert onnxruntime_vs_torch.loop == pytest.approx((13.0 / 5.0, 10.0 / 5.0))
+    assert onnxruntime_vs_torch.step == pytest.approx((3.0, 2.25))
+    assert onnxruntime_vs_torch.below(2.5) == 1 and onnxruntime_vs_torch.below(2.0) == 0
     assert series["cached vs re-run prefix"].runs == 1
 
 
 def test_series_lines_show_median_range_and_runs_below_the_target() -> None:
-    _, torch, ort, _ = _results()
-    reports = [[_with(torch, decoder_ms=ms), ort] for ms in (9.0, 12.0, 14.0)]  # loops 10, 13, 15 ms over 5 ms
+    _, torch, onnxruntime, _ = _results()
+    reports = [[_with(torch, decoder_ms=ms), onnxruntime] for ms in (9.0, 12.0, 14.0)]  # loops 10, 13, 15 ms over 5 ms
     lines = series_lines(ratio_series(reports), target=2.5)
     assert lines[0].endswith("| decode | end to end | judged < 2.5× |")
     row = "| onnxruntime vs torch | acort-xsmall | 3 | 1 | onnxruntime fp32 / torch fp32 | 3 | 2.60× (2.00–3.00) |"
@@ -159,7 +167,7 @@ def test_bundles_of_different_runs_or_precisions_are_not_paired() -> None:
 
 
 def test_bundles_sharing_a_model_name_are_told_apart() -> None:
-    _, torch, ort, _ = _results()
-    results = [replace(r, bundle=f"/b/{name}") for name in ("pixels", "eager") for r in (torch, ort)]
+    _, torch, onnxruntime, _ = _results()
+    results = [replace(r, bundle=f"/b/{name}") for name in ("pixels", "eager") for r in (torch, onnxruntime)]
     assert sorted(h.model for h in headline_ratios(results)) == ["acort-xsmall (eager)", "acort-xsmall (pixels)"]
-    assert [h.model for h in headline_ratios([torch, ort])] == ["acort-xsmall"]
+    assert [h.model for h in headline_ratios([torch, onnxruntime])] == ["acort-xsmall"]

@@ -188,8 +188,8 @@ def test_quality_delta_to_fp32() -> None:
     assert int8 is not None
     assert int8.delta_to_fp32 == pytest.approx(-0.01) and int8.ratio_to_fp32 == pytest.approx(0.99)
     assert int8.reference == "onnxruntime fp32"  # same runtime's FP32 first
-    ort = by["onnxruntime", "fp32", 1].quality
-    assert ort is not None and ort.delta_to_fp32 == pytest.approx(0.0)
+    onnxruntime = by["onnxruntime", "fp32", 1].quality
+    assert onnxruntime is not None and onnxruntime.delta_to_fp32 == pytest.approx(0.0)
     lone = link_results([make_result("onnxruntime", "int8", quality=0.5), make_result("torch", quality=1.0)])
     assert lone[0].quality is not None and lone[0].quality.reference == "torch fp32"  # fallback: another runtime
     assert lone[0].quality.ratio_to_fp32 == pytest.approx(0.5)
@@ -278,7 +278,7 @@ def test_a_report_from_before_the_runtime_rename_reads_with_the_current_name(tmp
     assert report.config["runtimes"] == ["torch", "onnxruntime"]
 
 
-def test_the_ort_threads_column_shows_the_wide_session() -> None:
+def test_the_onnxruntime_threads_column_shows_the_wide_session() -> None:
     from edgecap.bench.markdown import _onnxruntime_threads
     from edgecap.runtime.backends.threads import plan_threads
 

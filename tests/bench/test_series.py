@@ -25,9 +25,9 @@ def _report(torch_decoder_ms: float) -> BenchReport:
     """torch's decoder loop is ``torch_decoder_ms`` + 1 ms of select; onnxruntime's 3 ms in all."""
     torch = make_result("torch")
     torch = dataclasses.replace(torch, breakdown=dataclasses.replace(torch.breakdown, decoder_ms=torch_decoder_ms))
-    ort = make_result("onnxruntime")
-    ort = dataclasses.replace(ort, breakdown=dataclasses.replace(ort.breakdown, decoder_ms=2.0))
-    return make_report([torch, ort])
+    onnxruntime = make_result("onnxruntime")
+    onnxruntime = dataclasses.replace(onnxruntime, breakdown=dataclasses.replace(onnxruntime.breakdown, decoder_ms=2.0))
+    return make_report([torch, onnxruntime])
 
 
 def _report_dirs(root: Path) -> list[Path]:

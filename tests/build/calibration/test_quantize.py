@@ -291,7 +291,7 @@ def test_range_cache_is_written_then_reused_without_calibrating(tmp_path) -> Non
     assert set(first.ranges) >= {"x", "r"}
 
 
-def test_a_tensorrt_table_is_not_an_ort_range_cache(tmp_path) -> None:
+def test_a_tensorrt_table_is_not_an_onnxruntime_range_cache(tmp_path) -> None:
     (tmp_path / "t.cache").write_text("TRT-100300-EntropyCalibration2\nx: 3c010204\n")  # an old bundle's table
     with pytest.raises(CalibrationError, match="not an ONNX Runtime tensor-range cache"):
         quantize_graph(tiny_graph(), CalibrationSource(tiny_feeds(2), cache=tmp_path / "t.cache"), STATIC_AVX2)

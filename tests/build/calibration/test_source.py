@@ -92,25 +92,25 @@ def test_cache_is_written_atomically_and_read_back(tmp_path) -> None:
 
 
 # -- ONNX Runtime reader ---------------------------------------------------------------------------------------------
-def test_ort_reader_serves_feeds_in_order_then_none() -> None:
+def test_the_reader_serves_feeds_in_order_then_none() -> None:
     reader = OnnxRuntimeCalibrationReader(CalibrationSource(feeds(3)), ["x", "id"], {"x": np.float64})
     got = [reader.get_next() for _ in range(4)]
     assert [int(f["id"][0]) for f in got[:3]] == [0, 1, 2] and got[3] is None
     assert got[0]["x"].dtype == np.float64 and reader.served == 3 and len(reader) == 3
 
 
-def test_ort_reader_is_an_ort_calibration_data_reader() -> None:
+def test_the_reader_is_an_onnxruntime_calibration_data_reader() -> None:
     ortq = pytest.importorskip("onnxruntime.quantization")
     assert isinstance(OnnxRuntimeCalibrationReader(feeds(1)), ortq.CalibrationDataReader)
 
 
-def test_ort_reader_rejects_feeds_that_do_not_match_the_graph() -> None:
+def test_the_reader_rejects_feeds_that_do_not_match_the_graph() -> None:
     reader = OnnxRuntimeCalibrationReader(feeds(2), ["x", "mask"])
     with pytest.raises(CalibrationError, match=r"feed #0.*missing \['mask'\], unexpected \['id'\]"):
         reader.get_next()
 
 
-def test_ort_reader_windows_for_strided_calibration() -> None:
+def test_the_reader_windows_for_strided_calibration() -> None:
     reader = OnnxRuntimeCalibrationReader(CalibrationSource(feeds(4)))
     windows = []
     for start in range(0, len(reader), 2):
