@@ -53,17 +53,22 @@ from edgecap.build.training import checkpoint as ckpt
 from edgecap.build.training.batches import VisualBatch
 from edgecap.build.training.config import TrainCfg
 from edgecap.build.training.distributed import Dist, epoch_order, init_distributed, shutdown, wrap_ddp
-from edgecap.build.training.objectives import _autocast
 from edgecap.build.training.rewards import CaptionReward
-from edgecap.build.training.scst import BASELINES, LOSS_NORMS, advantages, scst_loss
+from edgecap.build.training.scst import BASELINES, LOSS_NORMS
+from edgecap.build.training.scst_files import (
+    SCST_STATE,
+    SCST_SUMMARY,
+    XE_WEIGHTS,
+    _open_backbone,
+    _save_backbone,
+    init_from_run,
+)
+from edgecap.build.training.scst_files import XE_BACKBONE as XE_BACKBONE  # re-exported: callers import it from here
+from edgecap.build.training.scst_rollout import Rollout as Rollout  # re-exported: callers import it from here
+from edgecap.build.training.scst_rollout import batch_seed, rollout, scst_objective, target_levels
 from edgecap.runtime._io import atomic_path, atomic_write_json
 
 __all__ = ["SCST_STATE", "SCST_SUMMARY", "XE_WEIGHTS", "init_from_run", "supports_scst", "train_scst"]
-
-SCST_STATE = Path("checkpoints") / "scst"
-XE_BACKBONE = "backbone.xe.safetensors"
-SCST_SUMMARY = "scst.json"
-XE_WEIGHTS = "weights.xe.safetensors"
 
 
 def supports_scst(model: Any) -> bool:
@@ -93,157 +98,6 @@ class _Progress:
     best_score: float = -math.inf
     best_epoch: int = -1
     start_score: float | None = None
-
-
-@dataclasses.dataclass
-class Rollout:
-    """One batch's samples as the teacher-forced pass needs them, and their rewards (for logging)."""
-
-    inputs: torch.Tensor  # (B·K, T) BOS + sample without its last token
-    targets: torch.Tensor  # (B·K, T) the sample + EOS when finished, PAD after
-    mask: torch.Tensor  # (B·K, T) bool, True on scored tokens
-    advantage: torch.Tensor  # (B·K,)
-    rewards: np.ndarray  # (B, K)
-    captions: list[str]  # the first sample of each image
-
-
-def batch_seed(seed: int, epoch: int, batch: int, rank: int) -> int:
-    """The sampling seed of one batch on one rank: repeatable after a resume, different across ranks."""
-    return int(np.random.SeedSequence([seed, epoch, batch, rank]).generate_state(1)[0])
-
-
-def target_levels(model: Any, captions: list[Any], seed: int) -> torch.Tensor | None:
-    """(B,) the length level of one reference caption drawn per image, for a ``*-len`` model; None otherwise."""
-    from edgecap.runtime.length import level_of
-
-    levels = getattr(model, "length_levels", None)
-    if not levels:
-        return None
-    gen = torch.Generator().manual_seed(seed)
-    picks = [caps[int(torch.randint(len(caps), (1,), generator=gen))] for caps in captions]
-    return torch.tensor([level_of(levels, len(words)) for words in picks], dtype=torch.long)
-
-
-def rollout(
-    model: Any,
-    visual: Any,
-    refs: list[list[list[str]]],
-    vocab: Any,
-    cfg: TrainCfg,
-    reward: CaptionReward,
-    seed: int,
-    levels: torch.Tensor | None = None,
-) -> Rollout:
-    """Sample ``cfg.scst_samples`` captions per image without gradient, score them, and build the teacher-forcing
-    tensors. ``refs[i]`` are image i's references in reward form (:meth:`CaptionReward.references`)."""
-    from edgecap.build.torch_runtime.runtime import TorchStepModel
-    from edgecap.runtime.decoding import DecodeCfg, decode
-    from edgecap.runtime.decoding.protocol import stack_hypotheses
-    from edgecap.runtime.decoding.sampling import sample
-
-    k = cfg.scst_samples
-    device = visual.features.device
-    max_len = cfg.scst_max_words * vocab.tokens_per_word + 1
-    inputs = visual.as_inputs()
-    if levels is not None:
-        inputs = {**inputs, "length_level": levels.numpy()}
-    was_training = model.training
-    step_model = TorchStepModel(model, device=device)  # eval mode, inference_mode
-    try:
-        dcfg = DecodeCfg.for_vocab(vocab, strategy="sample", num_samples=k, seed=seed, max_len=max_len)
-        samples = sample(step_model, inputs, dcfg)
-        greedy = None
-        if cfg.scst_baseline == "greedy":
-            greedy = decode(step_model, inputs, DecodeCfg.for_vocab(vocab, strategy="greedy", max_len=max_len))
-    finally:
-        model.train(was_training)
-    flat = [h for hyps in samples for h in hyps]
-    cands = [reward.candidate(vocab.decode(h.tokens), h.finished) for h in flat]
-    rows = [refs[i] for i in range(len(samples)) for _ in range(k)]  # shared list objects: each image scored once
-    rewards = reward(cands, rows).reshape(len(samples), k)
-    greedy_rewards = None
-    if greedy is not None:
-        greedy_cands = [reward.candidate(vocab.decode(h[0].tokens), h[0].finished) for h in greedy]
-        greedy_rewards = torch.from_numpy(reward(greedy_cands, refs))
-    adv = advantages(torch.from_numpy(rewards), cfg.scst_baseline, greedy_rewards).reshape(-1).float()
-
-    targets_np, lengths = stack_hypotheses(flat, vocab.pad_id, eos_id=vocab.eos_id)
-    targets = torch.from_numpy(targets_np)
-    if targets.shape[1] == 0:  # cannot happen with max_len >= 1; keeps the shapes valid regardless
-        targets = torch.full((len(flat), 1), vocab.pad_id, dtype=torch.long)
-    bos = torch.full((len(flat), 1), vocab.bos_id, dtype=torch.long)
-    tf_inputs = torch.cat([bos, targets[:, :-1]], dim=1)
-    mask = torch.arange(targets.shape[1])[None, :] < torch.from_numpy(lengths)[:, None]
-    captions = [" ".join(vocab.decode(hyps[0].tokens)) for hyps in samples]
-    return Rollout(tf_inputs.to(device), targets.to(device), mask.to(device), adv.to(device), rewards, captions)
-
-
-def scst_objective(
-    model: Any, visual: Any, roll: Rollout, samples: int, norm: str, levels: torch.Tensor | None = None
-) -> torch.Tensor:
-    """The policy-gradient loss of a rollout: one teacher-forced pass with gradient over the sampled sequences."""
-    extra = {} if levels is None else {"length_level": levels.to(visual.features.device).repeat_interleave(samples)}
-    with _autocast(visual):
-        memory = model.encode_memory(visual.features, visual.boxes, visual.mask).repeat_interleave(samples, dim=0)
-        mask = visual.mask.repeat_interleave(samples, dim=0)
-        logprobs = model.decode_full(memory, mask, roll.inputs, **extra)
-    token_lp = logprobs.float().gather(-1, roll.targets.unsqueeze(-1)).squeeze(-1)
-    return scst_loss(token_lp, roll.mask, roll.advantage, norm)
-
-
-def init_from_run(init: str | Path, out: str | Path) -> Path:
-    """Copy a trained run's config, vocabulary and best weights into ``out`` (created), for SCST there.
-
-    A directory that already holds a run (e.g. an interrupted SCST run being resumed) is left as it is.
-    """
-    init, out = Path(init), Path(out)
-    ckpt.read_config(init)  # a clear error when INIT is not a run
-    if out.resolve() == init.resolve() or (out / ckpt.CONFIG).is_file():
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    for name in (ckpt.VOCAB, ckpt.WEIGHTS, "backbone.safetensors", ckpt.CONFIG):  # config last: marks a full copy
-        if (init / name).is_file():
-            with atomic_path(out / name) as tmp:
-                shutil.copyfile(init / name, tmp)
-    return out
-
-
-def _open_backbone(run_dir: Path, config: dict[str, Any], state: dict[str, Any] | None, ctx: Dist) -> Any:
-    """The run's fine-tuned backbone for end-to-end SCST: from the resumed state, else from its weights file."""
-    from edgecap.build.torch_runtime.images import backbone_from_spec
-    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS
-
-    source = run_dir / (XE_BACKBONE if (run_dir / XE_BACKBONE).is_file() else BACKBONE_WEIGHTS)
-    spec = config["backbone"]
-    backbone = backbone_from_spec(spec, weights=source) if source.name == BACKBONE_WEIGHTS else None
-    if backbone is None:  # restarting before the first checkpoint: the backbone SCST started from
-        from edgecap.build.models.backbone import create_backbone
-
-        backbone = create_backbone(spec["name"], weights=source, image_size=int(spec["image_size"]))
-    if state is not None:
-        backbone.model.load_state_dict(state["backbone"])
-    elif ctx.is_main and not (run_dir / XE_BACKBONE).is_file():
-        with atomic_path(run_dir / XE_BACKBONE) as tmp:
-            shutil.copyfile(run_dir / BACKBONE_WEIGHTS, tmp)
-    for p in backbone.parameters():
-        p.requires_grad_(True)
-    return backbone
-
-
-def _save_backbone(run_dir: Path, backbone: Any) -> None:
-    """Write the backbone's weights and point ``config.json`` at them (config last: a crash keeps the old pair)."""
-    from safetensors.torch import save_file
-
-    from edgecap.build.models.backbone import create_backbone
-    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS
-
-    with atomic_path(run_dir / BACKBONE_WEIGHTS) as tmp:
-        save_file({k: v.detach().cpu().contiguous() for k, v in backbone.model.state_dict().items()}, str(tmp))
-    config = ckpt.read_config(run_dir)
-    spec = config["backbone"]
-    tuned = create_backbone(spec["name"], weights=run_dir / BACKBONE_WEIGHTS, image_size=int(spec["image_size"]))
-    config["backbone"] = tuned.spec
-    ckpt.write_config(run_dir, config)
 
 
 def _optimizer(model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int, backbone: Any = None):
