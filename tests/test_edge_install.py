@@ -74,6 +74,53 @@ def test_runtime_install_imports_edgecap_without_torch(runtime_venv: Any) -> Non
     assert 0 < size["without_installer_mb"] < size["total_mb"] and "onnxruntime" in size["largest_mb"]
 
 
+#: Walks every import statement of the installed runtime half (module level, inside functions and methods, under
+#: ``try``) and imports its target: the walk of tests/test_import_graph.py, executed where torch is absent.
+WALK = """
+import ast, importlib, json, pathlib, sys
+import edgecap.runtime
+root = pathlib.Path(edgecap.runtime.__file__).parent
+missing, checked = {}, 0
+for path in sorted(root.rglob("*.py")):
+    rel = path.relative_to(root.parent.parent).with_suffix("")
+    parts = list(rel.parts)
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    importlib.import_module(name)
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [(a.name, None) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            module = (f"{base}.{node.module}" if node.module else base) if node.level else node.module
+            targets = [(module, a.name) for a in node.names]
+        else:
+            continue
+        for module, attribute in targets:
+            checked += 1
+            try:
+                imported = importlib.import_module(module)
+                if attribute is not None and not hasattr(imported, attribute):
+                    importlib.import_module(f"{module}.{attribute}")
+            except ImportError as exc:
+                missing.setdefault(module.split(".")[0], []).append(f"{name}: {module} ({exc})")
+print(json.dumps({"checked": checked, "missing": missing, "torch": "torch" in sys.modules}))
+"""
+
+
+def test_every_import_of_the_runtime_half_resolves_without_torch(runtime_venv: Any) -> None:
+    """Every module of ``edgecap.runtime`` and every import statement in it, function-level ones included, imports
+    in the runtime-only venv; only engines of other extras (TensorRT, cuda-python, onnx) are absent there."""
+    from tests.test_import_graph import ENGINE_IMPORTS
+
+    done = runtime_venv.run(WALK)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["checked"] > 300 and not found["torch"]
+    other_extras = {name for name, extras in ENGINE_IMPORTS.items() if "cpu" not in extras}
+    assert set(found["missing"]) <= other_extras, found["missing"]
+
+
 def test_the_cpu_extra_is_the_runtime_only_install() -> None:
     assert _pyproject_gap() is None
 

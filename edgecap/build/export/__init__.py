@@ -1,9 +1,8 @@
 """Export: torch -> ONNX graphs per model part (fp32, fp16), validated, simplified and checked for parity.
 
 Everything is driven by a model's :class:`ExportSpec` (``edgecap.build.export.spec``); nothing branches on the model
-family. ``onnx``/``onnxruntime`` are imported only when an export or check runs, so ``import edgecap.build.export``
-works
-without the ``[train]`` and ``[cpu]``/``[gpu]`` extras.
+family. Every name is imported on first use (torch, ``onnx``/``onnxruntime`` only when an export or check runs), so
+``import edgecap.build.export`` — and its calibration presets, which ``edgecap export --help`` lists — loads no torch.
 
     from edgecap.build.export import export_onnx
     result = export_onnx(model, "out/", name="acort-xsmall")      # fp32 + fp16, parity-checked
@@ -12,19 +11,22 @@ without the ``[train]`` and ``[cpu]``/``[gpu]`` extras.
 
 from __future__ import annotations
 
-from edgecap.build.export.spec import (
-    DimSpec,
-    ExportSpec,
-    ExportSpecError,
-    Fp16Policy,
-    GraphSpec,
-    Tolerance,
-    get_export_spec,
-    list_export_families,
-)
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(
+        (
+            "DimSpec",
+            "ExportSpec",
+            "ExportSpecError",
+            "Fp16Policy",
+            "GraphSpec",
+            "Tolerance",
+            "get_export_spec",
+            "list_export_families",
+        ),
+        "edgecap.build.export.spec",
+    ),
     "ExportError": "edgecap.build.export.onnx",
     "ExportResult": "edgecap.build.export.onnx",
     "ExportedGraph": "edgecap.build.export.onnx",
@@ -40,14 +42,6 @@ _LAZY: dict[str, str] = {
 __all__ = [
     "ONNX_STACK",
     "require_onnx_stack",
-    "DimSpec",
-    "ExportSpec",
-    "ExportSpecError",
-    "Fp16Policy",
-    "GraphSpec",
-    "Tolerance",
-    "get_export_spec",
-    "list_export_families",
     *_LAZY,
 ]
 
