@@ -20,8 +20,8 @@ from edgecap.runtime.precisions import FLOAT_PRECISIONS, PRECISIONS
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "edgecap"
 #: Where the lists live: the precisions, and the runtime registry with the built-in registrations.
-PRECISIONS_HOME = PACKAGE / "precisions.py"
-RUNTIMES_HOME = {PACKAGE / "runtimes" / "registry.py", PACKAGE / "runtimes" / "__init__.py"}
+PRECISIONS_HOME = PACKAGE / "runtime" / "precisions.py"
+RUNTIMES_HOME = {PACKAGE / "runtime" / "backends" / "registry.py", PACKAGE / "runtime" / "backends" / "__init__.py"}
 
 
 def _sources() -> list[Path]:
