@@ -51,8 +51,13 @@ ENGINE_IMPORTS = {
     "onnx": ("tensorrt-cu12", "tensorrt-cu13"),
 }
 #: The only runtime modules that name the build half, as ``"module:attribute"`` strings resolved when a torch path is
-#: asked for: the torch hooks, and the built-in registrations of the torch runtimes.
-BUILD_NAMERS = {"edgecap/runtime/torch_hooks.py", "edgecap/runtime/backends/__init__.py"}
+#: asked for: the torch hooks, the built-in registrations of the torch runtimes, and the old module paths' new homes
+#: (imported only when an old build-side path is).
+BUILD_NAMERS = {
+    "edgecap/runtime/torch_hooks.py",
+    "edgecap/runtime/backends/__init__.py",
+    "edgecap/runtime/_moved.py",
+}
 
 
 def module_name(path: Path) -> str:
@@ -186,7 +191,7 @@ IMPORT_STRING = re.compile(r"^edgecap\.build(\.\w+)+(:\w+)?$")
 
 
 def test_only_the_torch_hooks_and_the_registry_name_the_build_half() -> None:
-    """The runtime reaches torch code only through import strings, and only from the two places that own them."""
+    """The runtime reaches torch code only through import strings, and only from the places that own them."""
     namers = {
         str(path.relative_to(ROOT))
         for path in RUNTIME.values()
