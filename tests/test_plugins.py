@@ -1,4 +1,4 @@
-"""Runtimes and INT8 presets from installed plugins (``edgecap.runtime.backends`` / ``edgecap.int8_presets`` entry
+"""Runtimes and INT8 presets from installed plugins (``edgecap.runtimes`` / ``edgecap.int8_presets`` entry
 points).
 
 The plugin package of docs/extending.md is built from its ``plugin:`` blocks, installed for real with pip
@@ -82,7 +82,7 @@ def plugin_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         site,
         "edgecap-broken",
         """\
-        [edgecap.runtime.backends]
+        [edgecap.runtimes]
         broken-runtime = edgecap_broken:RUNTIME
         [edgecap.int8_presets]
         not-a-preset = edgecap_broken_data:NAME
@@ -144,7 +144,7 @@ def test_a_plugin_that_takes_a_built_in_name_is_an_error_naming_it(plugin_site: 
         clash,
         "edgecap-clash",
         """\
-        [edgecap.runtime.backends]
+        [edgecap.runtimes]
         fake-onnxruntime = edgecap_clash:RUNTIME
         [edgecap.int8_presets]
         fake-tensorrt = edgecap_clash:preset

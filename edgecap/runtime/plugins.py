@@ -2,7 +2,7 @@
 
 A plugin distribution declares, in its ``pyproject.toml``::
 
-    [project.entry-points."edgecap.runtime.backends"]
+    [project.entry-points."edgecap.runtimes"]
     my-runtime = "my_plugin:RUNTIME"        # a RuntimeSpec, or a callable that registers one (or returns it)
 
     [project.entry-points."edgecap.int8_presets"]
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 #: The entry-point group of third-party runtimes (a ``RuntimeSpec`` or a callable registering one).
-RUNTIME_GROUP = "edgecap.runtime.backends"
+RUNTIME_GROUP = "edgecap.runtimes"
 #: The entry-point group of third-party INT8 presets (a ``QuantPreset`` or a callable registering one).
 INT8_PRESET_GROUP = "edgecap.int8_presets"
 

@@ -30,10 +30,10 @@ def _recording_load(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_caption_passes_the_tensorrt_options(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import edgecap.runtime.bundle.reader
+    import edgecap.runtime.bundle.layout
 
     given = _recording_load(monkeypatch)
-    monkeypatch.setattr(edgecap.runtime.bundle.reader, "find_bundle", lambda model: tmp_path)
+    monkeypatch.setattr(edgecap.runtime.bundle.layout, "find_bundle", lambda model: tmp_path)
     image = tmp_path / "a.png"
     image.write_bytes(b"")
     args = ["caption", str(image), "--model", str(tmp_path), "--trt-opt-batch", "4", "--trt-workspace-mb", "512"]
