@@ -1,5 +1,5 @@
 """What a benchmark measured, as frozen dataclasses: one :class:`ComboResult` per combination inside a
-:class:`BenchReport` (the layout of ``report.json``, ``docs/bench-report-schema.md``).
+:class:`BenchReport` (the layout of ``report.json``: ``report.schema.json``, ``docs/formats/report.md``).
 
 The one module the measuring (:mod:`edgecap.bench.measure`), the reading and writing (:mod:`edgecap.bench.report`)
 and the formatting (:mod:`edgecap.bench.markdown`, :mod:`edgecap.bench.plots`, :mod:`edgecap.bench.ratios`) share,
@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edgecap.bench.harness import LatencyStats
 from edgecap.bench.memory import MemoryStats, PowerStats
 from edgecap.bench.typed_json import ReportError, build, current_runtime_names, jsonable
+from edgecap.runtime.schema import check, load_schema
 
 __all__ = [
+    "SCHEMA_PATH",
     "SCHEMA_VERSION",
     "BenchReport",
     "Breakdown",
@@ -32,6 +35,9 @@ __all__ = [
 
 #: Version of the ``report.json`` layout; readers refuse newer ones. Bump on any incompatible change.
 SCHEMA_VERSION = 1
+#: The schema of ``report.json`` (package data): what :meth:`BenchReport.from_dict` checks and
+#: ``docs/formats/report.md`` is generated from (``python -m edgecap.runtime.schema_docs``).
+SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
 @dataclass(frozen=True)
@@ -249,7 +255,7 @@ class Skip:
 
 @dataclass(frozen=True)
 class BenchReport:
-    """A benchmark report (``report.json``; ``docs/bench-report-schema.md``).
+    """A benchmark report (``report.json``; ``docs/formats/report.md``).
 
     Attributes:
         schema_version: :data:`SCHEMA_VERSION`.
@@ -281,19 +287,21 @@ class BenchReport:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "report") -> BenchReport:
-        """Read a report dict, checking every field's presence and type (errors name the field).
+        """Read a report dict, checked against ``report.schema.json`` (errors name ``where`` and the JSON path).
 
         Raises:
             ReportError: not a report, a newer schema, or a bad field.
         """
         if not isinstance(data, dict):
-            raise ReportError(f"{where}: expected a JSON object, got {type(data).__name__}")
+            raise ReportError(f"{where}: $: expected a JSON object, got {type(data).__name__}")
         version = data.get("schema_version")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise ReportError(f"{where}: field 'schema_version' is missing or not an integer")
+            raise ReportError(f"{where}: $.schema_version: missing or not an integer")
         if version > SCHEMA_VERSION:
             raise ReportError(
                 f"{where}: report schema_version {version} is newer than this edgecap reads ({SCHEMA_VERSION}); "
                 "upgrade edgecap"
             )
-        return build(cls, current_runtime_names(data), where)
+        data = current_runtime_names(data)
+        check(data, load_schema(str(SCHEMA_PATH)), where, ReportError)
+        return build(cls, data)

@@ -1,6 +1,7 @@
-"""Report dataclasses to and from strict JSON: :func:`jsonable` writes, :func:`build` reads back checking every
-field's presence and type against the annotations, so a hand-edited or truncated ``report.json`` fails naming the
-field instead of surfacing as an ``AttributeError`` in a table.
+"""Report dataclasses to and from strict JSON: :func:`jsonable` writes, :func:`build` reads back a report that
+``report.schema.json`` has already checked (presence and type of every field, errors naming the file and the JSON
+path), so a hand-edited or truncated ``report.json`` fails naming the field instead of surfacing as an
+``AttributeError`` in a table.
 """
 
 from __future__ import annotations
@@ -48,65 +49,33 @@ def jsonable(value: Any) -> Any:
     return value
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
-
-
-def _convert(tp: Any, value: Any, where: str) -> Any:
-    """``value`` (from JSON) as type ``tp``: dataclasses, optionals, lists, tuples, dicts and scalars."""
-    if tp is Any:
+def _convert(tp: Any, value: Any) -> Any:
+    """``value`` (from JSON, already checked against the schema) as type ``tp``: dataclasses, optionals, lists,
+    tuples, dicts, and floats from JSON integers."""
+    if value is None or tp is Any:
         return value
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        if value is None:
-            if type(None) in args:
-                return None
-            raise ReportError(f"{where}: must not be null")
-        errors = []
-        for option in (a for a in args if a is not type(None)):
-            try:
-                return _convert(option, value, where)
-            except ReportError as exc:
-                errors.append(str(exc))
-        raise ReportError(errors[0] if len(errors) == 1 else f"{where}: matches none of {args} ({errors})")
+        options = [a for a in args if a is not type(None)]
+        return _convert(options[0], value) if len(options) == 1 else value
     if dataclasses.is_dataclass(tp):
-        return build(tp, value, where)
+        return build(tp, value)
     if origin is list:
-        if not isinstance(value, list):
-            raise ReportError(f"{where}: expected a list, got {type(value).__name__}")
-        return [_convert(args[0] if args else Any, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return [_convert(args[0] if args else Any, v) for v in value]
     if origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ReportError(f"{where}: expected a list, got {type(value).__name__}")
         if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(_convert(args[0], v, f"{where}[{i}]") for i, v in enumerate(value))
-        if len(value) != len(args):
-            raise ReportError(f"{where}: expected {len(args)} values, got {len(value)}")
-        return tuple(_convert(a, v, f"{where}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+            return tuple(_convert(args[0], v) for v in value)
+        return tuple(_convert(a, v) for a, v in zip(args, value, strict=True))
     if origin is dict:
-        if not isinstance(value, dict):
-            raise ReportError(f"{where}: expected an object, got {type(value).__name__}")
-        return {k: _convert(args[1] if args else Any, v, f"{where}.{k}") for k, v in value.items()}
+        return {k: _convert(args[1] if args else Any, v) for k, v in value.items()}
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ReportError(f"{where}: expected a number, got {type(value).__name__}")
         return float(value)
-    if tp in (int, str, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise ReportError(f"{where}: expected {_type_name(tp)}, got {type(value).__name__}")
-        return value
-    raise ReportError(f"{where}: unsupported field type {_type_name(tp)}")
+    return value
 
 
-def build(cls: type, data: Any, where: str) -> Any:
-    if not isinstance(data, dict):
-        raise ReportError(f"{where}: expected an object, got {type(data).__name__}")
+def build(cls: type, data: dict[str, Any]) -> Any:
+    """The dataclass ``cls`` from ``data`` checked against the report schema (:mod:`edgecap.runtime.schema`), which
+    says what each field may hold; fields it does not know are ignored, absent optional ones take their default."""
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ReportError(f"{where}: field {f.name!r} is missing")
-            continue
-        kwargs[f.name] = _convert(hints[f.name], data[f.name], f"{where}.{f.name}")
+    kwargs = {f.name: _convert(hints[f.name], data[f.name]) for f in dataclasses.fields(cls) if f.name in data}
     return cls(**kwargs)

@@ -1,13 +1,9 @@
 """The bundle manifest: what a bundle holds, proven by checksums, and how well each exported variant did.
 
-``manifest.json`` (format ``edgecap-bundle``) records
-
-- ``format_version``: the layout version; a reader refuses a bundle newer than it understands;
-- ``versions``: edgecap, Python, torch, onnx, onnxruntime and numpy that produced it;
-- ``opset`` and the graph ``interface`` (decode inputs, state names, which graph a runtime loads per role);
-- ``files``: the SHA-256 and size of **every** file of the bundle except the manifest itself;
-- ``variants``: per precision, its graph files, the element-wise parity of each graph against torch, and the
-  task-level check (CIDEr-D and caption agreement against FP32 on a named held-out set).
+``manifest.json`` (format ``edgecap-bundle``) records the layout version, the software that wrote it, the ONNX opset
+and graph interface, the SHA-256 and size of every other file, and per precision its graphs and checks. Its fields
+are defined once, in ``manifest.schema.json`` next to this module: :func:`parse_manifest` checks a manifest against
+it, and ``docs/formats/manifest.md`` is generated from it (``python -m edgecap.runtime.schema_docs``).
 
 Nothing here imports torch or onnx: reading and checking a manifest is cheap on an edge board.
 """
@@ -18,7 +14,6 @@ import hashlib
 import importlib.metadata
 import math
 import platform
-import re
 from collections.abc import Collection, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -28,6 +23,7 @@ from edgecap.runtime._versions import InvalidVersion, parse_version
 from edgecap.runtime.backends.roles import DECODING_ROLES
 from edgecap.runtime.bundle.limits import check_manifest_numbers
 from edgecap.runtime.precisions import PRECISIONS
+from edgecap.runtime.schema import check, json_path, load_schema
 
 __all__ = [
     "DERIVED_DIRS",
@@ -35,6 +31,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MANIFEST_NAME",
     "PRECISION_ORDER",
+    "SCHEMA_PATH",
     "BundleConfigError",
     "BundleError",
     "BundleIntegrityError",
@@ -63,8 +60,6 @@ MANIFEST_NAME = "manifest.json"
 DERIVED_DIRS = ("engines",)
 #: Precisions a bundle can hold, best-known first in reports.
 PRECISION_ORDER = PRECISIONS  # the bundle-format name of edgecap.runtime.precisions.PRECISIONS
-
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 class BundleError(ValueError):
@@ -225,97 +220,62 @@ def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
 
 
 # -- validation ------------------------------------------------------------------------------------------------------
-def _require(data: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    if key not in data:
-        raise BundleError(f"{where}: field {key!r} is missing")
-    value = data[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise BundleError(f"{where}: field {key!r} must be {names}, got {type(value).__name__}")
-    return value
+#: The schema of ``manifest.json`` (package data): what :func:`parse_manifest` checks and ``docs/formats/manifest.md``
+#: is generated from (``python -m edgecap.runtime.schema_docs``).
+SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
 
-def parse_manifest(data: Any, where: str) -> dict[str, Any]:
-    """Check a manifest's schema (``where`` names it in errors) and return it.
-
-    Raises:
-        BundleVersionError: ``format_version`` is newer than :data:`FORMAT_VERSION`.
-        BundleError: any other missing or malformed field.
-    """
-    if not isinstance(data, dict):
-        raise BundleError(f"{where}: expected a JSON object, got {type(data).__name__}")
-    if data.get("format") != FORMAT:
-        raise BundleError(f"{where}: field 'format' is {data.get('format')!r}, expected {FORMAT!r}")
-    version = _require(data, "format_version", int, where)
-    if version > FORMAT_VERSION:
+def _check_newer(data: Any, where: str) -> None:
+    """A bundle of a newer layout is refused before the schema: its manifest may look like nothing this one knows."""
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        return
+    version = data.get("format_version")
+    if isinstance(version, int) and not isinstance(version, bool) and version > FORMAT_VERSION:
         written_by = data.get("versions", {}).get("edgecap") if isinstance(data.get("versions"), dict) else None
         raise BundleVersionError(
             f"{where}: bundle format version {version} is newer than this edgecap ({__version__}) supports "
             f"(up to {FORMAT_VERSION}); it was written by edgecap {written_by or '?'}. "
             "Upgrade edgecap (pip install -U edgecap) or re-export the bundle with this version."
         )
-    if version < 1:
-        raise BundleError(f"{where}: field 'format_version' must be >= 1, got {version}")
-    _require(data, "model", dict, where)
-    _require(data["model"], "name", str, f"{where} model")
-    _require(data, "versions", dict, where)
-    _require(data, "opset", int, where)
-    interface = _require(data, "interface", dict, where)
-    for key in ("decode_inputs", "state_names"):
-        _require(interface, key, list, f"{where} interface")
-    for key in ("decode_inputs", "state_names", "updated_state_names"):
-        names = interface.get(key)
-        if names is not None and not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-            raise BundleError(f"{where}: interface.{key} must be a list of tensor names (strings), got {names!r}")
-    for key in ("tokens", "logprobs", "state_output_suffix"):
-        if key in interface and not isinstance(interface[key], str):
-            raise BundleError(f"{where}: interface.{key} must be a string, got {interface[key]!r}")
-    graphs_by_role = _require(interface, "runtime_graphs", dict, f"{where} interface")
-    if not all(isinstance(g, str) for g in graphs_by_role.values()):
-        raise BundleError(f"{where}: interface.runtime_graphs must map each role to a graph name (a string)")
+
+
+def parse_manifest(data: Any, where: str) -> dict[str, Any]:
+    """Check a manifest against ``manifest.schema.json`` and the rules a schema cannot state, and return it.
+
+    Errors name ``where`` (the file) and the JSON path of the field at fault.
+
+    Raises:
+        BundleVersionError: ``format_version`` is newer than :data:`FORMAT_VERSION`.
+        BundleError: a field that breaks the schema; a path outside the bundle; a graph not listed in ``files``;
+            a runtime role without a graph, or foreign to the decoding; a number beyond the limits.
+    """
+    _check_newer(data, where)
+    check(data, load_schema(str(SCHEMA_PATH)), where, BundleError)
+    interface = data["interface"]
     decoding = interface.get("decoding", "autoregressive")  # bundles written before the field: autoregressive
-    roles = DECODING_ROLES.get(decoding) if isinstance(decoding, str) else None
+    roles = DECODING_ROLES.get(decoding)
     if roles is None:
         raise BundleError(
-            f"{where}: interface.decoding {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "
+            f"{where}: $.interface.decoding: {decoding!r} is unknown to this edgecap (known: {list(DECODING_ROLES)}); "
             "upgrade edgecap"
         )
     foreign = [r for r in interface["runtime_graphs"] if r not in roles]
     if foreign:
         raise BundleError(
-            f"{where}: runtime role(s) {foreign} have no meaning for {decoding} decoding (its roles: {list(roles)})"
+            f"{where}: $.interface.runtime_graphs: runtime role(s) {foreign} have no meaning for {decoding} decoding "
+            f"(its roles: {list(roles)})"
         )
-    files = _require(data, "files", dict, where)
-    for name, entry in files.items():
-        check_relative_path(name, f"{where} files")
-        if not isinstance(entry, dict) or not _SHA256.match(str(entry.get("sha256", ""))):
-            raise BundleError(f"{where}: files[{name!r}] needs a 64-hex 'sha256'")
-        if not isinstance(entry.get("bytes"), int) or entry["bytes"] < 0:
-            raise BundleError(f"{where}: files[{name!r}] needs a non-negative integer 'bytes'")
-    variants = _require(data, "variants", dict, where)
-    if "fp32" not in variants:
-        raise BundleError(f"{where}: variants lack 'fp32' (every bundle carries its FP32 graphs)")
-    for precision, variant in variants.items():
-        vwhere = f"{where} variants[{precision!r}]"
-        if precision not in PRECISION_ORDER:
-            raise BundleError(f"{vwhere}: unknown precision (known: {list(PRECISION_ORDER)})")
-        if not isinstance(variant, dict):
-            raise BundleError(f"{vwhere}: expected an object")
-        runtime_files = _require(variant, "files", dict, vwhere)
-        missing_roles = [r for r in interface["runtime_graphs"] if r not in runtime_files]
+    files = data["files"]
+    for name in files:
+        check_relative_path(name, f"{where}: $.files")
+    for precision, variant in data["variants"].items():
+        vwhere = f"{where}: {json_path(('variants', precision))}"
+        missing_roles = [r for r in interface["runtime_graphs"] if r not in variant["files"]]
         if missing_roles:
             raise BundleError(f"{vwhere}: no graph file for runtime role(s) {missing_roles}")
-        schemes = variant.get("schemes", {})
-        if not isinstance(schemes, dict) or not all(
-            isinstance(r, dict) and isinstance(r.get("scheme"), str) for r in schemes.values()
-        ):
-            raise BundleError(f"{vwhere}: field 'schemes' must map each role to an object with a 'scheme' name")
-        graphs = variant.get("graphs", {})
-        if not isinstance(graphs, dict):
-            raise BundleError(f"{vwhere}: field 'graphs' must be dict, got {type(graphs).__name__}")
-        for field, entries in (("files", runtime_files), ("graphs", graphs)):  # each checked: a key may be in both
-            for role, name in entries.items():
-                fwhere = f"{vwhere} {field}[{role!r}]"
+        for field in ("files", "graphs"):  # each checked: a file may be in both
+            for role, name in variant.get(field, {}).items():
+                fwhere = f"{where}: {json_path(('variants', precision, field, role))}"
                 check_relative_path(name, fwhere)
                 if name not in files:
                     raise BundleError(f"{fwhere}: graph file {name!r} is not listed in 'files'")

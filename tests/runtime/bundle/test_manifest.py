@@ -14,6 +14,8 @@ from edgecap.runtime.bundle.manifest import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST_NAME,
+    PRECISION_ORDER,
+    SCHEMA_PATH,
     BundleError,
     BundleIntegrityError,
     BundleVersionError,
@@ -82,39 +84,77 @@ def test_newer_format_version_is_refused_with_both_versions_named(tmp_path: Path
 @pytest.mark.parametrize(
     ("change", "needle"),
     [
-        ({"format": "something-else"}, "'format'"),
-        ({"format_version": "1"}, "'format_version' must be int"),
-        ({"opset": None}, "'opset'"),
-        ({"variants": {}}, "lack 'fp32'"),
-        ({"variants": {"fp8": {"files": {}}, "fp32": {"files": {}}}}, "unknown precision"),
-        ({"variants": {"fp32": {"files": {"encoder": "onnx/fp32/other.onnx"}}}}, "not listed in 'files'"),
+        ({"format": "something-else"}, "$.format: is 'something-else', expected 'edgecap-bundle'"),
+        ({"format_version": "1"}, "$.format_version: expected integer, got string '1'"),
+        ({"format_version": 0}, "$.format_version: 0 is below the minimum 1"),
+        ({"opset": None}, "$.opset: expected integer, got null"),
+        ({"model": {}}, "$.model: field 'name' is missing"),
+        ({"variants": {}}, "$.variants: field 'fp32' is missing"),
+        ({"variants": {"fp8": {"files": {}}, "fp32": {"files": {}}}}, "$.variants: unknown field 'fp8'"),
+        (
+            {"variants": {"fp32": {"files": {"encoder": "onnx/fp32/other.onnx"}}}},
+            "$.variants.fp32.files.encoder: graph file 'onnx/fp32/other.onnx' is not listed in 'files'",
+        ),
         ({"variants": {"fp32": {"files": {"step": "onnx/fp32/step.onnx"}}}}, "runtime role(s) ['encoder']"),
         (
             {"interface": {"decode_inputs": ["features"], "state_names": [[], "s"], "runtime_graphs": {}}},
-            "interface.state_names must be a list of tensor names",
+            "$.interface.state_names[0]: expected string, got array",
         ),
         (
             {"interface": {"decode_inputs": [1], "state_names": ["s"], "runtime_graphs": {"encoder": "init"}}},
-            "interface.decode_inputs",
+            "$.interface.decode_inputs[0]: expected string, got integer",
         ),
         (
             {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {}, "tokens": ["t"]}},
-            "interface.tokens must be a string",
+            "$.interface.tokens: expected string, got array",
         ),
         (
             {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {"encoder": 3}}},
-            "interface.runtime_graphs must map",
+            "$.interface.runtime_graphs.encoder: expected string, got integer",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {}, "decoding": "diffusion"}},
+            "$.interface.decoding: 'diffusion' is unknown to this edgecap",
+        ),
+        (
+            {"interface": {"decode_inputs": [], "state_names": [], "runtime_graphs": {"refine": "r"}}},
+            "runtime role(s) ['refine'] have no meaning for autoregressive decoding",
         ),
         (
             {"variants": {"fp32": {"files": {"encoder": "onnx/fp32/init.onnx"}, "schemes": {"step": "dynamic"}}}},
-            "'schemes' must map each role",
+            "$.variants.fp32.schemes.step: expected object, got string",
         ),
     ],
 )
-def test_malformed_manifests_name_the_field(tmp_path: Path, change: dict, needle: str):
+def test_malformed_manifests_name_the_file_and_the_json_path(tmp_path: Path, change: dict, needle: str):
     with pytest.raises(BundleError) as err:
         parse_manifest(_manifest(_files(tmp_path), **change), "m.json")
-    assert needle in str(err.value) and "m.json" in str(err.value)
+    assert str(err.value).startswith("m.json: ") and needle in str(err.value)
+
+
+def test_a_corrupt_file_entry_is_named_by_its_path(tmp_path: Path):
+    data = _manifest(_files(tmp_path))
+    data["files"]["onnx/fp32/step.onnx"]["sha256"] = "ABC"
+    with pytest.raises(BundleError, match=r"\$\.files\['onnx/fp32/step\.onnx'\]\.sha256: 'ABC' does not match"):
+        parse_manifest(data, "m.json")
+    data = _manifest(_files(tmp_path / "b"))
+    data["files"]["config.json"]["bytes"] = -1
+    with pytest.raises(BundleError, match=r"\$\.files\['config\.json'\]\.bytes: -1 is below the minimum 0"):
+        parse_manifest(data, "m.json")
+
+
+def test_older_manifests_without_the_later_fields_still_parse(tmp_path: Path):
+    """Bundles written before ``decoding``, ``updated_state_names`` (or with it null) and ``graphs``/``schemes``."""
+    data = _manifest(_files(tmp_path))
+    data["interface"] = {**data["interface"], "updated_state_names": None}
+    data["versions"] = {"edgecap": "0.1.0", "torch": None}
+    assert parse_manifest(data, "m.json")["interface"].get("decoding") is None
+
+
+def test_the_schema_lists_the_precisions_a_bundle_can_hold():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert list(schema["properties"]["variants"]["properties"]) == list(PRECISION_ORDER)
+    assert schema["properties"]["format"]["const"] == FORMAT
 
 
 @pytest.mark.parametrize("name", ["../outside.onnx", "/etc/passwd", ""])
