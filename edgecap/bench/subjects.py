@@ -1,14 +1,14 @@
 """What is benchmarked: a bundle on one runtime at one precision, as a :class:`Subject` the driver times.
 
-This is the only module of ``edgecap.bench`` that knows bundles. It opens them through the public API
-(``edgecap.runtime.bundle.load_bundle`` and ``Captioner.load``), so a bundle is benchmarked exactly as an application
-runs
-it, and it exposes what the measurement needs: the step model, the decoding config per beam, per-image inputs
-(synthetic, from image files, or from the quality set) and the part of the pipeline that runs before the encoder.
+This module and the ones it re-exports (below) are the only part of ``edgecap.bench`` that knows bundles. It opens
+them through the public API (``edgecap.runtime.bundle.load_bundle`` and ``Captioner.load``), so a bundle is
+benchmarked exactly as an application runs it, and it exposes what the measurement needs: the step model, the
+decoding config per beam, per-image inputs (synthetic, from image files, or from the quality set) and the part of the
+pipeline that runs before the encoder.
 
 Runtimes come from the runtime registry (:mod:`edgecap.runtime.backends.registry`): ``--runtime`` accepts every
-registered
-name, and one whose backend is not installed here is skipped with the registry's install hint. The built-in ones:
+registered name, and one whose backend is not installed here is skipped with the registry's install hint. The built-in
+ones:
 
 - ``torch``: the bundle's ``weights.safetensors`` in torch eager (cached decoding);
 - ``torch-rerun`` (a registry ``baseline``): the same weights re-running the decoder over the whole prefix every step
@@ -25,6 +25,10 @@ What the timed region covers: from encoder inputs to caption strings. When the b
 inside the encoder graph, or rebuilt in torch from the bundle's spec) the timed region starts at preprocessed pixels
 and includes the backbone; image decoding and resizing are measured separately and not timed (MLPerf lists them as
 untimed pre-processing). A bundle trained on precomputed region features starts at features.
+
+The subject is this module's job; what it builds on lives beside it and is re-exported here: which combinations are
+skipped (:mod:`edgecap.bench.skips`), what a bundle is labelled with (:mod:`edgecap.bench.bundle_facts`), the quality
+subset (:mod:`edgecap.bench.quality_set`) and per-image inputs (:mod:`edgecap.bench.inputs`).
 """
 
 from __future__ import annotations
@@ -39,8 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.runtime.backends.registry import UnknownRuntimeError, get_runtime, list_runtimes
-from edgecap.runtime.images.load import IMAGE_SUFFIXES, image_files
+from edgecap.bench.bundle_facts import bundle_input_kind, bundle_run_id
+from edgecap.bench.inputs import Item, collate, list_images
+from edgecap.bench.quality_set import QualitySet, resolve_quality_set
+from edgecap.bench.skips import skip_reason
+from edgecap.runtime.backends.registry import get_runtime
 
 __all__ = [
     "QualitySet",
@@ -56,75 +63,6 @@ __all__ = [
 ]
 
 
-Item = dict[str, np.ndarray]
-
-
-def _torch_backbone_installed() -> bool:
-    from edgecap.bench.environment import module_installed
-
-    return module_installed("torch") and module_installed("timm")
-
-
-def _cuda_requested(device: str | None) -> bool:
-    return device is not None and device.startswith("cuda")
-
-
-def skip_reason(runtime: str, precision: str, bundle: Any, device: str | None) -> str | None:
-    """Why ``runtime`` at ``precision`` cannot be measured for ``bundle`` here, or None when it can.
-
-    These are combinations that cannot exist here (not failures): the report lists them under ``skipped``. What a
-    runtime runs and needs comes from the runtime registry, so a runtime whose backend is not installed (torch in a
-    runtime-only install) is skipped with the registry's install hint instead of failing the run.
-    """
-    try:
-        spec = get_runtime(runtime)
-    except UnknownRuntimeError:
-        return f"unknown runtime {runtime!r}; known: {list_runtimes()}"
-    if precision not in bundle.precisions:
-        return f"the bundle has no {precision} variant (it holds {', '.join(bundle.precisions)})"
-    if precision not in spec.precisions:
-        able = "/".join(n for n in list_runtimes() if precision in get_runtime(n).precisions)
-        return f"{runtime} runs {'/'.join(spec.precisions)} weights; {precision} needs --runtime {able}"
-    available, why = spec.available()
-    if not available:
-        return why
-    if bundle.backbone_spec and not bundle.backbone_in_graph and not _torch_backbone_installed():
-        return (
-            f"the bundle runs its backbone ({bundle.backbone_spec.get('name')}) in torch, which is not installed here: "
-            f"{get_runtime('torch').install or 'install torch and timm'}; a pixels-in export needs neither"
-        )
-    torch_runtime = spec.torch
-    if bundle.decoding == "mask_predict":
-        if spec.baseline:
-            return f"{runtime} re-runs the prefix, an autoregressive baseline; a mask-predict bundle has no prefix"
-        if torch_runtime and precision != "fp32":
-            return "the torch mask-predict adapter runs FP32 weights; FP16 LaBERT graphs need --runtime onnxruntime"
-    if torch_runtime:
-        import torch
-
-        cuda = _cuda_requested(device) or (device in (None, "auto") and torch.cuda.is_available())
-        if cuda and not torch.cuda.is_available():
-            return f"device {device} requested but CUDA is not available"
-        if precision == "fp16" and not cuda:
-            return "FP16 with torch needs a CUDA device (torch has no fast FP16 CPU kernels)"
-    return None
-
-
-def bundle_input_kind(bundle: Any) -> str:
-    """``"pixels"`` when the bundle captions images (a backbone in the graph or in its spec), else ``"features"``."""
-    return "pixels" if bundle.backbone_in_graph or bundle.backbone_spec else "features"
-
-
-def bundle_run_id(bundle: Any) -> str:
-    """What identifies the trained weights behind a bundle: the captioner weights' and the backbone weights'
-    SHA-256. Two bundles exported from the same run share it whether the backbone is in the graph or in torch, which
-    is how a report pairs a pixels-in bundle with its torch-backbone twin."""
-    files = bundle.manifest.get("files", {})
-    weights = (files.get(bundle.config.get("weights", "weights.safetensors")) or {}).get("sha256") or "?"
-    backbone = ((bundle.backbone_spec or {}).get("weights") or {}).get("sha256") or "none"
-    return f"{weights[:16]}+{backbone[:16]}"
-
-
 @contextlib.contextmanager
 def inference_mode() -> Iterator[None]:
     """torch's inference mode when torch is in use in this process (a torch runtime or backbone), else nothing: a
@@ -135,116 +73,6 @@ def inference_mode() -> Iterator[None]:
         return
     with torch.inference_mode():
         yield
-
-
-# -- inputs ----------------------------------------------------------------------------------------------------------
-def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
-    """Image files under ``directory`` (recursive, sorted), at most ``limit``.
-
-    Raises:
-        FileNotFoundError: ``directory`` does not exist.
-        ValueError: it holds no image files.
-    """
-    directory = Path(directory)
-    if not directory.is_dir():
-        raise FileNotFoundError(f"--images: {directory} is not a directory")
-    paths = image_files(directory)
-    if not paths:
-        raise ValueError(f"--images: no image files in {directory} (looked for {', '.join(sorted(IMAGE_SUFFIXES))})")
-    return paths[:limit] if limit else paths
-
-
-def collate(items: Sequence[Item]) -> dict[str, np.ndarray]:
-    """Stack per-image inputs into a batch; region features of different counts are right-padded and masked."""
-    if not items:
-        raise ValueError("collate needs at least one item")
-    if "pixel_values" in items[0]:
-        return {"pixel_values": np.stack([i["pixel_values"] for i in items])}
-    regions = max(int(i["features"].shape[0]) for i in items)
-    dim = int(items[0]["features"].shape[1])
-    features = np.zeros((len(items), regions, dim), dtype=np.float32)
-    boxes = np.zeros((len(items), regions, 4), dtype=np.float32)
-    mask = np.zeros((len(items), regions), dtype=bool)
-    for row, item in enumerate(items):
-        n = int(item["features"].shape[0])
-        features[row, :n] = item["features"]
-        boxes[row, :n] = item["boxes"]
-        mask[row, :n] = item.get("feature_mask", True)
-    return {"features": features, "boxes": boxes, "feature_mask": mask}
-
-
-@dataclass(frozen=True)
-class QualitySet:
-    """The fixed subset quality is measured on (the same images for every runtime/precision of a bundle).
-
-    Attributes:
-        description: what it is, for the report.
-        image_ids: dataset image ids, in order.
-        paths: image files (None entries for feature-only datasets).
-        references: reference captions per image.
-        features: the feature directory for bundles that caption region features, else None.
-    """
-
-    description: str
-    image_ids: tuple[str, ...]
-    paths: tuple[str | None, ...]
-    references: tuple[tuple[str, ...], ...]
-    features: str | None = None
-
-
-def resolve_quality_set(
-    bundle: Any, data: str | Path | None, features: str | Path | None, limit: int
-) -> tuple[QualitySet | None, str]:
-    """The quality subset for ``bundle``: the first ``limit`` images of the test split (val when there is none) of
-    ``data``, or of the dataset the bundle was trained on when ``data`` is None and that dataset is on this machine.
-
-    Returns:
-        (the set, its description) or (None, why there is none).
-
-    Raises:
-        FileNotFoundError, ValueError: ``data``/``features`` were given explicitly but cannot be used.
-    """
-    from edgecap.build.data.datasets import load_dataset
-
-    source = bundle.config.get("source") or {}
-    explicit = data is not None
-    if data is None:
-        recorded = source.get("data")
-        if not recorded or not Path(recorded).exists():
-            return None, (
-                "no quality data: the bundle's training dataset is not on this machine "
-                f"({recorded or 'not recorded'}); pass --quality-data DIR"
-            )
-        data = recorded
-    dataset = load_dataset(data)
-    split = "test" if dataset.split("test") else "val"
-    records = [r for r in dataset.split(split) if r.captions][:limit]
-    if not records:
-        message = f"quality data {data}: no test or val images with reference captions"
-        if explicit:
-            raise ValueError(message)
-        return None, message
-    feature_dir = None
-    if bundle_input_kind(bundle) == "features":
-        feature_dir = features or source.get("features")
-        if not feature_dir or not Path(feature_dir).exists():
-            message = (
-                f"the bundle captions region features and no feature directory is available for {data} "
-                f"({feature_dir or 'none recorded'}); pass --quality-features DIR"
-            )
-            if explicit or features is not None:
-                raise FileNotFoundError(message)
-            return None, message
-    elif any(r.path is None for r in records):
-        raise ValueError(f"quality data {data}: the bundle captions images but the dataset has no image files")
-    quality = QualitySet(
-        description=f"{split} split of {data}, first {len(records)} images",
-        image_ids=tuple(r.image_id for r in records),
-        paths=tuple(str(r.path) if r.path is not None else None for r in records),
-        references=tuple(tuple(" ".join(c) for c in r.captions) for r in records),
-        features=str(feature_dir) if feature_dir else None,
-    )
-    return quality, quality.description
 
 
 # -- the subject -----------------------------------------------------------------------------------------------------
