@@ -166,7 +166,7 @@ def test_peak_rss_reset_lowers_the_mark() -> None:
 def test_without_nvml_gpu_memory_is_not_measured_and_says_why(monkeypatch) -> None:
     import builtins
 
-    from edgecap.bench import memory
+    from edgecap.bench import memory_probes
 
     real_import = builtins.__import__
 
@@ -175,7 +175,7 @@ def test_without_nvml_gpu_memory_is_not_measured_and_says_why(monkeypatch) -> No
             raise ImportError("No module named 'pynvml'")
         return real_import(name, *args, **kwargs)
 
-    monkeypatch.setattr(memory, "_nvml_state", {})
+    monkeypatch.setattr(memory_probes, "_nvml_state", {})
     monkeypatch.setattr(builtins, "__import__", no_pynvml)
     assert "nvidia-ml-py" in nvml_unavailable_reason()
     assert gpu_process_memory() is None
@@ -189,7 +189,7 @@ def test_without_nvml_gpu_memory_is_not_measured_and_says_why(monkeypatch) -> No
 def test_nvml_reports_this_process_summed_over_devices(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from edgecap.bench import memory
+    from edgecap.bench import memory_probes
 
     me = os.getpid()
     devices = [
@@ -202,7 +202,7 @@ def test_nvml_reports_this_process_summed_over_devices(monkeypatch) -> None:
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetComputeRunningProcesses=lambda handle: devices[handle],
     )
-    monkeypatch.setattr(memory, "_nvml_state", {"module": fake})
+    monkeypatch.setattr(memory_probes, "_nvml_state", {"module": fake})
     assert nvml_unavailable_reason() is None
     assert gpu_process_memory() == 400 << 20
     assert gpu_process_memory(pid=2) is None
