@@ -15,7 +15,6 @@ __all__ = ["Item", "collate", "list_images"]
 Item = dict[str, np.ndarray]
 
 
-# -- inputs ----------------------------------------------------------------------------------------------------------
 def list_images(directory: str | Path, limit: int | None = None) -> list[Path]:
     """Image files under ``directory`` (recursive, sorted), at most ``limit``.
 
