@@ -3,9 +3,10 @@
 CPU model, physical and logical cores, the CPUs this process may use, thread settings, memory, software versions
 (edgecap, Python, torch + CUDA, onnxruntime + its execution providers, onnx, numpy), GPUs and driver, Jetson
 model / L4T release / ``nvpmodel`` power mode, CPU frequency governor and the load average. Cores and memory come
-from ``psutil``, the GPU driver from NVML (``pynvml``) when installed, the CPU's name from ``/proc/cpuinfo`` (which
-no library reports portably), the rest from sysfs, package metadata and ``nvpmodel``; a field that cannot be read is
-None. Parsers take text so tests feed them sample strings.
+from ``psutil``, the GPU driver from NVML (``pynvml``) when installed, the CPU's name and cores from
+:mod:`edgecap.runtime.backends.cpu` (the name from ``/proc/cpuinfo``: no library reports it portably), the rest from
+sysfs, package metadata and ``nvpmodel``; a field that cannot be read is None. Parsers take text so tests feed them
+sample strings.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap._version import __version__
+from edgecap.runtime.backends.cpu import cpu_model, parse_cpuinfo, physical_cores
 from edgecap.runtime.bundle.manifest import DISTRIBUTIONS, installed_version
 
 __all__ = [
@@ -51,46 +53,6 @@ def _run(args: list[str], timeout_s: float = 5.0) -> str | None:
         return subprocess.run([exe, *args[1:]], capture_output=True, text=True, timeout=timeout_s, check=True).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-
-
-def parse_cpuinfo(text: str) -> list[dict[str, str]]:
-    """``/proc/cpuinfo`` as one dict per processor block (keys as printed, e.g. ``model name``, ``core id``)."""
-    blocks: list[dict[str, str]] = []
-    current: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
-            if current:
-                blocks.append(current)
-                current = {}
-            continue
-        if ":" in line:
-            key, value = line.split(":", 1)
-            current[key.strip()] = value.strip()
-    if current:
-        blocks.append(current)
-    return blocks
-
-
-def cpu_model(cpuinfo_text: str | None = None) -> str:
-    """The CPU's marketing name (x86 ``model name``; ARM ``Model``/``Hardware`` or the implementer/part codes)."""
-    text = _read("/proc/cpuinfo") if cpuinfo_text is None else cpuinfo_text
-    if text:
-        blocks = parse_cpuinfo(text)
-        for key in ("model name", "Model", "Hardware", "cpu model"):
-            for block in blocks:
-                if block.get(key):
-                    return block[key]
-        for block in blocks:
-            if "CPU implementer" in block and "CPU part" in block:
-                return f"ARM implementer {block['CPU implementer']} part {block['CPU part']}"
-    return platform.processor() or platform.machine()
-
-
-def physical_cores() -> int | None:
-    """Physical CPU cores (``psutil``); None when the platform does not say."""
-    import psutil
-
-    return psutil.cpu_count(logical=False)
 
 
 def jetson_model() -> str | None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import platform
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edgecap.runtime.backends.cpu import cpu_model
 from edgecap.runtime.decoding import DecodeCfg, RadixSpec
 
 if TYPE_CHECKING:
@@ -98,16 +98,6 @@ def grid_inputs(batch: int, feature_dim: int, seed: int) -> dict[str, Tensor]:
     return {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def torch_environment() -> dict[str, Any]:
     """What the numbers depend on: torch, threads, CPU, and the machine's load when measuring."""
     import torch
@@ -116,7 +106,7 @@ def torch_environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),

@@ -38,6 +38,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from edgecap.runtime.backends.cpu import physical_cores
+
 __all__ = [
     "LARGE_STEP_BYTES",
     "MAX_THREADS_PER_CPU",
@@ -223,12 +225,13 @@ def usable_cores(
     logical: Callable[[], int | None] | None = None,
 ) -> int:
     """The cores this process may run on: its CPU affinity (``os.sched_getaffinity``, Linux), capped at the
-    physical cores (``psutil``; hyper-threads add little to matmuls), else ``os.cpu_count()``; at least 1.
+    physical cores (:mod:`edgecap.runtime.backends.cpu`; hyper-threads add little to matmuls), else
+    ``os.cpu_count()``; at least 1.
 
     The arguments replace the three sources (for tests); None = this machine's.
     """
     affinity = affinity if affinity is not None else getattr(os, "sched_getaffinity", None)
-    physical = physical if physical is not None else _physical_cores
+    physical = physical if physical is not None else physical_cores
     logical = logical if logical is not None else os.cpu_count
     count = None
     if affinity is not None:
@@ -240,14 +243,6 @@ def usable_cores(
     if cores and (count is None or cores < count):
         count = cores
     return max(1, count or logical() or 1)
-
-
-def _physical_cores() -> int | None:
-    try:
-        import psutil
-    except ImportError:  # a minimal edge install without psutil: the affinity or os.cpu_count() decides
-        return None
-    return psutil.cpu_count(logical=False)
 
 
 def max_threads(cpus: int | None = None) -> int:
