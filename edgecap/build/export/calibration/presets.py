@@ -367,9 +367,6 @@ def get_preset(preset: str | QuantPreset) -> QuantPreset:
         raise CalibrationError(f"unknown INT8 preset {preset!r}; choose one of {list_presets()}") from None
 
 
-#: /proc/cpuinfo flags of int8 dot-product instructions that accumulate without int16 saturation.
-
-
 # -- built-in presets ------------------------------------------------------------------------------------------------
 register_preset(
     QuantPreset(
