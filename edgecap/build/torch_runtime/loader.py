@@ -3,8 +3,6 @@ CUDA graphs or ``torch.compile``), or re-running the whole prefix each step (the
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
 from edgecap.build.runs import load_bundle_model
@@ -12,13 +10,16 @@ from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
 from edgecap.build.torch_runtime.refine import TorchRefineModel
 from edgecap.build.torch_runtime.runtime import TorchStepModel, resolve_device
 from edgecap.build.torch_runtime.static_cache import StepModeError
-from edgecap.runtime.backends.registry import CaptionerError, LoadedRuntime
+from edgecap.runtime.backends.registry import CaptionerError, LoadedRuntime, LoadRequest
+from edgecap.runtime.bundle import Bundle
+from edgecap.runtime.decoding.mask_predict import RefineModel
+from edgecap.runtime.decoding.protocol import StepModel
 from edgecap.runtime.images.inputs import image_inputs
 
 __all__ = ["load_bundle_rerun_runtime", "load_bundle_runtime"]
 
 
-def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False) -> Any:
+def load_bundle_runtime(bundle: Bundle, request: LoadRequest, *, rerun_prefix: bool = False) -> LoadedRuntime:
     """A bundle's ``weights.safetensors`` in torch eager, for ``Captioner.load(runtime="torch")``.
 
     Precision ``"auto"``: FP16 on CUDA (autoregressive models; autocast over FP32 weights), else FP32. The backbone
@@ -65,7 +66,7 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
     # quickstart acort-xsmall, beam 3) autocast kept 96 % of the FP32 captions, .half() 91 % (docs/gpu.md).
     autocast = torch.float16 if precision == "fp16" else None
     if refine:
-        step_model: Any = TorchRefineModel(model, dev)
+        step_model: StepModel | RefineModel = TorchRefineModel(model, dev)
     elif rerun_prefix:
         step_model = PrefixRerunStepModel(model, dev, autocast=autocast)
     else:
@@ -80,6 +81,6 @@ def load_bundle_runtime(bundle: Any, request: Any, *, rerun_prefix: bool = False
     return LoadedRuntime(step_model, inputs, info, [], no_images)
 
 
-def load_bundle_rerun_runtime(bundle: Any, request: Any) -> Any:
+def load_bundle_rerun_runtime(bundle: Bundle, request: LoadRequest) -> LoadedRuntime:
     """:func:`load_bundle_runtime` decoding by re-running the prefix (``runtime="torch-rerun"``, a baseline)."""
     return load_bundle_runtime(bundle, request, rerun_prefix=True)

@@ -3,8 +3,9 @@
 A runtime is one module plus one :func:`register_runtime` call. Its :class:`RuntimeSpec` names, as import strings so
 nothing heavy is imported until the runtime is used:
 
-- ``loader``: ``(bundle, LoadRequest) -> LoadedRuntime``, everything a :class:`~edgecap.Captioner` needs to caption
-  with the bundle on this runtime (step model, image preprocessing, what was chosen and why);
+- ``loader``: a :class:`RuntimeLoader`, ``(Bundle, LoadRequest) -> LoadedRuntime``, everything a
+  :class:`~edgecap.Captioner` needs to caption with the bundle on this runtime (step model, image preprocessing,
+  what was chosen and why);
 - ``graph_runtime``: the :class:`~edgecap.runtime.backends.base.Runtime` that runs one graph (tests, parity, tools);
 - ``requires``: the modules it imports, checked with ``importlib.util.find_spec`` (no import) to tell whether the
   runtime is usable here, and ``install``: what to install when it is not.
@@ -21,17 +22,24 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from edgecap.runtime.plugins import RUNTIME_GROUP, PluginLoader, claim_names
+
+if TYPE_CHECKING:  # annotations only: the registry imports nothing beyond the standard library
+    from edgecap.runtime.bundle import Bundle
+    from edgecap.runtime.decoding.mask_predict import RefineModel
+    from edgecap.runtime.decoding.protocol import StepModel
+    from edgecap.runtime.images.inputs import ImageInputs
 
 __all__ = [
     "CaptionerError",
     "LoadRequest",
     "LoadedRuntime",
     "STEP_MODES",
+    "RuntimeLoader",
     "RuntimeSpec",
     "UnknownRuntimeError",
     "auto_runtime",
@@ -67,7 +75,7 @@ class RuntimeSpec:
     Attributes:
         name: the key users type (``runtime="onnxruntime"``, ``--runtime onnxruntime``).
         description: one line for help texts and reports.
-        loader: ``"package.module:function"``, called as ``loader(bundle, request)`` -> :class:`LoadedRuntime`.
+        loader: ``"package.module:function"`` of its :class:`RuntimeLoader`, called as ``loader(bundle, request)``.
         graph_runtime: ``"package.module:Class"`` of its one-graph :class:`~edgecap.runtime.backends.base.Runtime`, if
         any.
         requires: top-level modules it needs (``("onnxruntime",)``).
@@ -109,9 +117,10 @@ class RuntimeSpec:
             return False, f"runtime {self.name!r} needs {', '.join(missing)}, which is not installed{hint}"
         return True, ""
 
-    def load_function(self) -> Callable[[Any, LoadRequest], LoadedRuntime]:
+    def load_function(self) -> RuntimeLoader:
         """The imported loader; a clear :class:`UnknownRuntimeError` when its backend is missing."""
-        return _import(self, self.loader)
+        loader: RuntimeLoader = _import(self, self.loader)
+        return loader
 
     def graph_runtime_class(self) -> type:
         """The imported one-graph runtime class."""
@@ -174,11 +183,22 @@ class LoadedRuntime:
         no_images_reason: why ``inputs`` is None.
     """
 
-    step_model: Any
-    inputs: Any
+    step_model: StepModel | RefineModel
+    inputs: ImageInputs | None
     info: dict[str, Any] = field(default_factory=dict)
     resources: list[Any] = field(default_factory=list)
     no_images_reason: str = ""
+
+
+class RuntimeLoader(Protocol):
+    """A runtime's entry point (:attr:`RuntimeSpec.loader`): an opened bundle and what the caller asked for ->
+    everything a :class:`~edgecap.Captioner` needs to caption with it on this runtime.
+
+    A loader resolves the request's ``"auto"`` values (precision, providers, device) and says why in
+    ``LoadedRuntime.info``; it raises :class:`CaptionerError` for a request the bundle or this machine cannot serve.
+    """
+
+    def __call__(self, bundle: Bundle, request: LoadRequest, /) -> LoadedRuntime: ...
 
 
 _REGISTRY: dict[str, RuntimeSpec] = {}
@@ -275,7 +295,7 @@ def auto_runtime() -> tuple[RuntimeSpec, str]:
     """
     load_runtime_plugins()
     ranked = sorted((s for s in _REGISTRY.values() if s.auto_rank is not None), key=lambda s: s.auto_rank or 0)
-    skipped = []
+    skipped: list[str] = []
     for spec in ranked:
         ok, why = spec.available()
         if ok:

@@ -10,7 +10,7 @@ import numpy as np
 from edgecap.runtime.decoding.beam import beam_search
 from edgecap.runtime.decoding.config import DecodeCfg, DecodeCfgError
 from edgecap.runtime.decoding.greedy import greedy
-from edgecap.runtime.decoding.mask_predict import mask_predict
+from edgecap.runtime.decoding.mask_predict import RefineModel, mask_predict
 from edgecap.runtime.decoding.parallel import (
     PER_IMAGE_STRATEGIES,
     SPLIT_STRATEGIES,
@@ -36,7 +36,7 @@ LENGTH_LEVEL_INPUT = "length_level"
 
 
 def decode(
-    step_model: StepModel,
+    step_model: StepModel | RefineModel,
     inputs: Mapping[str, Any],
     cfg: DecodeCfg,
     processors: Sequence[LogitsProcessor] | None = None,
@@ -48,7 +48,8 @@ def decode(
     :class:`~edgecap.runtime.decoding.mask_predict.RefineModel` instead of a step model.
 
     Args:
-        step_model: any :class:`~edgecap.runtime.decoding.StepModel` (torch, ONNX Runtime, TensorRT adapters).
+        step_model: any :class:`~edgecap.runtime.decoding.StepModel` (torch, ONNX Runtime, TensorRT adapters), or a
+            ``RefineModel`` for ``"mask_predict"``.
         inputs: encoder inputs with batch B, e.g. ``features`` (B, N, C), ``boxes`` (B, N, 4), ``feature_mask`` (B, N);
             numpy arrays or torch tensors, handed to the model's ``encode`` as they are.
         cfg: the decoding configuration.

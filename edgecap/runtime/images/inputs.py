@@ -9,14 +9,21 @@ loaded on an install with torch.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from edgecap.runtime.torch_hooks import torch_available, torch_hook
 
-__all__ = ["BackboneMismatchError", "PixelInputs", "image_inputs"]
+if TYPE_CHECKING:
+    from edgecap.runtime.bundle import Bundle
+
+__all__ = ["BackboneMismatchError", "ImageInputs", "PixelInputs", "image_inputs"]
+
+#: Images (paths, bytes or Pillow images) -> the encoder's named inputs (numpy arrays, or torch tensors from the
+#: torch backbone): :class:`PixelInputs`, or the torch backbone of a features-in bundle.
+ImageInputs = Callable[[Sequence[Any]], Mapping[str, Any]]
 
 
 class BackboneMismatchError(ValueError):
@@ -40,7 +47,7 @@ class PixelInputs:
         return {"pixel_values": np.stack([self.cfg(image) for image in images]).astype(np.float32, copy=False)}
 
 
-def image_inputs(bundle: Any, device: Any, in_graph: bool) -> tuple[Any, str, str]:
+def image_inputs(bundle: Bundle, device: Any, in_graph: bool) -> tuple[ImageInputs | None, str, str]:
     """(images -> inputs, backbone description, reason images cannot be captioned) for a bundle.
 
     Args:

@@ -54,7 +54,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from edgecap.build.export.calibration.source import CalibrationError
 from edgecap.runtime.backends.cpu import detect_cpu_preset
@@ -76,7 +76,9 @@ __all__ = [
 CALIBRATION_METHODS = {"minmax": "MinMax", "entropy": "Entropy", "percentile": "Percentile"}
 #: Methods that build histograms of whole tensors (each feed is calibrated in its own pass, see quantize.py).
 HISTOGRAM_METHODS = frozenset({"entropy", "percentile"})
-_INT_TYPES = {"int8": "QInt8", "uint8": "QUInt8"}
+#: An 8-bit integer type of activations or weights: signed or unsigned.
+IntType = Literal["int8", "uint8"]
+_INT_TYPES: dict[str, str] = {"int8": "QInt8", "uint8": "QUInt8"}
 AUTO = "cpu-auto"
 #: How a role's graph is quantised (see :class:`RolePolicy`): calibrated Q/DQ pairs, ONNX Runtime's
 #: ``quantize_dynamic`` (``MatMulInteger`` behind ``DynamicQuantizeLinear``), or weight-only ``MatMulNBits``.
@@ -152,9 +154,9 @@ class RolePolicy:
                 "leave MatMul out"
             )
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, str | int]:
         """The scheme as a bundle manifest records it: ``scheme``, ``bits`` (and the weight-only block options)."""
-        out: dict[str, Any] = {"scheme": self.scheme, "bits": self.bits}
+        out: dict[str, str | int] = {"scheme": self.scheme, "bits": self.bits}
         if self.scheme == "weight-only":
             out.update(block_size=self.block_size, accuracy_level=self.accuracy_level)
         return out
@@ -199,8 +201,8 @@ class QuantPreset:
 
     name: str
     description: str
-    activation_type: str
-    weight_type: str = "int8"
+    activation_type: IntType
+    weight_type: IntType = "int8"
     activation_symmetric: bool = False
     weight_symmetric: bool = True
     per_channel: bool = True

@@ -9,9 +9,13 @@ task-level check) and ``Captioner.load`` both go through here, so neither knows 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgecap.runtime._renamed import renamed_getattr
+
+if TYPE_CHECKING:
+    from edgecap.runtime.backends.bridge import RuntimeStepModel
+    from edgecap.runtime.backends.refine import RuntimeRefineModel
 
 __all__ = ["create_onnxruntime_decoder"]
 
@@ -43,6 +47,7 @@ def create_onnxruntime_decoder(
         ValueError: the roles are neither pair.
     """
     roles = set(graphs)
+    model: RuntimeStepModel | RuntimeRefineModel
     if roles == {"encoder", "refine"}:
         from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
 

@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgecap.runtime.backends.onnxruntime.fallback import ProviderFallback, ProviderFallbackWarning
 from edgecap.runtime.backends.onnxruntime.providers import (
@@ -28,6 +28,10 @@ from edgecap.runtime.backends.onnxruntime.providers import (
     row_coupled_roles,
 )
 from edgecap.runtime.backends.threads import ThreadPlan, plan_threads
+
+if TYPE_CHECKING:
+    from edgecap.runtime.backends.registry import LoadedRuntime, LoadRequest
+    from edgecap.runtime.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class _Plan:
     tensorrt: dict[str, Any] | None = None
 
 
-def load_bundle_runtime(bundle: Any, request: Any) -> Any:
+def load_bundle_runtime(bundle: Bundle, request: LoadRequest) -> LoadedRuntime:
     """A bundle's graphs of one precision in ONNX Runtime sessions, for ``Captioner.load(runtime="onnxruntime")``.
 
     Providers: TensorRT, then CUDA when this onnxruntime build has them, then CPU (or ``request.providers``).
@@ -115,7 +119,7 @@ def load_bundle_runtime(bundle: Any, request: Any) -> Any:
     return LoadedRuntime(step_model, inputs, info, [step_model], no_images)
 
 
-def _plan(bundle: Any, request: Any, providers: list[str], provider_reason: str) -> _Plan:
+def _plan(bundle: Bundle, request: LoadRequest, providers: list[str], provider_reason: str) -> _Plan:
     """Precision, threads and session options of a load on ``providers`` (the first one runs the graphs)."""
     primary = providers[0]
     precision = request.precision
@@ -152,7 +156,7 @@ def _plan(bundle: Any, request: Any, providers: list[str], provider_reason: str)
     return plan
 
 
-def _open(bundle: Any, plan: _Plan) -> tuple[Any, ProviderFallback | None]:
+def _open(bundle: Bundle, plan: _Plan) -> tuple[Any, ProviderFallback | None]:
     """The plan's decoder, entered and checked against the bundle's interface, and the fallback when its sessions
     run without some of the planned providers (providers every session runs on count as in use)."""
     from edgecap.runtime.backends.onnxruntime.decoders import create_onnxruntime_decoder
@@ -180,7 +184,9 @@ def _open(bundle: Any, plan: _Plan) -> tuple[Any, ProviderFallback | None]:
     return step_model, ProviderFallback(tuple(plan.providers), in_use, cause)
 
 
-def _thread_options(request: Any, primary: str, graphs: Mapping[str, Path]) -> tuple[ThreadPlan | None, dict[str, Any]]:
+def _thread_options(
+    request: LoadRequest, primary: str, graphs: Mapping[str, Path]
+) -> tuple[ThreadPlan | None, dict[str, Any]]:
     """The thread plan (None off the CPU) and the :class:`OnnxRuntimeSession` keyword arguments of a load request.
 
     On CPU the whole plan applies. On CUDA/TensorRT the CPU threads only feed the device, so the policy does not
@@ -206,14 +212,14 @@ def _step_bytes(graphs: Mapping[str, Path]) -> int:
     return Path(graphs[loop]).stat().st_size
 
 
-def _check_sessions(bundle: Any, step_model: Any, graphs: Mapping[str, Path]) -> None:
+def _check_sessions(bundle: Bundle, step_model: Any, graphs: Mapping[str, Path]) -> None:
     """Each session's input/output names against the bundle's interface (role -> session from the adapter)."""
     loop = next(role for role in graphs if role != "encoder")
     for role, runtime in (("encoder", step_model.encoder), (loop, step_model.loop_runtime)):
         bundle.check_interface(role, list(runtime.input_metadata()), runtime.output_names, graphs[role])
 
 
-def _tensorrt_settings(request: Any, bundle: Any) -> dict[str, Any]:
+def _tensorrt_settings(request: LoadRequest, bundle: Bundle) -> dict[str, Any]:
     """What the TensorRT provider is tuned and bounded by (``runtime_info["tensorrt"]``): the images per call its
     profiles are tuned for, the beam the step graph's rows multiply them by (the decode's, else the bundle's), and
     the workspace limit (MiB; None = the EP's own)."""
@@ -226,7 +232,7 @@ def _tensorrt_settings(request: Any, bundle: Any) -> dict[str, Any]:
     return {"opt_batch": int(opt_batch), "beam": int(beam or 1), "workspace_mb": workspace}
 
 
-def _tensorrt_options(bundle: Any, precision: str, workspace_mb: int | None) -> dict[str, Any]:
+def _tensorrt_options(bundle: Bundle, precision: str, workspace_mb: int | None) -> dict[str, Any]:
     """TensorRT EP options (:func:`edgecap.runtime.backends.onnxruntime.gpu.tensorrt_ep_options`): engine and timing
     caches in
     the bundle's hidden ``.onnxruntime-trt`` directory (outside the manifest, so it stays verifiable), keyed by the

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,6 +47,10 @@ from edgecap.runtime.backends.tensorrt.engines import (
 from edgecap.runtime.decoding.protocol import DecodeInputError, State
 from edgecap.runtime.engines.buffers import INDEX_NAME, plan_buffers
 from edgecap.runtime.precisions import PRECISIONS
+
+if TYPE_CHECKING:
+    from edgecap.runtime.backends.registry import LoadedRuntime, LoadRequest
+    from edgecap.runtime.bundle import Bundle
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +258,7 @@ class TrtRefineModel(_TrtModel):
         from edgecap.runtime.bundle.limits import check_length_plan
 
         plan = [json.loads(metadata[k]) for k in needed[:3]]
-        check_length_plan(*plan, f"{engines.folder}: the refine graph's metadata", TrtEngineError)
+        check_length_plan(plan[0], plan[1], plan[2], f"{engines.folder}: the refine graph's metadata", TrtEngineError)
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in plan[0])
         self.refine_steps = tuple(int(t) for t in plan[1])
         self.eos_decay = tuple(float(g) for g in plan[2])
@@ -280,12 +284,12 @@ class TrtRefineModel(_TrtModel):
 
 
 # -- bundles on TensorRT (the registry's loader) --------------------------------------------------------------------
-def _graph_shas(bundle: Any, precision: str) -> dict[str, str]:
+def _graph_shas(bundle: Bundle, precision: str) -> dict[str, str]:
     files = bundle.variant(precision)["files"]
     return {role: bundle.manifest["files"][files[role]]["sha256"] for role in bundle.interface["runtime_graphs"]}
 
 
-def load_bundle_runtime(bundle: Any, request: Any) -> Any:
+def load_bundle_runtime(bundle: Bundle, request: LoadRequest) -> LoadedRuntime:
     """A bundle's TensorRT engines for ``Captioner.load(runtime="tensorrt")``.
 
     Precision ``"auto"``: the best engine set built for this machine (INT8, then FP16, then FP32). The set is checked
