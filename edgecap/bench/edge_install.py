@@ -119,7 +119,8 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 def _source_digest(repo: Path) -> str:
     digest = hashlib.sha256()
-    for path in sorted([*(repo / "edgecap").rglob("*.py"), *(repo / n for n in _SOURCE_FILES)]):
+    sources = [*(repo / "edgecap").rglob("*.py"), *(repo / "edgecap").rglob("*.schema.json")]  # + package data
+    for path in sorted([*sources, *(repo / n for n in _SOURCE_FILES)]):
         if path.is_file():
             digest.update(str(path.relative_to(repo)).encode())
             digest.update(path.read_bytes())
