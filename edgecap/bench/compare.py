@@ -202,8 +202,8 @@ def format_comparison(comparison: Comparison, metrics: Sequence[Metric] = METRIC
     )
     keys = [row.key for row in comparison.rows]
     show_bundles = len(set(keys)) != len(keys)  # two bundles of one model: say which is which
-    for title, names in groups:
-        names = tuple(n for n in names if n in by_name)
+    for title, wanted in groups:
+        names = tuple(n for n in wanted if n in by_name)
         shown = [n for n in names if any(row.values.get(n, (None, None))[0] is not None for row in comparison.rows)]
         if not comparison.rows or not shown:
             continue

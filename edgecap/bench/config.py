@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edgecap.bench import harness
 from edgecap.bench.harness import LoopCfg
@@ -183,13 +183,12 @@ class BenchCfg:
         if not plan:  # exported before bundles recorded their plan: levels as asked, "all" is unknowable
             if self.length_levels == ALL_LEVELS:
                 return (default,), [f"length levels 'all': the bundle records no plan, measured at level {default}"]
-            return tuple(self.length_levels), []
+            return tuple(cast("tuple[int, ...]", self.length_levels)), []
         if self.length_levels == ALL_LEVELS:
             return tuple(range(1, len(plan) + 1)), []
-        kept = tuple(v for v in self.length_levels if v <= len(plan))
-        dropped = [
-            f"length level {v}: the bundle has levels 1..{len(plan)}" for v in self.length_levels if v > len(plan)
-        ]
+        levels = cast("tuple[int, ...]", self.length_levels)  # not "all": integers, checked in __post_init__
+        kept = tuple(v for v in levels if v <= len(plan))
+        dropped = [f"length level {v}: the bundle has levels 1..{len(plan)}" for v in levels if v > len(plan)]
         return kept, dropped
 
     def loop(self) -> LoopCfg:

@@ -38,7 +38,7 @@ def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
         providers = []
         rec.set(onnxruntime=None, providers=[], reason=str(exc))
     wanted = [("onnxruntime", p) for p in ("CUDAExecutionProvider", "TensorrtExecutionProvider")]
-    runnable = [(r, p) for r, p in wanted if p in providers]
+    runnable: list[tuple[str, str | None]] = [(r, p) for r, p in wanted if p in providers]
     for r, p in wanted:
         if (r, p) not in runnable:
             rec.add(

@@ -41,6 +41,7 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
     cmd += ["--ignore=tests/gpu/test_gpu_check.py"]  # this check itself
     cmd += ["tests/runtime/backends/test_static_cache.py", "tests/runtime/backends/test_torch_runtime.py"]
     start = time.perf_counter()
+    returncode: int | str  # the process's, or "timeout"
     try:
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(5, args.section_budget - 8))
         log, returncode = proc.stdout + proc.stderr, proc.returncode

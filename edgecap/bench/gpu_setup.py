@@ -215,12 +215,12 @@ def time_decode(
             select_ms.append(1e3 * t.select_s / max(t.steps, 1))
             search_ms.append(1e3 * (wall - t.encode_s - t.step_s - t.select_s) / max(t.steps, 1))
     batch = int(inputs["features"].shape[0])
-    wall = median_spread(walls)
+    spread = median_spread(walls)
     return {
-        "captions_per_s": round(batch / wall["median"], 1),
-        "captions_per_s_range": [round(batch / wall["max"], 1), round(batch / wall["min"], 1)],
-        "wall_ms": round(1e3 * wall["median"], 3),
-        "loop_ms_per_step": round(1e3 * wall["median"] / statistics.median(steps), 4),
+        "captions_per_s": round(batch / spread["median"], 1),
+        "captions_per_s_range": [round(batch / spread["max"], 1), round(batch / spread["min"], 1)],
+        "wall_ms": round(1e3 * spread["median"], 3),
+        "loop_ms_per_step": round(1e3 * spread["median"] / statistics.median(steps), 4),
         "step_call_ms": round(statistics.median(step_ms), 4),
         "select_call_ms": round(statistics.median(select_ms), 4),
         "host_search_ms_per_step": round(statistics.median(search_ms), 4),

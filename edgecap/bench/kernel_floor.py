@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -146,7 +146,7 @@ def matmuls_model(model: Any, nodes: Sequence[Any], shapes: Mapping[str, Any]) -
             if np_dtype.kind == "f":
                 value = rng.random(shape, dtype=np.float32).astype(np_dtype)
             else:
-                info = np.iinfo(np_dtype)
+                info = np.iinfo(cast("np.dtype[np.integer[Any]]", np_dtype))  # not a float: an integer type
                 value = rng.integers(max(info.min, -128), min(info.max, 255), size=shape, endpoint=True)
                 value = value.astype(np_dtype)
             renamed[name] = f"{node.name}/{name}"

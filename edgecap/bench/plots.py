@@ -94,7 +94,7 @@ def plot_latency_vs_batch(report: BenchReport, path: str | Path) -> Path | None:
     ax_tput.set_title("Offline throughput vs batch")
     ax_tput.legend(fontsize=7, loc="best")
     device = report.environment.get("cpu") if not report.environment.get("gpus") else report.environment["gpus"][0]
-    fig.suptitle(f"edgecap bench — {device if isinstance(device, str) else device.get('name')}", fontsize=10)
+    fig.suptitle(f"edgecap bench — {device if isinstance(device, str) else (device or {}).get('name')}", fontsize=10)
     try:
         return _save(fig, Path(path))
     finally:

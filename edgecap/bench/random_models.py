@@ -95,7 +95,8 @@ def grid_inputs(batch: int, feature_dim: int, seed: int) -> dict[str, Tensor]:
     cells = torch.arange(GRID, dtype=torch.float32) / GRID
     y, x = torch.meshgrid(cells, cells, indexing="ij")
     boxes = torch.stack([x, y, x + 1 / GRID, y + 1 / GRID], dim=-1).reshape(1, regions, 4).expand(batch, -1, -1)
-    return {"features": features, "boxes": boxes.contiguous(), "feature_mask": torch.ones(batch, regions, dtype=bool)}
+    mask = torch.ones(batch, regions, dtype=torch.bool)
+    return {"features": features, "boxes": boxes.contiguous(), "feature_mask": mask}
 
 
 def torch_environment() -> dict[str, Any]:

@@ -32,6 +32,7 @@ import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import cast
 
 from edgecap.bench.results import Breakdown, BundleInfo, ComboResult
 
@@ -302,7 +303,7 @@ def ratio_series(
     grouped: dict[tuple[str, str, int, int, str, str], list[HeadlineRatio]] = {}
     for report in reports:
         pair = isinstance(report, tuple) and len(report) == 2 and not isinstance(report[0], ComboResult)
-        results, bundles = report if pair else (report, ())
+        results, bundles = cast("tuple[Iterable[ComboResult], Iterable[BundleInfo]]", report if pair else (report, ()))
         for h in headline_ratios(results, bundles):
             grouped.setdefault((h.comparison, h.model, h.beam, h.batch, h.subject, h.baseline), []).append(h)
 

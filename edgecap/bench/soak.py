@@ -110,6 +110,8 @@ class Soak:
         names = [*self.good, *self.bad]
         while not self.stop.is_set():
             path = rng.choice(names)
+            key: str | None
+            problem: Exception | None
             try:
                 caption = self.cap(path)
             except ImageError as exc:

@@ -58,7 +58,7 @@ def _convert(tp: Any, value: Any) -> Any:
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
         return _convert(options[0], value) if len(options) == 1 else value
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build(tp, value)
     if origin is list:
         return [_convert(args[0] if args else Any, v) for v in value]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from rich.console import Console
 
@@ -189,6 +189,7 @@ def _caption_samples(run_dir: Path, data_dir: Path, device: str, beam: int, cons
     captions = captioner.batch([r.path for r in records])
     out = []
     for record, text in zip(records, captions, strict=True):
-        console.print(f"  {record.path.name}: [green]{text}[/]   (a reference: {' '.join(record.captions[0])})")
+        image = cast(Path, record.path)  # the quickstart dataset's records are image files
+        console.print(f"  {image.name}: [green]{text}[/]   (a reference: {' '.join(record.captions[0])})")
         out.append({"image": str(record.path), "caption": text, "reference": " ".join(record.captions[0])})
     return out

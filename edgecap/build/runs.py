@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgecap.build.training.checkpoint import VOCAB, WEIGHTS, load_weights
 from edgecap.runtime.bundle.layout import CONFIG_NAME, RunError, read_run_config, resolve_run, run_file
 from edgecap.runtime.bundle.manifest import BundleConfigError
+
+if TYPE_CHECKING:
+    from edgecap.build.models.base import CaptionModel
 
 
 @dataclass
@@ -30,7 +33,7 @@ class TrainedRun:
         return int(self.config["train"]["max_words"])
 
 
-def build_model_from_config(config: dict[str, Any], vocab_size: int):
+def build_model_from_config(config: dict[str, Any], vocab_size: int) -> CaptionModel:
     from edgecap.build.models import create_model
 
     spec = config["model"]

@@ -17,7 +17,7 @@ def _parse_splits(ctx: click.Context, param: click.Parameter, value: str) -> tup
         raise click.BadParameter(f"expected three comma-separated numbers, got {value!r}") from None
     if len(parts) != 3:
         raise click.BadParameter(f"expected train,val,test fractions (three numbers), got {value!r}")
-    return parts  # type: ignore[return-value]
+    return parts
 
 
 @click.group()

@@ -81,7 +81,15 @@ def evaluate(
 
 
 def _evaluate_levels(
-    run: str, split: str, beam: int, data, features, device: str, tokenizer: str, limit: int, level: str
+    run: str,
+    split: str,
+    beam: int,
+    data: Path | None,
+    features: Path | None,
+    device: str,
+    tokenizer: str,
+    limit: int,
+    level: str,
 ) -> None:
     import json
 

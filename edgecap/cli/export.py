@@ -18,7 +18,7 @@ class _PresetChoice(click.Choice):
     def __init__(self) -> None:
         super().__init__((), case_sensitive=True)
 
-    @property
+    @property  # type: ignore[override]  # click declares a plain attribute; a read-through property serves it
     def choices(self) -> Sequence[str]:
         from edgecap.build.export.calibration.presets import list_presets
 
@@ -32,7 +32,7 @@ class _PresetChoice(click.Choice):
 class _StepSchemeChoice(_PresetChoice):
     """The named step schemes of ``edgecap.build.export.calibration.presets.STEP_SCHEMES``."""
 
-    @property
+    @property  # type: ignore[override]  # as _PresetChoice.choices
     def choices(self) -> Sequence[str]:
         from edgecap.build.export.calibration.presets import STEP_SCHEMES
 

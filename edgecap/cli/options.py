@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -78,7 +78,7 @@ class RuntimeName(click.ParamType):
         return name
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Stop a command with a clear one-line error instead of a traceback."""
     raise click.ClickException(message)
 

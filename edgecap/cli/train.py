@@ -6,6 +6,7 @@ Data-parallel under torchrun: ``torchrun --nproc-per-node N -m edgecap train ...
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
@@ -142,10 +143,10 @@ def train(
     features: Path | None,
     out: Path | None,
     no_resume: bool,
-    overrides: tuple,
+    overrides: tuple[str, ...],
     threads: int,
     scst_recipe: str,
-    **options,
+    **options: Any,
 ) -> None:
     """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 _EDGE_WORD_VOCAB_SIZE = 124  # mirrors edgecap.build.models.EDGE_WORD_VOCAB_SIZE without importing torch for --help
 
@@ -48,7 +52,7 @@ def zoo(pattern: str, as_json: bool, vocab_size: int, feature_dim: int | None) -
     from rich.table import Table
 
     table = Table(title=f"edgecap models matching {pattern!r}", title_justify="left")
-    for header, justify in [
+    columns: list[tuple[str, JustifyMethod]] = [
         ("model", "left"),
         ("d", "right"),
         ("ffn", "right"),
@@ -61,7 +65,8 @@ def zoo(pattern: str, as_json: bool, vocab_size: int, feature_dim: int | None) -
         ("params (paper)", "right"),
         ("reported", "right"),
         ("params (edge)", "right"),
-    ]:
+    ]
+    for header, justify in columns:
         table.add_column(header, justify=justify, no_wrap=header == "model")
     for r in rows:
         vocab = f"radix {r['radix_base']}" if r.get("vocab_kind") == "radix" else str(r.get("vocab_kind", ""))

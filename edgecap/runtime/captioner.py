@@ -17,7 +17,7 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -246,7 +246,7 @@ class Captioner:
         """The caption of one image; ``length_level`` (1-based; LaBERT and ``*-len`` models) asks for a short
         (1) or a detailed (4, 4-level plan) caption. Without one, a length-controllable model decodes at the level
         in :attr:`decode_cfg` (for a bundle: the default recorded at export, ``DEFAULT_LENGTH_LEVEL`` = 2)."""
-        return self.batch([image], length_level=length_level)[0]
+        return cast(str, self.batch([image], length_level=length_level)[0])  # errors="raise": never None
 
     def batch(
         self, images: Any, batch_size: int = 16, length_level: int | None = None, errors: str = "raise"

@@ -33,6 +33,7 @@ class WordVocab(Vocabulary):
 
     kind: ClassVar[str] = "word"
     SPECIALS: ClassVar[tuple[str, ...]] = (PAD, BOS, EOS, UNK)
+    unk_id: int  # a word vocab always has <unk> (the base allows None for radix)
 
     def __init__(self, words: Sequence[str], *, min_count: int | None = None) -> None:
         self.words = _check_words(words, "WordVocab")

@@ -84,7 +84,8 @@ def _memmap_tensor(path: Path, name: str) -> tuple[np.memmap, dict[str, str]]:
     entry = header.get(name)
     if not isinstance(entry, dict):
         raise FeatureCacheError(f"{path}: no tensor {name!r}")
-    dtype = {code: np.dtype(np_type) for code, np_type in _DTYPES.values()}.get(entry.get("dtype"))
+    by_code: dict[object, np.dtype] = {code: np.dtype(np_type) for code, np_type in _DTYPES.values()}
+    dtype = by_code.get(entry.get("dtype"))
     if dtype is None:
         raise FeatureCacheError(f"{path}: tensor {name!r} has unsupported dtype {entry.get('dtype')!r}")
     shape = tuple(int(s) for s in entry["shape"])

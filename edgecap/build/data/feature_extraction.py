@@ -7,11 +7,11 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class _Item:
 def _dataset_items(dataset: str | os.PathLike | CaptionDataset) -> tuple[list[_Item], str, str]:
     """Images to extract (dataset order), plus a display path and name for the metadata."""
     if isinstance(dataset, (str, os.PathLike)):
-        loaded, where = load_dataset(dataset), str(Path(dataset).resolve())
+        loaded, where = load_dataset(Path(dataset)), str(Path(dataset).resolve())
     else:
         loaded, where = dataset, ""
     items = []
@@ -97,7 +97,9 @@ def _load_batch(
     return [pool.submit(one, item) for item in items]
 
 
-def _batches(items: Sequence[_Item], batch_size: int, preprocess: Callable, workers: int) -> Iterator[tuple]:
+def _batches(
+    items: Sequence[_Item], batch_size: int, preprocess: Callable, workers: int
+) -> Generator[tuple, None, None]:
     """Yield (items, results) per batch; with workers the next batch decodes while the model runs."""
     starts = range(0, len(items), batch_size)
     if workers <= 0:
@@ -112,10 +114,10 @@ def _batches(items: Sequence[_Item], batch_size: int, preprocess: Callable, work
             chunk = items[start : start + batch_size]
             future = (chunk, _load_batch(chunk, preprocess, pool))
             if pending is not None:
-                yield pending[0], [f.result() for f in pending[1]]
+                yield pending[0], [cast(Future, f).result() for f in pending[1]]
             pending = future
         if pending is not None:
-            yield pending[0], [f.result() for f in pending[1]]
+            yield pending[0], [cast(Future, f).result() for f in pending[1]]
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

@@ -7,6 +7,7 @@ the metric (PTB or simple) sees the same text either way.
 from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["CaptionInputError", "caption_text", "check_inputs"]
 
@@ -47,7 +48,7 @@ def caption_text(value: object, *, what: str) -> str:
 
 
 def check_inputs(
-    predictions: Mapping[Hashable, object], references: Mapping[Hashable, object]
+    predictions: Mapping[Any, object], references: Mapping[Any, object]
 ) -> tuple[list[Hashable], dict[Hashable, str], dict[Hashable, list[str]]]:
     """Validate predictions against references and return them as plain strings.
 

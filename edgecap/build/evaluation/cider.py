@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from typing import TypeVar, cast
 
 import numpy as np
 
@@ -41,6 +42,8 @@ __all__ = ["CiderD", "cider_d"]
 _KEY_BASE = np.int64(1 << 32)
 
 Tokens = Sequence[Hashable]
+#: An image id keying predictions and references (one type for both mappings of a call).
+ImageId = TypeVar("ImageId", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -326,7 +329,7 @@ class CiderD:
         else:
             sizes = zip(self._levels, sparse.level_sizes, strict=True)
             df = np.concatenate([np.pad(level.df, (0, size - level.df.size)) for level, size in sizes])
-            log_num_docs = math.log(float(self._num_documents))
+            log_num_docs = math.log(float(cast(int, self._num_documents)))  # set with the corpus levels
         idf = log_num_docs - np.log(np.maximum(1.0, df))
 
         n = self.n
@@ -407,8 +410,8 @@ class CiderD:
 
 
 def cider_d(
-    predictions: Mapping[Hashable, str | Sequence[str]],
-    references: Mapping[Hashable, Sequence[str | Sequence[str]]],
+    predictions: Mapping[ImageId, str | Sequence[str]],
+    references: Mapping[ImageId, Sequence[str | Sequence[str]]],
     *,
     scorer: CiderD | None = None,
 ) -> float:

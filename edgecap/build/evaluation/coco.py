@@ -25,6 +25,7 @@ import subprocess
 import warnings
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from edgecap.build.evaluation._inputs import CaptionInputError, check_inputs
 from edgecap.build.evaluation.report import EvalResult
@@ -41,6 +42,9 @@ __all__ = [
     "simple_tokenize",
     "spice_unavailable_reason",
 ]
+
+#: An image id keying predictions and references (one type for both mappings of a call).
+ImageId = TypeVar("ImageId", bound=Hashable)
 
 METRICS = ("bleu", "meteor", "rouge", "cider", "spice")
 TOKENIZERS = ("ptb", "simple", "auto")
@@ -224,8 +228,8 @@ def _resolve_tokenizer(tokenizer: str, notes: list[str]) -> str:
 
 
 def evaluate_captions(
-    predictions: Mapping[Hashable, str | Sequence[str]],
-    references: Mapping[Hashable, Sequence[str | Sequence[str]]],
+    predictions: Mapping[ImageId, str | Sequence[str]],
+    references: Mapping[ImageId, Sequence[str | Sequence[str]]],
     *,
     train_captions: Iterable[str | Sequence[str]] | None = None,
     metrics: Iterable[str] | str = METRICS,

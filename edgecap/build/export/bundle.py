@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from edgecap.build.export.bundling import BundleExportError
 from edgecap.build.export.bundling import quality as _quality
@@ -188,7 +188,9 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
     from edgecap.build.torch_runtime.captioning import decoder_for
     from edgecap.runtime.captioning import decode_cfg_for, decoding_overrides
 
-    calib_images, calib_description = calibration_images(request.calib) if request.int8 else ([], "")
+    calib_images, calib_description = (
+        calibration_images(cast(Path, request.calib)) if request.int8 else ([], "")  # int8 requires calib
+    )
     source = load_source(model_or_run, request.backbone_weights)
     with_backbone = backbone_in_graph(source, request.with_backbone)
     backbone = source.backbone() if with_backbone or source.backbone_rebuildable else None
@@ -201,7 +203,7 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
         stages.note(f"replacing the existing bundle at {out} once the new one is verified")
 
     with create_bundle(out, overwrite=request.overwrite or replacing) as bundle:
-        inputs = f"pixels in ({backbone.name} in the encoder graph)" if with_backbone else "features in"
+        inputs = f"pixels in ({cast(Any, backbone).name} in the encoder graph)" if with_backbone else "features in"
         stages(f"exporting {source.name} ({source.origin}) to ONNX, {inputs}: {', '.join(precisions)}, parity vs torch")
         result = export_onnx(
             source.model, None, backbone=backbone if with_backbone else None, name=source.name, precisions=precisions
@@ -240,7 +242,7 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
         stages("task-level check: CIDEr-D and caption agreement vs torch FP32 on the held-out set")
         reference = decoder_for(source.model, "cpu")
         if with_backbone:
-            reference = _quality.PixelReference(backbone, reference)
+            reference = _quality.PixelReference(cast(Any, backbone), reference)  # with_backbone: built above
         if held_out is None:
             stages.note(
                 "skipped (quality_images=0)"

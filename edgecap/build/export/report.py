@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def _num(value: float | None, fmt: str) -> str:
@@ -17,14 +20,15 @@ def bundle_table(bundle: Any) -> Any:
     held_out = bundle.manifest.get("held_out") or {}
     caption = f"task-level check on {held_out['set']}" if held_out else "no held-out set: task-level check not run"
     table = Table(title=f"{bundle.name} bundle · {bundle.path}", caption=caption)
-    for column, justify in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("precision", "left"),
         ("MB", "right"),
         ("parity vs torch", "left"),
         ("CIDEr-D", "right"),
         ("Δ vs FP32", "right"),
         ("agreement", "right"),
-    ):
+    )
+    for column, justify in columns:
         table.add_column(column, justify=justify)
     for row in rows:
         if row["parity_passed"] is None:

@@ -34,7 +34,8 @@ def timm_feature_shapes(name: str, image_size: int) -> tuple[dict[str, tuple[int
 
     with torch.device("meta"):
         model = timm.create_model(name, pretrained=False, num_classes=0, img_size=image_size)
-    return {k: tuple(v.shape) for k, v in model.state_dict().items()}, int(model.num_features)
+    width = model.num_features  # timm's int attribute (nn.Module's __getattr__ types it Tensor | Module)
+    return {k: tuple(v.shape) for k, v in model.state_dict().items()}, int(width)  # type: ignore[arg-type]
 
 
 def official_swin_to_timm(

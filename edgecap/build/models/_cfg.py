@@ -48,7 +48,7 @@ class FamilyCfg:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples as lists); :meth:`from_dict` inverts it."""
-        return _lists(dataclasses.asdict(self))  # type: ignore[call-overload]
+        return _lists(dataclasses.asdict(self))
 
     @classmethod
     def from_dict(cls: type[_Cfg], data: Mapping[str, Any], source: str = "model config") -> _Cfg:

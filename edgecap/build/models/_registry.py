@@ -21,7 +21,7 @@ import fnmatch
 import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 import torch
 from torch import nn
@@ -124,7 +124,7 @@ class FamilyHooks:
 
 @dataclass(frozen=True)
 class _Family:
-    cfg_cls: type
+    cfg_cls: type[Any]
     builder: Callable[[Any, int], CaptionModel]
     hooks: FamilyHooks
 
@@ -133,6 +133,14 @@ _VARIANTS: dict[str, _Variant] = {}
 _FAMILIES: dict[str, _Family] = {}
 
 F = TypeVar("F", bound=Callable[[], Any])
+
+
+@overload
+def register_model(fn: F, /) -> F: ...
+
+
+@overload
+def register_model(*, name: str | None = None, paper_params: float | None = None) -> Callable[[F], F]: ...
 
 
 def register_model(
@@ -158,7 +166,7 @@ def register_model(
 
 def register_family(
     family: str,
-    cfg_cls: type,
+    cfg_cls: type[Any],
     builder: Callable[[Any, int], CaptionModel],
     hooks: FamilyHooks | None = None,
 ) -> None:

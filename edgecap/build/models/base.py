@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast, overload
 
 import torch
 from torch import nn
@@ -104,9 +104,16 @@ class CaptionModel(nn.Module, abc.ABC):
         self.length_levels = levels
         self.level_embed = nn.Embedding(len(levels) + 1, dim) if levels else None
 
+    @overload
+    def _level(self, length_level: torch.Tensor) -> torch.Tensor: ...
+
+    @overload
+    def _level(self, length_level: None) -> None: ...
+
     def _level(self, length_level: torch.Tensor | None) -> torch.Tensor | None:
         """(B, 1, d) length-level embedding, or None for a model without length control."""
-        return None if length_level is None else self.level_embed(length_level)[:, None, :]
+        # a length level reaches only a model built with levels (level_embed set)
+        return None if length_level is None else cast(nn.Embedding, self.level_embed)(length_level)[:, None, :]
 
     def _with_level_state(self, names: tuple[str, ...]) -> tuple[str, ...]:
         """``names`` plus ``level_embed`` (the caption's ``e_l``, set by ``start``, read by every step) for a

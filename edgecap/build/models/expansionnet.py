@@ -25,6 +25,7 @@ cached (``step``), which the official code leaves out.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -257,7 +258,7 @@ register_family(
 )
 
 
-def _v2(**kw: object) -> ExpansionNetCfg:
+def _v2(**kw: Any) -> ExpansionNetCfg:
     return ExpansionNetCfg(**{"enc_groups": V2_GROUPS, "dec_slots": 16, "layer_reduce": True, **kw})
 
 

@@ -26,6 +26,7 @@ addition) take part in the encoder only, and the decoder attends to the input ce
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -105,7 +106,7 @@ class SpatialGraphLayer(nn.Module):
             out = torch.matmul(weights, _heads(value(h), self.heads))
             attended = out if attended is None else attended + out
         if masks is None:
-            attended = attended / len(RELATIONS)
+            attended = cast(torch.Tensor, attended) / len(RELATIONS)  # RELATIONS is not empty
         return x + self.dropout(self.gate(_merge(attended), h))
 
 

@@ -22,6 +22,8 @@ no ``+1`` on box sizes (``box_wh_offset=1.0`` reproduces it), the box embedding 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -80,7 +82,7 @@ class ORTCaptioner(CaptionModel):
 
     @property
     def state_names(self) -> tuple[str, ...]:
-        names = ("memory_bias", "cross_k", "cross_v", "self_k", "self_v")
+        names: tuple[str, ...] = ("memory_bias", "cross_k", "cross_v", "self_k", "self_v")
         if not self._separate_values:
             names = ("memory_bias", "cross_k", "self_k")
         return self._with_level_state(names)
@@ -157,14 +159,20 @@ _RADIX_MAX_LEN = 61
 _SIX = (0, 1, 2, 3, 4, 5)
 
 
-def _ort(**kw: object) -> ObjectRelationCfg:
+def _ort(**kw: Any) -> ObjectRelationCfg:
     return ObjectRelationCfg(
         **{"family": "ort", "vocab_kind": "word", "share_att": None, "max_len": _WORD_MAX_LEN, **kw}
     )
 
 
-def _acort(**kw: object) -> ObjectRelationCfg:
-    base = {"family": "ort", "vocab_kind": "radix", "radix_base": 768, "share_att": "kv", "max_len": _RADIX_MAX_LEN}
+def _acort(**kw: Any) -> ObjectRelationCfg:
+    base: dict[str, Any] = {
+        "family": "ort",
+        "vocab_kind": "radix",
+        "radix_base": 768,
+        "share_att": "kv",
+        "max_len": _RADIX_MAX_LEN,
+    }
     return ObjectRelationCfg(**{**base, **kw})
 
 

@@ -29,7 +29,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -272,7 +272,7 @@ class StaticStepModel:
                 "this state is not the static-cache workspace of the current decode on this thread (one decode at a "
                 "time per thread with step_mode other than 'eager')"
             )
-        return ws
+        return cast(_Workspace, ws)  # live is set: the workspace of this decode
 
     # -- StepModel ---------------------------------------------------------------------------------------------------
     def encode_state(self, state: State) -> State:

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from edgecap.runtime.vocab import Vocabulary
 
 
 class FeatureSource(Protocol):
@@ -85,7 +88,7 @@ class FeatureBank:
         return _pad_visual([self.source.get(self.image_ids[int(r)]) for r in rows_t], torch.float32)
 
 
-def encode_captions(vocab, captions: Sequence[Sequence[str]], max_words: int) -> torch.Tensor:
+def encode_captions(vocab: Vocabulary, captions: Sequence[Sequence[str]], max_words: int) -> torch.Tensor:
     """Token matrix (B, T) with BOS ... EOS and right padding by the vocab's pad id."""
     seqs = [vocab.encode_caption(list(c), max_words=max_words) for c in captions]
     length = max(len(s) for s in seqs)

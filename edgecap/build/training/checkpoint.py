@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -58,7 +58,7 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
 
 def rng_state() -> dict[str, Any]:
     """Torch, NumPy and Python RNG states as plain tensors/lists, loadable with ``weights_only=True``."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
+    name, keys, pos, has_gauss, cached = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
     version, internal, gauss = random.getstate()
     return {
         "torch": torch.get_rng_state(),

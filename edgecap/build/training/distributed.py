@@ -99,8 +99,8 @@ def epoch_order(num_items: int, seed: int, epoch: int, ctx: Dist) -> list[int]:
         return torch.randperm(num_items, generator=gen).tolist()
     from torch.utils.data import DistributedSampler
 
-    sampler = DistributedSampler(
-        range(num_items), num_replicas=ctx.world, rank=ctx.rank, shuffle=True, seed=seed, drop_last=False
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(num_items),  # type: ignore[arg-type]  # a Sized index range is all the sampler reads; torch types a Dataset num_replicas=ctx.world, rank=ctx.rank, shuffle=True, seed=seed, drop_last=False
     )
     sampler.set_epoch(epoch)
     return list(sampler)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from edgecap._version import __version__
 from edgecap.build._progress import ProgressBar
 from edgecap.build.torch_runtime.runtime import resolve_device
 from edgecap.build.training import checkpoint as ckpt
-from edgecap.build.training.batches import FeatureBank, encode_captions, pick_captions
+from edgecap.build.training.batches import FeatureBank, VisualBatch, encode_captions, pick_captions
 from edgecap.build.training.config import TrainCfg
 from edgecap.build.training.determinism import make_deterministic
 from edgecap.build.training.distributed import epoch_order, init_distributed, shutdown, wrap_ddp
@@ -33,8 +34,11 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: TrainCfg, d_model: int, total_steps: int = 0):
+def build_optimizer(
+    model: torch.nn.Module, cfg: TrainCfg, d_model: int, total_steps: int = 0
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     params = [p for p in model.parameters() if p.requires_grad]
+    opt: torch.optim.Optimizer
     if cfg.optimizer == "adam-noam":
         opt = torch.optim.Adam(params, lr=1.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=cfg.weight_decay)
         # `lr` is the Noam factor; scale it so the peak equals cfg.lr at the end of warm-up.
@@ -101,7 +105,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             raise ckpt.RunError(f"{run_dir} holds a {existing['model']['name']} run, not {cfg.model}")
         vocab = load_vocab(run_dir / ckpt.VOCAB)
     else:
-        captions = [c for r in train_records for c in r.captions]
+        captions: list[Sequence[str]] = [c for r in train_records for c in r.captions]
         vocab = build_vocab(
             captions,
             kind=model_cfg.vocab_kind,
@@ -275,7 +279,15 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
 
 def _train_step(
-    model, visual, tokens, pad_id, cfg: TrainCfg, optimizer, scheduler, tokens_per_word: int = 1, call=None
+    model: torch.nn.Module,
+    visual: VisualBatch,
+    tokens: torch.Tensor,
+    pad_id: int,
+    cfg: TrainCfg,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    tokens_per_word: int = 1,
+    call: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> tuple[float, float]:
     """One optimiser step; ``call`` runs the objective through DDP in a multi-process job."""
     if call is None:

@@ -43,7 +43,7 @@ import math
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -100,10 +100,13 @@ class _Progress:
     start_score: float | None = None
 
 
-def _optimizer(model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int, backbone: Any = None):
+def _optimizer(
+    model: torch.nn.Module, cfg: TrainCfg, batches_per_epoch: int, backbone: Any = None
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     params = [p for p in model.parameters() if p.requires_grad]
     if backbone is not None:
         params += list(backbone.parameters())
+    opt: torch.optim.Optimizer
     if cfg.scst_optimizer == "radam":
         opt = torch.optim.RAdam(params, lr=cfg.scst_lr, betas=(0.9, 0.98), weight_decay=cfg.weight_decay)
     else:
@@ -226,7 +229,7 @@ def train_scst(
 
     def train_visual(rows: list[int]) -> VisualBatch:
         if backbone is None:
-            return train_bank.batch(rows).to(device)
+            return cast(FeatureBank, train_bank).batch(rows).to(device)  # features in: the bank is built
         features, boxes = backbone(backbone.preprocess([train_records[r].path for r in rows]).to(device))
         return VisualBatch(features, boxes, torch.ones(features.shape[:2], dtype=torch.bool, device=device))
 

@@ -204,7 +204,8 @@ class ThreadPlan:
         the wide session or split decodes existed have no ``wide`` or ``decode_workers``, and older ones may name a
         policy by its earlier spelling, read as today's)."""
         fields = dict(record)
-        fields["policy"] = RENAMED_POLICIES.get(fields.get("policy"), fields.get("policy"))
+        policy = fields.get("policy")
+        fields["policy"] = RENAMED_POLICIES.get(policy, policy) if isinstance(policy, str) else policy
         wide = fields.pop("wide", None)
         return cls(**fields, wide=None if wide is None else WidePlan.from_dict(wide))
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -335,7 +335,7 @@ class Bundle:
             verify_files(self.path, self.manifest, hashed=todo)
             self.verified.update(todo)
 
-    def check_interface(self, role: str, inputs: Sequence[str], outputs: Sequence[str], path: str | Path) -> None:
+    def check_interface(self, role: str, inputs: Sequence[str], outputs: Collection[str], path: str | Path) -> None:
         """Check one runtime graph's input and output names against the manifest's interface; runtimes call this
         with their session's own metadata, so loading never parses a graph twice.
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -80,7 +81,7 @@ class _BackPointers:
         steps = [s for s in self._unread if s <= t]
         self._unread = self._unread[len(steps) :]
         for s in steps:
-            array, width = self._lps[s]  # type: ignore[misc]
+            array, width = cast("tuple[np.ndarray, int]", self._lps[s])
             self._lps[s] = array[:, :width].ravel().tolist()
 
     def trace(self, t: int, row: int) -> tuple[list[int], list[float]]:
@@ -91,7 +92,7 @@ class _BackPointers:
         all_tokens, all_lps, all_parents = self._tokens, self._lps, self._parents
         for s in range(t, -1, -1):
             tokens.append(all_tokens[s][row])
-            lps.append(all_lps[s][row])  # type: ignore[index]  # a list: read above
+            lps.append(cast("list[float]", all_lps[s])[row])  # a list: read above
             row = all_parents[s][row]
         tokens.reverse()
         lps.reverse()

@@ -154,8 +154,8 @@ def gather_profile(step: _Graph, states: Sequence[str]) -> EngineProfile:
     shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
     dims = dict(step.profile.dims)
     if "past" in dims:
-        low, opt, high = dims["past"]
-        dims["past"] = (low, opt + 1, high + 1)
+        low, typical, high = dims["past"]
+        dims["past"] = (low, typical + 1, high + 1)
     from edgecap.runtime.engines.profiles import eval_dim
 
     points = [{n: r[i] for n, r in dims.items()} for i in range(3)]

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgecap.runtime.backends.base import IMAGE_DIM, TensorMeta
+from edgecap.runtime.backends.base import IMAGE_DIM, Dim, TensorMeta
 from edgecap.runtime.engines.graphs import GraphIO
 
 __all__ = [
@@ -144,7 +144,7 @@ def dim_ranges(
 _TERM = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*|\d+)\s*$")
 
 
-def eval_dim(dim: int | str, sizes: Mapping[str, int]) -> int:
+def eval_dim(dim: Dim, sizes: Mapping[str, int]) -> int:
     """A graph dimension at concrete sizes: an int, a dimension name, or a sum/difference the exporter wrote for an
     output (``"past + 1"``).
 
@@ -153,6 +153,8 @@ def eval_dim(dim: int | str, sizes: Mapping[str, int]) -> int:
     """
     if isinstance(dim, int):
         return dim
+    if dim is None:
+        raise ProfileError("a dynamic dimension without a name has no size")
     total, sign = 0, 1
     for token in re.split(r"\s*([+-])\s*", dim.strip()):
         if token == "+":

@@ -114,8 +114,8 @@ def build_settings(trt: Any, precision: str, typing: str = "auto") -> BuildSetti
     if version[0] >= 11 or not has_weak:
         if typing == "weak":
             raise EngineSettingsError(f"TensorRT {shown} has no weak typing (removed in 11): use typing='strong'")
-        flags = 1 << int(strong_flag) if strong_flag is not None else 0
-        return BuildSettings(precision, True, flags, (), f"TensorRT {shown}: strongly typed (the only mode)")
+        network_flags = 1 << int(strong_flag) if strong_flag is not None else 0
+        return BuildSettings(precision, True, network_flags, (), f"TensorRT {shown}: strongly typed (the only mode)")
     if typing == "strong" or (typing == "auto" and (precision != "int8" or version[:2] >= _STRONG_DEFAULT)):
         if strong_flag is None:
             raise EngineSettingsError(f"TensorRT {shown} has no NetworkDefinitionCreationFlag.STRONGLY_TYPED")

@@ -38,8 +38,8 @@ class PreprocessCfg:
     """
 
     image_size: int
-    mean: tuple[float, float, float]
-    std: tuple[float, float, float]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
     interpolation: str = "bicubic"
     crop_pct: float = 0.875
     crop_mode: str = "center"

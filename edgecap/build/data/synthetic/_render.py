@@ -85,7 +85,7 @@ def render_background(background: Background, size: int, rng: np.random.Generato
         side = max(size // 16, 2)
         coarse = rng.normal(0.0, 20.0, size=(side, side, 1)) + rng.normal(0.0, 6.0, size=(side, side, 3))
         coarse_img = Image.fromarray(np.clip(coarse + 128.0, 0, 255).astype(np.uint8), "RGB")
-        smooth = np.asarray(coarse_img.resize((size, size), Image.BILINEAR), dtype=np.float32) - 128.0
+        smooth = np.asarray(coarse_img.resize((size, size), Image.Resampling.BILINEAR), dtype=np.float32) - 128.0
         grain = rng.standard_normal(size=(size, size, 1), dtype=np.float32) * np.float32(14.0)
         img = base + smooth + grain
     elif kind == "blobs":
@@ -153,7 +153,7 @@ def _object_mask(obj: SceneObject) -> tuple[Image.Image, int]:
             (centre + r * (u * cos + v * sin), centre + r * (-u * sin + v * cos)) for u, v in _unit_outline(obj.shape)
         ]
         draw.polygon(points, fill=255)
-    return big.resize((2 * h, 2 * h), Image.BOX), h
+    return big.resize((2 * h, 2 * h), Image.Resampling.BOX), h
 
 
 def render_scene(scene: Scene, size: int | None = None, rng: np.random.Generator | None = None) -> Image.Image:

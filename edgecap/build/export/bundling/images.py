@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -128,7 +128,7 @@ class InputMaker:
         pending: list[tuple[str, np.ndarray]] = []
         for path in paths:
             try:
-                pending.append((str(path), self.backbone.preprocess_cfg(path)))
+                pending.append((str(path), cast(Any, self.backbone).preprocess_cfg(path)))  # only with a backbone
             except (ImageError, OSError) as exc:
                 out.skipped[str(path)] = str(exc)
             if len(pending) == BATCH:
@@ -147,7 +147,7 @@ class InputMaker:
             out.batches.append({"pixel_values": pixels})
             return
         with torch.inference_mode():
-            features, boxes = self.backbone(torch.from_numpy(pixels))
+            features, boxes = cast(Any, self.backbone)(torch.from_numpy(pixels))  # only with a backbone
         out.batches.append(
             {
                 "features": features.float().numpy(),

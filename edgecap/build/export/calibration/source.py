@@ -110,6 +110,8 @@ class CalibrationSource:
     complete pass yielded.
     """
 
+    _data: Iterable[FeedLike] | Callable[[], Iterable[FeedLike]]
+
     def __init__(
         self,
         data: Iterable[FeedLike] | Callable[[], Iterable[FeedLike]],

@@ -300,7 +300,7 @@ def captioning_spec(
     if backbone is None:
         dims["regions"] = DimSpec("regions", 1, max_regions, 5)
         encoder_module: nn.Module = EncoderGraph(model)
-        encoder_inputs = VISUAL_INPUTS
+        encoder_inputs: tuple[str, ...] = VISUAL_INPUTS
         encoder_axes = {"features": {0: "batch", 1: "regions"}, "boxes": {0: "batch", 1: "regions"}}
         encoder_axes["feature_mask"] = {0: "batch", 1: "regions"}
         memory_axes = {0: "batch", 1: "regions"}

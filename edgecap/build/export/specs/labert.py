@@ -181,7 +181,7 @@ def labert_export_spec(
         meta["backbone"] = str(getattr(backbone, "name", type(backbone).__name__))
         meta["image_size"] = str(backbone.image_size)
     meta.update({k: str(v) for k, v in (metadata or {}).items()})
-    parity_sizes = (
+    parity_sizes: tuple[dict[str, int], ...] = (
         {"batch": 1, "regions": 7, "length": 9},
         {"batch": 3, "regions": 4, "length": 1},
         {"batch": 4, "regions": 9, "length": max_len},

@@ -15,6 +15,7 @@ float16, and a fully masked row softmaxes to a uniform distribution instead of N
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 from torch import nn
@@ -108,15 +109,15 @@ class MultiHeadAttention(nn.Module):
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Keys and values (B, H, S, d_k) of a source sequence (cross-attention); under Share-KV ``v is k``."""
         if self.share == "qk":
-            return self._split(self.q_proj(memory)), self._split(self.v_proj(memory))
-        k = self._split(self.k_proj(memory))
-        return k, (k if self.share == "kv" else self._split(self.v_proj(memory)))
+            return self._split(self.q_proj(memory)), self._split(cast(nn.Linear, self.v_proj)(memory))
+        k = self._split(cast(nn.Linear, self.k_proj)(memory))
+        return k, (k if self.share == "kv" else self._split(cast(nn.Linear, self.v_proj)(memory)))
 
     def project_self(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(q, k, v)`` for self-attention, reusing the shared projection's output (ACORT Fig. 6)."""
         q = self.project_query(x)
         if self.share == "qk":
-            return q, q, self._split(self.v_proj(x))
+            return q, q, self._split(cast(nn.Linear, self.v_proj)(x))
         k, v = self.project_memory(x)
         return q, k, v
 

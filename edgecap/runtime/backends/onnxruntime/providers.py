@@ -136,7 +136,7 @@ def row_coupled_roles(schemes: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 #: (step scheme, bits) -> the first onnxruntime release with CPU kernels for its ops (8-bit ``MatMulNBits``: 1.22).
-SCHEME_MIN_ONNXRUNTIME: dict[tuple[str, int], tuple[int, int]] = {("weight-only", 8): (1, 22)}
+SCHEME_MIN_ONNXRUNTIME: dict[tuple[object, object], tuple[int, int]] = {("weight-only", 8): (1, 22)}
 
 
 def _onnxruntime_too_old_for(variant: Mapping[str, Any]) -> str | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.bridge import RuntimeStepModel
@@ -66,9 +66,9 @@ def _state_names_of(step: ModelSource) -> tuple[tuple[str, ...], tuple[str, ...]
         import onnx
     except ImportError as exc:
         raise ImportError("reading state names from a graph needs onnx; pass state_names= instead") from exc
-    model = step if hasattr(step, "graph") else onnx.load_from_string(step) if isinstance(step, bytes) else None
+    model: Any = step if hasattr(step, "graph") else onnx.load_from_string(step) if isinstance(step, bytes) else None
     if model is None:
-        model = onnx.load(os.fspath(step), load_external_data=False)
+        model = onnx.load(os.fspath(cast("str | os.PathLike[str]", step)), load_external_data=False)
     meta = {p.key: p.value for p in model.metadata_props}
     updated = tuple(meta["updated_state_names"].split(",")) if meta.get("updated_state_names") else None
     if meta.get("state_names"):
