@@ -191,7 +191,8 @@ def run_case(case: BenchCase, on_call: Callable[[str], None] | None = None) -> d
 
 
 def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) -> dict[str, Any]:
-    """The cached and the re-run-prefix step model of ``model`` on ``runtime`` (ORT sessions entered on ``stack``)."""
+    """The cached and the re-run-prefix step model of ``model`` on ``runtime`` (ONNX Runtime sessions entered on
+    ``stack``)."""
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
     from edgecap.build.export import export_onnx
@@ -355,7 +356,7 @@ def _runtimes(_ctx: click.Context, _param: click.Parameter, values: tuple[str, .
     help="torch (eager, default) or onnxruntime (exported FP32 graphs on ONNX Runtime; 'ort' also accepted); "
     "repeatable",
 )
-@click.option("--threads", type=int, help="torch.set_num_threads and ORT intra-op threads (default: torch's)")
+@click.option("--threads", type=int, help="torch.set_num_threads and ONNX Runtime intra-op threads (default: torch's)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--json", type=click.Path(path_type=Path), help="also write the full report (every timing) to this JSON file"

@@ -165,19 +165,19 @@ def edge_setup(name: str, batch: int, seed: int) -> tuple[torch.nn.Module, Decod
 
 
 class Backends:
-    """Builds each backend's step model once per batch size (the ORT export once per process)."""
+    """Builds each backend's step model once per batch size (the ONNX Runtime export once per process)."""
 
     def __init__(
         self,
         model_name: str,
         seed: int,
-        ort_threads: int,
+        onnxruntime_threads: int,
         device: str = "cpu",
         fp16: bool = False,
         eos: str = "table",
         vocab: int | None = None,
     ) -> None:
-        self.model_name, self.seed, self.ort_threads = model_name, seed, ort_threads
+        self.model_name, self.seed, self.onnxruntime_threads = model_name, seed, onnxruntime_threads
         self.eos, self.vocab = eos, vocab
         self.device, self.dtype = device, (torch.float16 if fp16 else None)
         self._ort: Any = None
@@ -202,7 +202,7 @@ class Backends:
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_onnxruntime_step_model(
                     **result.runtime_models("fp32"),
-                    intra_op_threads=self.ort_threads,
+                    intra_op_threads=self.onnxruntime_threads,
                     session_config={"session.intra_op.allow_spinning": "0"},
                 )
                 self._ort.__enter__()
@@ -336,7 +336,7 @@ def markdown(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """Search µs/step of the first impl over each other impl; torch-eager / ORT and re-run prefix / cached, per
+    """Search µs/step of the first impl over each other impl; torch-eager / ONNX Runtime and re-run prefix / cached, per
     (impl, batch), from the median ms/image."""
     by = {(r["backend"], r["impl"], r["batch"]): r["ms_per_image"] for r in rows}
     search = {(r["backend"], r["impl"], r["batch"]): r["search_us_per_step"] for r in rows}
@@ -350,7 +350,9 @@ def ratios(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         if backend != "torch":
             continue
         if ("onnxruntime", impl, batch) in by:
-            out.append(f"{impl} batch {batch}: torch eager / ORT = {ms / by[('onnxruntime', impl, batch)]:.2f}x")
+            out.append(
+                f"{impl} batch {batch}: torch eager / ONNX Runtime = {ms / by[('onnxruntime', impl, batch)]:.2f}x"
+            )
         if ("prefix", impl, batch) in by:
             out.append(f"{impl} batch {batch}: re-run prefix / cached = {by[('prefix', impl, batch)] / ms:.2f}x")
     return out
@@ -396,7 +398,7 @@ def _backends(_ctx: click.Context, _param: click.Parameter, values: tuple[str, .
 @click.option("--warmup", type=int, default=3, show_default=True)
 @click.option("--repeats", type=int, default=20, show_default=True)
 @click.option(
-    "--threads", type=int, default=1, help="torch intra-op threads and ORT intra_op_threads", show_default=True
+    "--threads", type=int, default=1, help="torch intra-op threads and ONNX Runtime intra_op_threads", show_default=True
 )
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(

@@ -20,7 +20,8 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   :func:`edgecap.build.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a
   preset another
   change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
-  export folders already hold. Every edgecap column (stand-in, torch, ORT) runs the same beam search; the official
+  export folders already hold. Every edgecap column (stand-in, torch, ONNX Runtime) runs the same beam search; the
+  official
   code runs its own, with its end token set to an id the model cannot emit so that it too decodes the forced length.
   Table ratios are to the official code's column (to the stand-in's when no checkout was given).
 - **rows**: threads × batch × strategy (greedy, beam 3). One cell = one row × one column, run in a **fresh process**
@@ -74,7 +75,7 @@ import numpy as np
 OFFICIAL = "official"
 BASELINE = "baseline"
 TORCH = "torch"
-ORT_PREFIX = "ort-"
+ONNXRUNTIME_PREFIX = "onnxruntime-"
 COLUMN_LABELS = {
     OFFICIAL: "official code",
     BASELINE: "re-run-prefix stand-in (no cache)",
@@ -174,7 +175,7 @@ def plan_rows(
 
 
 def ort_variants(requested: Sequence[str], manifests: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """The ORT columns: the requested variants in order, where ``exported`` stands for every variant the export
+    """The ONNX Runtime columns: the requested variants in order, where ``exported`` stands for every variant the export
     folders list (also those exported by an earlier run with other ``--variants``)."""
     out: list[str] = []
     for name in requested:
@@ -185,9 +186,9 @@ def ort_variants(requested: Sequence[str], manifests: Mapping[str, Mapping[str, 
 
 def columns_for(variants: Sequence[str], baseline: bool = True, official: bool = False) -> list[str]:
     """The table's columns: the official code (when a checkout is given), the re-run-prefix stand-in, torch, then one
-    ``ort-VARIANT`` per ORT variant."""
+    ``onnxruntime-VARIANT`` per ONNX Runtime variant."""
     head = [*([OFFICIAL] if official else []), *([BASELINE] if baseline else [])]
-    return [*head, TORCH, *(ORT_PREFIX + v for v in variants)]
+    return [*head, TORCH, *(ONNXRUNTIME_PREFIX + v for v in variants)]
 
 
 def round_cells(rows: Sequence[Row], columns: Sequence[str], round_index: int) -> list[tuple[Row, str]]:
@@ -318,11 +319,11 @@ class _Capture:
         return self.inner.select(state, index)
 
 
-def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
+def _onnxruntime_options(threads: int, session_config: Mapping[str, str]) -> dict[str, Any]:
     """The settings ``Captioner.load()`` gives its sessions by default (``threads="auto"``) on a budget of ``threads``
     cores: one non-spinning intra-op thread, one inter-op thread, sequential; from 2 cores a batch decodes as
     ``threads`` concurrent chunks of images, and a *wide* session of ``threads`` non-spinning threads takes other
-    large calls (``docs/cpu.md``). The ``--ort-config`` entries go on top (an
+    large calls (``docs/cpu.md``). The ``--onnxruntime-config`` entries go on top (an
     explicit entry wins). JSON-ready: the wide plan is its dict (``_runtime_options`` turns it back)."""
     from edgecap.runtime.backends.threads import plan_threads
 
@@ -334,7 +335,7 @@ def _ort_options(threads: int, session_config: Mapping[str, str]) -> dict[str, A
 
 
 def _runtime_options(options: Mapping[str, Any]) -> dict[str, Any]:
-    """:func:`_ort_options` as ``OnnxRuntimeSession`` keyword arguments (the wide plan as a ``WidePlan``)."""
+    """:func:`_onnxruntime_options` as ``OnnxRuntimeSession`` keyword arguments (the wide plan as a ``WidePlan``)."""
     from edgecap.runtime.backends.threads import WidePlan
 
     wide = options.get("wide")
@@ -345,7 +346,7 @@ def _runtime_options(options: Mapping[str, Any]) -> dict[str, Any]:
 def _step_model(
     column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]
 ) -> Iterator[Any]:
-    """The StepModel of ``column`` (ORT sessions open for the block)."""
+    """The StepModel of ``column`` (ONNX Runtime sessions open for the block)."""
     from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
     from edgecap.build.torch_runtime.runtime import TorchStepModel
 
@@ -353,10 +354,10 @@ def _step_model(
         yield PrefixRerunStepModel(setup.model)
     elif column == TORCH:
         yield TorchStepModel(setup.model)
-    elif column.startswith(ORT_PREFIX):
+    elif column.startswith(ONNXRUNTIME_PREFIX):
         from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 
-        variant = column[len(ORT_PREFIX) :]
+        variant = column[len(ONNXRUNTIME_PREFIX) :]
         record = manifest["variants"].get(variant)
         if record is None:
             raise SystemExit(
@@ -422,14 +423,14 @@ def run_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
         return run_official_cell(spec)
     setup, cfg, directory, manifest = _cell_setup(spec)
     inputs = setup.batches[0]
-    options = _ort_options(int(spec["threads"]), spec.get("session_config", {}))
+    options = _onnxruntime_options(int(spec["threads"]), spec.get("session_config", {}))
     with torch.inference_mode(), _step_model(spec["column"], setup, directory, manifest, options) as step_model:
 
         def decode_once() -> list[list[int]]:
             return [list(hyps[0].tokens) if hyps else [] for hyps in decode(step_model, inputs, cfg)]
 
         result = time_decodes(spec, decode_once)
-    return {**result, **({"ort_options": options} if spec["column"].startswith(ORT_PREFIX) else {})}
+    return {**result, **({"onnxruntime_options": options} if spec["column"].startswith(ONNXRUNTIME_PREFIX) else {})}
 
 
 def run_official_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -455,7 +456,8 @@ def run_official_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The step graph of one ORT variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of a
+    """The step graph of one ONNX Runtime variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of
+    a
     decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step; and the floor its
     weight matmuls put under it on these inputs (``edgecap.bench.kernel_floor``)."""
     from edgecap.bench.kernel_floor import kernel_floor
@@ -464,8 +466,8 @@ def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for beam in spec["beams"]:
         setup, cfg, directory, manifest = _cell_setup({**spec, "beam": beam, "batch": 1})
-        options = _ort_options(1, spec.get("session_config", {}))
-        with _step_model(ORT_PREFIX + spec["variant"], setup, directory, manifest, options) as step_model:
+        options = _onnxruntime_options(1, spec.get("session_config", {}))
+        with _step_model(ONNXRUNTIME_PREFIX + spec["variant"], setup, directory, manifest, options) as step_model:
             capture = _Capture(step_model, int(spec["steps"]) // 2)
             decode(capture, setup.batches[0], cfg)
             tokens, state = capture.captured
@@ -612,7 +614,7 @@ def aggregate(samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "rounds": values,
         "tokens_sha1": sorted({s["tokens_sha1"] for s in good}),
         "errors": [s["error"] for s in samples if "error" in s],
-        **({"ort_options": good[0]["ort_options"]} if "ort_options" in good[0] else {}),
+        **({"onnxruntime_options": good[0]["onnxruntime_options"]} if "onnxruntime_options" in good[0] else {}),
     }
 
 
@@ -631,7 +633,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     """The side-by-side table (captions/s, ratio to the official code's column, or to the stand-in when the official
     code did not run) and the weight-read limit table."""
     columns = report["columns"]
-    head = [COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns]
+    head = [COLUMN_LABELS.get(c, f"edgecap ONNX Runtime {c[len(ONNXRUNTIME_PREFIX) :]}") for c in columns]
     lines = []
     if report["rows"]:
         lines += _table_lines(report, head)
@@ -693,7 +695,7 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
         "step weights = the bytes of initializers the step graph reads, once per node reading them (a shared layer "
         "counts once per position; embedding tables a Gather indexes left out); "
         "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs; weight matmuls = the step's "
-        "matmuls with a weight, as ORT runs them, together in one graph with nothing else on the same inputs "
+        "matmuls with a weight, as ONNX Runtime runs them, together in one graph with nothing else on the same inputs "
         "(`edgecap.bench.kernel_floor`): no layout of the rest of the step goes below it on these kernels.",
         "",
         "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit "
@@ -720,15 +722,16 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
 
 
 def _same_tokens(cells: Mapping[str, Mapping[str, Any]], manifest: Mapping[str, Any]) -> bool:
-    """Whether the re-run-prefix stand-in, torch and every FP32 ORT column decoded the same tokens in every round
+    """Whether the re-run-prefix stand-in, torch and every FP32 ONNX Runtime column decoded the same tokens in every
+    round
     (the official code's column has its own weights: not compared)."""
     fp32 = [
         c
         for c in cells
         if c != OFFICIAL
         and (
-            not c.startswith(ORT_PREFIX)
-            or manifest["variants"].get(c[len(ORT_PREFIX) :], {}).get("precision") == "fp32"
+            not c.startswith(ONNXRUNTIME_PREFIX)
+            or manifest["variants"].get(c[len(ONNXRUNTIME_PREFIX) :], {}).get("precision") == "fp32"
         )
     ]
     digests = {d for c in fp32 for d in cells[c].get("tokens_sha1", [])}
@@ -762,7 +765,7 @@ def check_args(args: SimpleNamespace) -> SimpleNamespace:
 def _key_value(item: str) -> tuple[str, str]:
     key, sep, value = item.partition("=")
     if not sep or not key:
-        raise ValueError(f"--ort-config {item!r}: expected KEY=VALUE")
+        raise ValueError(f"--onnxruntime-config {item!r}: expected KEY=VALUE")
     return key, value
 
 
@@ -815,9 +818,13 @@ def execute(args: SimpleNamespace) -> int:
         "warmup": args.warmup,
         "repeats": args.repeats,
         "columns": columns,
-        "column_labels": {c: COLUMN_LABELS.get(c, f"edgecap ORT {c[len(ORT_PREFIX) :]}") for c in columns},
+        "column_labels": {
+            c: COLUMN_LABELS.get(c, f"edgecap ONNX Runtime {c[len(ONNXRUNTIME_PREFIX) :]}") for c in columns
+        },
         "session_config": args.session_config,
-        "ort_options": {str(t): _ort_options(t, args.session_config) for t in sorted({r.threads for r in rows})},
+        "onnxruntime_options": {
+            str(t): _onnxruntime_options(t, args.session_config) for t in sorted({r.threads for r in rows})
+        },
         "variants": {name: m["variants"] for name, m in manifests.items()},
         "official": official,
         "official_notes": notes,
@@ -827,7 +834,10 @@ def execute(args: SimpleNamespace) -> int:
         cells = round_cells(rows, columns, r)
         print(f"== round {r + 1}/{args.rounds}: {len(cells)} cells", flush=True)
         for row, column in cells:
-            if column.startswith(ORT_PREFIX) and column[len(ORT_PREFIX) :] not in manifests[row.model]["variants"]:
+            if (
+                column.startswith(ONNXRUNTIME_PREFIX)
+                and column[len(ONNXRUNTIME_PREFIX) :] not in manifests[row.model]["variants"]
+            ):
                 samples.setdefault((row, column), [])  # "exported" listed a variant this model does not have
                 continue
             if column == OFFICIAL and row.model not in official:
@@ -877,7 +887,7 @@ def execute(args: SimpleNamespace) -> int:
 @click.option(
     "--variants",
     default=",".join(DEFAULT_VARIANTS),
-    help="ORT columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
+    help="ONNX Runtime columns, comma-separated: fp32, fp16, int8 (= int8:cpu-auto), int8:PRESET,\n"
     "exported (every variant already in --work) (default %(default)s)",
     show_default=True,
 )
@@ -913,11 +923,12 @@ def execute(args: SimpleNamespace) -> int:
 @click.option("--no-limit", is_flag=True, help="skip the weight-read limit")
 @click.option("--limit-only", is_flag=True, help="only the weight-read limit (no side-by-side cells)")
 @click.option(
-    "--ort-config",
+    "--onnxruntime-config",
     multiple=True,
     default=[],
     metavar="KEY=VALUE",
-    help="ONNX Runtime session config entry for every ORT cell,\ne.g. session.intra_op.allow_spinning=0 (repeatable)",
+    help="ONNX Runtime session config entry for every ONNX Runtime cell,\n"
+    "e.g. session.intra_op.allow_spinning=0 (repeatable)",
     show_default=True,
 )
 @click.option(
@@ -979,7 +990,8 @@ def measure_limits(
     rows: Sequence[Row],
     variants: Sequence[str],
 ) -> dict[str, Any]:
-    """The machine's read rates, then per model and ORT variant the weight bytes, the limit and the step time."""
+    """The machine's read rates, then per model and ONNX Runtime variant the weight bytes, the limit and the step
+    time."""
     print("== weight-read limit", flush=True)
     rates = memory_rates(l3_bytes())
     steps = []

@@ -1,7 +1,8 @@
 """Where a second intra-op thread starts to pay, per graph role: the rows thresholds of ``threads="auto"``'s wide
 session (:data:`edgecap.runtime.backends.threads.WIDE_FROM_ROWS`; ``docs/cpu.md``).
 
-For each model (random weights at the paper settings, exported FP32, as ``research/ort_threads.py``) two sessions
+For each model (random weights at the paper settings, exported FP32, as ``research/onnxruntime_threads.py``) two
+sessions
 per graph live in this process: one intra-op thread, and ``--wide`` intra-op threads without spinning (what ``auto``
 adds on free cores). One *call* of a graph is timed, not a decode: the step graph at each ``--rows`` count (hypotheses
 = images × beam) with a cache half the forced decode length long, the encoder at each ``--batch`` size. The two

@@ -38,7 +38,7 @@ def _pyproject_gap() -> str | None:
 
 @pytest.fixture(scope="session", params=sorted(EDGE.VARIANTS))
 def runtime_venv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """A runtime-only venv per variant (``cpu``, ``oldest-ort``), built once per session."""
+    """A runtime-only venv per variant (``cpu``, ``oldest-onnxruntime``), built once per session."""
     dest = tmp_path_factory.getbasetemp() / "edge-venvs" / request.param
     try:
         python = EDGE.variant_python(request.param)

@@ -61,9 +61,7 @@ FAMILY_TEXT = {
     "edgecap/build/training/scst_loop.py",
 }
 #: Modules whose earlier names are still to be renamed (they run through the warning aliases meanwhile).
-NOT_RENAMED_YET: dict[str, set[str]] = {
-    "edgecap/bench/edge_install.py": {"oldest-ort"},
-}
+NOT_RENAMED_YET: dict[str, set[str]] = {}
 #: ONNX Runtime's own API names, allowed only as attributes (``onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL``).
 ONNXRUNTIME_API = {
     "ORT_DISABLE_ALL",

@@ -3,7 +3,8 @@ clean copy of the sources), built once and reused while the sources and the requ
 
 ``tests/test_edge_install.py`` checks what such an install can do (no torch, the same captions, ``edgecap bench``);
 ``edgecap.bench.edge_footprint`` measures what it costs (disk, peak RSS, cold start). Variants: ``cpu`` (the current
-``[cpu]`` extra), ``oldest-ort`` (the oldest supported ONNX Runtime, 1.18.1, on the numpy 1.x it was built against) and
+``[cpu]`` extra), ``oldest-onnxruntime`` (the oldest supported ONNX Runtime, 1.18.1, on the numpy 1.x it was built
+against) and
 ``py310`` (the oldest supported Python, where installed).
 """
 
@@ -28,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 #: What ``pip install "<repo>[cpu]"`` adds per variant: the oldest supported ONNX Runtime needs numpy 1.x.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "cpu": (),
-    "oldest-ort": ("onnxruntime==1.18.1", "numpy<2"),
+    "oldest-onnxruntime": ("onnxruntime==1.18.1", "numpy<2"),
     "py310": (),  # the oldest supported Python (JetPack 6's), with the newest packages that support it
 }
 #: Variants built with another interpreter than this one: variant -> the ``pythonX.Y`` executable name.

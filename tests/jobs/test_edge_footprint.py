@@ -3,7 +3,7 @@ their size on disk, the peak RSS of 100 captions and the cold start to a first c
 it runs only when asked for::
 
     EDGECAP_FOOTPRINT_BUNDLE=~/.edgecap/bundles/acort-xsmall EDGECAP_FOOTPRINT_IMAGES=IMAGES_100 \\
-    EDGECAP_FOOTPRINT_VARIANTS=cpu,oldest-ort,py310 EDGECAP_FOOTPRINT_COMPARE_CURRENT=1 \\
+    EDGECAP_FOOTPRINT_VARIANTS=cpu,oldest-onnxruntime,py310 EDGECAP_FOOTPRINT_COMPARE_CURRENT=1 \\
     EDGECAP_FOOTPRINT_OUT=/tmp/edge python -m pytest -m footprint tests/jobs/test_edge_footprint.py
 
 Defaults: the session's tiny pixels-in bundle, generated images, the ``cpu`` variant, a temporary ``OUT``.

@@ -7,7 +7,7 @@ doing the work as soon as the machine is busy or small. :func:`plan_threads` tur
 decoding streams, the cores this process may use, the size of the step graph, what the user asked for) into the
 settings, and says why.
 
-The policy (measured with ``research/ort_threads.py`` and ``research/thread_crossover.py``; numbers in
+The policy (measured with ``research/onnxruntime_threads.py`` and ``research/thread_crossover.py``; numbers in
 ``docs/cpu.md``):
 
 - ``threads="auto"`` (the default) chooses per call. Each session has one intra-op thread (per stream), no spinning,
@@ -70,7 +70,7 @@ LARGE_STEP_BYTES = 32 * 2**20
 #: from 2 images on in ``research/thread_crossover.py``, even next to a busy process (batch 1 stays narrow: its users
 #: pay nothing for the wide session). A decoder step is ~90 small kernels, each paying the second thread's wake-up: it
 #: lost at few hypotheses and gained ≈ 20 % per step at 48 (beam 3 × 16 images) on free cores
-#: (``research/ort_threads.py``). A role without an entry (LaBERT's ``refine``, not measured) keeps one thread.
+#: (``research/onnxruntime_threads.py``). A role without an entry (LaBERT's ``refine``, not measured) keeps one thread.
 WIDE_FROM_ROWS: dict[str, int] = {"encoder": 2, "step": 48}
 
 #: An explicit thread count may be at most this many times ``os.cpu_count()`` (:func:`max_threads`): oversubscribing

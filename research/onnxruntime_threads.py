@@ -11,7 +11,8 @@ other work on the machine, and a steadier number than wall time on a shared host
 
 Settings: ``auto`` and ``dedicated`` (what :func:`edgecap.runtime.backends.threads.plan_threads` picks here; ``auto``
 chooses
-per call: one thread, plus on two or more usable cores a wide session for calls of many rows), ORT's own default (one
+per call: one thread, plus on two or more usable cores a wide session for calls of many rows), ONNX Runtime's own
+default (one
 spinning intra-op thread per physical core), and intra-op 1/2 × spinning on/off (``--threads``). Settings whose
 sessions behave alike share one measurement (one intra-op thread has no pool, so nothing spins; ``auto`` equals ``1``
 on a single core).
@@ -21,8 +22,8 @@ measurement; they inherit this process's CPU affinity).
 Run it unpinned on a quiet machine for the docs' numbers (``docs/cpu.md``); the defaults finish in about six minutes
 on a 2-core x86 CPU. Usage::
 
-    python research/ort_threads.py --out /tmp/ort-threads
-    python research/ort_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
+    python research/onnxruntime_threads.py --out /tmp/onnxruntime-threads
+    python research/onnxruntime_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
 """
 
 from __future__ import annotations
@@ -78,12 +79,13 @@ class Setting:
 
 
 def settings(counts: Sequence[int], step_bytes: int, cores: int) -> list[Setting]:
-    """The policies' picks, ORT's default and the sweep, one entry per distinct session setting (first label wins;
+    """The policies' picks, ONNX Runtime's default and the sweep, one entry per distinct session setting (first label
+    wins;
     the others are recorded as aliases in the results)."""
     out = [
         Setting("auto", plan_threads("auto", cores=cores, step_bytes=step_bytes)),
         Setting("dedicated", plan_threads("dedicated", cores=cores, step_bytes=step_bytes)),
-        Setting("ort-default", plan_threads(0)),
+        Setting("onnxruntime-default", plan_threads(0)),
     ]
     for count in counts:
         for spin in (False, True):
@@ -245,7 +247,7 @@ def run(args: SimpleNamespace, scratch: Path) -> dict[str, Any]:
                         "aliases": aliases,
                         "plans": {s.label: s.plan.as_dict() for s in chosen},
                         "auto_vs_best": medians["auto"] / medians[best],
-                        "ort_default_vs_best": medians["ort-default"] / medians[best],
+                        "onnxruntime_default_vs_best": medians["onnxruntime-default"] / medians[best],
                     }
                     rows.append(row)
                     print(_row_line(row), flush=True)
@@ -273,15 +275,15 @@ def _row_line(row: Mapping[str, Any]) -> str:
     )
     return (
         f"{row['model']} {row['load']} batch {row['batch']}: captions/s {rates}; best {row['best']}, "
-        f"auto/best time {row['auto_vs_best']:.2f}, ORT default/best {row['ort_default_vs_best']:.2f}"
+        f"auto/best time {row['auto_vs_best']:.2f}, ONNX Runtime default/best {row['ort_default_vs_best']:.2f}"
     )
 
 
 def markdown(result: Mapping[str, Any]) -> str:
-    """One table: captions/s per setting (median), and auto's and ORT default's time relative to the best."""
+    """One table: captions/s per setting (median), and auto's and ONNX Runtime default's time relative to the best."""
     rows = result["rows"]
     labels = list(dict.fromkeys(label for row in rows for label in row["captions_per_s"]))
-    head = ["model", "load", "batch", *labels, "auto ÷ best", "ORT default ÷ best"]
+    head = ["model", "load", "batch", *labels, "auto ÷ best", "ONNX Runtime default ÷ best"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 3 + "---:|" * (len(labels) + 2)]
     for row in rows:
         cells = [row["model"], row["load"], str(row["batch"])]
@@ -327,7 +329,9 @@ def check_args(args: SimpleNamespace) -> SimpleNamespace:
 @click.option("--repeats", type=int, default=5, help="timed rounds (after one warm-up round)", show_default=True)
 @click.option("--settle", type=float, default=0.05, help="seconds of sleep after each decode", show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--out", type=click.Path(path_type=Path), help="write ort_threads.json and ort_threads.md here")
+@click.option(
+    "--out", type=click.Path(path_type=Path), help="write onnxruntime_threads.json and onnxruntime_threads.md here"
+)
 @click.option("--worker", nargs=2, type=(click.Path(path_type=Path), str), hidden=True)
 def main(**options: Any) -> None:
     # repeatable options come as tuples: a list, or None when not given (check_args sets the defaults)
@@ -335,7 +339,7 @@ def main(**options: Any) -> None:
     if args.worker:
         case, plan_json = args.worker
         sys.exit(worker_main(Path(case), plan_json))
-    sys.exit(run_and_report(check_args(args), run, markdown, "ort_threads"))
+    sys.exit(run_and_report(check_args(args), run, markdown, "onnxruntime_threads"))
 
 
 def run_and_report(
