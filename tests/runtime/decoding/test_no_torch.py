@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Refuses any import of torch (a meta-path finder placed first), imports the modules, then decodes with a numpy step
 # model, so both import-time and run-time imports of torch fail loudly.

@@ -38,7 +38,7 @@ META_INIT = "from tensorrt_bindings import *\nfrom tensorrt_bindings import __ve
 _OFFLINE = ("NewConnectionError", "Max retries exceeded", "ConnectTimeout", "ConnectionError", "ReadTimeout",
             "Temporary failure in name resolution", "Network is unreachable", "ProxyError", "Name or service not known",
             "No route to host", "Connection refused")  # fmt: skip
-_REPO = Path(__file__).resolve().parents[2]
+_REPO = Path(__file__).resolve().parents[3]
 
 
 class RegistryUnreachableError(RuntimeError):

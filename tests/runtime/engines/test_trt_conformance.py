@@ -27,7 +27,7 @@ from tests.runtime.engines.real_trt import WHEELS, RealTrt, RegistryUnreachableE
 from tests.runtime.engines.real_trt import unsupported_platform as _unsupported
 from tests.runtime.engines.trt_surface import dump, overload_params
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 #: edgecap's modules that call TensorRT.
 TRT_MODULES = (
     "edgecap/runtime/engines/build.py",
