@@ -57,7 +57,8 @@ def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, wh
     regions = PAPER_CASES[model_name][0]
     for batch in batches:
         made = encoder.make_inputs({"batch": batch, "regions": regions, "past": 0}, torch.Generator().manual_seed(seed))
-        np.savez(where / f"inputs_{batch}.npz", **{name: made[name].numpy() for name in spec.decode_inputs})
+        arrays: dict[str, Any] = {name: made[name].numpy() for name in spec.decode_inputs}
+        np.savez(where / f"inputs_{batch}.npz", **arrays)
     (where / "decode.json").write_text(json.dumps(decode_cfg(model_name, beam, PAPER_CASES[model_name][1])))
     return (where / "step.onnx").stat().st_size
 
