@@ -1,6 +1,7 @@
 """Random-init models at the papers' settings, exported for the thread studies (``research/onnxruntime_threads.py``,
 ``research/thread_crossover.py``): the forced decode of each model, its graphs and inputs written for worker
-processes, and how a study prints and saves its table. Imports torch and the build half (``[train]``)."""
+processes, and how a study prints and saves its table. torch and the build half (``[train]``) are imported inside
+the functions, so ``edgecap.bench`` stays importable on a runtime-only install."""
 
 from __future__ import annotations
 
@@ -12,11 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-import torch
 
-from edgecap.build.export import export_onnx
-from edgecap.build.export.spec import get_export_spec
-from edgecap.build.models import create_model, get_model_cfg, paper_settings
 from edgecap.runtime._io import atomic_write_json, atomic_write_text
 
 __all__ = ["PAPER_CASES", "PAPER_WORDS", "decode_cfg", "run_and_report", "write_case"]
@@ -30,6 +27,8 @@ PAPER_WORDS = 10_000  # the COCO word vocabulary (without <unk>), which radix to
 def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
     """``DecodeCfg`` fields of a beam search forced to ``steps`` tokens, with the model's token layout (radix digits
     for ACORT), as JSON for the workers."""
+    from edgecap.build.models import get_model_cfg
+
     cfg = get_model_cfg(model)
     fields: dict[str, Any] = {"strategy": "beam" if beam > 1 else "greedy", "beam_size": beam}
     fields.update(max_len=steps, min_len=steps - 1, pad_id=0)
@@ -47,6 +46,12 @@ def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
 def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, where: Path) -> int:
     """The FP32 runtime graphs of a random-init model at the paper settings, encoder inputs per batch size and the
     decoding settings, written to ``where`` for the workers; returns the step graph's size in bytes."""
+    import torch
+
+    from edgecap.build.export import export_onnx
+    from edgecap.build.export.spec import get_export_spec
+    from edgecap.build.models import create_model, paper_settings
+
     torch.manual_seed(seed)
     model = create_model(model_name, **paper_settings(model_name)).eval()
     graphs = export_onnx(model, None, precisions=["fp32"], parity=False).runtime_models("fp32")
@@ -71,6 +76,8 @@ def run_and_report(
 ) -> int:
     """Run ``measure`` in a scratch folder (torch on one thread: the export's work only, the sessions get their own
     threads), print ``render``'s table and, with ``--out``, write ``STEM.json`` and ``STEM.md`` there."""
+    import torch
+
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix=stem.replace("_", "-") + "-") as scratch:
         result = measure(args, Path(scratch))
