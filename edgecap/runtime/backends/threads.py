@@ -180,7 +180,7 @@ class ThreadPlan:
         }
 
     def step_model_options(self) -> dict[str, Any]:
-        """Keyword arguments of :func:`~edgecap.runtime.backends.onnxruntime.session.create_onnxruntime_step_model`
+        """Keyword arguments of :func:`~edgecap.runtime.backends.onnxruntime.step.create_onnxruntime_step_model`
         that apply
         this plan: the sessions' (:meth:`runtime_options`) and the step model's ``decode_workers``."""
         return {**self.runtime_options(), "decode_workers": self.decode_workers}

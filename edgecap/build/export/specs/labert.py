@@ -9,7 +9,7 @@
   every level; a TensorRT build can pin one profile per level.
 
 The length levels, default T and γ per level and the mask id are written into every graph's metadata
-(:func:`~edgecap.runtime.backends.refine.refine_metadata`), so a runtime needs only the two files. Float16 keeps
+(:func:`~edgecap.build.torch_runtime.refine.refine_metadata`), so a runtime needs only the two files. Float16 keeps
 LayerNorm, softmax and GELU's ``Erf`` in float32 (the −1e4 padding bias and BERT's post-LN residual stream); the
 tolerances are element-wise bounds from measured errors with a margin.
 """
