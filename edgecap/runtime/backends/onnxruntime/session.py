@@ -213,6 +213,7 @@ class OnnxRuntimeSession(Runtime):
         self._follow(self.providers)  # until the session says what runs
         self._session: Any = None
         self._binding: Any = None
+        self._run_bound: Any = None
         self._output_names: tuple[str, ...] = ()
         self._output_list: list[str] = []
         self._inputs: dict[str, TensorMeta] = {}
@@ -324,6 +325,8 @@ class OnnxRuntimeSession(Runtime):
         # One IOBinding per thread: a binding holds the bound buffers of one run, and a Captioner may be called
         # from several threads at once (ONNX Runtime sessions themselves are thread-safe).
         self._binding = threading.local() if self.io_binding else None
+        # The torch side of binding, resolved once here and not per call (edgecap.runtime.torch_hooks).
+        self._run_bound = torch_hook("onnxruntime_binding") if self.io_binding else None
 
     def _rows_rule(self) -> tuple[str, int] | None:
         """(input counting the rows, threshold) of the wide session, or None: no wide plan, a role without a
@@ -374,7 +377,7 @@ class OnnxRuntimeSession(Runtime):
         return session
 
     def _close(self) -> None:
-        self._binding = None
+        self._binding = self._run_bound = None
         self._fast_checks = None
         self._session = None
         self._wide_session = None
@@ -438,5 +441,4 @@ class OnnxRuntimeSession(Runtime):
         if binding is None:  # one per thread and session
             binding = session.io_binding()
             setattr(self._binding, slot, binding)
-        run_bound = torch_hook("onnxruntime_binding")  # torch tensors bound by pointer (edgecap.runtime.torch_hooks)
-        return run_bound(session, binding, feed, self._output_names, self.device_type, self.device_id)
+        return self._run_bound(session, binding, feed, self._output_names, self.device_type, self.device_id)
