@@ -26,6 +26,8 @@ COMMANDS: dict[str, str] = {
     "bench": "edgecap.cli.bench:bench",
     "quickstart": "edgecap.cli.quickstart:quickstart",
     "import": "edgecap.cli.importing:importing",
+    "serve": "edgecap.cli.serve:serve",
+    "triton-repo": "edgecap.cli.serve:triton_repo",
 }
 
 #: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
@@ -46,6 +48,8 @@ _HELP: dict[str, str] = {
     "bench": "Benchmark bundles: latency, throughput, memory, size, quality; --compare two reports.",
     "quickstart": "Synthesise data, train, evaluate, export and benchmark the default model.",
     "import": "Import an official ACORT, ORT or ExpansionNet v2 checkpoint as a run.",
+    "serve": "Serve bundles with Triton Inference Server (HTTP/gRPC, dynamic batching; [serve] extra).",
+    "triton-repo": "Write a Triton model repository (config.pbtxt + Python-backend model) for bundles.",
 }
 
 

@@ -401,11 +401,11 @@ def _encoder_inputs(decoder: Any) -> tuple[str, ...]:
 
 
 def _as_image_list(images: Any) -> list[Any]:
-    """One image (a path, a PIL image or an H×W×C / H×W array) or a sequence of them -> a list of images.
+    """One image (a path, encoded bytes, a PIL image or an H×W×C / H×W array) or a sequence of them -> a list of images.
 
     A single array is one image, not a sequence of rows; a 4-D array is a batch of images along axis 0.
     """
-    if isinstance(images, (str, os.PathLike)):
+    if isinstance(images, (str, os.PathLike, bytes, bytearray, memoryview)):  # one path, or one encoded image
         return [images]
     if isinstance(images, np.ndarray):
         if images.ndim in (2, 3):

@@ -20,6 +20,7 @@ the whole image is decoded with ``.load()`` so a broken stream fails here rather
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import warnings
@@ -38,7 +39,7 @@ __all__ = [
     "load_image",
 ]
 
-ImageLike = str | os.PathLike | Image.Image | np.ndarray
+ImageLike = str | os.PathLike | Image.Image | np.ndarray | bytes | bytearray | memoryview
 
 DEFAULT_BACKGROUND: tuple[int, int, int] = (255, 255, 255)
 
@@ -70,7 +71,8 @@ def load_image(
     """Return ``src`` as a fully decoded 8-bit RGB image.
 
     Args:
-        src: a path (``str``/``PathLike``), a ``PIL.Image.Image`` or a numpy array ``(H, W)``, ``(H, W, 1)``,
+        src: a path (``str``/``PathLike``), the encoded bytes of an image file (JPEG, PNG, WebP, ...: what a
+            client uploads to a server), a ``PIL.Image.Image`` or a numpy array ``(H, W)``, ``(H, W, 1)``,
             ``(H, W, 3)`` or ``(H, W, 4)`` of dtype ``uint8``, ``uint16`` or float in ``[0, 1]``.
         max_pixels: largest accepted ``width * height``; ``None`` uses ``PIL.Image.MAX_IMAGE_PIXELS`` (the
             decompression-bomb limit). Larger values lift PIL's limit for this call only.
@@ -88,8 +90,12 @@ def load_image(
         image = _decode(src, name)
     elif isinstance(src, (str, os.PathLike)):
         return _load_path(Path(src), max_pixels=max_pixels, background=background)
+    elif isinstance(src, (bytes, bytearray, memoryview)):
+        return _load_encoded(bytes(src), max_pixels=max_pixels, background=background)
     else:
-        raise ImageError(f"cannot load an image from {type(src).__name__}; expected a path, PIL image or numpy array")
+        raise ImageError(
+            f"cannot load an image from {type(src).__name__}; expected a path, encoded bytes, PIL image or numpy array"
+        )
     _check_pixels(image.size, name, max_pixels)
     return _to_rgb(image, name, background)
 
@@ -101,16 +107,29 @@ def _load_path(path: Path, *, max_pixels: int | None, background: tuple[int, int
         raise ImageError(f"{path}: is a directory, not an image file")
     if path.stat().st_size == 0:
         raise ImageError(f"{path}: empty file (0 bytes)")
-    image = _open(path, max_pixels)
+    return _load_opened(path, str(path), max_pixels=max_pixels, background=background)
+
+
+def _load_encoded(data: bytes, *, max_pixels: int | None, background: tuple[int, int, int]) -> Image.Image:
+    name = f"<{len(data)} encoded bytes>"
+    if not data:
+        raise ImageError(f"{name}: empty (0 bytes)")
+    return _load_opened(io.BytesIO(data), name, max_pixels=max_pixels, background=background)
+
+
+def _load_opened(
+    source: Path | io.BytesIO, name: str, *, max_pixels: int | None, background: tuple[int, int, int]
+) -> Image.Image:
+    image = _open(source, name, max_pixels)
     try:
-        _check_pixels(image.size, str(path), max_pixels)
-        image = _decode(image, str(path))
-        return _to_rgb(image, str(path), background)
+        _check_pixels(image.size, name, max_pixels)
+        image = _decode(image, name)
+        return _to_rgb(image, name, background)
     finally:
         image.close()
 
 
-def _open(path: Path, max_pixels: int | None) -> Image.Image:
+def _open(path: Path | io.BytesIO, name: str, max_pixels: int | None) -> Image.Image:
     """Read the header, turning PIL's decompression-bomb warning into an error."""
     with _OPEN_LOCK, warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -121,13 +140,13 @@ def _open(path: Path, max_pixels: int | None) -> Image.Image:
         try:
             return Image.open(path)
         except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-            raise ImageError(f"{path}: image too large, possible decompression bomb ({exc})") from exc
+            raise ImageError(f"{name}: image too large, possible decompression bomb ({exc})") from exc
         except Image.UnidentifiedImageError as exc:
-            raise ImageError(f"{path}: not a recognised image file") from exc
+            raise ImageError(f"{name}: not a recognised image file") from exc
         except MemoryError:
             raise
         except Exception as exc:  # PIL's plugins raise TypeError/KeyError/struct.error/... on corrupt headers too
-            raise ImageError(f"{path}: cannot read image header: {exc}") from exc
+            raise ImageError(f"{name}: cannot read image header: {exc}") from exc
         finally:
             if lift:
                 Image.MAX_IMAGE_PIXELS = pil_limit

@@ -1,0 +1,158 @@
+"""``edgecap serve`` and ``edgecap triton-repo``: bundles behind NVIDIA Triton Inference Server (docs/serving.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from edgecap.cli.options import RuntimeName, ThreadsValue, fail, option_group
+from edgecap.runtime.precisions import PRECISIONS
+
+
+def batching_options(fn: Callable) -> Callable:
+    """Triton's dynamic batching and instances, and the runtime each instance loads (``ServingOptions``)."""
+    return option_group(
+        click.option("--max-batch", type=click.IntRange(1, 1 << 16), default=64, show_default=True,
+                     help="Most images Triton's dynamic batcher puts in one batch."),
+        click.option("--max-queue-delay-us", type=click.IntRange(0, 60_000_000), default=2000, show_default=True,
+                     help="How long a request may wait for batch-mates (microseconds)."),
+        click.option("--max-queue-size", type=click.IntRange(0, 1 << 24), default=256, show_default=True,
+                     help="Requests queued beyond this are refused at once with Triton's error (0 = no limit)."),
+        click.option("--instances", type=click.IntRange(1, 256), default=1, show_default=True,
+                     help="Model instances (processes) per bundle, each with its own captioner and threads."),
+        click.option("--runtime", type=RuntimeName(), default="auto", show_default=True,
+                     help="Runtime each instance loads, as `edgecap caption --runtime`."),
+        click.option("--precision", type=click.Choice(["auto", *PRECISIONS]), default="auto", show_default=True,
+                     help="Which exported variant each instance loads."),
+        click.option("--threads", type=ThreadsValue(), default="auto", show_default=True,
+                     help="ONNX Runtime threads per instance: auto, dedicated or a count (docs/cpu.md)."),
+    )(fn)  # fmt: skip
+
+
+def serving_options_from(params: dict[str, Any]) -> Any:
+    from edgecap.runtime.serving.repository import ServingOptions
+
+    return ServingOptions(
+        max_batch=params["max_batch"],
+        max_queue_delay_us=params["max_queue_delay_us"],
+        max_queue_size=params["max_queue_size"],
+        instances=params["instances"],
+        runtime=params["runtime"],
+        precision=params["precision"],
+        threads=params["threads"],
+    )
+
+
+def resolve_bundles(names: tuple[str, ...]) -> list[Path]:
+    """Bundle directories or names of exported models ($EDGECAP_HOME/bundles/NAME), each checked to exist."""
+    from edgecap.runtime.bundle.layout import find_bundle
+
+    found = []
+    for name in names:
+        bundle = find_bundle(name)
+        if bundle is None:
+            fail(
+                f"no bundle found for {name!r} (a bundle directory, or $EDGECAP_HOME/bundles/{name}): `edgecap export`"
+            )
+        found.append(Path(bundle))
+    return found
+
+
+@click.command("serve")
+@click.argument("bundles", nargs=-1)
+@click.option(
+    "--model-repository",
+    "repository",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    help="Serve this model repository (`edgecap triton-repo`) instead of BUNDLES.",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).",
+)
+@click.option("--http-port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--grpc-port", type=click.IntRange(1, 65535), default=8001, show_default=True)
+@click.option("--metrics-port", type=click.IntRange(1, 65535), default=8002, show_default=True)
+@click.option(
+    "--exit-timeout",
+    type=click.IntRange(0, 3600),
+    default=30,
+    show_default=True,
+    help="On SIGTERM: seconds to finish requests in flight (new ones are refused meanwhile).",
+)
+@batching_options
+def serve(
+    bundles: tuple[str, ...],
+    repository: Path | None,
+    host: str,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    exit_timeout: int,
+    **batching: Any,
+) -> None:
+    """Serve BUNDLES with Triton Inference Server (HTTP + gRPC, KServe v2): one model per bundle, named after it.
+
+    Needs the [serve] extra. Runs in the foreground until SIGTERM or Ctrl-C, which drain: requests in flight
+    finish, new ones are refused."""  # fmt: skip
+    import tempfile
+
+    from edgecap.runtime.serving.repository import write_triton_repository
+    from edgecap.runtime.serving.server import Endpoints, ServerError, TritonDistribution, TritonServer, forward_signals
+
+    if bool(bundles) == (repository is not None):
+        fail("give BUNDLES or --model-repository DIR (one of them)")
+    try:
+        TritonDistribution.find()  # before any work: is the server installed at all
+        options = serving_options_from(batching)
+        found = resolve_bundles(bundles)
+    except (ServerError, ValueError) as exc:
+        fail(str(exc))
+    endpoints = Endpoints(host, http_port, grpc_port, metrics_port)
+    with tempfile.TemporaryDirectory(prefix="edgecap-serve-") as work:
+        if repository is None:
+            try:
+                models = list(write_triton_repository(found, Path(work) / "models", options, link=True))
+            except (ValueError, OSError) as exc:
+                fail(str(exc))
+            repository = Path(work) / "models"
+        else:
+            models = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+        server = TritonServer(repository.resolve(), Path(work), endpoints, exit_timeout_s=exit_timeout)
+        server.start(log_to_file=False)
+        assert server.process is not None
+        forward_signals(server.process)
+        try:
+            server.wait_ready(timeout_s=300)
+        except ServerError as exc:
+            server.stop()
+            fail(str(exc))
+        for name in models:
+            click.echo(f"serving {name}: {endpoints.http_url} (HTTP), {endpoints.grpc_url} (gRPC); "
+                       f"metrics {endpoints.metrics_url}", err=True)  # fmt: skip
+        code = server.process.wait()
+    raise SystemExit(code)
+
+
+@click.command("triton-repo")
+@click.argument("bundles", nargs=-1, required=True)
+@click.argument("dest", type=click.Path(path_type=Path))
+@batching_options
+def triton_repo(bundles: tuple[str, ...], dest: Path, **batching: Any) -> None:
+    """Write a Triton model repository DEST serving BUNDLES (config.pbtxt + Python-backend model.py + the bundle),
+    for the official Triton container or `tritonserver --model-repository DEST`."""
+    from edgecap.runtime.serving.repository import write_triton_repository
+
+    try:
+        options = serving_options_from(batching)
+        models = write_triton_repository(resolve_bundles(bundles), dest, options)
+    except (ValueError, OSError) as exc:
+        fail(str(exc))
+    for name, path in models.items():
+        click.echo(f"{name}: {path}")

@@ -1,0 +1,125 @@
+"""One dynamic batch of served requests -> one reply or one error per request.
+
+Triton's dynamic batcher hands the model whatever requests arrived together, from different users. Two rules make
+that safe (``docs/serving.md``):
+
+* **One bad request never fails its batch-mates.** Every request is checked and its images decoded on its own; a
+  request that fails gets its own :class:`~edgecap.runtime.serving.protocol.RequestError`, the rest are captioned.
+* **A caption never depends on its batch-mates.** Images that ask for the same decoding (beam, length level) are
+  decoded together, and edgecap's decoders are batch-invariant (``tests/test_captioner_batch_invariance.py``);
+  images that ask for different decodings are grouped, one decode per group, because a beam width or a length level
+  is a property of the whole decode call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from edgecap.runtime.serving.protocol import CaptionReply, RequestError
+
+#: ``(beam, length_level)``: images with the same key decode in one call.
+DecodeKey = tuple[int | None, int | None]
+
+
+@dataclass
+class ServedRequest:
+    """One client request: its images (encoded bytes or H×W×3 uint8 arrays) and, per image, the options it asks."""
+
+    images: list[Any]
+    beams: list[int | None] = field(default_factory=list)
+    length_levels: list[int | None] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        count = len(self.images)
+        self.beams = self.beams or [None] * count
+        self.length_levels = self.length_levels or [None] * count
+        if len(self.beams) != count or len(self.length_levels) != count:
+            raise RequestError(
+                f"{count} image(s) but {len(self.beams)} beam and {len(self.length_levels)} length_level value(s)"
+            )
+
+
+class ServedCaptioner:
+    """A :class:`~edgecap.runtime.captioner.Captioner` answering batches of independent requests.
+
+    Args:
+        captioner: the loaded captioner (its decode config is the default of every request).
+        batch_size: most images per decode call (Triton's ``max_batch`` bounds a batch; this bounds memory when one
+            request carries many images).
+    """
+
+    def __init__(self, captioner: Any, batch_size: int = 1024) -> None:
+        self.captioner = captioner
+        self.batch_size = batch_size
+        self._strategy = captioner.decode_cfg.strategy
+
+    def answer(self, requests: Sequence[ServedRequest]) -> list[list[CaptionReply] | RequestError]:
+        """Replies for each request in order: its captions, or the error that refused it."""
+        from edgecap.runtime.images.load import ImageError
+
+        results: list[list[CaptionReply] | RequestError | None] = [None] * len(requests)
+        prepared: list[tuple[int, list[dict[str, np.ndarray]], list[DecodeKey]]] = []
+        for index, request in enumerate(requests):
+            try:
+                keys = [self._decode_key(b, lv) for b, lv in zip(request.beams, request.length_levels, strict=True)]
+                inputs = [self._encoder_inputs(image) for image in request.images]
+            except (RequestError, ImageError, ValueError) as exc:
+                results[index] = exc if isinstance(exc, RequestError) else RequestError(str(exc))
+                continue
+            prepared.append((index, inputs, keys))
+
+        groups: dict[DecodeKey, list[tuple[int, int, dict[str, np.ndarray]]]] = {}
+        for index, inputs, keys in prepared:
+            results[index] = [CaptionReply("")] * len(inputs)
+            for slot, (one, key) in enumerate(zip(inputs, keys, strict=True)):
+                groups.setdefault(key, []).append((index, slot, one))
+        for key, members in groups.items():
+            for start in range(0, len(members), self.batch_size):
+                chunk = members[start : start + self.batch_size]
+                for (index, slot, _), reply in zip(chunk, self._decode(key, [m[2] for m in chunk]), strict=True):
+                    replies = results[index]
+                    assert isinstance(replies, list)
+                    replies[slot] = reply
+        return [r if r is not None else RequestError("not answered") for r in results]
+
+    # -- one request -------------------------------------------------------------------------------------------------
+    def _decode_key(self, beam: int | None, level: int | None) -> DecodeKey:
+        """Check a request's options before any work, with the same rules and words as ``Captioner``."""
+        from edgecap.runtime.captioner import _check_beam, _check_length_level, check_beam_applies
+
+        try:
+            if beam is not None:
+                check_beam_applies(beam, self._strategy)
+                _check_beam(beam)
+            if level is not None:
+                _check_length_level(self.captioner.step_model, level, self.captioner.length_levels)
+        except ValueError as exc:
+            raise RequestError(str(exc)) from None
+        return (beam, level)
+
+    def _encoder_inputs(self, image: Any) -> dict[str, np.ndarray]:
+        """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone."""
+        if isinstance(image, np.ndarray) and (image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8):
+            raise RequestError(f"pixels must be an H×W×3 uint8 array, got shape {image.shape} {image.dtype}")
+        return {k: np.asarray(v) for k, v in self.captioner.inputs([image]).items()}
+
+    # -- one decode --------------------------------------------------------------------------------------------------
+    def _decode(self, key: DecodeKey, inputs: list[dict[str, np.ndarray]]) -> list[CaptionReply]:
+        from edgecap.runtime.decoding import decode
+
+        beam, level = key
+        cfg = self.captioner.decode_cfg
+        if beam is not None and self._strategy != "mask_predict":
+            cfg = cfg.replace(strategy="greedy" if beam == 1 else "beam", beam_size=beam)
+        if level is not None:
+            cfg = cfg.replace(length_level=level)
+        batch = {name: np.concatenate([one[name] for one in inputs]) for name in inputs[0]}
+        vocab = self.captioner.vocab
+        return [
+            CaptionReply(" ".join(vocab.decode(hyps[0].tokens)), tuple(int(t) for t in hyps[0].tokens), hyps[0].score)
+            for hyps in decode(self.captioner.step_model, batch, cfg)
+        ]

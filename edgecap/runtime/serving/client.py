@@ -1,0 +1,306 @@
+"""Caption through a running ``edgecap serve`` (or any Triton serving an edgecap repository): sync and asyncio.
+
+Built on NVIDIA's ``tritonclient`` (the ``[client]`` extra), over HTTP or gRPC. Every image is its own request, so
+the server's dynamic batcher (not the client) decides batches and one bad image never fails another. What the
+client adds is what a caller would otherwise write around every call:
+
+* **timeouts**: each call gives up after ``timeout_s`` instead of waiting forever on a stuck network;
+* **retries on UNAVAILABLE**: a server that is starting, draining or whose queue is full answers UNAVAILABLE
+  (HTTP 503); the call is retried ``retries`` times with exponential backoff, then :class:`ServerBusyError`;
+* **clear errors**: a request the model refuses (not an image, a level out of range) raises
+  :class:`CaptionRequestError` with the server's reason, never retried.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgecap.runtime.serving.protocol import (
+    BEAM,
+    CAPTION,
+    IMAGE,
+    LENGTH_LEVEL,
+    PIXELS,
+    SCORE,
+    TOKENS,
+    CaptionReply,
+)
+
+INSTALL_HINT = "pip install 'edgecap[client]' (tritonclient)"
+
+
+class CaptionRequestError(ValueError):
+    """The server refused this request (bad image, shape, level or beam): its reason, from the server."""
+
+
+class ServerBusyError(RuntimeError):
+    """The server stayed unavailable (not ready, draining, queue full) through every retry."""
+
+
+def parse_url(url: str) -> tuple[str, str]:
+    """``http://host:port`` / ``grpc://host:port`` / ``host:port`` (HTTP) -> ``(protocol, "host:port")``."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "http", url
+    scheme = scheme.lower()
+    if scheme not in ("http", "grpc") or not rest or "/" in rest.rstrip("/"):
+        raise ValueError(f"server URL must be http://HOST:PORT or grpc://HOST:PORT, got {url!r}")
+    return scheme, rest.rstrip("/")
+
+
+def _module(protocol: str, asynchronous: bool = False) -> Any:
+    try:
+        if protocol == "grpc":
+            import tritonclient.grpc as grpc_client
+            import tritonclient.grpc.aio as grpc_aio
+
+            return grpc_aio if asynchronous else grpc_client
+        import tritonclient.http as http_client
+        import tritonclient.http.aio as http_aio
+
+        return http_aio if asynchronous else http_client
+    except ImportError as exc:
+        raise ImportError(f"the caption client needs tritonclient: {INSTALL_HINT} ({exc})") from exc
+
+
+def _image_input(module: Any, image: Any) -> Any:
+    """One image -> its Triton input: a path or bytes travel encoded (the server decodes), an array as pixels."""
+    if isinstance(image, (str, Path)):
+        image = Path(image).read_bytes()
+    if hasattr(image, "getbands"):  # a PIL image: send its pixels as they are
+        image = np.asarray(image.convert("RGB"))
+    if isinstance(image, (bytes, bytearray, memoryview)):
+        tensor = module.InferInput(IMAGE, [1, 1], "BYTES")
+        tensor.set_data_from_numpy(np.array([[bytes(image)]], dtype=np.object_))
+        return tensor
+    if isinstance(image, np.ndarray):
+        pixels = np.ascontiguousarray(image)[None]
+        tensor = module.InferInput(PIXELS, list(pixels.shape), "UINT8")
+        tensor.set_data_from_numpy(pixels)  # a wrong dtype or shape is refused by the server, with its reason
+        return tensor
+    raise TypeError(f"cannot send {type(image).__name__}: give a path, encoded bytes, a PIL image or an H×W×3 array")
+
+
+def _request(module: Any, image: Any, length_level: int | None, beam: int | None, details: bool) -> tuple[list, list]:
+    inputs = [_image_input(module, image)]
+    for name, value in ((LENGTH_LEVEL, length_level), (BEAM, beam)):
+        if value is not None:
+            tensor = module.InferInput(name, [1, 1], "INT32")
+            tensor.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+            inputs.append(tensor)
+    names = (CAPTION, TOKENS, SCORE) if details else (CAPTION,)
+    return inputs, [module.InferRequestedOutput(name) for name in names]
+
+
+def _reply(result: Any, details: bool) -> CaptionReply:
+    caption = result.as_numpy(CAPTION).reshape(-1)[0]
+    text = caption.decode() if isinstance(caption, bytes) else str(caption)
+    if not details:
+        return CaptionReply(text)
+    tokens = tuple(int(t) for t in result.as_numpy(TOKENS).reshape(-1) if t >= 0)
+    return CaptionReply(text, tokens, float(result.as_numpy(SCORE).reshape(-1)[0]))
+
+
+def _is_unavailable(exc: BaseException) -> bool:
+    """UNAVAILABLE (gRPC), 503 (HTTP) or no connection at all: worth a retry."""
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(exc, FileNotFoundError):
+        return True
+    status = str(getattr(exc, "status", lambda: "")() or "")
+    return status in ("503", "StatusCode.UNAVAILABLE") or "Exceeds maximum queue size" in str(exc)
+
+
+def _refusal(exc: BaseException) -> CaptionRequestError | None:
+    status = str(getattr(exc, "status", lambda: "")() or "")
+    if status in ("400", "StatusCode.INVALID_ARGUMENT"):
+        message = getattr(exc, "message", lambda: str(exc))()
+        return CaptionRequestError(str(message))
+    return None
+
+
+class _Settings:
+    def __init__(self, url: str, model: str | None, timeout_s: float, retries: int, backoff_s: float) -> None:
+        self.protocol, self.address = parse_url(url)
+        if timeout_s <= 0 or retries < 0 or backoff_s < 0:
+            raise ValueError(
+                f"need timeout_s > 0, retries >= 0, backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
+            )
+        self.model, self.timeout_s, self.retries, self.backoff_s = model, timeout_s, retries, backoff_s
+
+    def delay(self, attempt: int) -> float:
+        return self.backoff_s * (2**attempt)
+
+    def give_up(self, exc: BaseException) -> Exception:
+        refused = _refusal(exc)
+        if refused is not None:
+            return refused
+        if _is_unavailable(exc):
+            return ServerBusyError(
+                f"{self.protocol}://{self.address} unavailable after {self.retries + 1} tries: {exc}"
+            )
+        return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+
+    def only_model(self, index: Iterable[Any]) -> str:
+        names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in index})
+        if len(names) != 1:
+            raise ValueError(f"the server has {len(names)} models {names}: name one (model=...)")
+        return names[0]
+
+
+class CaptionClient:
+    """A blocking client. Safe to share between threads (each thread gets its own connection).
+
+    Args:
+        url: ``http://HOST:PORT`` (default port 8000) or ``grpc://HOST:PORT`` (8001).
+        model: the model (bundle) name; None = the server's only model.
+        timeout_s: per-call limit, seconds.
+        retries: extra tries when the server is UNAVAILABLE (starting, draining, queue full).
+        backoff_s: first retry delay, doubled at each retry.
+    """
+
+    def __init__(
+        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+    ) -> None:
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._module = _module(self._settings.protocol)
+        self._local = threading.local()
+
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            settings = self._settings
+            if settings.protocol == "grpc":
+                client = self._module.InferenceServerClient(settings.address)
+            else:
+                client = self._module.InferenceServerClient(
+                    settings.address, connection_timeout=settings.timeout_s, network_timeout=settings.timeout_s
+                )
+            self._local.client = client
+        return client
+
+    @property
+    def model(self) -> str:
+        if self._settings.model is None:
+            index = self._client().get_model_repository_index()
+            models = index.models if hasattr(index, "models") else index
+            self._settings.model = self._settings.only_model(models)
+        return self._settings.model
+
+    def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:
+        """The caption of one image (a path, encoded bytes, a PIL image or an H×W×3 uint8 array)."""
+        return self.caption_result(image, length_level=length_level, beam=beam).caption
+
+    def caption_result(
+        self, image: Any, *, length_level: int | None = None, beam: int | None = None, details: bool = False
+    ) -> CaptionReply:
+        """The caption, and with ``details`` its token ids and score."""
+        inputs, outputs = _request(self._module, image, length_level, beam, details)
+        settings = self._settings
+        extra = {"client_timeout": settings.timeout_s} if settings.protocol == "grpc" else {}
+        for attempt in range(settings.retries + 1):
+            try:
+                return _reply(self._client().infer(self.model, inputs, outputs=outputs, **extra), details)
+            except Exception as exc:
+                if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
+                    time.sleep(settings.delay(attempt))
+                    continue
+                raise settings.give_up(exc) from exc
+        raise AssertionError("unreachable")
+
+    def caption_many(
+        self, images: Sequence[Any], *, concurrency: int = 8, **options: Any
+    ) -> list[CaptionReply | Exception]:
+        """Replies for many images, ``concurrency`` requests in flight; a failed image's slot holds its error."""
+
+        def one(image: Any) -> CaptionReply | Exception:
+            try:
+                return self.caption_result(image, **options)
+            except Exception as exc:
+                return exc
+
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            return list(pool.map(one, images))
+
+    def close(self) -> None:
+        client = getattr(self._local, "client", None)
+        if client is not None:
+            client.close()
+            self._local.client = None
+
+    def __enter__(self) -> CaptionClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncCaptionClient:
+    """The asyncio client: the same calls as :class:`CaptionClient`, awaited (``async with`` closes it)."""
+
+    def __init__(
+        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+    ) -> None:
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._module = _module(self._settings.protocol, asynchronous=True)
+        self._request_module = _module(self._settings.protocol)  # InferInput & co. are shared with the sync API
+        if self._settings.protocol == "grpc":
+            self._client = self._module.InferenceServerClient(self._settings.address)
+        else:
+            self._client = self._module.InferenceServerClient(self._settings.address, conn_timeout=timeout_s)
+
+    async def model(self) -> str:
+        if self._settings.model is None:
+            index = await self._client.get_model_repository_index()
+            models = index.models if hasattr(index, "models") else index
+            self._settings.model = self._settings.only_model(models)
+        return self._settings.model
+
+    async def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:
+        return (await self.caption_result(image, length_level=length_level, beam=beam)).caption
+
+    async def caption_result(
+        self, image: Any, *, length_level: int | None = None, beam: int | None = None, details: bool = False
+    ) -> CaptionReply:
+        inputs, outputs = _request(self._request_module, image, length_level, beam, details)
+        settings = self._settings
+        extra = {"client_timeout": settings.timeout_s} if settings.protocol == "grpc" else {}
+        for attempt in range(settings.retries + 1):
+            try:
+                call = self._client.infer(await self.model(), inputs, outputs=outputs, **extra)
+                return _reply(await asyncio.wait_for(call, settings.timeout_s), details)
+            except Exception as exc:
+                if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
+                    await asyncio.sleep(settings.delay(attempt))
+                    continue
+                raise settings.give_up(exc) from exc
+        raise AssertionError("unreachable")
+
+    async def caption_many(
+        self, images: Sequence[Any], *, concurrency: int = 8, **options: Any
+    ) -> list[CaptionReply | Exception]:
+        limit = asyncio.Semaphore(max(1, concurrency))
+
+        async def one(image: Any) -> CaptionReply | Exception:
+            async with limit:
+                try:
+                    return await self.caption_result(image, **options)
+                except Exception as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(image) for image in images)))
+
+    async def close(self) -> None:
+        await self._client.close()
+
+    async def __aenter__(self) -> AsyncCaptionClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,168 @@
+"""A Triton model repository over edgecap bundles: one model per bundle, ``config.pbtxt`` + ``1/model.py``.
+
+The layout is Triton's own (``<repo>/<model>/config.pbtxt``, ``<repo>/<model>/1/model.py``), so the same directory
+runs on the official Triton container and on the server ``edgecap serve`` starts. The model is the Python backend
+running :class:`edgecap.runtime.serving.triton_model.TritonPythonModel`; the bundle sits in the version directory
+(``1/bundle``), copied, or linked when ``edgecap serve`` builds a throw-away repository. The config asks Triton for
+dynamic batching with a queue limit (a full queue is refused at once, never a hang) and the instance count.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from edgecap.runtime.serving.protocol import (
+    INPUTS,
+    OUTPUTS,
+    PARAM_BUNDLE,
+    PARAM_PRECISION,
+    PARAM_RUNTIME,
+    PARAM_THREADS,
+)
+
+#: Triton model names: what its URLs (``/v2/models/<name>``) and file layout accept.
+_MODEL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+#: The model file of every repository model: edgecap's runtime, installed in the backend's Python environment.
+MODEL_PY = '''"""Triton Python-backend model: edgecap's captioner over the bundle in this folder (docs/serving.md)."""
+
+from edgecap.runtime.serving.triton_model import TritonPythonModel  # noqa: F401
+'''
+
+
+@dataclass(frozen=True)
+class ServingOptions:
+    """How Triton batches and runs each model (``edgecap serve`` / ``edgecap triton-repo`` options).
+
+    Attributes:
+        max_batch: most requests (images) Triton puts in one batch.
+        max_queue_delay_us: how long a request may wait for batch-mates, in microseconds.
+        max_queue_size: requests waiting beyond this are refused at once (0 = unbounded).
+        instances: model instances (processes), each with its own captioner.
+        runtime, precision, threads: as ``Captioner.load`` takes them, per instance.
+    """
+
+    max_batch: int = 64
+    max_queue_delay_us: int = 2000
+    max_queue_size: int = 256
+    instances: int = 1
+    runtime: str = "auto"
+    precision: str = "auto"
+    threads: int | str = "auto"
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("max_batch", 1, 1 << 16),
+            ("max_queue_delay_us", 0, 60_000_000),
+            ("max_queue_size", 0, 1 << 24),
+            ("instances", 1, 256),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise ValueError(f"{name} must be an integer in {low}..{high}, got {value!r}")
+
+
+def model_name_for(bundle: str | os.PathLike[str]) -> str:
+    """The Triton model name of a bundle: its directory name (``acort-xsmall``), checked for Triton's URLs."""
+    name = Path(bundle).resolve().name
+    if not _MODEL_NAME.match(name):
+        raise ValueError(
+            f"bundle directory name {name!r} cannot be a Triton model name (letters, digits, '_', '.', '-'; "
+            "at most 128): rename the directory"
+        )
+    return name
+
+
+def _quoted(text: str) -> str:
+    """A protobuf text-format string literal."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def config_pbtxt(name: str, options: ServingOptions) -> str:
+    """The model's ``config.pbtxt`` (protobuf text format): backend, tensors, dynamic batching, instances."""
+
+    def dims(shape: tuple[int, ...]) -> str:
+        return ", ".join(str(d) for d in shape)
+
+    inputs = ",\n".join(
+        f'  {{ name: "{n}" data_type: {t} dims: [ {dims(s)} ] optional: {str(opt).lower()} allow_ragged_batch: true }}'
+        for n, t, s, opt in INPUTS
+    )
+    outputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ {dims(s)} ] }}' for n, t, s in OUTPUTS)
+    params = {
+        PARAM_BUNDLE: "bundle",
+        PARAM_RUNTIME: options.runtime,
+        PARAM_PRECISION: options.precision,
+        PARAM_THREADS: str(options.threads),
+    }
+    parameters = "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items())
+    return f"""name: "{name}"
+backend: "python"
+max_batch_size: {options.max_batch}
+input [
+{inputs}
+]
+output [
+{outputs}
+]
+dynamic_batching {{
+  max_queue_delay_microseconds: {options.max_queue_delay_us}
+  default_queue_policy {{ max_queue_size: {options.max_queue_size} }}
+}}
+instance_group [ {{ count: {options.instances} kind: KIND_CPU }} ]
+{parameters}
+"""
+
+
+def write_triton_repository(
+    bundles: Sequence[str | os.PathLike[str]],
+    dest: str | os.PathLike[str],
+    options: ServingOptions,
+    *,
+    link: bool = False,
+) -> dict[str, Path]:
+    """Write a model repository serving ``bundles`` at ``dest``; returns model name -> model directory.
+
+    Everything is checked before anything is written (bundles readable, names unique and valid, ``dest`` absent and
+    its parent writable), and the repository appears at ``dest`` in one rename, so a failure leaves nothing behind.
+
+    Args:
+        link: symlink each bundle instead of copying it (a repository that lives as long as the server using it).
+    """
+    from edgecap.runtime.bundle.reader import load_bundle
+
+    dest = Path(dest)
+    if dest.exists() or dest.is_symlink():
+        raise FileExistsError(f"{dest} already exists: choose a new directory for the model repository")
+    parent = dest.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"cannot write the model repository: {parent} is not a writable directory")
+    names: dict[str, Path] = {}
+    for bundle in bundles:
+        name = model_name_for(bundle)
+        if name in names:
+            raise ValueError(f"two bundles would both be model {name!r} ({names[name]} and {bundle}): rename one")
+        load_bundle(Path(bundle))  # a bundle that cannot be read fails here, not inside the server
+        names[name] = Path(bundle).resolve()
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=parent))
+    try:
+        for name, bundle in names.items():
+            version = staging / name / "1"
+            version.mkdir(parents=True)
+            (staging / name / "config.pbtxt").write_text(config_pbtxt(name, options))
+            (version / "model.py").write_text(MODEL_PY)
+            if link:
+                (version / "bundle").symlink_to(bundle, target_is_directory=True)
+            else:
+                shutil.copytree(bundle, version / "bundle")
+        os.rename(staging, dest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return {name: dest / name for name in names}

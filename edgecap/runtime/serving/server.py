@@ -1,0 +1,237 @@
+"""Start NVIDIA's Triton Inference Server over a model repository: the binary the ``nvidia-pytriton`` wheel ships.
+
+edgecap writes no server. The ``[serve]`` extra installs ``nvidia-pytriton``, whose wheel carries ``tritonserver``
+(x86-64 and aarch64), its Python backend and a backend stub per Python version; this module only locates them, lays
+out a backend directory with the stub of the running interpreter, and starts the binary with the right environment:
+
+* the stub embeds Python and must load **this interpreter's own** ``libpython`` (``sysconfig``'s ``LIBDIR`` first
+  on ``LD_LIBRARY_PATH``): another ``libpython`` of the same minor version (a distribution's older 3.11.2 next to a
+  3.11.7) fails model loading with ``'_thread.RLock' object has no attribute '_recursion_count'``;
+* the stub finds its ``site-packages`` (edgecap, numpy, the inference engine) through ``PATH``: this environment's
+  ``bin`` goes first;
+* the wheel's bundled libraries (``nvidia_pytriton.libs``) complete ``LD_LIBRARY_PATH``.
+
+Triton itself owns dynamic batching, queue limits (a full queue is refused at once with its error), health,
+readiness, metrics and shutdown: on SIGTERM it stops taking requests and finishes the ones in flight
+(``--exit-timeout-secs``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+#: What to install when the server binary is missing.
+INSTALL_HINT = "pip install 'edgecap[serve]' (NVIDIA's Triton server binary comes in the nvidia-pytriton wheel)"
+
+
+class ServerError(RuntimeError):
+    """The server cannot start, or stopped: the message holds the reason and the tail of its log."""
+
+
+@dataclass(frozen=True)
+class TritonDistribution:
+    """Where the ``nvidia-pytriton`` wheel put Triton: the binary, its backends, the stubs and its libraries."""
+
+    binary: Path
+    backends: Path
+    stub: Path
+    libraries: Path
+
+    @classmethod
+    def find(cls) -> TritonDistribution:
+        """The installed distribution, with the backend stub of the running Python, or a :class:`ServerError`."""
+        spec = importlib.util.find_spec("pytriton")  # located, never imported: its own numpy pin stays its business
+        if spec is None or not spec.submodule_search_locations:
+            raise ServerError(f"Triton Inference Server is not installed: {INSTALL_HINT}")
+        root = Path(next(iter(spec.submodule_search_locations))) / "tritonserver"
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        found = cls(
+            binary=root / "bin" / "tritonserver",
+            backends=root / "backends",
+            stub=root / "python_backend_stubs" / version / "triton_python_backend_stub",
+            libraries=root.parent.parent / "nvidia_pytriton.libs",
+        )
+        if not found.binary.is_file() or not (found.backends / "python").is_dir():
+            raise ServerError(f"no tritonserver binary under {root}: reinstall it, {INSTALL_HINT}")
+        if not found.stub.is_file():
+            raise ServerError(
+                f"nvidia-pytriton has no Python backend stub for Python {version} under {found.stub.parent.parent}"
+            )
+        return found
+
+    def backend_directory(self, dest: Path) -> Path:
+        """``dest/backends``: Triton's backends, with the Python backend's stub for this interpreter (links)."""
+        backends = dest / "backends"
+        for source in self.backends.iterdir():
+            target = backends / source.name
+            target.mkdir(parents=True, exist_ok=True)
+            for item in source.iterdir():
+                if item.name != "triton_python_backend_stub":
+                    (target / item.name).symlink_to(item)
+        (backends / "python" / "triton_python_backend_stub").symlink_to(self.stub)
+        return backends
+
+
+def server_environment(distribution: TritonDistribution, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The server's environment: this interpreter's libpython and the wheel's libraries first, this env's ``bin`` on
+    ``PATH`` (see the module docstring for why)."""
+    env = dict(os.environ if base is None else base)
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    library_path = [p for p in (libdir, str(distribution.libraries), env.get("LD_LIBRARY_PATH", "")) if p]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(library_path)
+    env["PATH"] = os.pathsep.join([str(Path(sys.prefix) / "bin"), env.get("PATH", "")])
+    return env
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where the server listens. ``host`` is the address it binds (``127.0.0.1``: this machine only)."""
+
+    host: str = "127.0.0.1"
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+
+    @property
+    def http_url(self) -> str:
+        return f"http://{_connect_host(self.host)}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"grpc://{_connect_host(self.host)}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{_connect_host(self.host)}:{self.metrics_port}/metrics"
+
+
+def _connect_host(host: str) -> str:
+    return "127.0.0.1" if host in ("0.0.0.0", "") else host
+
+
+def server_command(
+    distribution: TritonDistribution, repository: Path, backends: Path, endpoints: Endpoints, *, exit_timeout_s: int
+) -> list[str]:
+    """The ``tritonserver`` command line."""
+    return [
+        str(distribution.binary),
+        f"--model-repository={repository}",
+        f"--backend-directory={backends}",
+        f"--cache-directory={backends.parent / 'caches'}",
+        f"--http-address={endpoints.host}",
+        f"--http-port={endpoints.http_port}",
+        f"--grpc-address={endpoints.host}",
+        f"--grpc-port={endpoints.grpc_port}",
+        f"--metrics-address={endpoints.host}",
+        f"--metrics-port={endpoints.metrics_port}",
+        f"--exit-timeout-secs={exit_timeout_s}",
+        "--strict-readiness=true",
+        "--exit-on-error=true",
+        "--log-verbose=0",
+    ]
+
+
+class TritonServer:
+    """A running ``tritonserver`` over ``repository``: start, wait until ready, stop (SIGTERM drains).
+
+    Args:
+        repository: a model repository (:func:`~edgecap.runtime.serving.repository.write_triton_repository`).
+        workdir: where the backend directory and the server log go (must exist).
+        endpoints: addresses and ports.
+        exit_timeout_s: how long SIGTERM waits for requests in flight before the server gives up on them.
+    """
+
+    def __init__(
+        self, repository: Path, workdir: Path, endpoints: Endpoints = Endpoints(), *, exit_timeout_s: int = 30
+    ) -> None:
+        self.repository = Path(repository)
+        self.workdir = Path(workdir)
+        self.endpoints = endpoints
+        self.exit_timeout_s = exit_timeout_s
+        self.log_path = self.workdir / "tritonserver.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, log_to_file: bool = True) -> TritonServer:
+        distribution = TritonDistribution.find()
+        backends = distribution.backend_directory(self.workdir)
+        command = server_command(
+            distribution, self.repository, backends, self.endpoints, exit_timeout_s=self.exit_timeout_s
+        )
+        output = open(self.log_path, "wb") if log_to_file else None  # noqa: SIM115 (the child holds it)
+        try:
+            self.process = subprocess.Popen(
+                command,
+                env=server_environment(distribution),
+                stdout=output,
+                stderr=subprocess.STDOUT if output else None,
+            )
+        finally:
+            if output is not None:
+                output.close()
+        return self
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Block until ``/v2/health/ready`` answers 200 (every model loaded), or raise with the log's tail."""
+        deadline = time.monotonic() + timeout_s
+        url = f"{self.endpoints.http_url}/v2/health/ready"
+        while time.monotonic() < deadline:
+            if self.process is None or self.process.poll() is not None:
+                raise ServerError(f"tritonserver exited before it was ready{self._log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass
+            time.sleep(0.25)
+        raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s{self._log_tail()}")
+
+    def stop(self, timeout_s: float | None = None) -> int:
+        """SIGTERM (Triton refuses new requests and drains those in flight), then wait; kill if it hangs."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout_s if timeout_s is not None else self.exit_timeout_s + 15)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def _log_tail(self, lines: int = 25) -> str:
+        try:
+            tail = self.log_path.read_text(errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return ":\n" + "\n".join(tail) if tail else ""
+
+    def __enter__(self) -> TritonServer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def forward_signals(process: subprocess.Popen[bytes], signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
+    """Pass SIGTERM/SIGINT on to the server (it drains), so ``edgecap serve`` stops the way Triton does."""
+
+    def forward(signum: int, _frame: object) -> None:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+
+    for signum in signals:
+        signal.signal(signum, forward)

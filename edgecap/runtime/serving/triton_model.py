@@ -1,0 +1,147 @@
+"""The Triton Python-backend model that captions with edgecap: ``TritonPythonModel`` for a model repository.
+
+A repository's ``model.py`` imports this class (:mod:`~edgecap.runtime.serving.repository` writes it), so the model
+Triton runs is edgecap's own runtime and search, the same code as ``Captioner``. It runs inside Triton's Python
+backend stub, where ``triton_python_backend_utils`` exists; edgecap must be installed in the Python environment the
+stub runs (``edgecap serve`` arranges that; ``docs/serving.md`` says how for the official container).
+
+Why the Python backend and not PyTriton's ``Triton.bind``: PyTriton hands a batch to one callable and turns an
+exception into an error for every request of that batch; the Python backend answers each request on its own
+(``InferenceResponse(error=...)``), which is what "one bad request never fails its batch-mates" needs.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from edgecap.runtime.serving.batch import ServedCaptioner, ServedRequest
+from edgecap.runtime.serving.protocol import (
+    BEAM,
+    CAPTION,
+    IMAGE,
+    LENGTH_LEVEL,
+    PARAM_BUNDLE,
+    PARAM_PRECISION,
+    PARAM_RUNTIME,
+    PARAM_THREADS,
+    PIXELS,
+    SCORE,
+    TOKENS,
+    CaptionReply,
+    RequestError,
+)
+
+
+def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
+    """``config.pbtxt`` ``parameters`` as plain strings (Triton gives ``{"key": {"string_value": "..."}}``)."""
+    return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+
+
+def load_captioner(model_config: dict[str, Any], version_dir: Path) -> Any:
+    """The captioner a repository model names: its bundle (inside the version directory) on its runtime."""
+    from edgecap.runtime.captioner import Captioner
+
+    params = model_parameters(model_config)
+    name = Path(params.get(PARAM_BUNDLE, "bundle"))
+    if name.is_absolute() or ".." in name.parts:
+        raise ValueError(f"{PARAM_BUNDLE} must be a path inside the model version directory, got {str(name)!r}")
+    bundle = version_dir / name
+    threads: int | str = params.get(PARAM_THREADS, "auto")
+    if isinstance(threads, str) and threads.isdigit():
+        threads = int(threads)
+    return Captioner.load(
+        bundle,
+        runtime=params.get(PARAM_RUNTIME, "auto"),
+        precision=params.get(PARAM_PRECISION, "auto"),
+        threads=threads,
+    )
+
+
+def _one_request(request: Any, pb_utils: Any) -> ServedRequest:
+    """A Triton request -> its images and options, or a :class:`RequestError` naming what is wrong with it."""
+    encoded = pb_utils.get_input_tensor_by_name(request, IMAGE)
+    pixels = pb_utils.get_input_tensor_by_name(request, PIXELS)
+    if (encoded is None) == (pixels is None):
+        raise RequestError(f"send exactly one of {IMAGE!r} (encoded bytes) or {PIXELS!r} (H×W×3 uint8)")
+    if encoded is not None:
+        images: list[Any] = [bytes(item) for item in encoded.as_numpy().reshape(-1)]
+    else:
+        images = list(pixels.as_numpy())
+    return ServedRequest(
+        images,
+        _per_image(request, BEAM, len(images), pb_utils),
+        _per_image(request, LENGTH_LEVEL, len(images), pb_utils),
+    )
+
+
+def _per_image(request: Any, name: str, count: int, pb_utils: Any) -> list[int | None]:
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return [None] * count
+    values = tensor.as_numpy().reshape(-1)
+    if values.size != count:
+        raise RequestError(f"{name}: {values.size} value(s) for {count} image(s)")
+    return [int(v) for v in values]
+
+
+def _response(replies: list[CaptionReply], requested: set[str], pb_utils: Any) -> Any:
+    outputs = [pb_utils.Tensor(CAPTION, np.array([[r.caption.encode()] for r in replies], dtype=np.object_))]
+    if TOKENS in requested:
+        width = max((len(r.tokens) for r in replies), default=0)
+        tokens = np.full((len(replies), width), -1, dtype=np.int32)
+        for row, reply in enumerate(replies):
+            tokens[row, : len(reply.tokens)] = reply.tokens
+        outputs.append(pb_utils.Tensor(TOKENS, tokens))
+    if SCORE in requested:
+        scores = [[np.nan if r.score is None else r.score] for r in replies]
+        outputs.append(pb_utils.Tensor(SCORE, np.array(scores, dtype=np.float32)))
+    return pb_utils.InferenceResponse(output_tensors=outputs)
+
+
+class TritonPythonModel:
+    """Triton's Python-backend entry points: ``initialize``, ``execute`` (one dynamic batch), ``finalize``."""
+
+    def initialize(self, args: dict[str, Any]) -> None:
+        config = json.loads(args["model_config"])
+        version_dir = Path(args["model_repository"]) / args["model_version"]
+        self.served = ServedCaptioner(load_captioner(config, version_dir))
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        import triton_python_backend_utils as pb_utils
+
+        parsed: list[ServedRequest | RequestError] = []
+        for request in requests:
+            try:
+                parsed.append(_one_request(request, pb_utils))
+            except RequestError as exc:
+                parsed.append(exc)
+            except Exception as exc:  # a malformed tensor: this request's error, not the batch's
+                parsed.append(RequestError(f"malformed request: {exc}"))
+        good = [p for p in parsed if isinstance(p, ServedRequest)]
+        try:
+            answers = iter(self.served.answer(good))
+            failure = None
+        except Exception as exc:  # the runtime itself failed: every good request says so, none hangs
+            answers, failure = (
+                iter(()),
+                pb_utils.TritonError(f"captioning failed: {exc}", pb_utils.TritonError.INTERNAL),
+            )
+        responses = []
+        for request, item in zip(requests, parsed, strict=True):
+            if failure is not None and isinstance(item, ServedRequest):
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=failure))
+                continue
+            result = next(answers) if isinstance(item, ServedRequest) else item
+            if isinstance(result, RequestError):
+                error = pb_utils.TritonError(str(result), pb_utils.TritonError.INVALID_ARG)
+                responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
+            else:
+                responses.append(_response(result, set(request.requested_output_names()), pb_utils))
+        return responses
+
+    def finalize(self) -> None:
+        self.served.captioner.close()
