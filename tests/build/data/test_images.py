@@ -310,3 +310,31 @@ def test_image_files_finds_images_by_suffix_recursively(tmp_path: Path) -> None:
     found = [p.relative_to(tmp_path).as_posix() for p in image_files(tmp_path)]
     assert found == ["b.JPG", "sub/a.png", "sub/c.webp"]
     assert ".jpeg" in IMAGE_SUFFIXES
+
+
+# ----------------------------------------------------------------------------------------------- encoded bytes
+
+
+def test_encoded_bytes_decode_like_the_file(tmp_path: Path) -> None:
+    """What a client uploads to a server: the bytes of a file give the same pixels as the file."""
+    rgb = np.random.default_rng(7).integers(0, 256, (9, 11, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(tmp_path / "x.png")
+    data = (tmp_path / "x.png").read_bytes()
+    for source in (data, bytearray(data), memoryview(data)):
+        assert np.array_equal(np.asarray(load_image(source)), np.asarray(load_image(tmp_path / "x.png")))
+
+
+@pytest.mark.parametrize(
+    "data,match",
+    [(b"", "empty"), (b"a dog on a skateboard", "not a recognised image"), (b"\x89PNG\r\n\x1a\n\x00\x00", "")],
+)
+def test_bad_encoded_bytes_are_image_errors(data: bytes, match: str) -> None:
+    with pytest.raises(ImageError, match=match):
+        load_image(data)
+
+
+def test_truncated_encoded_jpeg_is_an_image_error() -> None:
+    out = io.BytesIO()
+    Image.fromarray(np.full((64, 64, 3), 120, np.uint8)).save(out, format="JPEG")
+    with pytest.raises(ImageError, match="encoded bytes"):
+        load_image(out.getvalue()[: len(out.getvalue()) // 2])

@@ -1,0 +1,51 @@
+"""``edgecap serve`` and ``edgecap triton-repo`` from the command line (the real server: tests/runtime/serving)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgecap.cli import main
+from tests.runtime.bundle.helpers import pixel_bundle
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pixel_bundle(tiny_data, tmp_path_factory)[0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pytriton") is not None, reason="the [serve] extra is installed here")
+def test_serve_without_the_server_says_what_to_install(bundle: Path) -> None:
+    result = CliRunner().invoke(main, ["serve", str(bundle)])
+    assert result.exit_code != 0 and "pip install 'edgecap[serve]'" in result.output
+
+
+def test_serve_needs_bundles_or_a_repository(tmp_path: Path, bundle: Path) -> None:
+    assert "give BUNDLES or --model-repository" in CliRunner().invoke(main, ["serve"]).output
+    both = CliRunner().invoke(main, ["serve", str(bundle), "--model-repository", str(tmp_path)])
+    assert "give BUNDLES or --model-repository" in both.output
+
+
+def test_triton_repo_writes_a_repository_and_refuses_to_overwrite_it(bundle: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "models"
+    args = ["triton-repo", str(bundle), str(dest), "--max-batch", "32", "--instances", "2", "--threads", "2"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    config = (dest / bundle.name / "config.pbtxt").read_text()
+    assert "max_batch_size: 32" in config and "count: 2" in config and 'string_value: "2"' in config
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code != 0 and "already exists" in again.output
+
+
+def test_triton_repo_of_a_missing_bundle_fails_cleanly(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["triton-repo", str(tmp_path / "nope"), str(tmp_path / "models")])
+    assert result.exit_code != 0 and "no bundle found" in result.output and not (tmp_path / "models").exists()
+
+
+@pytest.mark.parametrize("flag,value", [("--max-batch", "0"), ("--instances", "0"), ("--max-queue-size", "-1")])
+def test_absurd_numbers_are_usage_errors(bundle: Path, tmp_path: Path, flag: str, value: str) -> None:
+    result = CliRunner().invoke(main, ["triton-repo", str(bundle), str(tmp_path / "m"), flag, value])
+    assert result.exit_code == 2 and flag in result.output

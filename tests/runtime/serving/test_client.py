@@ -1,0 +1,80 @@
+"""The client's own logic without a server: URLs, what is retried, what is refused, what a request carries."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tritonclient.http", reason="the [client] extra (tritonclient) is not installed")
+
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+from edgecap.runtime.serving.client import (  # noqa: E402
+    CaptionClient,
+    CaptionRequestError,
+    ServerBusyError,
+    _is_unavailable,
+    _module,
+    _refusal,
+    _request,
+    parse_url,
+)
+
+
+@pytest.mark.parametrize(
+    "url,parsed",
+    [
+        ("http://127.0.0.1:8000", ("http", "127.0.0.1:8000")),
+        ("grpc://host:8001/", ("grpc", "host:8001")),
+        ("localhost:8000", ("http", "localhost:8000")),
+        ("GRPC://h:1", ("grpc", "h:1")),
+    ],
+)
+def test_urls(url: str, parsed: tuple[str, str]) -> None:
+    assert parse_url(url) == parsed
+
+
+@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:1/v2/models"])
+def test_bad_urls_are_refused(url: str) -> None:
+    with pytest.raises(ValueError, match="server URL"):
+        parse_url(url)
+
+
+@pytest.mark.parametrize("status", ["503", "StatusCode.UNAVAILABLE"])
+def test_unavailable_is_retried_and_bad_requests_are_not(status: str) -> None:
+    assert _is_unavailable(InferenceServerException("busy", status=status))
+    assert _refusal(InferenceServerException("busy", status=status)) is None
+    assert _is_unavailable(ConnectionRefusedError())
+    refused = _refusal(InferenceServerException("not an image", status="400"))
+    assert isinstance(refused, CaptionRequestError) and str(refused) == "not an image"
+    assert not _is_unavailable(InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"))
+
+
+def test_a_request_carries_bytes_or_pixels_and_the_options() -> None:
+    module = _module("http")
+    inputs, outputs = _request(module, b"\xff\xd8jpeg", 2, 3, details=True)
+    assert [i.name() for i in inputs] == ["image", "length_level", "beam"]
+    assert [o.name() for o in outputs] == ["caption", "tokens", "score"]
+    inputs, outputs = _request(module, np.zeros((5, 7, 3), np.uint8), None, None, details=False)
+    assert [(i.name(), i.shape(), i.datatype()) for i in inputs] == [("pixels", [1, 5, 7, 3], "UINT8")]
+    with pytest.raises(TypeError, match="cannot send"):
+        _request(module, 3.5, None, None, details=False)
+
+
+def test_absurd_settings_are_refused() -> None:
+    with pytest.raises(ValueError, match="timeout_s"):
+        CaptionClient("http://127.0.0.1:1", timeout_s=0)
+    with pytest.raises(ValueError, match="retries"):
+        CaptionClient("http://127.0.0.1:1", retries=-1)
+
+
+def test_no_server_is_unavailable_after_the_retries_not_a_hang() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for scheme in ("http", "grpc"):
+        client = CaptionClient(f"{scheme}://127.0.0.1:{port}", "m", timeout_s=5, retries=1, backoff_s=0.01)
+        with client, pytest.raises(ServerBusyError, match="unavailable after 2 tries"):
+            client.caption(b"x")

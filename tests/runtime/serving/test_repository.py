@@ -1,0 +1,96 @@
+"""The Triton model repository: layout, config.pbtxt, checks before any write, nothing left behind on failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from edgecap.runtime.serving.protocol import INPUTS, OUTPUTS
+from edgecap.runtime.serving.repository import (
+    MODEL_PY,
+    ServingOptions,
+    config_pbtxt,
+    model_name_for,
+    write_triton_repository,
+)
+
+
+def test_the_repository_is_tritons_layout_with_the_bundle_inside(served_bundle: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "models"
+    models = write_triton_repository([served_bundle], dest, ServingOptions(max_batch=16, instances=2))
+    name = served_bundle.name
+    assert models == {name: dest / name}
+    assert (dest / name / "1" / "model.py").read_text() == MODEL_PY
+    assert (dest / name / "1" / "bundle" / "manifest.json").is_file()
+    assert not (dest / name / "1" / "bundle").is_symlink()
+    config = (dest / name / "config.pbtxt").read_text()
+    assert f'name: "{name}"' in config and 'backend: "python"' in config and "max_batch_size: 16" in config
+    assert "count: 2 kind: KIND_CPU" in config and "dynamic_batching" in config
+    assert [p.name for p in tmp_path.iterdir()] == ["models"]  # the staging directory is gone
+
+
+def test_link_points_at_the_bundle(served_bundle: Path, tmp_path: Path) -> None:
+    write_triton_repository([served_bundle], tmp_path / "m", ServingOptions(), link=True)
+    link = tmp_path / "m" / served_bundle.name / "1" / "bundle"
+    assert link.is_symlink() and link.resolve() == served_bundle.resolve()
+
+
+def test_config_names_every_tensor_and_the_queue_policy() -> None:
+    config = config_pbtxt("m", ServingOptions(max_queue_delay_us=500, max_queue_size=7, threads=3, precision="int8"))
+    for name, dtype, *_ in (*INPUTS, *OUTPUTS):
+        assert f'name: "{name}" data_type: {dtype}' in config
+    assert "max_queue_delay_microseconds: 500" in config and "max_queue_size: 7" in config
+    assert 'key: "edgecap_threads" value: { string_value: "3" }' in config
+    assert 'key: "edgecap_precision" value: { string_value: "int8" }' in config
+    assert config.count("allow_ragged_batch: true") == len(INPUTS)
+
+
+def test_an_existing_destination_is_refused_before_any_work(served_bundle: Path, tmp_path: Path) -> None:
+    (tmp_path / "models").mkdir()
+    with pytest.raises(FileExistsError, match="already exists"):
+        write_triton_repository([served_bundle], tmp_path / "models", ServingOptions())
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
+def test_a_read_only_parent_is_refused(served_bundle: Path, tmp_path: Path) -> None:
+    parent = tmp_path / "ro"
+    parent.mkdir()
+    parent.chmod(0o500)
+    try:
+        with pytest.raises(PermissionError):
+            write_triton_repository([served_bundle], parent / "models", ServingOptions())
+    finally:
+        parent.chmod(0o700)
+
+
+def test_a_broken_bundle_fails_before_anything_is_written(served_bundle: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(served_bundle, broken)
+    (broken / "manifest.json").write_text("{not json")
+    with pytest.raises(ValueError):
+        write_triton_repository([served_bundle, broken], tmp_path / "models", ServingOptions())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken"]
+
+
+def test_two_bundles_with_one_name_are_refused(served_bundle: Path, tmp_path: Path) -> None:
+    twin = tmp_path / "other" / served_bundle.name
+    shutil.copytree(served_bundle, twin)
+    with pytest.raises(ValueError, match="both be model"):
+        write_triton_repository([served_bundle, twin], tmp_path / "models", ServingOptions())
+
+
+@pytest.mark.parametrize("name", ["has space", "ü-model", "x" * 129, ".hidden"])
+def test_model_names_triton_cannot_serve_are_refused(tmp_path: Path, name: str) -> None:
+    with pytest.raises(ValueError, match="Triton model name"):
+        model_name_for(tmp_path / name)
+
+
+@pytest.mark.parametrize(
+    "field,value", [("max_batch", 0), ("instances", 0), ("max_queue_size", -1), ("max_batch", True), ("instances", 1.5)]
+)
+def test_absurd_options_are_refused(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=field):
+        ServingOptions(**{field: value})  # type: ignore[arg-type]
