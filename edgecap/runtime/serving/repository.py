@@ -135,14 +135,14 @@ def write_triton_repository(
     Args:
         link: symlink each bundle instead of copying it (a repository that lives as long as the server using it).
     """
+    from edgecap.runtime._io import check_output_location
     from edgecap.runtime.bundle.reader import load_bundle
 
     dest = Path(dest)
     if dest.exists() or dest.is_symlink():
         raise FileExistsError(f"{dest} already exists: choose a new directory for the model repository")
-    parent = dest.resolve().parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write the model repository: {parent} is not a writable directory")
+    check_output_location(dest, existing="refuse", what="the model repository")
+    parent = dest.absolute().parent
     names: dict[str, Path] = {}
     for bundle in bundles:
         name = model_name_for(bundle)
@@ -150,6 +150,7 @@ def write_triton_repository(
             raise ValueError(f"two bundles would both be model {name!r} ({names[name]} and {bundle}): rename one")
         load_bundle(Path(bundle))  # a bundle that cannot be read fails here, not inside the server
         names[name] = Path(bundle).resolve()
+    parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=parent))
     try:
         for name, bundle in names.items():
