@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from edgecap.runtime._process import die_with_parent
+
 #: What to install when the server binary is missing.
 INSTALL_HINT = "pip install 'edgecap[serve]' (NVIDIA's Triton server binary comes in the nvidia-pytriton wheel)"
 
@@ -176,6 +178,7 @@ class TritonServer:
                 env=server_environment(distribution),
                 stdout=output,
                 stderr=subprocess.STDOUT if output else None,
+                preexec_fn=die_with_parent(),  # no threads run yet here; a killed parent leaves no server behind
             )
         finally:
             if output is not None:

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from edgecap.bench.edge_install import build_runtime_venv
+from edgecap.runtime._process import die_with_parent
 from edgecap.runtime.captioner import Captioner
 from tests.runtime.serving.conftest import images, png
 
@@ -55,7 +56,10 @@ class Served:
         self.log = log
         with open(log, "wb") as out:
             self.process = subprocess.Popen(
-                [str(venv / "bin" / "edgecap"), "serve", *args, *ports], stdout=out, stderr=subprocess.STDOUT
+                [str(venv / "bin" / "edgecap"), "serve", *args, *ports],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                preexec_fn=die_with_parent(),  # a killed test run leaves no server behind
             )
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
