@@ -52,11 +52,12 @@ ENGINE_IMPORTS = {
 }
 #: Runtime modules that reach a serving or scaling engine, each only where it is used: the Triton client (the
 #: [client] extra), the Python backend's own module (it exists only inside Triton's backend stub) and Ray (the [ray]
-#: extra). Every other runtime module stays on the lists above.
+#: extra; Ray Data's blocks are pyarrow tables, which ray[data] installs). Every other runtime module stays on the
+#: lists above.
 MODULE_ENGINES: dict[str, set[str]] = {
     "edgecap.runtime.serving.client": {"tritonclient"},
     "edgecap.runtime.serving.triton_model": {"triton_python_backend_utils"},
-    "edgecap.runtime.collections.ray_job": {"ray"},
+    "edgecap.runtime.collections.ray_job": {"ray", "pyarrow"},
 }
 #: The only runtime modules that name the build half, as ``"module:attribute"`` strings resolved when a torch path is
 #: asked for: the torch hooks, the built-in registrations of the torch runtimes, and the old module paths' new homes
