@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from edgecap.cli.caption_collection import COLLECTION_OPTIONS, caption_collection_command, is_collection
 from edgecap.cli.options import (
     RuntimeName,
     apply_threads,
@@ -80,6 +81,7 @@ from edgecap.runtime.precisions import PRECISIONS
     help="ONNX Runtime's TensorRT provider: workspace limit in MiB (default 1024, sized for a Jetson; 0 = no limit).",
 )
 @device_option
+@COLLECTION_OPTIONS
 def caption(
     images: tuple[Path, ...],
     model: str,
@@ -95,8 +97,20 @@ def caption(
     trt_opt_batch: int | None,
     trt_workspace_mb: int | None,
     device: str,
+    out: Path | None,
+    recursive: bool,
+    resume: bool,
+    workers: int | None,
+    ray: str | None,
 ) -> None:
-    """Caption IMAGES with a bundle or a trained model."""
+    """Caption IMAGES with a bundle or a trained model.
+
+    A directory among IMAGES, or --out, captions a collection into a JSONL file (docs/collections.md):
+
+    \b
+    edgecap caption photos/ --recursive --out captions.jsonl --workers 2
+    edgecap caption photos/ --recursive --out captions.jsonl --resume
+    """
     import importlib.util
     import json
     import warnings
@@ -109,6 +123,28 @@ def caption(
 
     # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)
     asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
+
+    if is_collection(images, out, ray):
+        load = {"runtime": runtime, "precision": precision, "beam": asked_beam, "threads": threads, "spin": spin}
+        load |= {"device": None if device == "auto" else device}
+        load |= {"trt_opt_batch": trt_opt_batch, "trt_workspace_mb": trt_workspace_mb}
+        refused = {"--json": as_json, "--backbone-weights": backbone_weights is not None}
+        caption_collection_command(
+            images,
+            out=out,
+            recursive=recursive,
+            resume=resume,
+            workers=workers,
+            ray=ray,
+            model=model,
+            load=load,
+            length_level=length_level,
+            refused=refused,
+        )
+        return
+    for flag, given in {"--recursive": recursive, "--resume": resume, "--workers": workers is not None}.items():
+        if given:
+            fail(f"{flag} is for collections: name a directory, or pass --out FILE.jsonl (docs/collections.md)")
 
     if not skip_bad_images:  # before a model is loaded, not after
         missing = [str(p) for p in images if not p.is_file()]
