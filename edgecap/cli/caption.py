@@ -82,6 +82,13 @@ from edgecap.runtime.precisions import PRECISIONS
 )
 @device_option
 @COLLECTION_OPTIONS
+@click.option(
+    "--server",
+    default=None,
+    metavar="URL",
+    help="Caption through a running `edgecap serve` (http://HOST:8000 or grpc://HOST:8001; the [client] extra); "
+    "--model then names the served model (default: the server's only one).",
+)
 def caption(
     images: tuple[Path, ...],
     model: str,
@@ -102,6 +109,7 @@ def caption(
     resume: bool,
     workers: int | None,
     ray: str | None,
+    server: str | None,
 ) -> None:
     """Caption IMAGES with a bundle or a trained model.
 
@@ -124,6 +132,24 @@ def caption(
     # an unset --beam is the model's own decoding (a mask-predict model refuses a beam it would ignore)
     asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
 
+    if server is not None:
+        local = {"--runtime": runtime != "auto", "--precision": precision != "auto", "--out": out is not None}
+        local |= {"--backbone-weights": backbone_weights is not None, "--ray": ray is not None}
+        for flag, given in local.items():
+            if given:
+                fail(f"{flag} does not apply with --server: the server chose its runtime and model")
+        from edgecap.cli.caption_server import caption_with_server
+
+        model_given = click.get_current_context().get_parameter_source("model") != ParameterSource.DEFAULT
+        caption_with_server(
+            images,
+            server,
+            model=model if model_given else None,
+            length_level=length_level,
+            beam=asked_beam,
+            as_json=as_json,
+        )
+        return
     if is_collection(images, out, ray):
         load = {"runtime": runtime, "precision": precision, "beam": asked_beam, "threads": threads, "spin": spin}
         load |= {"device": None if device == "auto" else device}

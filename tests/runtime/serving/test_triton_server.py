@@ -194,3 +194,27 @@ def test_triton_repo_runs_on_the_server_refuses_a_full_queue_and_drains_on_sigte
             client.caption(arrays[0])  # the server is gone: refused, not hung
     finally:
         served.stop()
+
+
+def test_caption_command_with_server(server: Served, direct: Captioner, tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    arrays = images(3, seed=14)
+    paths = []
+    for i, array in enumerate(arrays):
+        paths.append(tmp_path / f"{i}.png")
+        paths[-1].write_bytes(png(array))
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    url = f"grpc://127.0.0.1:{server.grpc}"
+    result = CliRunner().invoke(main, ["caption", *map(str, paths), "--server", url, "--json"])
+    assert result.exit_code == 0, result.output
+    assert list(json.loads(result.stdout).values()) == direct.batch(arrays)
+    mixed = CliRunner().invoke(main, ["caption", str(paths[0]), str(tmp_path / "bad.png"), "--server", url])
+    assert mixed.exit_code == 1 and f"{paths[0]}: {direct(arrays[0])}" in mixed.stdout
+    assert "bad.png" in mixed.stderr and "1 of 2" in mixed.stderr
+    local_only = CliRunner().invoke(main, ["caption", str(paths[0]), "--server", url, "--precision", "int8"])
+    assert local_only.exit_code != 0 and "--precision does not apply with --server" in local_only.output

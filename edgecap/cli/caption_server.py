@@ -1,0 +1,64 @@
+"""``edgecap caption IMAGES --server URL``: caption through a running ``edgecap serve`` (docs/serving.md)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from edgecap.cli.options import fail
+
+
+def caption_with_server(
+    images: Sequence[Path],
+    url: str,
+    *,
+    model: str | None,
+    length_level: int | None,
+    beam: int | None,
+    as_json: bool,
+    concurrency: int = 8,
+    timeout_s: float = 60.0,
+) -> None:
+    """Send each image as its own request (the server batches them) and print the captions in order; an image the
+    server refuses, or that cannot be read here, is reported on stderr and the command exits with status 1."""
+    try:
+        from edgecap.runtime.serving.client import CaptionClient, ServerBusyError
+
+        client = CaptionClient(url, model, timeout_s=timeout_s)
+    except (ImportError, ValueError) as exc:
+        fail(str(exc))
+    payloads: list[object] = []
+    for path in images:
+        try:
+            payloads.append(path.read_bytes())
+        except OSError as exc:
+            payloads.append(OSError(exc.strerror or str(exc)))
+    sendable = [p for p in payloads if not isinstance(p, Exception)]
+    with client:
+        try:
+            replies = iter(client.caption_many(sendable, concurrency=concurrency, length_level=length_level, beam=beam))
+        except (ServerBusyError, ValueError) as exc:
+            fail(str(exc))
+        results = [p if isinstance(p, Exception) else next(replies) for p in payloads]
+    captions: dict[str, str | None] = {}
+    for path, result in zip(images, results, strict=True):
+        if isinstance(result, ServerBusyError):
+            fail(str(result))  # the server, not the image: nothing more will get through
+        if isinstance(result, Exception):
+            click.echo(f"Error: {path}: {result}", err=True)
+            captions[str(path)] = None
+        else:
+            captions[str(path)] = result.caption
+    if as_json:
+        click.echo(json.dumps(captions, indent=2))
+    else:
+        for path_text, text in captions.items():
+            if text is not None:
+                click.echo(f"{path_text}: {text}")
+    failed = sum(text is None for text in captions.values())
+    if failed:
+        click.echo(f"{failed} of {len(images)} image(s) could not be captioned", err=True)
+        raise SystemExit(1)
