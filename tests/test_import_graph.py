@@ -58,6 +58,10 @@ MODULE_ENGINES: dict[str, set[str]] = {
     "edgecap.runtime.serving.client": {"tritonclient"},
     "edgecap.runtime.serving.triton_model": {"triton_python_backend_utils"},
     "edgecap.runtime.collections.ray_job": {"ray", "pyarrow"},
+    # the stream sources: video through PyAV (the [stream] extra), GStreamer pipelines through OpenCV (JetPack's),
+    # imported inside the functions that open those kinds only
+    "edgecap.runtime.stream.sources_av": {"av"},
+    "edgecap.runtime.stream.sources_cv": {"cv2"},
 }
 #: The only runtime modules that name the build half, as ``"module:attribute"`` strings resolved when a torch path is
 #: asked for: the torch hooks, the built-in registrations of the torch runtimes, and the old module paths' new homes
