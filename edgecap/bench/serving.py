@@ -30,7 +30,6 @@ import io
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -52,7 +51,15 @@ from edgecap.bench.serving_load import (
     spread,
     tally,
 )
-from edgecap.bench.serving_process import ServeProcess, diff, formed_batch, own_pids, wait_for_quiet
+from edgecap.bench.serving_process import (
+    ServeProcess,
+    diff,
+    formed_batch,
+    machine,
+    own_pids,
+    wait_for_quiet,
+    write_json,
+)
 
 #: The targets: served/offline throughput, added p50 at concurrency 1, p99/p50 at half load.
 MIN_THROUGHPUT_RATIO = 0.80
@@ -272,23 +279,6 @@ def _rejected(answer: Any) -> bool:
     return "unexpected shape" in answer.error
 
 
-def machine() -> dict[str, Any]:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")), platform.processor(),
-    ) if Path("/proc/cpuinfo").exists() else platform.processor()  # fmt: skip
-    import onnxruntime
-
-    return {
-        "nproc": os.cpu_count(),
-        "cpu": model,
-        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "python": platform.python_version(),
-        "onnxruntime": onnxruntime.__version__,
-        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-    }
-
-
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Medians, spreads and the targets of items 1-4 over the interleaved runs."""
 
@@ -333,6 +323,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         print(f"[{time.strftime('%H:%M:%S')}] {phase}: load {quiet[-1]['loadavg_1m']}", file=sys.stderr, flush=True)
 
     report: dict[str, Any] = {"command": [sys.executable, "-m", "edgecap.bench.serving", *sys.argv[1:]]}
+    report["quiet"] = quiet
+
+    def save() -> None:  # after every phase: a crash or a kill keeps what was measured
+        if args.out is not None:
+            write_json(args.out, report)
+
     report.update(machine=machine(), settings={**vars(args), "out": str(args.out), "bundle": str(bundle)})
     payloads = synthetic_images(args.images, args.image_size, args.seed, args.payload)
     threads = args.threads
@@ -350,6 +346,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             batch = max(1, round(warm["grpc"]["formed_batch"]))
             rate = max(w["per_s"] for w in warm.values()) / 2
             report.update(warm_up=warm, offline_batch=batch, open_loop_rate_per_s=round(rate, 2))
+            save()
             runs = []
             for r in range(args.runs):
                 wait(f"run {r + 1}")
@@ -363,33 +360,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 factory = async_client(server.url("grpc"), model)
                 one["open_loop"] = asyncio.run(open_loop(factory, payloads, rate, count, args.seed + r)).summary()
                 runs.append(one)
+                report["runs"] = runs
+                save()
                 print(json.dumps(one), file=sys.stderr, flush=True)
             report.update(runs=runs, summary=summarise(runs))
             if args.requests:
                 requests = correctness_requests(payloads, expected, args.requests, args.bad_fraction)
                 wait("correctness")
                 report["correctness"] = correctness(server, model, requests, args.correctness_clients, False)
+                save()
                 if not args.no_sigterm:
                     wait("correctness with SIGTERM")
                     report["sigterm"] = correctness(server, model, requests, args.correctness_clients, True)
         finally:
             report["serve_exit_code"] = server.stop()
             report["serve_log_tail"] = server.log_tail(1500)
-    report["quiet"] = quiet
     return report
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a temporary file next to ``path``, then a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1, default=str)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def main(argv: Sequence[str] | None = None) -> int:

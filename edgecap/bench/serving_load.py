@@ -83,9 +83,11 @@ def classify(exc: BaseException) -> str:
     from edgecap.client import CaptionRequestError, ServerBusyError
 
     cause: BaseException | None = exc
-    while cause is not None:
+    seen: set[int] = set()
+    while cause is not None and id(cause) not in seen:  # a chain may loop: ``raise exc from exc`` is its own cause
         if isinstance(cause, (TimeoutError, asyncio.TimeoutError)):
             return "timeout"
+        seen.add(id(cause))
         cause = cause.__cause__
     if isinstance(exc, CaptionRequestError):
         return "invalid"
@@ -115,10 +117,11 @@ class Tally:
     examples: list[str] = field(default_factory=list)
 
     def passed(self, sigterm: bool) -> bool:
-        """No loss, no duplicate, no wrong caption, every bad request refused; without SIGTERM also no good request
-        refused."""
-        clean = not (self.lost or self.duplicated or self.good_wrong_caption or self.bad_answered or self.other_errors)
-        return clean and (sigterm or (self.good_refused == 0 and self.bad_refused_alone == self.bad))
+        """No loss, no duplicate, no wrong caption, no bad request captioned. Without SIGTERM also every good request
+        captioned and every bad one refused with its own error; after SIGTERM any explicit error is an answer."""
+        clean = not (self.lost or self.duplicated or self.good_wrong_caption or self.bad_answered)
+        strict = self.good_refused == 0 and self.other_errors == 0 and self.bad_refused_alone == self.bad
+        return clean and (sigterm or strict)
 
     def as_dict(self, sigterm: bool) -> dict[str, Any]:
         return {**asdict(self), "passed": self.passed(sigterm)}

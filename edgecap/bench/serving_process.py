@@ -1,5 +1,5 @@
 """The served side of the serving benchmark: an ``edgecap serve`` subprocess on loopback, its Triton metrics and
-CPU time, and the wait for a quiet machine before each measurement.
+CPU time, the wait for a quiet machine before each measurement, the machine's description and the report file.
 
 The benchmark starts the server itself, as a user would (``python -m edgecap serve BUNDLE ...`` of the running
 environment, the ``[cpu,serve]`` one), on free loopback ports, so its numbers include everything a user's server
@@ -8,12 +8,15 @@ does.
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import re
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -131,38 +134,59 @@ def own_pids() -> set[int]:
     return {me.pid, *(p.pid for p in me.parents()), *(p.pid for p in me.children(recursive=True))}
 
 
-def busy_others(mine: set[int], sample_s: float = 1.0, min_cpu_pct: float = 5.0) -> list[str]:
-    """Other benchmarks' processes (:data:`OTHERS`) that used at least ``min_cpu_pct`` of a core over ``sample_s``."""
+def busy_others(
+    mine: set[int], sample_s: float = 1.0, min_cpu_pct: float = 5.0, max_total_pct: float = 25.0
+) -> list[str]:
+    """What else keeps the machine busy over ``sample_s``: other benchmarks (:data:`OTHERS`) using at least
+    ``min_cpu_pct`` of a core, or any other processes when together they use more than ``max_total_pct`` (a test run
+    whose command line names no benchmark is load all the same). Empty when the machine is quiet."""
     candidates = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(proc.info.get("cmdline") or [])
-        if proc.info["pid"] not in mine and OTHERS.search(cmdline):
-            try:
-                proc.cpu_percent(None)
-                candidates.append((proc, cmdline))
-            except psutil.Error:
-                pass
+    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
+        if proc.info["pid"] in mine:
+            continue
+        try:
+            proc.cpu_percent(None)
+            candidates.append((proc, " ".join(proc.info.get("cmdline") or []) or str(proc.info.get("name"))))
+        except psutil.Error:
+            pass
     time.sleep(sample_s)
-    busy = []
+    used = []
     for proc, cmdline in candidates:
         try:
             pct = proc.cpu_percent(None)
         except psutil.Error:
             continue
-        if pct >= min_cpu_pct:
-            busy.append(f"{proc.pid} {pct:.0f}% {cmdline[:160]}")
-    return busy
+        if pct > 0:
+            used.append((pct, proc.pid, cmdline))
+    used.sort(reverse=True)
+    listed = [f"{pid} {pct:.0f}% {cmdline[:160]}" for pct, pid, cmdline in used]
+    if sum(pct for pct, _, _ in used) > max_total_pct:
+        return listed[:5]
+    return [
+        text
+        for (pct, _, cmdline), text in zip(used, listed, strict=True)
+        if pct >= min_cpu_pct and OTHERS.search(cmdline)
+    ]
 
 
 def wait_for_quiet(phase: str, mine: set[int], deadline: float, poll_s: float = 10.0) -> dict[str, Any]:
-    """Wait (until ``deadline``, ``time.time()``) while other benchmarks run; record the load seen either way."""
+    """Wait (until ``deadline``, ``time.time()``) while other benchmarks run; quiet means three quiet one-second
+    samples in a row (tests start and stop between samples). Records the load seen either way."""
     start = time.time()
     seen: list[str] = []
-    busy = busy_others(mine)
+
+    def busy_now() -> list[str]:
+        for _ in range(3):
+            busy = busy_others(mine)
+            if busy:
+                return busy
+        return []
+
+    busy = busy_now()
     while busy and time.time() < deadline:
         seen.extend(b for b in busy if b not in seen)
         time.sleep(min(poll_s, max(0.0, deadline - time.time())))
-        busy = busy_others(mine)
+        busy = busy_now()
     return {
         "phase": phase,
         "loadavg_1m": round(os.getloadavg()[0], 2),
@@ -170,3 +194,34 @@ def wait_for_quiet(phase: str, mine: set[int], deadline: float, poll_s: float = 
         "others_busy_before": seen[:5],
         "others_busy_at_start": busy[:5],
     }
+
+
+def machine() -> dict[str, Any]:
+    model = next(
+        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+         if line.startswith("model name")), platform.processor(),
+    ) if Path("/proc/cpuinfo").exists() else platform.processor()  # fmt: skip
+    import onnxruntime
+
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": model,
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "python": platform.python_version(),
+        "onnxruntime": onnxruntime.__version__,
+        "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Atomically: a temporary file next to ``path``, then a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; a report is not
+        with os.fdopen(fd, "w") as out:
+            json.dump(data, out, indent=1, default=str)
+            out.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

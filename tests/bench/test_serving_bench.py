@@ -121,6 +121,8 @@ def test_tally_counts_lost_duplicated_wrong_and_misanswered() -> None:
     assert timed_out.lost == 1 and not timed_out.passed(sigterm=True)
     refused = tally(requests, [*clean[:3], _answer(3, "unavailable")])
     assert refused.good_refused == 1 and not refused.passed(sigterm=False)
+    cut_off = tally(requests, [*clean[:3], _answer(3, "other")])  # e.g. the connection dropped: explicit, not silent
+    assert cut_off.other_errors == 1 and cut_off.passed(sigterm=True) and not cut_off.passed(sigterm=False)
 
 
 def test_tally_after_sigterm_counts_drained_accepted_and_refused() -> None:
@@ -147,6 +149,9 @@ def test_client_errors_are_classified_and_a_wrapped_timeout_is_a_loss() -> None:
     except ServerBusyError as wrapped:
         assert classify(wrapped) == "timeout"
     assert classify(RuntimeError("?")) == "other"
+    looped = ConnectionResetError("server disconnected")
+    looped.__cause__ = looped  # what ``raise exc from exc`` leaves: the chain must not loop forever
+    assert classify(looped) == "other"
 
 
 KNOWN = {bytes([i]) * 100: f"caption {i}" for i in range(3)}
