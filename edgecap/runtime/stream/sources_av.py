@@ -86,20 +86,32 @@ class AvSource:
         start = container.start_time  # microseconds, or None
         self._origin: float | None = None if live else (start / 1e6 if start is not None else 0.0)
         self._closed = False
+        self._iterating = False
 
     def __iter__(self) -> Iterator[Frame]:
+        if self._closed:
+            return
+        self._iterating = True
+        try:
+            yield from self._decode()
+        finally:
+            self._iterating = False
+            if self._closed:  # close() came while a frame was out: the container is closed here, after decode
+                self._container.close()
+
+    def _decode(self) -> Iterator[Frame]:
         import av
 
         index, pts_s = -1, None
         started = time.monotonic()
         try:
             for decoded in self._container.decode(self._stream):
-                if self._closed:
-                    return
                 image = decoded.to_ndarray(format="rgb24")
                 index += 1
                 pts_s = self._pts(decoded.time, index, started)
                 yield Frame(image=image, pts_s=pts_s, index=index)
+                if self._closed:
+                    return
         except av.error.FFmpegError as exc:
             if self._closed:
                 return
@@ -139,9 +151,12 @@ class AvSource:
         return ""
 
     def close(self) -> None:
+        """Stop the frames; the container is closed now, or by the iteration once its current frame is handed over
+        (FFmpeg must not free a container a suspended decode still uses)."""
         if not self._closed:
             self._closed = True
-            self._container.close()
+            if not self._iterating:
+                self._container.close()
 
 
 def _reason(exc: BaseException) -> str:

@@ -71,6 +71,8 @@ def make_video(
         stream = container.add_stream(codec, rate=rate)
         stream.width, stream.height = size
         stream.pix_fmt = "yuv420p"
+        stream.bit_rate = 4_000_000  # high enough that every frame (the noise) takes real bytes: cuts land mid-video
+        stream.codec_context.gop_size = 10
         for i in range(n):
             t = float(i / rate)
             k = max(j for j, start in enumerate(starts) if start <= t + 1e-9)
@@ -89,11 +91,19 @@ def truncate(src: Path, dst: Path, fraction: float = 0.5) -> Path:
     return dst
 
 
-def corrupt(src: Path, dst: Path, at: float = 0.5, length: int = 400, seed: int = 0) -> Path:
-    """``dst``: ``src`` with ``length`` random bytes written over it at ``at`` (a fraction of its size)."""
+def corrupt(src: Path, dst: Path, frame: int, seed: int = 0) -> Path:
+    """``dst``: ``src`` with the payload of frame ``frame``'s packet overwritten by random bytes (its first 8 bytes,
+    the start code, kept). FFmpeg conceals damage to a frame other frames predict from the one before, but a
+    damaged key frame (every 10th frame of :func:`make_video`'s MPEG-4, and each scene's first) is a decoding error:
+    that is the corrupt file a stream must stop at."""
+    import av
+
+    with av.open(str(src)) as container:
+        packets = [(p.pos, p.size) for p in container.demux(container.streams.video[0]) if p.size]
+    pos, size = packets[frame]
+    keep = min(8, size // 4)
     data = bytearray(src.read_bytes())
-    start = int(len(data) * at)
-    data[start : start + length] = np.random.default_rng(seed).integers(0, 256, length, dtype=np.uint8).tobytes()
+    data[pos + keep : pos + size] = np.random.default_rng(seed).integers(0, 256, size - keep, dtype=np.uint8).tobytes()
     dst.write_bytes(bytes(data))
     return dst
 

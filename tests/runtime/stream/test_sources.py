@@ -1,0 +1,227 @@
+"""Frame sources (edgecap.runtime.stream.sources): timestamps that follow the stream, image sequences, and clear
+errors naming the source: damaged files after their good frames, missing cameras, silent URLs, GStreamer without
+OpenCV, PyAV missing."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from edgecap.runtime.stream import sources_av
+from edgecap.runtime.stream.frames import Frame
+from edgecap.runtime.stream.sources import FrameSource, ImageSequence, StreamSourceError, open_source
+from tests.runtime.stream.videos import COLOURS, corrupt, decoded_times, make_video, scene_frame, truncate
+
+TWO_SCENES = [(1.5, COLOURS[0]), (1.5, COLOURS[1])]
+
+
+def read_all(source: FrameSource) -> list[Frame]:
+    try:
+        return list(source)
+    finally:
+        source.close()
+
+
+def read_until_error(spec: Path) -> tuple[list[Frame], StreamSourceError]:
+    frames: list[Frame] = []
+    source = open_source(spec)
+    with pytest.raises(StreamSourceError) as info:
+        for frame in source:
+            frames.append(frame)
+    source.close()
+    return frames, info.value
+
+
+@pytest.mark.parametrize(("suffix", "fps"), [(".mkv", 10), (".mp4", Fraction(30000, 1001)), (".ts", 25)])
+def test_frames_carry_the_streams_own_timestamps(tmp_path: Path, suffix: str, fps: Fraction | int) -> None:
+    clip = make_video(tmp_path / f"clip{suffix}", TWO_SCENES, fps=fps, size=(64, 48))
+    source = open_source(clip)
+    assert isinstance(source, FrameSource) and not source.live and source.fps == pytest.approx(float(fps), rel=1e-3)
+    frames = read_all(source)
+    times = decoded_times(clip)
+    assert [f.index for f in frames] == list(range(len(times))) and len(frames) == round(3 * fps)
+    # a file's clock starts at its start: an MPEG-TS file's offset (1.4 s by FFmpeg's default) is not a delay
+    assert [f.pts_s for f in frames] == pytest.approx([t - times[0] for t in times], abs=1e-6)
+    assert [f.pts_s for f in frames] == pytest.approx([i / float(fps) for i in range(len(frames))], abs=2e-3)
+    first, last = frames[0].image, frames[-1].image
+    assert first.shape == (48, 64, 3) and first.dtype == np.uint8
+    assert np.abs(first.reshape(-1, 3).mean(0) - COLOURS[0]).max() < 12  # RGB, not BGR
+    assert np.abs(last.reshape(-1, 3).mean(0) - COLOURS[1]).max() < 12
+
+
+def test_a_truncated_file_yields_its_good_frames_then_names_the_cut(tmp_path: Path) -> None:
+    clip = make_video(tmp_path / "clip.mkv", TWO_SCENES, fps=10)
+    frames, error = read_until_error(truncate(clip, tmp_path / "cut.mkv", 0.5))
+    assert 5 <= len(frames) < 30 and [f.index for f in frames] == list(range(len(frames)))
+    last = frames[-1]
+    assert str(error).startswith(f"{tmp_path / 'cut.mkv'}: stopped after frame {last.index} at {last.pts_s:.3f} s: ")
+    assert "truncated" in str(error)
+
+
+def test_a_cut_mp4_with_its_index_first_is_caught_by_its_frame_count(tmp_path: Path) -> None:
+    clip = make_video(tmp_path / "clip.mp4", TWO_SCENES, fps=10, options={"movflags": "faststart"})
+    frames, error = read_until_error(truncate(clip, tmp_path / "cut.mp4", 0.6))
+    assert 5 <= len(frames) < 30
+    assert f"stopped after frame {frames[-1].index}" in str(error) and "of its 30 frames" in str(error)
+
+
+def test_a_cut_mp4_without_its_index_is_not_a_video(tmp_path: Path) -> None:
+    clip = make_video(tmp_path / "clip.mp4", TWO_SCENES, fps=10)  # the index (moov) is written last
+    with pytest.raises(StreamSourceError, match=r"cut\.mp4: not a video FFmpeg reads"):
+        open_source(truncate(clip, tmp_path / "cut.mp4", 0.5))
+
+
+@pytest.mark.parametrize("suffix", [".mp4", ".mkv"])
+def test_a_corrupt_file_yields_its_good_frames_then_names_the_frame(tmp_path: Path, suffix: str) -> None:
+    clip = make_video(tmp_path / f"clip{suffix}", TWO_SCENES, fps=10)
+    bad = corrupt(clip, tmp_path / f"bad{suffix}", frame=10)  # a key frame: FFmpeg cannot conceal it
+    frames, error = read_until_error(bad)
+    assert [f.index for f in frames] == list(range(10))
+    assert str(error).startswith(f"{bad}: stopped after frame 9 at 0.900 s: Invalid data")
+
+
+def test_a_file_that_is_not_a_video_is_refused_by_name(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.mp4"
+    notes.write_text("not a video\n" * 50)
+    with pytest.raises(StreamSourceError, match=r"notes\.mp4: not a video FFmpeg reads"):
+        open_source(notes)
+    with pytest.raises(StreamSourceError, match=r"missing\.mp4: no such file"):
+        open_source(tmp_path / "missing.mp4")
+
+
+@pytest.mark.parametrize("spec", ["/dev/video99", 99])
+def test_a_missing_camera_is_a_clear_error_at_once(spec: str | int) -> None:
+    started = time.monotonic()
+    with pytest.raises(StreamSourceError, match=r"^/dev/video99: no such camera"):
+        open_source(spec)
+    assert time.monotonic() - started < 1.0
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("scheme", ["rtsp", "http"])
+def test_a_url_nobody_listens_on_is_a_clear_error(scheme: str) -> None:
+    url = f"{scheme}://127.0.0.1:{_closed_port()}/x"
+    started = time.monotonic()
+    with pytest.raises(StreamSourceError, match=rf"^{url}: does not answer"):
+        open_source(url, timeout_s=2.0)
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("scheme", ["rtsp", "http"])
+def test_a_url_that_never_answers_times_out(scheme: str) -> None:
+    """A server that accepts the connection and says nothing: the open gives up after timeout_s."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"{scheme}://127.0.0.1:{silent.getsockname()[1]}/x"
+        started = time.monotonic()
+        with pytest.raises(StreamSourceError, match=rf"^{url}: no answer within 0\.5 s"):
+            open_source(url, timeout_s=0.5)
+        assert time.monotonic() - started < 3.0
+
+
+def test_a_gstreamer_pipeline_without_opencv_says_what_is_needed(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_cv2(name: str, *args: object, **kwargs: object) -> object:
+        if name == "cv2":
+            raise ImportError("No module named 'cv2'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_cv2)
+    pipeline = "nvarguscamerasrc ! nvvidconv ! video/x-raw,format=BGRx ! videoconvert"
+    with pytest.raises(StreamSourceError) as info:
+        open_source(pipeline)
+    message = str(info.value)
+    assert message.startswith(pipeline + ": OpenCV (cv2) is not installed")
+    assert "GStreamer" in message and "JetPack" in message
+
+
+def test_without_pyav_a_video_says_what_to_install(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clip = make_video(tmp_path / "clip.mkv", TWO_SCENES[:1], fps=5)
+    monkeypatch.setattr(sources_av, "_av", lambda: None)
+    with pytest.raises(StreamSourceError, match=r"clip\.mkv: reading video needs PyAV .*edgecap\[stream\]"):
+        open_source(clip)
+
+
+def _write_images(folder: Path, n: int) -> list[Path]:
+    folder.mkdir()
+    paths = []
+    for i in range(n):
+        paths.append(folder / f"frame{i:03d}.png")
+        Image.fromarray(scene_frame(COLOURS[i % len(COLOURS)], (32, 24))).save(paths[-1])
+    (folder / "notes.txt").write_text("not a frame")
+    return paths
+
+
+def test_an_image_folder_or_glob_is_a_sequence(tmp_path: Path) -> None:
+    paths = _write_images(tmp_path / "frames", 4)
+    for spec in (tmp_path / "frames", str(tmp_path / "frames" / "frame*.png")):
+        frames = read_all(open_source(spec, sequence_fps=2.0))
+        assert [f.pts_s for f in frames] == [0.0, 0.5, 1.0, 1.5] and [f.index for f in frames] == [0, 1, 2, 3]
+        assert all(np.array_equal(f.image, np.asarray(Image.open(p))) for f, p in zip(frames, paths, strict=True))
+    source = open_source(tmp_path / "frames")
+    assert isinstance(source, ImageSequence) and source.fps == 1.0 and not source.live
+    assert [f.pts_s for f in read_all(source)] == [0.0, 1.0, 2.0, 3.0]  # 1 frame per second by default
+
+
+def test_a_bad_image_in_a_sequence_stops_it_after_the_good_ones(tmp_path: Path) -> None:
+    paths = _write_images(tmp_path / "frames", 4)
+    paths[2].write_bytes(b"\x89PNG broken")
+    frames, error = read_until_error(tmp_path / "frames")
+    assert len(frames) == 2
+    assert str(error).startswith(f"{tmp_path / 'frames'}: stopped after frame 1 at 1.000 s: {paths[2]}")
+
+
+def test_empty_and_unmatched_sequences_are_refused(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(StreamSourceError, match="empty: no images"):
+        open_source(tmp_path / "empty")
+    with pytest.raises(StreamSourceError, match=r"\*\.jpg: no file matches"):
+        open_source(str(tmp_path / "empty" / "*.jpg"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("", "an empty stream source"),
+        ("ftp://example/x.mp4", "unsupported URL scheme 'ftp'"),
+        (-1, "camera index -1"),
+        (3.5, "not float"),
+    ],
+)
+def test_bad_specs_are_refused(spec: object, message: str) -> None:
+    with pytest.raises(StreamSourceError, match=message):
+        open_source(spec)  # type: ignore[arg-type]
+
+
+def test_live_defaults_follow_the_kind_and_can_be_overridden(tmp_path: Path) -> None:
+    clip = make_video(tmp_path / "clip.mkv", TWO_SCENES[:1], fps=5)
+    assert open_source(clip).live is False
+    source = open_source(clip, live=True)  # e.g. a file replayed as a camera would be
+    assert source.live is True
+    frames = read_all(source)
+    assert frames[0].pts_s == 0.0 and frames[-1].pts_s == pytest.approx(1.4, abs=1e-3)
+
+
+def test_closing_mid_stream_ends_the_iteration(scenes_clip: Path) -> None:
+    source = open_source(scenes_clip)
+    frames: Iterator[Frame] = iter(source)
+    assert next(frames).index == 0
+    source.close()
+    assert list(frames) == []
+    source.close()  # twice is fine
