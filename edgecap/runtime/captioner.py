@@ -17,13 +17,16 @@ import logging
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from edgecap.runtime.backends.registry import CaptionerError
 from edgecap.runtime.images.inputs import BackboneMismatchError, PixelInputs
 from edgecap.runtime.precisions import PRECISIONS
+
+if TYPE_CHECKING:
+    from edgecap.runtime.stream.pipeline import CaptionStream
 
 log = logging.getLogger(__name__)
 
@@ -327,6 +330,42 @@ class Captioner:
             cfg = cfg.replace(length_level=length_level)
         arrays = {k: v if hasattr(v, "shape") else np.asarray(v) for k, v in inputs.items()}
         return captions_from_hypotheses(self.vocab, decode(self.step_model, arrays, cfg))
+
+    def stream(
+        self,
+        source: Any,
+        *,
+        every: float | None = None,
+        fps: float | None = None,
+        on_change: float | None = None,
+        max_batch: int = 8,
+        queue: int = 16,
+        length_level: int | None = None,
+    ) -> CaptionStream:
+        """Caption a video file, a camera, an RTSP/HTTP stream or an image folder as it plays (``docs/streams.md``):
+        ``for event in cap.stream("clip.mp4", every=0.5): print(event.pts_s, event.caption)``.
+
+        Args:
+            source: a path, URL, camera (``/dev/video0`` or an index), GStreamer pipeline or folder
+                (:func:`edgecap.runtime.stream.sources.open_source`), or an opened ``FrameSource``.
+            every: sample one frame every ``every`` seconds of the stream's own timestamps; or
+            fps: sample at this rate. Neither: every frame.
+            on_change: caption a sample only when its pooled backbone embedding moved at least this cosine distance
+                from the last captioned sample's.
+            max_batch: samples per decode call, at most (a caption does not depend on its batch).
+            queue: samples waiting for the captioner, at most; a live source drops the oldest beyond it.
+            length_level: as in :meth:`batch`.
+
+        Returns the stream's :class:`~edgecap.runtime.stream.events.StreamEvent` (one per caption), as a
+        :class:`~edgecap.runtime.stream.pipeline.CaptionStream`: its ``summary`` is set once it ends or is closed.
+        Video sources need the ``[stream]`` extra (PyAV).
+        """
+        from edgecap.runtime.stream.pipeline import open_stream
+
+        return open_stream(
+            self, source, every=every, fps=fps, on_change=on_change, max_batch=max_batch, queue=queue,
+            length_level=length_level,
+        )  # fmt: skip
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -22,7 +22,7 @@ __all__ = ["STAGES", "StreamEvent", "StreamSummary", "percentile"]
 STAGES = ("read", "preprocess", "queue", "gate", "caption", "total")
 
 
-@dataclass(frozen=True)
+@dataclass
 class StreamEvent:
     """One captioned sample.
 
