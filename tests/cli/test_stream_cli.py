@@ -1,0 +1,167 @@
+"""``edgecap stream``: captions of a video into VTT/SRT/JSONL that parse back, outputs checked before the work, a
+source error after good frames (exit 1, the good part written), and Ctrl-C or a kill mid-stream leaving valid files."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from edgecap.cli import main
+from tests.runtime.bundle.helpers import pixel_bundle
+from tests.runtime.stream.videos import COLOURS, make_video, truncate
+
+SCENES = [(2.0, COLOURS[0]), (1.0, COLOURS[1])]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def bundle(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return pixel_bundle(tiny_data, tmp_path_factory)[0]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_video(tmp_path_factory.mktemp("clips") / "clip.mkv", SCENES, fps=10)  # 3 s, a change at 2 s
+
+
+def _seconds(stamp: str) -> float:
+    h, m, s = stamp.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+def parse_cues(text: str, vtt: bool) -> list[tuple[float, float, str]]:
+    """(start, end, text) of every cue of a WebVTT or SRT file, read back by maintained parsers (webvtt-py, srt)."""
+    import srt
+    import webvtt
+
+    if vtt:
+        cues = [(_seconds(c.start), _seconds(c.end), c.text) for c in webvtt.from_string(text)]
+    else:
+        cues = [(s.start.total_seconds(), s.end.total_seconds(), s.content) for s in srt.parse(text)]
+    assert all(end >= start for start, end, _ in cues), cues
+    return cues
+
+
+def parse_jsonl(text: str) -> list[dict[str, object]]:
+    assert text == "" or text.endswith("\n")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_a_clip_becomes_captions_in_every_format(bundle: Path, clip: Path, tmp_path: Path) -> None:
+    out = {k: tmp_path / "sub" / f"clip.{k}" for k in ("vtt", "srt", "jsonl")}
+    args = ["stream", str(clip), "--model", str(bundle), "--every", "0.5", "--max-batch", "2"]
+    args += [a for k, p in out.items() for a in (f"--{k}", str(p))]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    lines = parse_jsonl(out["jsonl"].read_text())
+    assert [line["pts_s"] for line in lines] == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
+    assert [line["index"] for line in lines] == [0, 5, 10, 15, 20, 25]
+    assert all(line["caption"] and set(line["latency_s"]) >= {"read", "queue", "caption", "total"} for line in lines)
+    for kind in ("vtt", "srt"):
+        cues = parse_cues(out[kind].read_text(), vtt=kind == "vtt")
+        assert [c[2] for c in cues] == [line["caption"] for line in lines]
+        assert [c[0] for c in cues] == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.5], abs=1e-3)
+        assert [c[1] for c in cues[:-1]] == pytest.approx([c[0] for c in cues[1:]], abs=1e-3)  # until the next
+        assert cues[-1][1] == pytest.approx(3.0, abs=1e-3)  # the last cue ends with the stream
+    stdout = [line for line in result.stdout.splitlines() if line.strip()]
+    assert [float(line.split()[0]) for line in stdout] == pytest.approx([0.0, 0.5, 1.0, 1.5, 2.0, 2.5])
+    assert "6 captioned" in result.stderr and "real time" in result.stderr
+
+
+def test_existing_and_unwritable_outputs_are_refused_before_any_work(bundle: Path, clip: Path, tmp_path: Path) -> None:
+    existing = tmp_path / "old.vtt"
+    existing.write_text("keep me")
+    base = ["stream", str(clip), "--model", str(bundle)]
+    result = CliRunner().invoke(main, [*base, "--vtt", str(existing)])
+    assert result.exit_code != 0 and "already exists" in result.output and "--overwrite" in result.output
+    assert existing.read_text() == "keep me"
+    result = CliRunner().invoke(main, [*base, "--vtt", str(existing), "--overwrite", "--every", "1"])
+    assert result.exit_code == 0, result.output
+    assert existing.read_text().startswith("WEBVTT")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    result = CliRunner().invoke(main, [*base, "--jsonl", str(blocker / "out.jsonl")])
+    assert result.exit_code != 0 and "a-file" in result.output and "Traceback" not in result.output
+    same = tmp_path / "same.txt"
+    result = CliRunner().invoke(main, [*base, "--vtt", str(same), "--srt", str(same)])
+    assert result.exit_code != 0 and "same file" in result.output and not same.exists()
+
+
+def test_every_and_fps_together_are_refused(bundle: Path, clip: Path) -> None:
+    result = CliRunner().invoke(main, ["stream", str(clip), "--model", str(bundle), "--every", "1", "--fps", "2"])
+    assert result.exit_code != 0 and "--every" in result.output and "--fps" in result.output
+
+
+def test_a_missing_bundle_is_a_clear_error(clip: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["stream", str(clip), "--model", str(tmp_path / "nothing")])
+    assert result.exit_code != 0 and "no bundle found" in result.output
+
+
+def _start(bundle: Path, video: Path, out: Path) -> subprocess.Popen[str]:
+    args = [sys.executable, "-m", "edgecap", "stream", str(video), "--model", str(bundle), "--threads", "1"]
+    args += ["--max-batch", "1", "--vtt", str(out / "out.vtt"), "--srt", str(out / "out.srt")]
+    args += ["--jsonl", str(out / "out.jsonl")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_ctrl_c_or_a_kill_mid_stream_leaves_valid_files(
+    bundle: Path, tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Every frame sampled from a long clip, stopped after a few captions: Ctrl-C closes the files and prints the
+    summary (exit 130); a kill leaves what was flushed, which still parses, up to its last caption."""
+    video = tmp_path_factory.getbasetemp() / "long.mkv"
+    if not video.exists():
+        make_video(video, [(100.0, COLOURS[2])], fps=30)  # 3000 frames: far more than the test waits for
+    process = _start(bundle, video, tmp_path)
+    assert process.stdout is not None
+    captions = 0
+    deadline = time.monotonic() + 120
+    while captions < 3 and time.monotonic() < deadline:
+        if process.stdout.readline():
+            captions += 1
+    assert captions == 3, process.stderr.read() if process.stderr else ""
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    if sig == signal.SIGINT:
+        assert process.returncode == 130, stderr
+        assert "captioned" in stderr and "interrupted" in stderr
+    else:
+        assert process.returncode == -signal.SIGKILL
+    lines = parse_jsonl((tmp_path / "out.jsonl").read_text())
+    assert len(lines) >= 3 and [line["index"] for line in lines] == list(range(len(lines)))
+    for kind in ("vtt", "srt"):
+        cues = parse_cues((tmp_path / f"out.{kind}").read_text(), vtt=kind == "vtt")
+        # a cue is written when the next caption comes (or at close): a kill loses at most the last one
+        expected = len(lines) if sig == signal.SIGINT else len(lines) - 1
+        assert len(cues) >= expected - 1 and [c[2] for c in cues] == [line["caption"] for line in lines][: len(cues)]
+
+
+def test_a_truncated_file_writes_its_good_frames_then_fails(bundle: Path, tmp_path: Path) -> None:
+    whole = make_video(tmp_path / "whole.mkv", [(3.0, COLOURS[3]), (3.0, COLOURS[4])], fps=10)
+    cut = truncate(whole, tmp_path / "cut.mkv", 0.7)
+    out = {k: tmp_path / f"cut.{k}" for k in ("vtt", "srt", "jsonl")}
+    args = ["stream", str(cut), "--model", str(bundle), *(a for k, p in out.items() for a in (f"--{k}", str(p)))]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1, result.output
+    match = re.search(r"stopped after frame (\d+) at ([\d.]+) s", result.stderr)
+    assert match, result.stderr
+    last = int(match.group(1))
+    assert 0 < last < 59 and "Traceback" not in result.output and "captioned" in result.stderr
+    lines = parse_jsonl(out["jsonl"].read_text())
+    assert [line["index"] for line in lines] == list(range(last + 1))  # every frame sampled, up to the last good one
+    for kind in ("vtt", "srt"):
+        cues = parse_cues(out[kind].read_text(), vtt=kind == "vtt")
+        assert [c[2] for c in cues] == [line["caption"] for line in lines]
+        assert cues[-1][1] == pytest.approx((last + 1) / 10, abs=1e-3)  # the last cue ends where the good part does
