@@ -6,10 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.runtime.stream.videos import COLOURS, make_video
-
-#: The scenes of :func:`scenes_clip`: 2 s red, 2 s blue, 1 s green, 3 s red again (changes at 2, 4 and 5 s).
-SCENES = [(2.0, COLOURS[0]), (2.0, COLOURS[1]), (1.0, COLOURS[2]), (3.0, COLOURS[0])]
+from tests.runtime.stream.videos import SCENES, make_video
 
 
 @pytest.fixture(scope="session")

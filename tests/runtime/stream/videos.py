@@ -26,6 +26,10 @@ COLOURS: tuple[tuple[int, int, int], ...] = (
     (128, 128, 128),
 )
 
+#: The scenes of the session clip ``scenes_clip`` (conftest.py): 2 s red, 2 s blue, 1 s green, 3 s red again
+#: (changes at 2, 4 and 5 s).
+SCENES: list[Scene] = [(2.0, COLOURS[0]), (2.0, COLOURS[1]), (1.0, COLOURS[2]), (3.0, COLOURS[0])]
+
 
 def scene_frame(rgb: tuple[int, int, int], size: tuple[int, int], *, noise: float = 0.0, seed: int = 0) -> np.ndarray:
     """One H×W×3 uint8 frame: ``rgb`` with a diagonal stripe pattern, plus uniform noise of ±``noise``."""
