@@ -176,7 +176,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             row["static"] = summary.to_dict()
             summary, events = _file_run(cap, changes_path, on_change=threshold, **common)
             row["changes"] = {**summary.to_dict(), "lags_s": change_lags(events, changing)}
-            row["live"] = _live_run(cap, live_clip, scenes, args.live_queue, 1)
+            row["live"] = _live_run(cap, live_clip, scenes, args.live_queue, args.max_batch)
             rounds.append(row)
             print(f"round {r + 1}/{args.runs}: {_round_line(row)}", file=sys.stderr, flush=True)
         out["rounds"] = rounds

@@ -39,7 +39,11 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
     help="Caption one frame every SECONDS of the stream's own timestamps.",
 )
 @click.option(
-    "--fps", type=_POSITIVE, default=None, help="Caption this many frames per second of stream (instead of --every)."
+    "--fps",
+    type=_POSITIVE,
+    default=None,
+    metavar="F",
+    help="Caption this many frames per second of stream (instead of --every).",
 )
 @click.option(
     "--on-change",
@@ -86,6 +90,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 @click.option(
     "--fps-of-sequence",
     type=_POSITIVE,
+    metavar="F",
     default=1.0,
     show_default=True,
     help="An image folder's or glob's frame rate: image i is at i / F seconds.",
@@ -152,7 +157,7 @@ def stream(
 
     \b
     edgecap stream clip.mp4 --every 0.5 --vtt clip.vtt
-    edgecap stream rtsp://camera/stream --every 1 --on-change 0.1 --jsonl captions.jsonl
+    edgecap stream rtsp://camera/stream --every 1 --on-change 0.02 --jsonl captions.jsonl
     """
     from click.core import ParameterSource
 
