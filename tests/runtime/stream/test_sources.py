@@ -225,3 +225,40 @@ def test_closing_mid_stream_ends_the_iteration(scenes_clip: Path) -> None:
     source.close()
     assert list(frames) == []
     source.close()  # twice is fine
+
+
+def test_a_live_stream_that_stalls_ends_with_an_error_after_its_frames(tmp_path: Path) -> None:
+    """An HTTP stream that sends part of a video and then nothing: its frames, then an error after timeout_s."""
+    import threading
+
+    data = make_video(tmp_path / "live.mkv", [(3.0, COLOURS[0])], fps=10).read_bytes()
+    done = threading.Event()
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(1)
+
+        def serve() -> None:
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(4096)
+                connection.sendall(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: video/x-matroska\r\n\r\n" + data[: len(data) // 2]
+                )
+                done.wait(10)  # then silence, the connection open
+
+        thread = threading.Thread(target=serve, daemon=True)
+        thread.start()
+        url = f"http://127.0.0.1:{server.getsockname()[1]}/live.mkv"
+        source = open_source(url, timeout_s=0.5)
+        assert source.live
+        frames: list[Frame] = []
+        try:
+            with pytest.raises(StreamSourceError) as info:
+                frames.extend(source)
+        finally:
+            done.set()
+            source.close()
+            thread.join(5)
+    assert len(frames) >= 3 and frames[0].pts_s == 0.0
+    last = frames[-1]
+    assert str(info.value) == f"{url}: stopped after frame {last.index} at {last.pts_s:.3f} s: no frame within 0.5 s"
