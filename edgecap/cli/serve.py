@@ -104,7 +104,13 @@ def serve(
     import tempfile
 
     from edgecap.runtime.serving.repository import write_triton_repository
-    from edgecap.runtime.serving.server import Endpoints, ServerError, TritonDistribution, TritonServer, forward_signals
+    from edgecap.runtime.serving.server import (
+        Endpoints,
+        ServerError,
+        TritonDistribution,
+        TritonServer,
+        serve_until_signalled,
+    )
 
     if bool(bundles) == (repository is not None):
         fail("give BUNDLES or --model-repository DIR (one of them)")
@@ -126,17 +132,18 @@ def serve(
             models = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
         server = TritonServer(repository.resolve(), Path(work), endpoints, exit_timeout_s=exit_timeout)
         server.start(log_to_file=False)
-        assert server.process is not None
-        forward_signals(server.process)
         try:
             server.wait_ready(timeout_s=300)
         except ServerError as exc:
-            server.stop()
+            server.stop(timeout_s=0)
             fail(str(exc))
         for name in models:
             click.echo(f"serving {name}: {endpoints.http_url} (HTTP), {endpoints.grpc_url} (gRPC); "
                        f"metrics {endpoints.metrics_url}", err=True)  # fmt: skip
-        code = server.process.wait()
+        code = serve_until_signalled(server)
+        click.echo(
+            "drained: every accepted request was answered" if code == 0 else f"stopped (status {code})", err=True
+        )
     raise SystemExit(code)
 
 

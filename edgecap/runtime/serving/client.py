@@ -4,9 +4,11 @@ Built on NVIDIA's ``tritonclient`` (the ``[client]`` extra), over HTTP or gRPC. 
 the server's dynamic batcher (not the client) decides batches and one bad image never fails another. What the
 client adds is what a caller would otherwise write around every call:
 
-* **timeouts**: each call gives up after ``timeout_s`` instead of waiting forever on a stuck network;
-* **retries on UNAVAILABLE**: a server that is starting, draining or whose queue is full answers UNAVAILABLE
-  (HTTP 503); the call is retried ``retries`` times with exponential backoff, then :class:`ServerBusyError`;
+* **timeouts**: each call gives up after ``timeout_s`` instead of waiting forever on a stuck network; a call that
+  timed out or lost its connection is not sent again (it may have run) and raises :class:`ServerBusyError`;
+* **retries on UNAVAILABLE**: a server that turns a request away before running it (starting, queue full,
+  draining, not listening) is asked again ``retries`` times with exponential backoff, then
+  :class:`ServerBusyError`;
 * **clear errors**: a request the model refuses (not an image, a level out of range) raises
   :class:`CaptionRequestError` with the server's reason, never retried.
 """
@@ -42,7 +44,8 @@ class CaptionRequestError(ValueError):
 
 
 class ServerBusyError(RuntimeError):
-    """The server stayed unavailable (not ready, draining, queue full) through every retry."""
+    """No caption came back: the server stayed unavailable (not ready, draining, queue full, not listening) through
+    every retry, or the call timed out or lost its connection (not retried: the request may have run)."""
 
 
 def parse_url(url: str) -> tuple[str, str]:
@@ -109,12 +112,31 @@ def _reply(result: Any, details: bool) -> CaptionReply:
     return CaptionReply(text, tokens, float(result.as_numpy(SCORE).reshape(-1)[0]))
 
 
+def _status(exc: BaseException) -> str:
+    status = getattr(exc, "status", None)
+    return str(status() or "") if callable(status) else ""
+
+
 def _is_unavailable(exc: BaseException) -> bool:
-    """UNAVAILABLE (gRPC), 503 (HTTP) or no connection at all: worth a retry."""
-    if isinstance(exc, (ConnectionError, TimeoutError, OSError)) and not isinstance(exc, FileNotFoundError):
+    """The server turned the request away before running it, so sending it again is safe: UNAVAILABLE (gRPC) or
+    503 (HTTP: not ready, queue full), the model unloaded by a drain (404 / NOT_FOUND "unknown model"), or no
+    connection at all (refused)."""
+    if isinstance(exc, ConnectionRefusedError):
         return True
-    status = str(getattr(exc, "status", lambda: "")() or "")
-    return status in ("503", "StatusCode.UNAVAILABLE") or "Exceeds maximum queue size" in str(exc)
+    status = _status(exc)
+    if status in ("503", "StatusCode.UNAVAILABLE") or "Exceeds maximum queue size" in str(exc):
+        return True
+    return status in ("404", "StatusCode.NOT_FOUND") and "unknown model" in str(exc)
+
+
+def _no_answer(exc: BaseException) -> bool:
+    """The request was sent and no answer came (a timeout, a connection lost mid-call): it may have run, so it is
+    not sent again; the caller learns it as :class:`ServerBusyError`."""
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError, ConnectionError, OSError)):
+        return not isinstance(exc, FileNotFoundError)
+    if _status(exc) == "StatusCode.DEADLINE_EXCEEDED":
+        return True
+    return type(exc).__module__.split(".")[0] in ("aiohttp", "geventhttpclient")  # their connection errors
 
 
 def _refusal(exc: BaseException) -> CaptionRequestError | None:
@@ -144,6 +166,11 @@ class _Settings:
         if _is_unavailable(exc):
             return ServerBusyError(
                 f"{self.protocol}://{self.address} unavailable after {self.retries + 1} tries: {exc}"
+            )
+        if _no_answer(exc):
+            return ServerBusyError(
+                f"{self.protocol}://{self.address} gave no answer ({type(exc).__name__}: {exc}); the request may "
+                "have run, so it was not sent again"
             )
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
@@ -211,7 +238,10 @@ class CaptionClient:
                 if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
                     time.sleep(settings.delay(attempt))
                     continue
-                raise settings.give_up(exc) from exc
+                error = settings.give_up(exc)
+                if error is exc:
+                    raise
+                raise error from exc
         raise AssertionError("unreachable")
 
     def caption_many(
@@ -279,7 +309,10 @@ class AsyncCaptionClient:
                 if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
                     await asyncio.sleep(settings.delay(attempt))
                     continue
-                raise settings.give_up(exc) from exc
+                error = settings.give_up(exc)
+                if error is exc:
+                    raise
+                raise error from exc
         raise AssertionError("unreachable")
 
     async def caption_many(

@@ -12,20 +12,24 @@ out a backend directory with the stub of the running interpreter, and starts the
 * the wheel's bundled libraries (``nvidia_pytriton.libs``) complete ``LD_LIBRARY_PATH``.
 
 Triton itself owns dynamic batching, queue limits (a full queue is refused at once with its error), health,
-readiness, metrics and shutdown: on SIGTERM it stops taking requests and finishes the ones in flight
-(``--exit-timeout-secs``).
+readiness and metrics. Stopping is edgecap's: the models are unloaded first (Triton then refuses new requests and
+finishes the accepted ones), then the server and its backend stubs end (:meth:`TritonServer.stop`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import json
 import os
 import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -139,6 +143,8 @@ def server_command(
         f"--metrics-address={endpoints.host}",
         f"--metrics-port={endpoints.metrics_port}",
         f"--exit-timeout-secs={exit_timeout_s}",
+        "--model-control-mode=explicit",  # so a drain can unload the models: new requests refused, in flight finished
+        "--load-model=*",
         "--strict-readiness=true",
         "--exit-on-error=true",
         "--log-verbose=0",
@@ -179,6 +185,7 @@ class TritonServer:
                 stdout=output,
                 stderr=subprocess.STDOUT if output else None,
                 preexec_fn=die_with_parent(),  # no threads run yet here; a killed parent leaves no server behind
+                start_new_session=True,  # its own process group: the backend stubs go with it (see stop)
             )
         finally:
             if output is not None:
@@ -201,17 +208,55 @@ class TritonServer:
             time.sleep(0.25)
         raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s{self._log_tail()}")
 
+    def models(self) -> list[str]:
+        """The models Triton's repository index lists as READY."""
+        index = self._post("/v2/repository/index", timeout_s=10)
+        return [m["name"] for m in json.loads(index or b"[]") if m.get("state") == "READY"]
+
+    def drain(self, timeout_s: float | None = None) -> bool:
+        """Unload every model, which makes Triton refuse new requests for it at once while the requests already
+        accepted (executing or queued) finish; True when they all finished within ``timeout_s`` (default the exit
+        timeout).
+
+        Triton's own SIGTERM handling is not a drain: it waits for clients to close their keep-alive connections and
+        keeps answering requests sent on them meanwhile, then gives up when its exit timeout expires."""
+        deadline = time.monotonic() + (self.exit_timeout_s if timeout_s is None else timeout_s)
+        try:
+            names = self.models()
+            for name in names:
+                self._post(f"/v2/repository/models/{urllib.parse.quote(name)}/unload", timeout_s=10)
+            while time.monotonic() < deadline:
+                index = json.loads(self._post("/v2/repository/index", timeout_s=10) or b"[]")
+                if not any(m.get("name") in names and m.get("state") in ("READY", "UNLOADING") for m in index):
+                    return True
+                time.sleep(0.1)
+        except (OSError, ValueError):  # the server is gone already: nothing left to drain
+            return self.process is None or self.process.poll() is not None
+        return False
+
     def stop(self, timeout_s: float | None = None) -> int:
-        """SIGTERM (Triton refuses new requests and drains those in flight), then wait; kill if it hangs."""
+        """Drain (:meth:`drain`), then end the server and its backend stubs; returns the exit status: 0 when every
+        accepted request finished, else the server's own status (or 1 when it had to be killed while requests were
+        still running)."""
         if self.process is None:
             return 0
+        drained = self.process.poll() is not None or self.drain(timeout_s)
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=timeout_s if timeout_s is not None else self.exit_timeout_s + 15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
+            with contextlib.suppress(subprocess.TimeoutExpired):  # no model left: it exits unless a client idles
+                self.process.wait(timeout=5)
+        code = self.process.poll()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the server, if it still waits on idle connections, and stubs
+        self.process.wait()
+        if drained:
+            return 0
+        return code if code not in (None, 0) else 1
+
+    def _post(self, path: str, *, timeout_s: float) -> bytes:
+        request = urllib.request.Request(f"{self.endpoints.http_url}{path}", data=b"{}", method="POST")
+        with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+            return reply.read()
 
     def _log_tail(self, lines: int = 25) -> str:
         try:
@@ -229,12 +274,27 @@ class TritonServer:
         self.stop()
 
 
-def forward_signals(process: subprocess.Popen[bytes], signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> None:
-    """Pass SIGTERM/SIGINT on to the server (it drains), so ``edgecap serve`` stops the way Triton does."""
+def serve_until_signalled(server: TritonServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
+    """Run until SIGTERM/SIGINT (then drain and stop: :meth:`TritonServer.stop`) or until the server exits by
+    itself; returns the exit status. A second signal during the drain stops at once."""
+    asked = threading.Event()
 
-    def forward(signum: int, _frame: object) -> None:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM if signum == signal.SIGINT else signum)
+    def on_signal(signum: int, _frame: object) -> None:
+        if asked.is_set():
+            raise KeyboardInterrupt
+        asked.set()
 
     for signum in signals:
-        signal.signal(signum, forward)
+        signal.signal(signum, on_signal)
+    assert server.process is not None
+    while not asked.is_set() and server.process.poll() is None:
+        asked.wait(0.2)
+    if server.process.poll() is not None:
+        return server.process.returncode
+    try:
+        return server.stop()
+    except KeyboardInterrupt:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(server.process.pid, signal.SIGKILL)
+        server.process.wait()
+        return 130

@@ -15,8 +15,10 @@ from edgecap.runtime.serving.client import (  # noqa: E402
     ServerBusyError,
     _is_unavailable,
     _module,
+    _no_answer,
     _refusal,
     _request,
+    _Settings,
     parse_url,
 )
 
@@ -45,6 +47,9 @@ def test_unavailable_is_retried_and_bad_requests_are_not(status: str) -> None:
     assert _is_unavailable(InferenceServerException("busy", status=status))
     assert _refusal(InferenceServerException("busy", status=status)) is None
     assert _is_unavailable(ConnectionRefusedError())
+    drained = "Request for unknown model: 'm' has no available versions"
+    assert _is_unavailable(InferenceServerException(drained, status="404"))
+    assert _is_unavailable(InferenceServerException(drained, status="StatusCode.NOT_FOUND"))
     refused = _refusal(InferenceServerException("not an image", status="400"))
     assert isinstance(refused, CaptionRequestError) and str(refused) == "not an image"
     assert not _is_unavailable(InferenceServerException("bad", status="StatusCode.INVALID_ARGUMENT"))
@@ -78,3 +83,17 @@ def test_no_server_is_unavailable_after_the_retries_not_a_hang() -> None:
         client = CaptionClient(f"{scheme}://127.0.0.1:{port}", "m", timeout_s=5, retries=1, backoff_s=0.01)
         with client, pytest.raises(ServerBusyError, match="unavailable after 2 tries"):
             client.caption(b"x")
+
+
+def test_a_call_that_may_have_run_is_not_sent_again() -> None:
+    for lost in (
+        TimeoutError(),
+        ConnectionResetError(),
+        InferenceServerException("late", "StatusCode.DEADLINE_EXCEEDED"),
+    ):
+        assert not _is_unavailable(lost) and _no_answer(lost)
+    settings = _Settings("grpc://h:1", None, 5.0, 2, 0.01)
+    error = settings.give_up(TimeoutError("read timed out"))
+    assert isinstance(error, ServerBusyError) and "not sent again" in str(error)
+    other = ValueError("something else")
+    assert settings.give_up(other) is other  # raised as it is, never as its own cause

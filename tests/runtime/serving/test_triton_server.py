@@ -179,17 +179,25 @@ def test_triton_repo_runs_on_the_server_refuses_a_full_queue_and_drains_on_sigte
                     results[i] = exc
 
         threads = [threading.Thread(target=send, args=(i,)) for i in range(24)]
-        for t in threads:
+        for t in threads[:20]:
             t.start()
         started.wait(10)
         time.sleep(0.05)
         served.process.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the drain has begun: what is sent now is refused, on HTTP and gRPC alike
+        late = CaptionClient(f"http://127.0.0.1:{served.http}", timeout_s=30, retries=0)
+        with late, pytest.raises(ServerBusyError):
+            late.caption(arrays[0])
+        for t in threads[20:]:
+            t.start()
         for t in threads:
             t.join(90)
-        assert served.process.wait(timeout=90) == 0
-        # nothing lost silently: every request has its caption or an explicit refusal
+        assert served.process.wait(timeout=90) == 0, served.log.read_text()[-2000:]  # 0: every accepted one answered
+        # nothing lost silently: every request has its caption or an explicit refusal, and the last four were refused
         for i, result in enumerate(results):
             assert result == direct(arrays[i % 4]) or isinstance(result, ServerBusyError), (i, result)
+        assert all(isinstance(r, ServerBusyError) for r in results[20:]), results[20:]
+        assert "drained" in served.log.read_text()
         with CaptionClient(url, timeout_s=5, retries=1, backoff_s=0.01) as client, pytest.raises(ServerBusyError):
             client.caption(arrays[0])  # the server is gone: refused, not hung
     finally:
