@@ -130,7 +130,8 @@ def pooled_embedding(captioner: Any, inputs: Mapping[str, Any]) -> np.ndarray:
 
     Inputs that already are backbone features (``features``: a torch backbone ran in preprocessing, or region
     features) are mean-pooled over their positions, at no cost. Pixels (``pixel_values``: the backbone is inside the
-    encoder graph) go through the step model's encoder once, and its state is pooled (:func:`pool_state`).
+    encoder graph) go through the step model's encoder once, and its state is pooled (:func:`pool_state`); image by
+    image when the model's rows are coupled, so an embedding does not depend on its batch.
     """
     from edgecap.runtime.decoding.arrays import to_numpy
 
@@ -138,7 +139,15 @@ def pooled_embedding(captioner: Any, inputs: Mapping[str, Any]) -> np.ndarray:
         features = np.asarray(to_numpy(inputs["features"]), dtype=np.float32)
         mask = inputs.get("feature_mask")
         return _masked_mean(features, 1, None if mask is None else np.asarray(to_numpy(mask)).astype(bool))
-    return pool_state(captioner.step_model.encode(inputs))
+    from edgecap.runtime.decoding.parallel import rows_independent_of
+
+    model = captioner.step_model
+    if rows_independent_of(model):
+        return pool_state(model.encode(inputs))
+    # a graph whose rows are coupled (dynamic INT8 quantises a whole batch at once): one image per call, so that a
+    # sample's embedding, and the gate's decision on it, never depends on which samples shared its batch
+    rows = len(next(iter(inputs.values())))
+    return np.concatenate([pool_state(model.encode({k: v[i : i + 1] for k, v in inputs.items()})) for i in range(rows)])
 
 
 def pool_state(state: Mapping[str, Any]) -> np.ndarray:

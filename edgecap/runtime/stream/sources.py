@@ -84,10 +84,6 @@ def open_source(
     text = os.fspath(spec)
     if not text.strip():
         raise StreamSourceError("an empty stream source")
-    if "!" in text and not Path(text).exists():
-        from edgecap.runtime.stream.sources_cv import open_gstreamer
-
-        return open_gstreamer(text, live=True if live is None else live)
     scheme = _URL.match(text)
     if scheme is not None and scheme.group(1).lower() != "file":
         from edgecap.runtime.stream.sources_av import open_av
@@ -95,6 +91,10 @@ def open_source(
         if scheme.group(1).lower() not in LIVE_SCHEMES:
             raise StreamSourceError(f"{text}: unsupported URL scheme {scheme.group(1)!r} (use one of {LIVE_SCHEMES})")
         return open_av(text, kind="url", live=True if live is None else live, timeout_s=timeout_s)
+    if "!" in text and scheme is None and not Path(text).exists():
+        from edgecap.runtime.stream.sources_cv import open_gstreamer
+
+        return open_gstreamer(text, live=True if live is None else live)
     if _CAMERA.match(text):
         from edgecap.runtime.stream.sources_av import open_av
 
@@ -102,8 +102,8 @@ def open_source(
     path = Path(text[len("file://") :] if scheme is not None else text)
     if path.is_dir():
         return ImageSequence.from_folder(path, fps=sequence_fps, live=bool(live))
-    if glob.has_magic(text) and not path.exists():
-        return ImageSequence.from_glob(text, fps=sequence_fps, live=bool(live))
+    if glob.has_magic(str(path)) and not path.exists():
+        return ImageSequence.from_glob(str(path), fps=sequence_fps, live=bool(live))
     if not path.exists():
         raise StreamSourceError(f"{text}: no such file, folder, camera or URL")
     if not path.is_file():

@@ -161,6 +161,33 @@ def test_pool_state_pools_the_real_positions_only() -> None:
         pool_state({"logits": memory})
 
 
+class _CoupledModel:
+    """A step model whose rows are coupled (a dynamic INT8 graph): it records the batch of every encode call."""
+
+    rows_independent = False
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+
+    def encode(self, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        pixels = inputs["pixel_values"]
+        self.batches.append(len(pixels))
+        return {"memory": pixels.reshape(len(pixels), 3, -1).transpose(0, 2, 1)}
+
+
+def test_embeddings_of_a_coupled_model_are_computed_image_by_image() -> None:
+    class Captioner:
+        step_model = _CoupledModel()
+
+    pixels = np.random.default_rng(0).normal(size=(3, 3, 4, 4)).astype(np.float32)
+    pooled = pooled_embedding(Captioner(), {"pixel_values": pixels})
+    assert Captioner.step_model.batches == [1, 1, 1]
+    np.testing.assert_allclose(pooled, pixels.mean(axis=(2, 3)), rtol=1e-6)
+    features = {"features": pixels.reshape(3, 3, 16), "feature_mask": np.ones((3, 3), bool)}
+    np.testing.assert_allclose(pooled_embedding(Captioner(), features), pixels.reshape(3, 3, 16).mean(1))
+    assert Captioner.step_model.batches == [1, 1, 1]  # features are pooled as they are: no encoder call
+
+
 @pytest.fixture(scope="module")
 def captioner(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Captioner]:
     bundle, _ = pixel_bundle(tiny_data, tmp_path_factory)

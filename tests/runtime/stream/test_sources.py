@@ -209,6 +209,12 @@ def test_bad_specs_are_refused(spec: object, message: str) -> None:
         open_source(spec)  # type: ignore[arg-type]
 
 
+def test_a_url_with_an_exclamation_mark_is_a_url_not_a_pipeline() -> None:
+    url = f"rtsp://user:pa!ss@127.0.0.1:{_closed_port()}/x"
+    with pytest.raises(StreamSourceError, match="does not answer"):
+        open_source(url, timeout_s=2.0)
+
+
 def test_live_defaults_follow_the_kind_and_can_be_overridden(tmp_path: Path) -> None:
     clip = make_video(tmp_path / "clip.mkv", TWO_SCENES[:1], fps=5)
     assert open_source(clip).live is False
