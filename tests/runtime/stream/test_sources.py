@@ -5,6 +5,7 @@ OpenCV, PyAV missing."""
 from __future__ import annotations
 
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from fractions import Fraction
@@ -268,3 +269,68 @@ def test_a_live_stream_that_stalls_ends_with_an_error_after_its_frames(tmp_path:
     assert len(frames) >= 3 and frames[0].pts_s == 0.0
     last = frames[-1]
     assert str(info.value) == f"{url}: stopped after frame {last.index} at {last.pts_s:.3f} s: no frame within 0.5 s"
+
+
+class _FakeCv2:
+    """Just enough of OpenCV for the GStreamer source: a build with or without GStreamer, and a capture of three BGR
+    frames 40 ms apart (``pipelines`` records what was opened)."""
+
+    CAP_GSTREAMER, CAP_PROP_FPS, CAP_PROP_POS_MSEC, COLOR_BGR2RGB = 1800, 5, 0, 4
+    __version__ = "4.8.0"
+
+    def __init__(self, gstreamer: bool, opens: bool = True) -> None:
+        self.gstreamer, self.opens, self.pipelines = gstreamer, opens, []
+
+    def getBuildInformation(self) -> str:  # noqa: N802 (OpenCV's name)
+        return f"  Video I/O:\n    GStreamer:                   {'YES (1.20.3)' if self.gstreamer else 'NO'}\n"
+
+    def cvtColor(self, image: np.ndarray, code: int) -> np.ndarray:  # noqa: N802
+        assert code == self.COLOR_BGR2RGB
+        return image[..., ::-1].copy()
+
+    def VideoCapture(self, pipeline: str, api: int) -> _FakeCapture:  # noqa: N802
+        assert api == self.CAP_GSTREAMER
+        self.pipelines.append(pipeline)
+        return _FakeCapture(self.opens)
+
+
+class _FakeCapture:
+    def __init__(self, opens: bool) -> None:
+        self.opens, self.read_count, self.released = opens, 0, False
+
+    def isOpened(self) -> bool:  # noqa: N802
+        return self.opens
+
+    def read(self) -> tuple[bool, np.ndarray | None]:
+        if self.read_count >= 3:
+            return False, None
+        self.read_count += 1
+        frame = np.zeros((4, 6, 3), np.uint8)
+        frame[..., 0] = 200  # blue, in OpenCV's BGR order
+        return True, frame
+
+    def get(self, prop: int) -> float:
+        return 25.0 if prop == _FakeCv2.CAP_PROP_FPS else 1000.0 + 40.0 * self.read_count
+
+    def release(self) -> None:
+        self.released = True
+
+
+def test_a_gstreamer_pipeline_through_opencv(monkeypatch: pytest.MonkeyPatch) -> None:
+    cv2 = _FakeCv2(gstreamer=True)
+    monkeypatch.setitem(sys.modules, "cv2", cv2)
+    source = open_source("videotestsrc num-buffers=3 ! videoconvert ! video/x-raw,format=BGR")
+    assert source.live and source.fps == 25.0
+    assert cv2.pipelines == ["videotestsrc num-buffers=3 ! videoconvert ! video/x-raw,format=BGR ! appsink drop=false"]
+    frames = read_all(source)
+    assert [f.index for f in frames] == [0, 1, 2] and [f.pts_s for f in frames] == pytest.approx([0.0, 0.04, 0.08])
+    assert frames[0].image.shape == (4, 6, 3) and frames[0].image[0, 0].tolist() == [0, 0, 200]  # RGB now
+
+
+def test_gstreamer_errors_say_which_part_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "cv2", _FakeCv2(gstreamer=False))
+    with pytest.raises(StreamSourceError, match=r"^a ! b: this OpenCV \(4\.8\.0\) is built without GStreamer.*JetPack"):
+        open_source("a ! b")
+    monkeypatch.setitem(sys.modules, "cv2", _FakeCv2(gstreamer=True, opens=False))
+    with pytest.raises(StreamSourceError, match=r"^a ! b: GStreamer could not start the pipeline"):
+        open_source("a ! b")
