@@ -157,7 +157,7 @@ def stream(
 
     \b
     edgecap stream clip.mp4 --every 0.5 --vtt clip.vtt
-    edgecap stream rtsp://camera/stream --every 1 --on-change 0.02 --jsonl captions.jsonl
+    edgecap stream rtsp://camera/stream --every 1 --on-change 0.05 --jsonl captions.jsonl
     """
     from click.core import ParameterSource
 
