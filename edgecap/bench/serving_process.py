@@ -197,10 +197,9 @@ def wait_for_quiet(phase: str, mine: set[int], deadline: float, poll_s: float = 
 
 
 def machine() -> dict[str, Any]:
-    model = next(
-        (line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-         if line.startswith("model name")), platform.processor(),
-    ) if Path("/proc/cpuinfo").exists() else platform.processor()  # fmt: skip
+    from edgecap.runtime.backends.cpu import cpu_model
+
+    model = cpu_model() or platform.processor()
     import onnxruntime
 
     return {

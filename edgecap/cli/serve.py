@@ -17,7 +17,7 @@ def batching_options(fn: Callable) -> Callable:
     return option_group(
         click.option("--max-batch", type=click.IntRange(1, 1 << 16), default=64, show_default=True,
                      help="Most images Triton's dynamic batcher puts in one batch."),
-        click.option("--max-queue-delay-us", type=click.IntRange(0, 60_000_000), default=2000, show_default=True,
+        click.option("--max-queue-delay-us", type=click.IntRange(0, 60_000_000), default=0, show_default=True,
                      help="How long a request may wait for batch-mates (microseconds)."),
         click.option("--max-queue-size", type=click.IntRange(0, 1 << 24), default=256, show_default=True,
                      help="Requests queued beyond this are refused at once with Triton's error (0 = no limit)."),

@@ -49,7 +49,7 @@ class ServingOptions:
     """
 
     max_batch: int = 64
-    max_queue_delay_us: int = 2000
+    max_queue_delay_us: int = 0
     max_queue_size: int = 256
     instances: int = 1
     runtime: str = "auto"
