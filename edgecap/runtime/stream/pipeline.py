@@ -146,13 +146,7 @@ class CaptionStream(Iterator[StreamEvent]):
         queue: int = 16,
         length_level: int | None = None,
     ) -> None:
-        from edgecap.runtime.backends.registry import CaptionerError
-
-        for name, value in (("max_batch", max_batch), ("queue", queue)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise CaptionerError(f"{name} must be an integer >= 1, got {value!r}")
-        if captioner.inputs is None:
-            raise CaptionerError(captioner._no_images_reason or "this captioner cannot take images")
+        _check_settings(captioner, max_batch, queue)
         self.captioner, self.source, self.sampler, self.gate = captioner, source, sampler, gate
         self.max_batch, self.length_level = max_batch, length_level
         self.live = bool(getattr(source, "live", False))
@@ -363,6 +357,7 @@ def open_stream(
     from edgecap.runtime.stream.sampling import ChangeGate, Sampler
     from edgecap.runtime.stream.sources import open_source
 
+    _check_settings(captioner, max_batch, queue)
     sampler = Sampler(every_s=every, fps=fps)
     gate = None if on_change is None else ChangeGate(on_change)
     opened = source if _is_frame_source(source) else open_source(source)
@@ -374,6 +369,16 @@ def open_stream(
         if opened is not source:
             opened.close()
         raise
+
+
+def _check_settings(captioner: Captioner, max_batch: int, queue: int) -> None:
+    from edgecap.runtime.backends.registry import CaptionerError
+
+    for name, value in (("max_batch", max_batch), ("queue", queue)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CaptionerError(f"{name} must be an integer >= 1, got {value!r}")
+    if captioner.inputs is None:
+        raise CaptionerError(captioner._no_images_reason or "this captioner cannot take images")
 
 
 def _is_frame_source(source: Any) -> bool:

@@ -238,10 +238,22 @@ def test_closing_an_unstarted_stream_closes_its_source(captioner: Captioner) -> 
     assert source.closed.is_set() and list(stream) == []
 
 
-@pytest.mark.parametrize("kwargs", [{"max_batch": 0}, {"queue": 0}, {"max_batch": 1.5}])
-def test_bad_settings_are_refused_before_any_work(captioner: Captioner, kwargs: dict[str, object]) -> None:
-    with pytest.raises(CaptionerError, match="must be an integer >= 1"):
-        captioner.stream(FakeSource(3, live=False), **kwargs)  # type: ignore[arg-type]
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_batch": 0}, "max_batch must be an integer >= 1"),
+        ({"queue": 0}, "queue must be an integer >= 1"),
+        ({"max_batch": 1.5}, "max_batch must be an integer >= 1"),
+        ({"every": 1.0, "fps": 2.0}, "every and fps"),
+        ({"on_change": 3.0}, "threshold"),
+    ],
+)
+def test_bad_settings_are_refused_before_the_source_is_opened(
+    captioner: Captioner, tmp_path: Path, kwargs: dict[str, object], message: str
+) -> None:
+    missing = tmp_path / "not-there.mp4"  # opening it would fail with a source error instead
+    with pytest.raises(CaptionerError, match=message):
+        captioner.stream(str(missing), **kwargs)  # type: ignore[arg-type]
 
 
 def test_the_queue_drops_the_oldest_only_when_live() -> None:
