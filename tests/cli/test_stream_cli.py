@@ -165,3 +165,9 @@ def test_a_truncated_file_writes_its_good_frames_then_fails(bundle: Path, tmp_pa
         cues = parse_cues(out[kind].read_text(), vtt=kind == "vtt")
         assert [c[2] for c in cues] == [line["caption"] for line in lines]
         assert cues[-1][1] == pytest.approx((last + 1) / 10, abs=1e-3)  # the last cue ends where the good part does
+
+
+def test_a_missing_camera_is_named_before_the_model_loads(bundle: Path) -> None:
+    result = CliRunner().invoke(main, ["stream", "/dev/video97", "--model", str(bundle), "--timeout", "2"])
+    assert result.exit_code != 0 and "/dev/video97" in result.output and "Traceback" not in result.output
+    assert "runtime:" not in result.output  # the source failed first: no model was loaded
