@@ -8,16 +8,15 @@ import click
 
 from edgecap.cli.caption_collection import COLLECTION_OPTIONS, caption_collection_command, is_collection
 from edgecap.cli.options import (
-    RuntimeName,
     apply_threads,
     beam_option,
     device_option,
     fail,
     onnxruntime_threads_options,
+    runtime_precision_options,
     torch_thread_count,
 )
-from edgecap.runtime.backends.registry import get_runtime, list_runtimes
-from edgecap.runtime.precisions import PRECISIONS
+from edgecap.runtime.backends.registry import get_runtime
 
 
 @click.command("caption")
@@ -31,22 +30,7 @@ from edgecap.runtime.precisions import PRECISIONS
     "$EDGECAP_HOME/bundles/NAME when there is one, else its run in $EDGECAP_HOME/runs/NAME (needs torch).",
 )
 @beam_option
-@click.option(
-    "--runtime",
-    type=RuntimeName(),
-    default="auto",
-    show_default=True,
-    help="Bundles: auto (the first installed: ONNX Runtime, then torch) or a registered runtime ("
-    + ", ".join(list_runtimes())
-    + "). Runs use torch.",
-)
-@click.option(
-    "--precision",
-    type=click.Choice(["auto", *PRECISIONS]),
-    default="auto",
-    show_default=True,
-    help="Bundles: which exported variant (auto = the best for the runtime).",
-)
+@runtime_precision_options("Bundles: ", runs_use_torch=True)
 @click.option(
     "--backbone-weights",
     type=click.Path(exists=True, path_type=Path),

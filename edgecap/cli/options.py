@@ -172,3 +172,29 @@ def onnxruntime_threads_options(default: str | None = "auto") -> Callable[[Calla
 def torch_thread_count(threads: int | str) -> int:
     """The torch thread count an ``--threads`` value implies: the count itself, 0 (leave torch alone) for a policy."""
     return threads if isinstance(threads, int) else 0
+
+
+def runtime_precision_options(what: str = "", *, runs_use_torch: bool = False) -> Callable[[Callable], Callable]:
+    """``--runtime`` and ``--precision``, as ``Captioner.load`` takes them; ``what`` prefixes their help, and
+    ``runs_use_torch`` adds that a training run (which ``caption`` also takes) always decodes on torch."""
+    from edgecap.runtime.backends.registry import list_runtimes
+    from edgecap.runtime.precisions import PRECISIONS
+
+    runs = " Runs use torch." if runs_use_torch else ""
+    return option_group(
+        click.option(
+            "--runtime",
+            type=RuntimeName(),
+            default="auto",
+            show_default=True,
+            help=f"{what}auto (the first installed: ONNX Runtime, then torch) or a registered runtime "
+            f"({', '.join(list_runtimes())}).{runs}",
+        ),
+        click.option(
+            "--precision",
+            type=click.Choice(["auto", *PRECISIONS]),
+            default="auto",
+            show_default=True,
+            help=f"{what}{'which' if what else 'Which'} exported variant (auto = the best for the runtime).",
+        ),
+    )

@@ -8,12 +8,12 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import RuntimeName, ThreadsValue, fail, option_group
-from edgecap.runtime.precisions import PRECISIONS
+from edgecap.cli.options import ThreadsValue, fail, option_group, runtime_precision_options
 
 
 def batching_options(fn: Callable) -> Callable:
     """Triton's dynamic batching and instances, and the runtime each instance loads (``ServingOptions``)."""
+    fn = runtime_precision_options("Each instance loads: ")(fn)
     return option_group(
         click.option("--max-batch", type=click.IntRange(1, 1 << 16), default=64, show_default=True,
                      help="Most images Triton's dynamic batcher puts in one batch."),
@@ -23,10 +23,6 @@ def batching_options(fn: Callable) -> Callable:
                      help="Requests queued beyond this are refused at once with Triton's error (0 = no limit)."),
         click.option("--instances", type=click.IntRange(1, 256), default=1, show_default=True,
                      help="Model instances (processes) per bundle, each with its own captioner and threads."),
-        click.option("--runtime", type=RuntimeName(), default="auto", show_default=True,
-                     help="Runtime each instance loads, as `edgecap caption --runtime`."),
-        click.option("--precision", type=click.Choice(["auto", *PRECISIONS]), default="auto", show_default=True,
-                     help="Which exported variant each instance loads."),
         click.option("--threads", type=ThreadsValue(), default="auto", show_default=True,
                      help="ONNX Runtime threads per instance: auto, dedicated or a count (docs/cpu.md)."),
     )(fn)  # fmt: skip

@@ -8,9 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgecap.cli.options import RuntimeName, beam_option, fail, onnxruntime_threads_options
-from edgecap.runtime.backends.registry import list_runtimes
-from edgecap.runtime.precisions import PRECISIONS
+from edgecap.cli.options import beam_option, fail, onnxruntime_threads_options, runtime_precision_options
 
 if TYPE_CHECKING:
     from edgecap.runtime.stream.events import StreamEvent
@@ -105,22 +103,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 )
 @click.option("--overwrite", is_flag=True, help="Replace existing --vtt/--srt/--jsonl files (refused otherwise).")
 @beam_option
-@click.option(
-    "--runtime",
-    type=RuntimeName(),
-    default="auto",
-    show_default=True,
-    help="auto (the first installed: ONNX Runtime, then torch) or a registered runtime ("
-    + ", ".join(list_runtimes())
-    + ").",
-)
-@click.option(
-    "--precision",
-    type=click.Choice(["auto", *PRECISIONS]),
-    default="auto",
-    show_default=True,
-    help="Which exported variant (auto = the best for the runtime).",
-)
+@runtime_precision_options()
 @click.option(
     "--length-level", type=click.IntRange(1), default=None, help="Caption length level (LaBERT and *-len models)."
 )

@@ -156,8 +156,19 @@ class _Settings:
             )
         self.model, self.timeout_s, self.retries, self.backoff_s = model, timeout_s, retries, backoff_s
 
-    def delay(self, attempt: int) -> float:
-        return self.backoff_s * (2**attempt)
+    def retry_after(self, exc: BaseException, attempt: int) -> float:
+        """Seconds to wait before sending the request again, after ``attempt`` (0-based) failed with ``exc``; raises
+        the error the caller gets when it is not sent again."""
+        if _refusal(exc) is None and _is_unavailable(exc) and attempt < self.retries:
+            return self.backoff_s * (2**attempt)
+        error = self.give_up(exc)
+        if error is exc:
+            raise exc
+        raise error from exc
+
+    def extra(self) -> dict[str, float]:
+        """``infer`` keywords: gRPC's own deadline (HTTP's is the connection's, set when it is made)."""
+        return {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
 
     def give_up(self, exc: BaseException) -> Exception:
         refused = _refusal(exc)
@@ -230,19 +241,12 @@ class CaptionClient:
         """The caption, and with ``details`` its token ids and score."""
         inputs, outputs = _request(self._module, image, length_level, beam, details)
         settings = self._settings
-        extra = {"client_timeout": settings.timeout_s} if settings.protocol == "grpc" else {}
         for attempt in range(settings.retries + 1):
             try:
-                return _reply(self._client().infer(self.model, inputs, outputs=outputs, **extra), details)
+                return _reply(self._client().infer(self.model, inputs, outputs=outputs, **settings.extra()), details)
             except Exception as exc:
-                if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
-                    time.sleep(settings.delay(attempt))
-                    continue
-                error = settings.give_up(exc)
-                if error is exc:
-                    raise
-                raise error from exc
-        raise AssertionError("unreachable")
+                time.sleep(settings.retry_after(exc, attempt))
+        raise AssertionError("unreachable: the last attempt raises")
 
     def caption_many(
         self, images: Sequence[Any], *, concurrency: int = 8, **options: Any
@@ -300,20 +304,13 @@ class AsyncCaptionClient:
     ) -> CaptionReply:
         inputs, outputs = _request(self._request_module, image, length_level, beam, details)
         settings = self._settings
-        extra = {"client_timeout": settings.timeout_s} if settings.protocol == "grpc" else {}
         for attempt in range(settings.retries + 1):
             try:
-                call = self._client.infer(await self.model(), inputs, outputs=outputs, **extra)
+                call = self._client.infer(await self.model(), inputs, outputs=outputs, **settings.extra())
                 return _reply(await asyncio.wait_for(call, settings.timeout_s), details)
             except Exception as exc:
-                if _refusal(exc) is None and _is_unavailable(exc) and attempt < settings.retries:
-                    await asyncio.sleep(settings.delay(attempt))
-                    continue
-                error = settings.give_up(exc)
-                if error is exc:
-                    raise
-                raise error from exc
-        raise AssertionError("unreachable")
+                await asyncio.sleep(settings.retry_after(exc, attempt))
+        raise AssertionError("unreachable: the last attempt raises")
 
     async def caption_many(
         self, images: Sequence[Any], *, concurrency: int = 8, **options: Any
