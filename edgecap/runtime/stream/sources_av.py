@@ -4,7 +4,9 @@ FFmpeg's failures as :class:`~edgecap.runtime.stream.sources.StreamSourceError` 
 FFmpeg is lenient: a truncated Matroska file or a damaged MP4 often just ends early, with no error. A file is a
 recording whose length its header states, so after the last frame a file source compares what it decoded with the
 frame count or duration the container announced, and an early end is an error like any other: the frames before it
-were yielded, and the caller learns the recording was cut instead of silently captioning half of it.
+were yielded, and the caller learns the recording was cut instead of silently captioning half of it. Packets are
+demuxed and decoded one by one, and after FFmpeg's first error the decoder is drained, so the frames it held back
+(reordered B-frames, frame threads) are yielded before the error too.
 """
 
 from __future__ import annotations
@@ -104,25 +106,62 @@ class AvSource:
 
         index, pts_s = -1, None
         started = time.monotonic()
-        try:
-            for decoded in self._container.decode(self._stream):
-                image = decoded.to_ndarray(format="rgb24")
-                index += 1
-                pts_s = self._pts(decoded.time, index, started)
-                yield Frame(image=image, pts_s=pts_s, index=index)
-                if self._closed:
-                    return
-        except av.error.FFmpegError as exc:
+        failure: BaseException | None = None
+        for decoded in self._frames(av):
+            if isinstance(decoded, BaseException):
+                failure = decoded
+                continue  # the decoder's buffered frames, flushed after the failure, still come first
+            image = decoded.to_ndarray(format="rgb24")
+            index += 1
+            pts_s = self._pts(self._seconds(decoded), index, started)
+            yield Frame(image=image, pts_s=pts_s, index=index)
             if self._closed:
                 return
-            reason = _reason(exc)
-            if isinstance(exc, (av.error.TimeoutError, av.error.ExitError)) and self.timeout_s is not None:
+        if self._closed:
+            return
+        if failure is not None:
+            reason = _reason(failure)
+            if isinstance(failure, (av.error.TimeoutError, av.error.ExitError)) and self.timeout_s is not None:
                 reason = f"no frame within {self.timeout_s:g} s"
             raise StreamSourceError(stopped(self.name, index, pts_s, reason)) from None
-        if self.kind == "file" and not self._closed:
+        if self.kind == "file":
             short = self._cut_short(index + 1, pts_s)
             if short:
                 raise StreamSourceError(stopped(self.name, index, pts_s, short))
+
+    def _frames(self, av: Any) -> Iterator[Any]:
+        """The decoded frames, packet by packet; on FFmpeg's first failure (demuxing or decoding) that failure, then
+        the frames the decoder still holds. ``container.decode()`` would drop those: a decoder that reorders frames
+        (H.264 with B-frames) or decodes on several threads keeps some back, and they are good frames before the cut.
+        """
+        failure: BaseException | None = None
+        try:
+            for packet in self._container.demux(self._stream):
+                if self._closed:
+                    return
+                if packet.size == 0:  # the demuxer's end-of-stream marker: the decoder is drained below
+                    continue
+                try:
+                    yield from packet.decode()
+                except av.error.FFmpegError as exc:
+                    failure = exc
+                    break
+        except av.error.FFmpegError as exc:
+            failure = exc
+        if self._closed:
+            return
+        if failure is not None:
+            yield failure
+        try:
+            yield from self._stream.codec_context.decode(None)
+        except av.error.FFmpegError as exc:
+            if failure is None:
+                yield exc
+
+    def _seconds(self, decoded: Any) -> float | None:
+        """A frame's timestamp on the stream's clock (a frame drained from the decoder carries no time base)."""
+        base = self._stream.time_base
+        return None if decoded.pts is None or base is None else float(decoded.pts * base)
 
     def _pts(self, seconds: float | None, index: int, started: float) -> float:
         if seconds is None:  # no timestamp: a file's frame rate, a live source's arrival time
@@ -133,7 +172,8 @@ class AvSource:
 
     def _cut_short(self, decoded: int, last_pts_s: float | None) -> str:
         """Why a file that ended cleanly is still truncated ("" when it is whole): fewer frames than its header
-        counts, or (without a count) its video ending before the duration it announced."""
+        counts, or (without a count) its video ending before the duration it announced, or fewer frames than that
+        duration holds at the stream's rate (a cut that loses B-frames before the last frame shown)."""
         expected = int(self._stream.frames or 0)
         if expected and decoded < expected:
             return f"truncated or damaged: the file ends after {decoded} of its {expected} frames"
@@ -148,6 +188,9 @@ class AvSource:
         end = 0.0 if last_pts_s is None else last_pts_s + period
         if end < duration - 2 * period - TRUNCATION_SLACK_S:
             return f"truncated or damaged: the video ends at {end:.3f} s of the {duration:.3f} s it announces"
+        announced = round(duration * self.fps)
+        if decoded < announced - 2 - TRUNCATION_SLACK_S * self.fps:  # frames lost before the last one (B-frames)
+            return f"truncated or damaged: {decoded} of the about {announced} frames its {duration:.3f} s announce"
         return ""
 
     def close(self) -> None:

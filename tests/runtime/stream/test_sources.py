@@ -73,6 +73,43 @@ def test_a_cut_mp4_with_its_index_first_is_caught_by_its_frame_count(tmp_path: P
     assert f"stopped after frame {frames[-1].index}" in str(error) and "of its 30 frames" in str(error)
 
 
+def complete_packets(clip: Path, size: int) -> int:
+    """How many of ``clip``'s video packets lie wholly within its first ``size`` bytes."""
+    import av
+
+    with av.open(str(clip)) as container:
+        return sum(1 for p in container.demux(container.streams.video[0]) if p.size and p.pos + p.size <= size)
+
+
+@pytest.mark.parametrize("codec", ["mpeg4", "libx264"])  # libx264: B-frames, which the decoder holds back
+@pytest.mark.parametrize(("suffix", "options"), [(".mkv", None), (".mp4", {"movflags": "faststart"})])
+@pytest.mark.parametrize("fraction", [0.5, 0.7, 0.9])
+def test_a_cut_file_keeps_every_frame_before_the_cut(
+    tmp_path: Path, codec: str, suffix: str, options: dict[str, str] | None, fraction: float
+) -> None:
+    clip = make_video(tmp_path / f"clip{suffix}", TWO_SCENES, fps=10, codec=codec, options=options)
+    cut = truncate(clip, tmp_path / f"cut{suffix}", fraction)
+    frames, error = read_until_error(cut)
+    present = complete_packets(clip, cut.stat().st_size)
+    assert len(frames) >= 0.3 * 30 and len(frames) >= present - 1  # the packet the cut splits may still decode
+    assert [f.index for f in frames] == list(range(len(frames)))
+    assert all(a.pts_s < b.pts_s for a, b in zip(frames, frames[1:], strict=False))
+    last = frames[-1]
+    assert str(error).startswith(f"{cut}: stopped after frame {last.index} at {last.pts_s:.3f} s: ")
+
+
+def test_a_file_cut_inside_its_first_frame_has_no_frame_to_give(tmp_path: Path) -> None:
+    clip = make_video(tmp_path / "clip.mkv", TWO_SCENES, fps=10)
+    import av
+
+    with av.open(str(clip)) as container:
+        first = next(p for p in container.demux(container.streams.video[0]) if p.size)
+        middle = first.pos + first.size // 2
+    cut = truncate(clip, tmp_path / "cut.mkv", middle / clip.stat().st_size)
+    frames, error = read_until_error(cut)
+    assert frames == [] and str(error).startswith(f"{cut}: no frame could be read: truncated")
+
+
 def test_a_cut_mp4_without_its_index_is_not_a_video(tmp_path: Path) -> None:
     clip = make_video(tmp_path / "clip.mp4", TWO_SCENES, fps=10)  # the index (moov) is written last
     with pytest.raises(StreamSourceError, match=r"cut\.mp4: not a video FFmpeg reads"):
