@@ -189,6 +189,14 @@ RUNTIME = {
 }
 
 
+def test_each_engine_allowance_names_a_module_that_imports_it() -> None:
+    """A stale allowance (a module renamed, or no longer needing its engine) would silently widen the rule."""
+    for name, engines in MODULE_ENGINES.items():
+        assert name in RUNTIME, f"MODULE_ENGINES names {name}, which is not a runtime module"
+        used = {_third_party(module) for module in GRAPH[name]}
+        assert engines <= used, f"{name} no longer imports {sorted(engines - used)}: drop it from MODULE_ENGINES"
+
+
 @pytest.mark.parametrize("name", sorted(RUNTIME))
 def test_the_runtime_half_imports_only_numpy_pillow_and_engines(name: str) -> None:
     """At module level and inside functions: no torch, no [train]-only package, nothing of the build half."""
