@@ -13,6 +13,7 @@ from edgecap.cli.options import (
     device_option,
     fail,
     onnxruntime_threads_options,
+    print_captions,
     runtime_precision_options,
     torch_thread_count,
 )
@@ -104,7 +105,6 @@ def caption(
     edgecap caption photos/ --recursive --out captions.jsonl --resume
     """
     import importlib.util
-    import json
     import warnings
 
     from click.core import ParameterSource
@@ -215,13 +215,4 @@ def caption(
             click.echo(f"Error: {warning.message.error}", err=True)
         else:
             warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-    if as_json:
-        click.echo(json.dumps({str(p): c for p, c in zip(images, captions, strict=True)}, indent=2))
-    else:
-        for path, text in zip(images, captions, strict=True):
-            if text is not None:
-                click.echo(f"{path}: {text}")
-    failed = sum(text is None for text in captions)
-    if failed:
-        click.echo(f"{failed} of {len(images)} image(s) could not be captioned", err=True)
-        raise SystemExit(1)
+    print_captions({str(p): c for p, c in zip(images, captions, strict=True)}, as_json)

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from edgecap.cli.options import fail
+from edgecap.cli.options import fail, print_captions
 
 
 def caption_with_server(
@@ -52,13 +51,4 @@ def caption_with_server(
             captions[str(path)] = None
         else:
             captions[str(path)] = result.caption
-    if as_json:
-        click.echo(json.dumps(captions, indent=2))
-    else:
-        for path_text, text in captions.items():
-            if text is not None:
-                click.echo(f"{path_text}: {text}")
-    failed = sum(text is None for text in captions.values())
-    if failed:
-        click.echo(f"{failed} of {len(images)} image(s) could not be captioned", err=True)
-        raise SystemExit(1)
+    print_captions(captions, as_json)

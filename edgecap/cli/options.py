@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -198,3 +198,18 @@ def runtime_precision_options(what: str = "", *, runs_use_torch: bool = False) -
             help=f"{what}{'which' if what else 'Which'} exported variant (auto = the best for the runtime).",
         ),
     )
+
+
+def print_captions(captions: Mapping[str, str | None], as_json: bool) -> None:
+    """Print ``image -> caption`` (JSON, or ``image: caption`` lines); an image that got no caption (None) makes the
+    command exit 1 after saying how many, so a script sees a partial batch as a failure."""
+    if as_json:
+        click.echo(json.dumps(dict(captions), indent=2))
+    else:
+        for image, text in captions.items():
+            if text is not None:
+                click.echo(f"{image}: {text}")
+    failed = sum(text is None for text in captions.values())
+    if failed:
+        click.echo(f"{failed} of {len(captions)} image(s) could not be captioned", err=True)
+        raise SystemExit(1)
