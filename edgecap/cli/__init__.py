@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "import": "edgecap.cli.importing:importing",
     "serve": "edgecap.cli.serve:serve",
     "triton-repo": "edgecap.cli.serve:triton_repo",
+    "prune": "edgecap.cli.prune:prune",
 }
 
 #: Packages only ``pip install 'edgecap[train]'`` brings (training, evaluation, export, reports).
@@ -52,6 +53,7 @@ _HELP: dict[str, str] = {
     "import": "Import an official ACORT, ORT or ExpansionNet v2 checkpoint as a run.",
     "serve": "Serve bundles with Triton Inference Server (HTTP/gRPC, dynamic batching; [serve] extra).",
     "triton-repo": "Write a Triton model repository (config.pbtxt + Python-backend model) for bundles.",
+    "prune": "Prune heads/FFN channels to a parameter budget, or 2:4-sparsify, with fine-tuning (a new run).",
 }
 
 

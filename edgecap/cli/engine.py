@@ -43,6 +43,12 @@ from edgecap.runtime.precisions import PRECISIONS
     show_default=True,
     help="Network typing (auto: strongly typed, except INT8 on TensorRT 10.3-10.11, built weakly typed with flags).",
 )
+@click.option(
+    "--sparse-weights/--no-sparse-weights",
+    default=None,
+    help="TensorRT's SPARSE_WEIGHTS flag (2:4 sparse tensor cores, Ampere and later) [default: on when the bundle "
+    "records 2:4 sparsity: edgecap prune --sparsity 2:4].",
+)
 @click.option("--rebuild", is_flag=True, help="Build even when an up-to-date engine set exists.")
 @click.option("--device", type=click.IntRange(0), default=0, show_default=True, help="CUDA device index.")
 def engine(
@@ -53,6 +59,7 @@ def engine(
     max_regions: int | None,
     workspace: int,
     typing: str,
+    sparse_weights: bool | None,
     rebuild: bool,
     device: int,
 ) -> None:
@@ -94,6 +101,7 @@ def engine(
             typing=typing,
             rebuild=rebuild,
             device=device,
+            sparse_weights=sparse_weights,
             progress=lambda line: click.echo(line, err=True),
         )
     except refusals as exc:

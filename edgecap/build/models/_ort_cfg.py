@@ -53,6 +53,10 @@ class ObjectRelationCfg(FamilyCfg):
         length_levels: None (no length control) or a length-level plan (``"4level"``, ``"5level"`` or
             ``[[low, high], ...]``): a learned level embedding is added to every token embedding (LaBERT §3.1, Eq. 2)
             and ``encode``/``decode_full`` take ``length_level``.
+        d_head: per-head width ``d_k``; None = ``d_model // heads``. Structured pruning (``edgecap prune``) removes
+            whole heads and keeps ``d_k``, so a pruned model has ``heads · d_head < d_model``.
+        enc_d_ff, dec_d_ff: FFN width per unique encoder / decoder layer; None = ``d_ff`` everywhere. Pruning
+            leaves a different number of FFN channels in each unique layer.
     """
 
     family: str = "ort"
@@ -73,6 +77,9 @@ class ObjectRelationCfg(FamilyCfg):
     max_len: int = 31
     layer_norm: str = "standard"
     length_levels: Any = None
+    d_head: int | None = None
+    enc_d_ff: tuple[int, ...] | None = None
+    dec_d_ff: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "length_levels", optional_length_levels(self.length_levels, "ObjectRelationCfg"))
@@ -84,7 +91,11 @@ class ObjectRelationCfg(FamilyCfg):
         if isinstance(self.share_att, str) and self.share_att.lower() in ("none", "null", ""):
             object.__setattr__(self, "share_att", None)  # CLI overrides spell "no sharing" as text
         check_positive_ints(self, ("d_model", "d_ff", "heads", "feature_dim", "max_len", "radix_base", "geometry_dim"))
-        if self.d_model % self.heads:
+        if self.d_head is not None:
+            check_positive_ints(self, ("d_head",))
+        for name, layer_map in (("enc_d_ff", self.enc_layer_map), ("dec_d_ff", self.dec_layer_map)):
+            object.__setattr__(self, name, _widths(name, getattr(self, name), max(layer_map) + 1))
+        if self.d_head is None and self.d_model % self.heads:
             raise ModelCfgError(f"ObjectRelationCfg.d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.d_model % 2:
             raise ModelCfgError(f"ObjectRelationCfg.d_model ({self.d_model}) must be even (sinusoidal positions)")
@@ -115,7 +126,18 @@ class ObjectRelationCfg(FamilyCfg):
 
     @property
     def head_dim(self) -> int:
-        return self.d_model // self.heads
+        """``d_k``: :attr:`d_head`, or ``d_model // heads`` when it is None."""
+        return self.d_model // self.heads if self.d_head is None else self.d_head
+
+    @property
+    def enc_widths(self) -> tuple[int, ...]:
+        """FFN width of each unique encoder layer."""
+        return self.enc_d_ff or (self.d_ff,) * (max(self.enc_layer_map) + 1)
+
+    @property
+    def dec_widths(self) -> tuple[int, ...]:
+        """FFN width of each unique decoder layer."""
+        return self.dec_d_ff or (self.d_ff,) * (max(self.dec_layer_map) + 1)
 
     def summary(self) -> dict[str, Any]:
         """Architecture columns for ``edgecap zoo``."""
@@ -136,6 +158,18 @@ class ObjectRelationCfg(FamilyCfg):
             "geometry": self.geometry,
             "length_levels": len(self.length_levels) if self.length_levels else None,
         }
+
+
+def _widths(name: str, value: Any, unique: int) -> tuple[int, ...] | None:
+    """A per-unique-layer FFN width list, validated (None stays None: ``d_ff`` everywhere)."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        raise ModelCfgError(f"ObjectRelationCfg.{name} must be a list of {unique} widths, got {value!r}")
+    widths = tuple(value)
+    if len(widths) != unique or any(not isinstance(w, int) or isinstance(w, bool) or w < 1 for w in widths):
+        raise ModelCfgError(f"ObjectRelationCfg.{name} must be {unique} positive integers (one per unique layer)")
+    return widths
 
 
 #: The name this config had before each family's config was named after its family; kept for existing imports.

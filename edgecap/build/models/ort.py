@@ -59,15 +59,16 @@ class ORTCaptioner(CaptionModel):
             cfg.enc_layer_map,
             d,
             cfg.heads,
-            cfg.d_ff,
+            cfg.enc_widths,
             cfg.dropout,
             cfg.share_att,
             cfg.layer_norm,
             cfg.geometry_dim if cfg.geometry else None,
+            cfg.d_head,
         )
         self.embed = TokenEmbedding(vocab_size, d, cfg.max_len, cfg.dropout)
         self.decoder = TransformerDecoder(
-            cfg.dec_layer_map, d, cfg.heads, cfg.d_ff, cfg.dropout, cfg.share_att, cfg.layer_norm
+            cfg.dec_layer_map, d, cfg.heads, cfg.dec_widths, cfg.dropout, cfg.share_att, cfg.layer_norm, cfg.d_head
         )
         self.output_proj = nn.Linear(d, vocab_size)
         self._separate_values = cfg.share_att != "kv"

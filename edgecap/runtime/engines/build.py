@@ -31,7 +31,7 @@ from edgecap.runtime.backends.base import TensorMeta
 from edgecap.runtime.engines import tensorrt_api
 from edgecap.runtime.engines.graphs import GraphIO, read_graph_io
 from edgecap.runtime.engines.profiles import EngineProfile, ProfileRequest, graph_profile
-from edgecap.runtime.engines.settings import build_settings
+from edgecap.runtime.engines.settings import SPARSE_WEIGHTS, build_settings, records_2to4, with_sparse_weights
 from edgecap.runtime.engines.store import (
     ENGINES_DIR,
     RECORD_FORMAT,
@@ -180,6 +180,7 @@ def build_engines(
     rebuild: bool = False,
     device: int = 0,
     progress: Callable[[str], None] | None = None,
+    sparse_weights: bool | None = None,
 ) -> EngineSet:
     """Build (or keep, when up to date) the TensorRT engines of one precision of a bundle.
 
@@ -194,6 +195,9 @@ def build_engines(
         rebuild: build even when an up-to-date set exists.
         device: CUDA device index.
         progress: called with one line per stage.
+        sparse_weights: set ``BuilderFlag.SPARSE_WEIGHTS`` (2:4 sparse tensor cores); None: on exactly when the
+            manifest records 2:4 sparsity (:func:`~edgecap.runtime.engines.settings.records_2to4`). A kept set
+            built with the other choice is rebuilt.
 
     Raises:
         EngineUnavailableError: no TensorRT, cuda-python or GPU here.
@@ -209,6 +213,8 @@ def build_engines(
     graphs = plan_graphs(bundle, precision, request)
     trt = load_tensorrt()
     settings = build_settings(trt, precision, typing)
+    if records_2to4(bundle.manifest) if sparse_weights is None else sparse_weights:
+        settings = with_sparse_weights(trt, settings)
     env = current_env(trt, device)
     from edgecap.runtime.engines import cuda
 
@@ -220,7 +226,10 @@ def build_engines(
         try:
             record = read_record(folder)
             verify_plans(folder, record)
-            if not check_record(record, env, shas, precision):
+            sparse_before = SPARSE_WEIGHTS in record.get("settings", {}).get("builder_flags", [])
+            if sparse_before != (SPARSE_WEIGHTS in settings.builder_flags):
+                say(f"rebuilding {folder.name}: sparse weights {'on' if not sparse_before else 'off'} now")
+            elif not check_record(record, env, shas, precision):
                 say(f"up to date: {folder}")
                 return EngineSet(folder, record, False)
         except EngineRecordError as exc:

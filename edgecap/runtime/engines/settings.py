@@ -27,11 +27,14 @@ from edgecap.runtime.precisions import PRECISIONS
 
 __all__ = [
     "ENGINE_PRECISIONS",
+    "SPARSE_WEIGHTS",
     "MIN_TRT",
     "BuildSettings",
     "EngineSettingsError",
     "build_settings",
+    "records_2to4",
     "trt_version",
+    "with_sparse_weights",
 ]
 
 #: Precisions an engine can be built at (each from the bundle's graphs of that precision): every bundle precision.
@@ -41,6 +44,10 @@ MIN_TRT = (10, 3)
 #: First 10.x release where weak typing is deprecated (strong typing is then the default choice for every precision).
 _STRONG_DEFAULT = (10, 12)
 _TYPINGS = ("auto", "strong", "weak")
+
+
+#: The builder flag that lets TensorRT pick sparse tensor-core kernels for weights with 2:4 structure (Ampere+).
+SPARSE_WEIGHTS = "SPARSE_WEIGHTS"
 
 
 class EngineSettingsError(ValueError):
@@ -68,7 +75,8 @@ class BuildSettings:
         precision: the graphs' precision.
         strongly_typed: whether the network is strongly typed.
         network_flags: the bit mask for ``Builder.create_network``.
-        builder_flags: names of ``tensorrt.BuilderFlag`` members to set (empty in strong typing).
+        builder_flags: names of ``tensorrt.BuilderFlag`` members to set (in strong typing only ``SPARSE_WEIGHTS``,
+            which :func:`with_sparse_weights` adds).
         reason: one line for reports.
     """
 
@@ -127,3 +135,38 @@ def build_settings(trt: Any, precision: str, typing: str = "auto") -> BuildSetti
     flags = {"fp32": (), "fp16": ("FP16",), "int8": ("INT8", "FP16")}[precision]
     why = "requested" if typing == "weak" else "explicit Q/DQ INT8 with builder flags, as 10.x before 10.12 builds it"
     return BuildSettings(precision, False, 0, flags, f"TensorRT {shown}: weakly typed, flags {list(flags)} ({why})")
+
+
+def records_2to4(manifest: Any) -> bool:
+    """Whether a bundle manifest records 2:4 sparse weights (``compression.steps`` holds a ``sparsity`` step with
+    pattern 2:4, written at export from the run's ``edgecap prune --sparsity 2:4`` record). Bundles without the
+    optional ``compression`` object: False."""
+    compression = manifest.get("compression") if isinstance(manifest, dict) else None
+    steps = compression.get("steps") if isinstance(compression, dict) else None
+    return any(
+        isinstance(step, dict) and step.get("kind") == "sparsity" and step.get("pattern", "2:4") == "2:4"
+        for step in (steps if isinstance(steps, list) else [])
+    )
+
+
+def with_sparse_weights(trt: Any, settings: BuildSettings) -> BuildSettings:
+    """``settings`` plus ``BuilderFlag.SPARSE_WEIGHTS``: TensorRT then times sparse tensor-core kernels for the
+    constant weights that have 2:4 structure along K and keeps them where faster (a request, not a promise: layers
+    without the structure, or where the dense kernel wins, stay dense). It is not a precision flag, so strongly
+    typed networks take it too.
+
+    Raises:
+        EngineSettingsError: this TensorRT has no ``SPARSE_WEIGHTS`` flag.
+    """
+    builder_flag = getattr(trt, "BuilderFlag", None)
+    if builder_flag is None or not hasattr(builder_flag, SPARSE_WEIGHTS):
+        raise EngineSettingsError(f"TensorRT {getattr(trt, '__version__', '?')} has no BuilderFlag.SPARSE_WEIGHTS")
+    if SPARSE_WEIGHTS in settings.builder_flags:
+        return settings
+    return BuildSettings(
+        settings.precision,
+        settings.strongly_typed,
+        settings.network_flags,
+        (*settings.builder_flags, SPARSE_WEIGHTS),
+        f"{settings.reason}; sparse weights (2:4)",
+    )

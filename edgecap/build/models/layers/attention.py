@@ -81,17 +81,23 @@ class MultiHeadAttention(nn.Module):
     calls :meth:`forward`.
     """
 
-    def __init__(self, dim: int, heads: int, share: str | None = None, dropout: float = 0.0) -> None:
+    def __init__(
+        self, dim: int, heads: int, share: str | None = None, dropout: float = 0.0, head_dim: int | None = None
+    ) -> None:
+        """``head_dim`` None: ``dim // heads`` (the usual square projections). A structurally pruned model keeps its
+        original ``d_k`` with fewer heads, so its projections are ``dim -> heads · head_dim`` and back."""
         super().__init__()
         if share not in SHARE_KINDS:
             raise ValueError(f"unknown attention sharing {share!r}; choose one of {SHARE_KINDS}")
-        if dim % heads:
+        if head_dim is None and dim % heads:
             raise ValueError(f"d_model {dim} is not divisible by {heads} heads")
         self.dim, self.heads, self.share = dim, heads, share
-        self.q_proj = nn.Linear(dim, dim)
-        self.k_proj = nn.Linear(dim, dim) if share != "qk" else None
-        self.v_proj = nn.Linear(dim, dim) if share != "kv" else None
-        self.out_proj = nn.Linear(dim, dim)
+        self.head_dim = dim // heads if head_dim is None else head_dim
+        inner = heads * self.head_dim
+        self.q_proj = nn.Linear(dim, inner)
+        self.k_proj = nn.Linear(dim, inner) if share != "qk" else None
+        self.v_proj = nn.Linear(dim, inner) if share != "kv" else None
+        self.out_proj = nn.Linear(inner, dim)
         self.dropout = nn.Dropout(dropout)
 
     @property
@@ -100,7 +106,7 @@ class MultiHeadAttention(nn.Module):
         return self.share != "kv"
 
     def _split(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (self.heads, self.dim // self.heads)).transpose(1, 2)
+        return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
 
     def project_query(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, d) -> queries (B, H, T, d_k)."""
@@ -139,10 +145,10 @@ class MultiHeadAttention(nn.Module):
         then runs one (R/G·T × d_k)·(d_k × S) product instead of R/G one-row products (ONNX Runtime's CPU matmul pays
         per product; ``docs/decoding.md``). With G = R this is :meth:`project_query` + :meth:`attend` exactly.
         """
-        rows, length, dim = x.shape
-        q = self.q_proj(x).reshape(k.shape[0], -1, self.heads, dim // self.heads).transpose(1, 2)
+        rows, length = x.shape[0], x.shape[1]
+        q = self.q_proj(x).reshape(k.shape[0], -1, self.heads, self.head_dim).transpose(1, 2)
         out = scaled_dot_product(q, k, v, bias, self.dropout)
-        return self.out_proj(out.transpose(1, 2).reshape(rows, length, dim))
+        return self.out_proj(out.transpose(1, 2).reshape(rows, length, self.heads * self.head_dim))
 
     def forward(
         self, x: torch.Tensor, memory: torch.Tensor | None = None, bias: torch.Tensor | None = None

@@ -56,9 +56,10 @@ class EncoderLayer(nn.Module):
         share: str | None,
         norm: str,
         geometry_dim: int | None = None,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.attn = MultiHeadAttention(dim, heads, share, dropout)
+        self.attn = MultiHeadAttention(dim, heads, share, dropout, head_dim)
         self.geometric_bias = GeometricBias(geometry_dim, heads) if geometry_dim else None
         self.ffn = FeedForward(dim, d_ff, dropout)
         self.norm1, self.norm2 = make_norm(norm, dim), make_norm(norm, dim)
@@ -77,10 +78,19 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
     """Masked self-attention, cross-attention to the encoder memory, FFN; pre-LN."""
 
-    def __init__(self, dim: int, heads: int, d_ff: int, dropout: float, share: str | None, norm: str) -> None:
+    def __init__(
+        self,
+        dim: int,
+        heads: int,
+        d_ff: int,
+        dropout: float,
+        share: str | None,
+        norm: str,
+        head_dim: int | None = None,
+    ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(dim, heads, share, dropout)
-        self.cross_attn = MultiHeadAttention(dim, heads, share, dropout)
+        self.self_attn = MultiHeadAttention(dim, heads, share, dropout, head_dim)
+        self.cross_attn = MultiHeadAttention(dim, heads, share, dropout, head_dim)
         self.ffn = FeedForward(dim, d_ff, dropout)
         self.norm1, self.norm2, self.norm3 = (make_norm(norm, dim) for _ in range(3))
         self.dropout = nn.Dropout(dropout)
@@ -148,21 +158,30 @@ class LayerStack(nn.Module):
 
 
 class TransformerEncoder(nn.Module):
-    """Encoder stack with an optional box-relational bias computed by the caller once per forward."""
+    """Encoder stack with an optional box-relational bias computed by the caller once per forward.
+
+    ``d_ff`` is one FFN width for every unique layer or one per unique layer (a structurally pruned model's);
+    ``head_dim`` None means ``dim // heads``.
+    """
 
     def __init__(
         self,
         layer_map: Sequence[int],
         dim: int,
         heads: int,
-        d_ff: int,
+        d_ff: int | Sequence[int],
         dropout: float,
         share: str | None,
         norm: str,
         geometry_dim: int | None,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.layers = LayerStack(layer_map, lambda: EncoderLayer(dim, heads, d_ff, dropout, share, norm, geometry_dim))
+        widths = iter(_widths(d_ff, layer_map))  # LayerStack makes the unique layers in index order
+        self.layers = LayerStack(
+            layer_map,
+            lambda: EncoderLayer(dim, heads, next(widths), dropout, share, norm, geometry_dim, head_dim),
+        )
         self.norm = make_norm(norm, dim)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor, geometry: BoxAngles | None = None) -> torch.Tensor:
@@ -181,12 +200,23 @@ class TransformerDecoder(nn.Module):
     """
 
     def __init__(
-        self, layer_map: Sequence[int], dim: int, heads: int, d_ff: int, dropout: float, share: str | None, norm: str
+        self,
+        layer_map: Sequence[int],
+        dim: int,
+        heads: int,
+        d_ff: int | Sequence[int],
+        dropout: float,
+        share: str | None,
+        norm: str,
+        head_dim: int | None = None,
     ) -> None:
         super().__init__()
-        self.layers = LayerStack(layer_map, lambda: DecoderLayer(dim, heads, d_ff, dropout, share, norm))
+        widths = iter(_widths(d_ff, layer_map))  # LayerStack makes the unique layers in index order
+        self.layers = LayerStack(
+            layer_map, lambda: DecoderLayer(dim, heads, next(widths), dropout, share, norm, head_dim)
+        )
         self.norm = make_norm(norm, dim)
-        self.heads, self.head_dim = heads, dim // heads
+        self.heads, self.head_dim = heads, dim // heads if head_dim is None else head_dim
         self.separate_values = share != "kv"
 
     def project_memory(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -241,6 +271,17 @@ class TransformerDecoder(nn.Module):
             if v is not None:
                 new_v.append(v)
         return self.norm(x), torch.stack(new_k, dim=1), (torch.stack(new_v, dim=1) if new_v else None)
+
+
+def _widths(d_ff: int | Sequence[int], layer_map: Sequence[int]) -> list[int]:
+    """One FFN width per unique layer of ``layer_map``: ``d_ff`` repeated, or ``d_ff`` itself when it is a list."""
+    unique = max(layer_map) + 1
+    if isinstance(d_ff, int):
+        return [d_ff] * unique
+    widths = [int(w) for w in d_ff]
+    if len(widths) != unique:
+        raise ValueError(f"{len(widths)} FFN widths for {unique} unique layers")
+    return widths
 
 
 def _unique_entry(stacked: torch.Tensor, unique: int) -> torch.Tensor:

@@ -202,6 +202,7 @@ def tensorrt_ep_options(
     timing_cache: bool = True,
     workspace_mb: int | None = DEFAULT_TRT_WORKSPACE_MB,
     device_id: int = 0,
+    sparsity: bool = False,
 ) -> dict[str, Any]:
     """The TensorRT EP's provider options for graphs of ``precision`` (``fp32``, ``fp16``, ``int8``).
 
@@ -214,6 +215,8 @@ def tensorrt_ep_options(
         workspace_mb: TensorRT's workspace limit in MiB (default :data:`DEFAULT_TRT_WORKSPACE_MB`); None leaves the
             EP's own (no limit since onnxruntime 1.19).
         device_id: the CUDA device.
+        sparsity: ``trt_sparsity_enable`` (TensorRT's sparse weights: 2:4 sparse tensor cores on Ampere and later);
+            the loader turns it on when the manifest records 2:4 sparsity.
 
     Raises:
         ValueError: an unknown precision or a non-positive workspace.
@@ -229,6 +232,7 @@ def tensorrt_ep_options(
         "trt_engine_cache_path": str(cache_dir),
         "trt_fp16_enable": precision == "fp16",
         "trt_int8_enable": precision == "int8",
+        "trt_sparsity_enable": bool(sparsity),
         "trt_timing_cache_enable": bool(timing_cache),
     }
     if timing_cache:

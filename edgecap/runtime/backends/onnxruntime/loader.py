@@ -239,10 +239,12 @@ def _tensorrt_options(bundle: Bundle, precision: str, workspace_mb: int | None) 
     decoder graph's checksum; under ``$EDGECAP_HOME`` when the bundle is read-only."""
     from edgecap.runtime._home import edgecap_home
     from edgecap.runtime.backends.onnxruntime.gpu import tensorrt_cache_dir, tensorrt_ep_options
+    from edgecap.runtime.engines.settings import records_2to4
 
     decoder_role = next(r for r in bundle.interface["runtime_graphs"] if r != "encoder")  # step or refine
     digest = bundle.manifest["files"][bundle.variant(precision)["files"][decoder_role]]["sha256"]
     cache = tensorrt_cache_dir(bundle.path, precision, digest, edgecap_home())
     cache.mkdir(parents=True, exist_ok=True)
     version = import_onnxruntime().__version__
-    return tensorrt_ep_options(cache, precision, version, workspace_mb=workspace_mb)
+    sparse = records_2to4(bundle.manifest)  # 2:4 sparse weights (edgecap prune --sparsity 2:4)
+    return tensorrt_ep_options(cache, precision, version, workspace_mb=workspace_mb, sparsity=sparse)
