@@ -33,7 +33,11 @@ from edgecap.cli.options import apply_threads, check_out, fail, threads_option
     help="Cross-entropy fine-tuning epochs after pruning (the best by validation CIDEr-D is kept).",
 )
 @click.option(
-    "--lr", type=click.FloatRange(min=0, min_open=True), default=1e-4, show_default=True, help="Fine-tune lr."
+    "--lr",
+    type=click.FloatRange(min=0, min_open=True),
+    default=3e-4,
+    show_default=True,
+    help="Fine-tune starting lr (AdamW, cosine decay to 0).",
 )
 @click.option("--max-steps", type=click.IntRange(0), default=0, help="Stop the fine-tune after N steps (0: no limit).")
 @threads_option

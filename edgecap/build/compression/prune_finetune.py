@@ -3,9 +3,11 @@ writing the derived run.
 
 The fine-tune reuses the training loop's pieces (:func:`~edgecap.build.training.loop.build_optimizer`, its
 ``_train_step``, the feature bank, caption sampling and the family's objective), so a pruned or sparse model is
-trained with exactly the loss and clipping of ``edgecap train``; only the schedule differs: a constant AdamW rate
-(a fine-tune from trained weights needs no warm-up). The best epoch by validation CIDEr-D is kept, epoch 0 (the
-model before fine-tuning) included, so fine-tuning never makes the result worse on the validation split.
+trained with exactly the loss and clipping of ``edgecap train``; only the schedule differs: AdamW from ``lr`` with a
+cosine decay to 0 over the fine-tune and no warm-up (it starts from trained weights; a constant rate left the
+validation score swinging by ±3 CIDEr-D from epoch to epoch on the quickstart data). The best epoch by validation
+CIDEr-D is kept, epoch 0 (the model before fine-tuning) included, so fine-tuning never makes the result worse on the
+validation split.
 """
 
 from __future__ import annotations
@@ -114,8 +116,10 @@ def finetune(
     """
     from edgecap.build.training.loop import _train_step, build_optimizer
 
-    cfg = data.train_cfg.replace(optimizer="adamw", lr=lr, warmup_steps=0, weight_decay=0.0)
-    optimizer, scheduler = build_optimizer(model, cfg, 0)
+    cfg = data.train_cfg.replace(optimizer="adamw-cosine", lr=lr, warmup_steps=0, weight_decay=0.0)
+    per_epoch = math.ceil(len(data.train_caps) / cfg.batch_size)
+    total = min(max_steps or epochs * per_epoch, epochs * per_epoch)
+    optimizer, scheduler = build_optimizer(model, cfg, 0, total_steps=total)
     best = data.val_cider(model)
     log({"event": "val", "epoch": 0, "cider_d": best})
     best_state = _snapshot(model)

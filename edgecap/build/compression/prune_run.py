@@ -69,7 +69,7 @@ def prune_run(
     out: Path,
     target_params: int,
     finetune_epochs: int = 1,
-    lr: float = 1e-4,
+    lr: float = 3e-4,
     max_steps: int = 0,
     say: Callable[[str], None] = print,
 ) -> Path:
@@ -122,7 +122,7 @@ def sparsify_run(
     out: Path,
     pattern: str = "2:4",
     finetune_epochs: int = 1,
-    lr: float = 1e-4,
+    lr: float = 3e-4,
     max_steps: int = 0,
     say: Callable[[str], None] = print,
 ) -> Path:
