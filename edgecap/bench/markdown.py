@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap.bench.compression import compression_lines
 from edgecap.bench.ratios import ratio_lines
 from edgecap.bench.results import BenchReport, ComboResult
 from edgecap.runtime.precisions import PRECISIONS
@@ -348,6 +349,7 @@ def format_markdown(report: BenchReport, plots: Mapping[str, str | Path] | None 
     if first_quality:
         lines += ["## Quality (separate, untimed run on a fixed subset)", ""]
         lines += [*table(QUALITY, first_quality.values()), ""]
+    lines += compression_lines(report, fmt_ms)
     unmeasured = [b for b in report.bundles if b.quality_note]
     if unmeasured:
         lines += ["Quality not measured for: " + "; ".join(f"{b.name} ({b.quality_note})" for b in unmeasured), ""]

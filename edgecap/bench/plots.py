@@ -4,18 +4,20 @@
   model/runtime/precision/beam — where batching stops paying off on this device.
 - ``pareto.png``: quality against single-stream latency across every model/runtime/precision, marker area
   proportional to on-disk size, with the Pareto front (nothing else is both faster and better) drawn through it.
+- ``compression_pareto.png``: the compressed variants (bundle × precision) by recipe: size vs CIDEr-D and latency vs
+  CIDEr-D with both fronts, when more than one variant records a CIDEr-D (:mod:`edgecap.bench.compression`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from edgecap.bench.compression import pareto_front
 from edgecap.bench.results import BenchReport, ComboResult
 from edgecap.runtime._io import atomic_path
 
-__all__ = ["pareto_front", "plot_latency_vs_batch", "plot_pareto"]
+__all__ = ["pareto_front", "plot_compression_pareto", "plot_latency_vs_batch", "plot_pareto"]
 
 
 def _pyplot() -> Any:
@@ -101,19 +103,6 @@ def plot_latency_vs_batch(report: BenchReport, path: str | Path) -> Path | None:
         plt.close(fig)
 
 
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the points no other point dominates (lower-or-equal latency *and* higher-or-equal quality, one of
-    them strictly), sorted by latency."""
-    front = []
-    for i, (lat, qual) in enumerate(points):
-        dominated = any(
-            (lat2 <= lat and q2 >= qual) and (lat2 < lat or q2 > qual) for j, (lat2, q2) in enumerate(points) if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: points[i][0])
-
-
 def _single_stream(report: BenchReport) -> list[ComboResult]:
     """One result per model/runtime/precision/beam with quality: batch 1 when measured, else its smallest batch."""
     best: dict[tuple[str, str, str, str, int, int | None], ComboResult] = {}
@@ -182,6 +171,54 @@ def plot_pareto(report: BenchReport, path: str | Path) -> Path | None:
     ax.set_ylabel(f"{metric} ×100")
     ax.set_title("Quality vs latency (marker area ∝ size on disk; bN = beam size)")
     ax.grid(True, which="both", alpha=0.3)
+    try:
+        return _save(fig, Path(path))
+    finally:
+        plt.close(fig)
+
+
+def plot_compression_pareto(report: BenchReport, path: str | Path) -> Path | None:
+    """The compressed variants of a model: size (MB) vs CIDEr-D and batch-1 latency vs CIDEr-D, side by side, each
+    point labelled by its recipe and each Pareto front drawn (:func:`edgecap.bench.compression.compression_rows`).
+
+    Returns:
+        ``path``, or None when fewer than two variants have both a size and a recorded CIDEr-D.
+    """
+    from edgecap.bench.compression import compression_rows, wants_compression_chart
+
+    rows = compression_rows(report)
+    if not wants_compression_chart(rows):
+        return None
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
+    panels = (("size_mb", "on_size_front", "size on disk, MB"), ("latency_ms", "on_latency_front", "latency"))
+    for ax, (cost, flag, label) in zip(axes, panels, strict=True):
+        points = [r for r in rows if getattr(r, cost) is not None and r.cider_d is not None]
+        for r in points:
+            on = getattr(r, flag)
+            ax.scatter(
+                [getattr(r, cost)],
+                [r.cider_d],
+                marker="o" if on else "x",
+                color="tab:red" if on else "tab:grey",
+                s=50,
+                zorder=3,
+            )
+            ax.annotate(r.recipe, (getattr(r, cost), r.cider_d), textcoords="offset points", xytext=(6, 4), fontsize=7)
+        front = sorted((r for r in points if getattr(r, flag)), key=lambda r: (getattr(r, cost), -(r.cider_d or 0)))
+        if len(front) > 1:
+            ax.step([getattr(r, cost) for r in front], [r.cider_d for r in front], where="post", color="tab:red")
+        if cost == "latency_ms":
+            runtimes = sorted({f"{r.runtime} b{r.beam}" for r in points})
+            label = f"batch-1 latency, ms per image (p50; {', '.join(runtimes) or 'not measured'})"
+        ax.set_xlabel(label)
+        ax.set_ylabel("held-out CIDEr-D (manifest record)")
+        ax.grid(True, alpha=0.3)
+        if not points:
+            ax.text(0.5, 0.5, "no variant measured at batch 1", ha="center", va="center", transform=ax.transAxes)
+    axes[0].set_title("Size vs CIDEr-D (red: Pareto front)")
+    axes[1].set_title("Latency vs CIDEr-D (red: Pareto front)")
+    fig.suptitle(", ".join(sorted({r.name for r in rows})) + ": compressed variants", fontsize=10)
     try:
         return _save(fig, Path(path))
     finally:

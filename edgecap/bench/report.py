@@ -74,7 +74,8 @@ def write_report(
     every file atomically.
 
     Returns:
-        name -> path of every file written (``json``, ``latency_vs_batch``, ``pareto``, ``markdown``).
+        name -> path of every file written (``json``, ``latency_vs_batch``, ``pareto``, ``markdown``;
+        ``compression_pareto`` when more than one variant records a CIDEr-D).
     """
     from edgecap.bench.markdown import format_markdown
 
@@ -93,7 +94,7 @@ def write_report(
     written["json"] = out_dir / "report.json"
     images: dict[str, Path] = {}
     if plots:
-        from edgecap.bench.plots import plot_latency_vs_batch, plot_pareto
+        from edgecap.bench.plots import plot_compression_pareto, plot_latency_vs_batch, plot_pareto
 
         for name, fn in (("latency_vs_batch", plot_latency_vs_batch), ("pareto", plot_pareto)):
             path = fn(report, out_dir / f"{name}.png")
@@ -101,6 +102,9 @@ def write_report(
                 images[name] = path
             elif log is not None:
                 log(f"{name}.png not written: nothing to plot")
+        path = plot_compression_pareto(report, out_dir / "compression_pareto.png")  # silent: most reports have none
+        if path is not None:
+            images["compression_pareto"] = path
     written.update(images)
     atomic_write_text(out_dir / "report.md", format_markdown(report, images) + "\n")
     written["markdown"] = out_dir / "report.md"

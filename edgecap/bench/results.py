@@ -226,6 +226,12 @@ class BundleInfo:
         run: the trained weights behind the bundle (captioner + backbone weights' SHA-256 prefixes): bundles exported
             from the same run share it, which pairs a pixels-in bundle with its torch-backbone twin. None in reports
             written before the field.
+        recipe: the manifest's ``compression.recipe`` (``qat``, ``distillation+pruning``), None for a bundle without
+            compression steps (and in reports written before the field).
+        variant_recipes: precision -> how that variant was made (``qat + int8``, ``baseline + int8 accuracy-aware
+            (2 layers float)``; :func:`edgecap.bench.compression.bundle_compression`). None in older reports.
+        int8_selection: the INT8 variant's accuracy-aware selection record from the manifest (layers kept float, their
+            measured effect, target, final quality), None without one.
     """
 
     path: str
@@ -239,6 +245,9 @@ class BundleInfo:
     quality_set: str | None = None
     quality_note: str | None = None
     run: str | None = None
+    recipe: str | None = None
+    variant_recipes: dict[str, str] | None = None
+    int8_selection: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ __all__ = ["ALL_LEVELS", "PRECISIONS", "RERUN", "BenchCfg", "BenchCfgError", "li
 
 
 def _bundle_info(bundle: Any, quality_set: str | None, quality_note: str | None) -> BundleInfo:
+    from edgecap.bench.compression import bundle_compression
     from edgecap.bench.subjects import bundle_input_kind, bundle_run_id
 
     spec = bundle.backbone_spec
@@ -47,6 +48,7 @@ def _bundle_info(bundle: Any, quality_set: str | None, quality_note: str | None)
         quality_set=quality_set,
         quality_note=quality_note,
         run=bundle_run_id(bundle),
+        **bundle_compression(bundle.manifest, list(bundle.precisions)),
     )
 
 
