@@ -72,13 +72,16 @@ def bench(
     """Benchmark bundles: single-stream latency, offline throughput, time split, memory, size and CIDEr-D.
 
     Two bundles of one run, one pixels-in and one with its backbone in torch, add the 'pixels-in vs torch backbone'
-    headline ratio.
+    headline ratio. Several bundles of one model compressed differently (pruned, 2:4, accuracy-aware INT8) add a
+    table of each variant's recipe, size, batch-1 latency and recorded CIDEr-D, and compression_pareto.png
+    (docs/compression.md).
 
     \b
     edgecap bench --bundle acort-bundle --batch 1,8,32 --beam 1,3 --out bench/
     edgecap bench --bundle labert-bundle --runtime onnxruntime --length-level all --out bench/
     edgecap bench --bundle pixels-in --bundle same-run-torch-backbone --runtime onnxruntime --precision int8 --out b/
     edgecap bench --bundle acort-bundle --runtime torch,onnxruntime --batch 1 --runs 10 --target 3 --out series/
+    edgecap bench --bundle base --bundle pruned --bundle sparse --runtime onnxruntime --batch 1 --no-quality --out c/
     edgecap bench --compare laptop/report.json jetson/report.json
     edgecap bench --series series/run-01 --series series/run-02 --target 3
     """
