@@ -210,7 +210,7 @@ def compression_lines(report: BenchReport, fmt_ms: Callable[[float | None], str]
     ]
     for r in rows:
         front = "".join(mark for mark, on in (("S", r.on_size_front), ("L", r.on_latency_front)) if on) or "–"
-        where = f"{r.runtime}, b{r.beam}" if r.runtime else "not measured at batch 1"
+        where = f"{r.runtime}, b{r.beam}" if r.runtime else "not timed at batch 1"
         lines.append(
             f"| {Path(r.bundle).name} | {r.precision} | {r.recipe} | {_fmt(r.size_mb, 2)} | {fmt_ms(r.latency_ms)} "
             f"| {where} | {_fmt(r.cider_d, 1)} | {front} |"

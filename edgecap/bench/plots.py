@@ -179,7 +179,8 @@ def plot_pareto(report: BenchReport, path: str | Path) -> Path | None:
 
 def plot_compression_pareto(report: BenchReport, path: str | Path) -> Path | None:
     """The compressed variants of a model: size (MB) vs CIDEr-D and batch-1 latency vs CIDEr-D, side by side, each
-    point labelled by its recipe and each Pareto front drawn (:func:`edgecap.bench.compression.compression_rows`).
+    point labelled by its recipe (and its bundle's directory name when two bundles share a recipe) and each Pareto
+    front drawn (:func:`edgecap.bench.compression.compression_rows`).
 
     Returns:
         ``path``, or None when fewer than two variants have both a size and a recorded CIDEr-D.
@@ -189,6 +190,8 @@ def plot_compression_pareto(report: BenchReport, path: str | Path) -> Path | Non
     rows = compression_rows(report)
     if not wants_compression_chart(rows):
         return None
+    shared = {r.recipe for r in rows if sum(o.recipe == r.recipe for o in rows) > 1}
+    labels = {id(r): f"{r.recipe} ({Path(r.bundle).name})" if r.recipe in shared else r.recipe for r in rows}
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     panels = (("size_mb", "on_size_front", "size on disk, MB"), ("latency_ms", "on_latency_front", "latency"))
@@ -204,7 +207,8 @@ def plot_compression_pareto(report: BenchReport, path: str | Path) -> Path | Non
                 s=50,
                 zorder=3,
             )
-            ax.annotate(r.recipe, (getattr(r, cost), r.cider_d), textcoords="offset points", xytext=(6, 4), fontsize=7)
+            xy = (getattr(r, cost), r.cider_d)
+            ax.annotate(labels[id(r)], xy, textcoords="offset points", xytext=(6, 4), fontsize=7)
         front = sorted((r for r in points if getattr(r, flag)), key=lambda r: (getattr(r, cost), -(r.cider_d or 0)))
         if len(front) > 1:
             ax.step([getattr(r, cost) for r in front], [r.cider_d for r in front], where="post", color="tab:red")

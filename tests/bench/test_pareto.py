@@ -158,4 +158,4 @@ def test_one_compressed_bundle_gets_its_table_without_a_chart() -> None:
     rows = compression_rows(report)
     assert not wants_compression_chart(rows)
     text = "\n".join(compression_lines(report, fmt_ms))
-    assert "| pruned | fp32 | pruning | 12.00 | – | not measured at batch 1 | 70.0 | S |" in text  # no latency: no L
+    assert "| pruned | fp32 | pruning | 12.00 | – | not timed at batch 1 | 70.0 | S |" in text  # no latency: no L
