@@ -71,6 +71,20 @@ _VARIANTS = option_group(
         "(MatMulInteger), weight-only (8-bit MatMulNBits) or weight-only-4. [default: the target preset's choice; "
         "docs/int8.md]",
     ),
+    click.option(
+        "--max-cider-drop",
+        type=click.FloatRange(0.0, 100.0),
+        default=None,
+        help="Accuracy-aware INT8: at most D CIDEr-D points (the 0-100 scale printed, e.g. 0.3) below torch FP32 on "
+        "the held-out set; the fewest most-sensitive layers stay float until it holds, else nothing is written.",
+    ),
+    click.option(
+        "--min-agreement",
+        type=click.FloatRange(0.0, 1.0),
+        default=None,
+        help="Accuracy-aware INT8: at least this fraction (0-1, e.g. 0.85) of held-out captions identical to torch "
+        "FP32's (with --max-cider-drop, both must hold).",
+    ),
 )
 _GRAPHS = option_group(
     click.option(
@@ -134,6 +148,13 @@ def export(model: str, out: Path | None, triton_repo: Path | None, quiet: bool, 
         raise click.UsageError("--calib is only used with --int8")
     if options["int8_step"] is not None and not options["int8"]:
         raise click.UsageError("--int8-step is only used with --int8")
+    for flag in ("max_cider_drop", "min_agreement"):
+        if options[flag] is not None and not options["int8"]:
+            raise click.UsageError(f"--{flag.replace('_', '-')} selects INT8 layers: it is only used with --int8")
+    if (options["max_cider_drop"] is not None or options["min_agreement"] is not None) and not options[
+        "quality_images"
+    ]:
+        raise click.UsageError("--max-cider-drop/--min-agreement are checked on the held-out set: --quality-images > 0")
     apply_threads(threads)
     from edgecap.build.export.bundle import ExportRequest, default_bundle_out, export_request
     from edgecap.runtime.bundle.layout import is_bundle

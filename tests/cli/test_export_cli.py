@@ -231,3 +231,72 @@ def test_a_preset_registered_in_a_test_is_an_export_target(
     assert int8["target"] == "toy" and int8["preset"] == "toy" and int8["deployment"]["provider"] == "cpu"
     unknown = CliRunner().invoke(main, [*args, "--target", "nope", "--out", str(tmp_path / "c")])
     assert unknown.exit_code != 0 and "toy" in unknown.output  # the refusal lists the registered target
+
+
+def test_accuracy_target_flags_are_checked(tmp_path: Path):
+    base = ["export", "--model", "x", "--out", str(tmp_path / "b")]
+    result = CliRunner().invoke(main, [*base, "--min-agreement", "0.85"])
+    assert result.exit_code == 2 and "--min-agreement selects INT8 layers" in result.output
+    int8 = [*base, "--int8", "--calib", str(tmp_path)]
+    result = CliRunner().invoke(main, [*int8, "--min-agreement", "85"])
+    assert result.exit_code == 2 and "0<=x<=1" in result.output.replace(" ", "")
+    result = CliRunner().invoke(main, [*int8, "--max-cider-drop", "-0.3"])
+    assert result.exit_code == 2 and "--max-cider-drop" in result.output
+    result = CliRunner().invoke(main, [*int8, "--max-cider-drop", "0.3", "--quality-images", "0"])
+    assert result.exit_code == 2 and "--quality-images > 0" in result.output
+
+
+def _stand_in_export(exported, monkeypatch):
+    import edgecap.build.export
+    from tests.runtime.bundle.helpers import export_result_from
+
+    bundle, _ = exported
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))  # noqa: E731
+    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+
+
+def test_accuracy_aware_int8_records_its_selection_and_compression(
+    exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch
+):
+    from edgecap.runtime.bundle import load_bundle
+    from edgecap.runtime.bundle.manifest import compression_recipe, int8_selection
+
+    _stand_in_export(exported, monkeypatch)
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    copy = Path(shutil.copytree(run, tmp_path / "run"))  # a "QAT" run whose parent is gone
+    config = json.loads((copy / "config.json").read_text())
+    config["compression"] = [{"kind": "qat", "epochs": 1, "parent": str(tmp_path / "gone")}]
+    (copy / "config.json").write_text(json.dumps(config))
+    args = ["export", "--model", str(copy), "--backbone-weights", str(weights), "--int8", "--calib", str(tiny_data[0])]
+    args += ["--calib-size", "4", "--quality-images", "4", "--min-agreement", "0.5", "--max-cider-drop", "5"]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    manifest = load_bundle(tmp_path / "b").manifest
+    selection = int8_selection(manifest)
+    assert selection is not None and selection["target"] == {"max_cider_drop": 5.0, "min_agreement": 0.5}
+    assert selection["layers_considered"] > 0 and selection["quality"]["agreement"] >= 0.5
+    assert set(selection["latency"]["selected"]) == {"encoder_ms", "step_ms", "caption_ms"}
+    assert compression_recipe(manifest) == "qat" and manifest["compression"]["steps"][0]["epochs"] == 1
+    assert manifest["variants"]["int8"]["quality"]["reference"] == "torch FP32 (this run; parent missing)"
+
+
+def test_an_unreachable_accuracy_target_writes_nothing(exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch):
+    from edgecap.build.export.calibration.sensitivity import Int8Target
+
+    _stand_in_export(exported, monkeypatch)
+    monkeypatch.setattr(Int8Target, "shortfalls", lambda self, quality: ["never enough"])
+    run, weights = pixel_run(tiny_data, tmp_path_factory)
+    args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(tiny_data[0])]
+    args += ["--calib-size", "4", "--quality-images", "4", "--min-agreement", "0.99", "--quiet"]
+    result = CliRunner().invoke(main, [*args, "--out", str(tmp_path / "b")])
+    assert result.exit_code != 0 and "cannot meet the target" in result.output and "Best reached" in result.output
+    assert not (tmp_path / "b").exists() and _leftovers(tmp_path) == []
+
+
+def test_bundles_without_the_new_fields_read_as_uncompressed(exported):
+    from edgecap.runtime.bundle import load_bundle
+    from edgecap.runtime.bundle.manifest import compression_recipe, int8_selection
+
+    manifest = load_bundle(exported[0]).manifest
+    assert compression_recipe(manifest) is None and int8_selection(manifest) is None
+    assert compression_recipe({"compression": {"recipe": 3}}) is None

@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from edgecap.build.export.bundling import BundleExportError
 from edgecap.build.export.bundling import quality as _quality
+from edgecap.build.export.bundling.compression import compression_record, reference_source
 from edgecap.build.export.bundling.console import Stages
 from edgecap.build.export.bundling.held_out import (
     HeldOut,
@@ -51,6 +52,7 @@ from edgecap.build.export.bundling.request import (
     ExportRequest,
     int8_targets,
 )
+from edgecap.build.export.bundling.selection import DEFAULT_RANKING_IMAGES, Int8Selector
 from edgecap.build.export.bundling.source import ExportSource, backbone_in_graph, default_bundle_out, load_source
 from edgecap.build.export.bundling.variants import (
     check_parity,
@@ -98,6 +100,9 @@ def export_bundle(
     backbone_weights: str | Path | None = None,
     quality_images: int = DEFAULT_QUALITY_IMAGES,
     int8_step: str | None = None,
+    max_cider_drop: float | None = None,
+    min_agreement: float | None = None,
+    ranking_images: int = DEFAULT_RANKING_IMAGES,
 ) -> Path:
     """Export a trained run to a verified bundle directory (FP32 always; FP16 and INT8 on request).
 
@@ -126,6 +131,11 @@ def export_bundle(
         int8_step: how the decoder step (LaBERT: refine) graph is quantised, a name of
             ``edgecap.build.export.calibration.presets.STEP_SCHEMES`` (``static``, ``dynamic``, ``weight-only``,
             ``weight-only-4``); None: the target preset's scheme (docs/int8.md).
+        max_cider_drop: accuracy-aware INT8: at most this many CIDEr-D points (0-100 scale) below the torch FP32
+            model on the held-out set; the fewest most-sensitive layers stay float until it holds
+            (:mod:`edgecap.build.export.calibration.sensitivity`, docs/int8.md). None: not a target.
+        min_agreement: accuracy-aware INT8: at least this fraction (0-1) of held-out captions identical to FP32's.
+        ranking_images: calibration images the layers are ranked on (leave-one-out, one decode per layer).
 
     Returns:
         ``out``.
@@ -137,8 +147,8 @@ def export_bundle(
         way),
             checked before any work.
         RunError: no trained run under that name/path.
-        BundleExportError: bad arguments, an empty calibration set, or a failed FP32/FP16 parity check (nothing is
-            left on disk).
+        BundleExportError: bad arguments, an empty calibration set, a failed FP32/FP16 parity check, or an accuracy
+            target INT8 cannot meet even with every ranked layer in float (nothing is left on disk).
     """
     request = ExportRequest(
         fp16=fp16,
@@ -152,6 +162,9 @@ def export_bundle(
         backbone_weights=None if backbone_weights is None else Path(backbone_weights),
         quality_images=quality_images,
         int8_step=int8_step,
+        max_cider_drop=max_cider_drop,
+        min_agreement=min_agreement,
+        ranking_images=ranking_images,
     )
     return export_request(model_or_run, out, request)
 
@@ -220,9 +233,18 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
         write_model_files(bundle, source, with_backbone)
 
         held_out = held_out_from_dataset(source, maker, request.quality_images) if request.quality_images else None
+        images, holdout = carve_held_out(calib_images, request.quality_images if held_out is None else 0)
+        if request.int8:
+            held_out = held_out or held_out_from_calibration(source, maker, holdout, calib_description)
+        reference_model, reference_label = reference_source(source, request.backbone_weights, load_source)
+        reference = decoder_for(reference_model, "cpu")
+        if with_backbone:
+            reference = _quality.PixelReference(cast(Any, backbone), reference)  # with_backbone: built above
+        references = (
+            None if held_out is None else _quality.held_out_references(reference, held_out, source.vocab, cfg, spec)
+        )
         if request.int8:
             stages(f"INT8 for {request.target}: calibration set = {calib_description}")
-            images, holdout = carve_held_out(calib_images, request.quality_images if held_out is None else 0)
             job = Int8Job(
                 source=source,
                 maker=maker,
@@ -235,22 +257,21 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
                 target=request.target,
                 progress=request.progress,
                 step_scheme=request.int8_step,
+                selector=_selector(request, reference, spec, held_out, references, source, cfg, backbone),
             )
             int8 = build_int8_variant(bundle, job, stages)
             variants[QUANTIZED], models[QUANTIZED] = int8.record, int8.models
-            held_out = held_out or held_out_from_calibration(source, maker, holdout, calib_description)
-        stages("task-level check: CIDEr-D and caption agreement vs torch FP32 on the held-out set")
-        reference = decoder_for(source.model, "cpu")
-        if with_backbone:
-            reference = _quality.PixelReference(cast(Any, backbone), reference)  # with_backbone: built above
-        if held_out is None:
+        stages(f"task-level check: CIDEr-D and caption agreement vs {reference_label} on the held-out set")
+        if held_out is None or references is None:
             stages.note(
                 "skipped (quality_images=0)"
                 if not request.quality_images
                 else "no held-out set: the run's dataset is not reachable and no spare calibration images were given"
             )
         else:
-            _check_variants(reference, models, variants, spec, held_out, source.vocab, cfg, stages)
+            _check_variants(reference, models, variants, spec, held_out, references, source.vocab, cfg, stages)
+            for variant in variants.values():
+                variant["quality"]["reference"] = reference_label
         stages("writing the manifest and verifying the bundle")
         bundle.finalize(
             {
@@ -264,6 +285,7 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
                 "backbone_in_graph": with_backbone,
                 "held_out": held_out_record(held_out),
                 "variants": variants,
+                **({"compression": compression} if (compression := compression_record(source.compression)) else {}),
             }
         )
     if replacing:
@@ -277,12 +299,13 @@ def _check_variants(
     variants: dict[str, dict[str, Any]],
     spec: Any,
     held_out: HeldOut,
+    references: Any,
     vocab: Any,
     cfg: Any,
     stages: Stages,
 ) -> None:
-    """Record each variant's task-level check in its manifest entry, and print it."""
-    references = _quality.held_out_references(reference, held_out, vocab, cfg, spec)  # per checked length level
+    """Record each variant's task-level check in its manifest entry, and print it (``references``: per checked
+    length level, :func:`~edgecap.build.export.bundling.quality.held_out_references`)."""
     for precision in (p for p in PRECISION_ORDER if p in variants):
         quality = _quality.task_check(
             reference, models[precision], spec, held_out, references, vocab, cfg, variants[precision].get("schemes")
@@ -293,3 +316,37 @@ def _check_variants(
             f"(FP32 torch {quality['reference_cider_d'] * 100:.1f}), agreement {quality['agreement']:.1%} "
             f"on {quality['images']} images"
         )
+
+
+def _selector(
+    request: ExportRequest,
+    reference: Any,
+    spec: Any,
+    held_out: HeldOut | None,
+    references: Any,
+    source: ExportSource,
+    cfg: Any,
+    backbone: Any,
+) -> Int8Selector | None:
+    """Accuracy-aware INT8's settings (None without a target): its held-out check is the task-level check the
+    manifest records, so a selection that passes here is recorded as passing."""
+    target = request.int8_target()
+    if target is None:
+        return None
+    if held_out is None:
+        raise BundleExportError(
+            "accuracy-aware INT8 (--max-cider-drop/--min-agreement) needs a held-out set: the run's dataset is not "
+            "reachable and the calibration set has too few images to keep some out"
+        )
+    from edgecap.build.export.calibration.layers import param_index
+
+    named = list(source.model.named_parameters())
+    if backbone is not None:
+        named += [(f"backbone.{n}", p) for n, p in backbone.named_parameters()]
+
+    def check(models: Any) -> dict[str, Any]:
+        return _quality.task_check(reference, models, spec, held_out, references, source.vocab, cfg)
+
+    return Int8Selector(
+        target, check, spec, cfg, source.vocab, param_index(named), ranking_images=request.ranking_images
+    )

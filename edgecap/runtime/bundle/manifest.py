@@ -39,6 +39,8 @@ __all__ = [
     "BundleVersionError",
     "bundle_file",
     "check_relative_path",
+    "compression_recipe",
+    "int8_selection",
     "quality_levels",
     "hash_files",
     "jsonable",
@@ -400,3 +402,23 @@ def summary_rows(manifest: Mapping[str, Any]) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+def compression_recipe(manifest: Mapping[str, Any]) -> str | None:
+    """The bundle's compression recipe (``"distillation+pruning"``, manifest ``compression.recipe``), or None for an
+    uncompressed run or a bundle written before the field (a malformed field reads as None too)."""
+    block = manifest.get("compression")
+    recipe = block.get("recipe") if isinstance(block, Mapping) else None
+    return recipe if isinstance(recipe, str) and recipe else None
+
+
+def int8_selection(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The INT8 variant's accuracy-aware selection record (``variants.int8.selection``: target, ``kept_float``
+    layers with their measured gains, held-out ``quality``, batch-1 ``latency``), or None when the INT8 variant is
+    absent, was quantised fully, or the record is malformed. ``len(result["kept_float"])`` is the number of layers
+    kept float, what a report names as "int8 (accuracy-aware, K float)"."""
+    variant = (manifest.get("variants") or {}).get("int8")
+    selection = variant.get("selection") if isinstance(variant, Mapping) else None
+    if not isinstance(selection, Mapping) or not isinstance(selection.get("kept_float"), list):
+        return None
+    return dict(selection)

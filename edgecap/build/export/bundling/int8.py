@@ -4,13 +4,16 @@ of it."""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from edgecap.build.export.bundling import BundleExportError
 from edgecap.build.export.bundling.console import Stages
 from edgecap.build.export.bundling.images import CalibImage, InputMaker, calibration_inputs, describe_skipped, sample
+from edgecap.build.export.bundling.selection import Int8Selector
 from edgecap.build.export.bundling.source import ExportSource
 from edgecap.build.export.writer import BundleBuilder
 
@@ -31,6 +34,8 @@ class Int8Job:
         target: the INT8 preset name.
         progress: show progress bars.
         step_scheme: a name of ``STEP_SCHEMES`` for the decoder's loop graph, or None for the preset's own.
+        selector: accuracy-aware INT8 (``bundling.selection``): keep the fewest layers float that meet its target;
+            None: every layer the preset quantises is INT8.
     """
 
     source: ExportSource
@@ -44,6 +49,7 @@ class Int8Job:
     target: str
     progress: bool
     step_scheme: str | None = None
+    selector: Int8Selector | None = None
 
     def preset(self) -> Any:
         """The target preset, with the requested step scheme on the loop role (``step``, LaBERT's ``refine``)."""
@@ -84,17 +90,38 @@ def scheme_records(calibration: Mapping[str, Any], roles: Iterable[str]) -> dict
     return out
 
 
-def _quantize(job: Int8Job, batches: list[Any]) -> Any:
+def _quantize(job: Int8Job, batches: list[Any], workdir: Path | None) -> Any:
     """INT8 graphs of every runtime role: mask-predict graphs are calibrated by decoding every length level."""
     if job.spec.decoding == "mask_predict":
         from edgecap.build.export.calibration.refine import quantize_labert_int8
 
-        return quantize_labert_int8(job.fp32_models, batches, job.cfg, job.preset(), progress=job.progress).result(
-            job.target
-        )
+        return quantize_labert_int8(
+            job.fp32_models, batches, job.cfg, job.preset(), progress=job.progress, workdir=workdir
+        ).result(job.target)
     from edgecap.build.export.calibration import quantize_int8
 
-    return quantize_int8(job.fp32_models, job.spec, batches, job.cfg, preset=job.preset(), progress=job.progress)
+    return quantize_int8(
+        job.fp32_models, job.spec, batches, job.cfg, preset=job.preset(), progress=job.progress, workdir=workdir
+    )
+
+
+def _quantize_and_select(job: Int8Job, batches: list[Any], stages: Stages) -> tuple[Any, dict[str, Any] | None]:
+    """The quantisation result (its models with the selected layers in float) and the ``selection`` record; the
+    pre-processed FP32 graphs the selection restores float inputs from are kept in a temporary directory."""
+    if job.selector is None:
+        return _quantize(job, batches, None), None
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix="edgecap-int8-select-") as tmp:
+        quantized = _quantize(job, batches, Path(tmp))
+        preset = job.preset()
+        reports = quantized.calibration.get("roles") or quantized.calibration.get("graphs") or {}
+        static = [role for role in quantized.models if preset.role(role).scheme == "static"]
+        originals = {role: onnx.load(str(Path(tmp) / f"{role}.fp32-pre.onnx")) for role in static}
+    op_types = {role: tuple(reports.get(role, {}).get("op_types") or preset.role(role).op_types) for role in static}
+    models, record = job.selector.select(job.fp32_models, quantized.models, originals, op_types, batches, stages)
+    quantized.models = models
+    return quantized, record
 
 
 def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> Int8Variant:
@@ -116,7 +143,7 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         first = next(iter(inputs.skipped))
         stages.warn(f"skipped {len(inputs.skipped)} unreadable calibration image(s), e.g. {first}")
     stages.note(f"calibrating on {len(inputs)} images")
-    quantized = _quantize(job, inputs.batches)
+    quantized, selection = _quantize_and_select(job, inputs.batches, stages)
     spec = job.spec
     graphs = {}
     for role, graph in spec.runtime_graphs.items():
@@ -142,4 +169,25 @@ def build_int8_variant(bundle: BundleBuilder, job: Int8Job, stages: Stages) -> I
         "calibration": calibration,
         "artefacts": {"ranges": ranges_file},
     }
+    if selection is not None:
+        record["selection"] = selection
+        _count_selected_ops(record["schemes"], quantized.models, selection)
     return Int8Variant(record, dict(quantized.models))
+
+
+def _count_selected_ops(
+    schemes: dict[str, dict[str, Any]], models: Mapping[str, Any], selection: Mapping[str, Any]
+) -> None:
+    """Re-count the integer ops and Q/DQ nodes of the static roles after layers went back to float (the calibration
+    report counted the fully quantised graphs), and stamp each graph with its float-layer count."""
+    from edgecap.build.export.calibration.qdq_utils import qdq_summary
+    from edgecap.build.export.graph import set_metadata
+
+    kept = [str(entry["layer"]).split(":", 1)[0] for entry in selection.get("kept_float", [])]
+    for role, record in schemes.items():
+        if record.get("scheme") != "static" or role not in models:
+            continue
+        summary = qdq_summary(models[role], list(record["ops"]) or ("MatMul", "Gemm", "Conv"))
+        record["ops"] = summary["quantized_ops"]
+        record["qdq"] = {"QuantizeLinear": summary["quantize_linear"], "DequantizeLinear": summary["dequantize_linear"]}
+        set_metadata(models[role], {"int8_float_layers": str(kept.count(role))})

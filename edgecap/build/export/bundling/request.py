@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from edgecap.build.export.bundling import BundleExportError
 
@@ -11,6 +12,8 @@ __all__ = ["DEFAULT_CALIB_SIZE", "DEFAULT_QUALITY_IMAGES", "ExportRequest", "int
 
 DEFAULT_CALIB_SIZE = 256
 DEFAULT_QUALITY_IMAGES = 100
+#: Calibration images accuracy-aware INT8 ranks layers on (``bundling.selection`` uses the same default).
+DEFAULT_RANKING_IMAGES = 32
 #: The precision that is quantised from the FP32 graphs rather than exported from torch.
 QUANTIZED = "int8"
 
@@ -44,6 +47,9 @@ class ExportRequest:
     backbone_weights: Path | None = None
     quality_images: int = DEFAULT_QUALITY_IMAGES
     int8_step: str | None = None
+    max_cider_drop: float | None = None
+    min_agreement: float | None = None
+    ranking_images: int = DEFAULT_RANKING_IMAGES
 
     def __post_init__(self) -> None:
         from edgecap.build.export.calibration.presets import STEP_SCHEMES
@@ -70,6 +76,35 @@ class ExportRequest:
             raise BundleExportError(f"calib_size must be >= 1, got {self.calib_size}")
         if self.quality_images < 0:
             raise BundleExportError(f"quality_images must be >= 0, got {self.quality_images}")
+        self.int8_target()  # range checks
+        if self.accuracy_aware and not self.int8:
+            raise BundleExportError("max_cider_drop=/min_agreement= select INT8 layers: pass int8=True (--int8)")
+        if self.accuracy_aware and not self.quality_images:
+            raise BundleExportError(
+                "max_cider_drop=/min_agreement= are checked on the held-out set: quality_images must be > 0"
+            )
+        if self.ranking_images < 1:
+            raise BundleExportError(f"ranking_images must be >= 1, got {self.ranking_images}")
+
+    @property
+    def accuracy_aware(self) -> bool:
+        """Whether INT8 keeps the fewest layers float that meet a quality target (``bundling.selection``)."""
+        return self.max_cider_drop is not None or self.min_agreement is not None
+
+    def int8_target(self) -> Any:
+        """The :class:`~edgecap.build.export.calibration.sensitivity.Int8Target`, or None without one.
+
+        Raises:
+            BundleExportError: a value out of its range.
+        """
+        if not self.accuracy_aware:
+            return None
+        from edgecap.build.export.calibration.sensitivity import Int8Target, TargetError
+
+        try:
+            return Int8Target(self.max_cider_drop, self.min_agreement)
+        except TargetError as exc:
+            raise BundleExportError(str(exc)) from exc
 
     def precisions(self, order: tuple[str, ...]) -> tuple[str, ...]:
         """The precisions exported from torch, in ``order`` (INT8 is quantised from FP32 afterwards)."""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from edgecap.build.export.bundling import BundleExportError
+from edgecap.build.export.bundling.compression import compression_steps
 from edgecap.runtime.bundle.layout import CONFIG_NAME, WEIGHTS_NAME, is_bundle
 from edgecap.runtime.bundle.manifest import sha256_file
 from edgecap.runtime.bundle.reader import load_bundle
@@ -38,6 +39,8 @@ class ExportSource:
         origin: where it came from, for messages and the bundle config.
         weights_sha256: SHA-256 of the run's weights file (lets a caller tell whether a bundle is up to date).
         beam: the default beam size recorded in the bundle.
+        compression: the run config's ``compression`` step records (``bundling.compression``), in order; [] for
+            an uncompressed run.
     """
 
     name: str
@@ -52,6 +55,7 @@ class ExportSource:
     origin: str
     weights_sha256: str | None = None
     beam: int = 3
+    compression: list[dict[str, Any]] = field(default_factory=list)
 
     def backbone(self) -> Any:
         """The run's backbone, rebuilt and checked against its spec (raises ``BackboneMismatchError``)."""
@@ -122,6 +126,9 @@ def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -
             origin=f"bundle {bundle.path}",
             weights_sha256=source_info.get("weights_sha256"),
             beam=bundle.beam,
+            compression=compression_steps(
+                (bundle.manifest.get("compression") or {}).get("steps"), f"bundle {bundle.path}: manifest.json"
+            ),
         )
     else:
         run = model_or_run if isinstance(model_or_run, TrainedRun) else load_run(model_or_run)
@@ -137,6 +144,7 @@ def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -
             features=_existing(run.config.get("features")),
             origin=f"run {run.path}",
             weights_sha256=sha256_file(run.path / WEIGHTS_NAME) if (run.path / WEIGHTS_NAME).is_file() else None,
+            compression=compression_steps(run.config.get("compression"), f"{run.path / CONFIG_NAME}"),
         )
     if source.backbone_source == "file" and source.backbone_weights is None:
         file = source.backbone_spec["weights"].get("file")

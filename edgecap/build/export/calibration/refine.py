@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -81,6 +82,7 @@ def quantize_labert_int8(
     *,
     max_refine_feeds: int = 256,
     progress: bool = False,
+    workdir: Path | None = None,
 ) -> LabertInt8:
     """Quantise LaBERT's FP32 ``encoder`` and ``refine`` graphs to INT8.
 
@@ -90,6 +92,7 @@ def quantize_labert_int8(
         decode_cfg: a mask-predict config (token ids; ``length_level`` is overridden: every level is decoded).
         preset: an ``edgecap.build.export.calibration.presets`` name or a :class:`QuantPreset`.
         max_refine_feeds: cap on recorded ``refine`` feeds (the first ones, spread over levels and batches).
+        workdir: also keep each role's pre-processed FP32 graph, QDQ graph and ranges here (``quantize_graph``).
 
     Raises:
         CalibrationError: no encoder feeds, or the graphs are not LaBERT's.
@@ -112,8 +115,12 @@ def quantize_labert_int8(
             feeds.extend(recorder.feeds)
     encoder = [{k: np.asarray(v) for k, v in b.items()} for b in batches]
     graphs = {
-        "encoder": quantize_graph(fp32_models["encoder"], encoder, preset, role="encoder", progress=progress),
+        "encoder": quantize_graph(
+            fp32_models["encoder"], encoder, preset, role="encoder", workdir=workdir, progress=progress
+        ),
         # its own role: a refine pass runs every position at once (not a one-token step), static QDQ by default
-        "refine": quantize_graph(fp32_models["refine"], feeds, preset, role="refine", progress=progress),
+        "refine": quantize_graph(
+            fp32_models["refine"], feeds, preset, role="refine", workdir=workdir, progress=progress
+        ),
     }
     return LabertInt8({role: g.model for role, g in graphs.items()}, graphs)
