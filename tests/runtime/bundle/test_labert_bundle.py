@@ -136,3 +136,39 @@ def test_length_aware_bundles_decode_at_a_default_level_without_one():
     plain = _bundle({})
     assert plain.default_length_level is None and bundle_decode_cfg(plain, vocab, beam=3).length_level is None
     assert json.dumps(plain.length_levels) == "[]"
+
+
+def test_accuracy_aware_int8_ranks_and_keeps_layers_of_the_mask_predict_graphs(
+    labert, images, tiny_data, tmp_path, monkeypatch
+):
+    """The selection runs on ``encoder`` + ``refine``: the first check (full INT8) is made to miss, so the layers are
+    ranked by leave-one-out mask-predict decoding and the first one goes back to float."""
+    import edgecap.build.export
+    from edgecap.build.export.bundle import export_bundle
+    from edgecap.build.export.calibration.sensitivity import Int8Target
+
+    bundle = labert[0]
+    stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="labert-test")  # noqa: E731
+    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    first: list[int] = []
+
+    def shortfalls(self, quality):
+        first.append(first[0] if first else id(quality))
+        return ["the full INT8 graphs miss"] if id(quality) == first[0] else []
+
+    monkeypatch.setattr(Int8Target, "shortfalls", shortfalls)
+    out = export_bundle(
+        bundle,
+        tmp_path / "int8",
+        int8=True,
+        calib=tiny_data[0],
+        calib_size=4,
+        progress=False,
+        min_agreement=0.9,
+        ranking_images=2,
+    )
+    selection = load_bundle(out).variant("int8")["selection"]
+    assert [k.split(":")[0] in ("encoder", "refine") for k in (e["layer"] for e in selection["kept_float"])] == [True]
+    assert selection["ranking"]["images"] == 2 and selection["latency"]["selected"]["step_ms"] > 0
+    with Captioner.load(out, runtime="onnxruntime", precision="int8") as cap:
+        assert all(cap.batch(images[:2]))

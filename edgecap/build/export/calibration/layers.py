@@ -126,4 +126,38 @@ def with_float_layers(qdq: Any, original: Any, layers: Iterable[QuantLayer]) -> 
     out = copy.deepcopy(qdq)
     if nodes:
         restore_float_inputs(out, original, nodes)
+        _restore_fused_activations(out, original, nodes)
     return out
+
+
+def _restore_fused_activations(model: Any, original: Any, targets: set[str]) -> None:
+    """Put back the activation a float layer's input went through in FP32.
+
+    A preset with ``fused_activations`` lets ONNX Runtime drop the ``Relu``/``Clip`` after a quantised ``Conv``: the
+    conv's output takes the activation's name and its Q/DQ range does the clamping. A layer restored to float then
+    reads that tensor *unclamped* (EfficientNet-Lite's ReLU6 gone), so the activation is re-inserted in front of it.
+    """
+    producer = {o: n for n in model.graph.node for o in n.output}
+    before = {o: n for n in original.graph.node for o in n.output}
+    have = {t.name for t in model.graph.initializer}
+    weights = {t.name: t for t in original.graph.initializer}
+    added: dict[str, str] = {}
+    for index, node in reversed(list(enumerate(model.graph.node))):
+        if node.name not in targets:
+            continue
+        for k, name in enumerate(node.input):
+            fp32 = before.get(name)
+            now = producer.get(name)
+            if fp32 is None or now is None or fp32.op_type not in ("Relu", "Clip") or now.op_type == fp32.op_type:
+                continue
+            if name not in added:
+                act = copy.deepcopy(fp32)
+                act.name = f"{fp32.name}_float_layer"
+                act.output[0] = added[name] = f"{name}_float_layer"
+                act.input[0] = name
+                for extra in list(act.input)[1:]:
+                    if extra and extra in weights and extra not in have:
+                        model.graph.initializer.append(weights[extra])
+                        have.add(extra)
+                model.graph.node.insert(index, act)
+            node.input[k] = added[name]
