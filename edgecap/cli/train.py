@@ -22,6 +22,7 @@ from edgecap.cli.options import (
 )
 
 _DEFAULTS = TrainCfg()
+_QAT_OPTIONS = ("qat_epochs", "qat_target", "qat_lr", "qat_max_steps")
 _SCST_OPTIONS = (
     "scst_lr",
     "scst_anneal",
@@ -133,6 +134,21 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--scst-eos-word/--no-scst-eos-word", default=None, help="Score EOS as a word in the reward.")
 @click.option("--scst-max-steps", type=click.IntRange(0), default=0, help="Stop SCST after this many steps.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
+@click.option(
+    "--qat-epochs",
+    type=click.IntRange(0),
+    default=0,
+    help="With --init RUN: quantisation-aware fine-tuning for N epochs into a new --out run, under the fake "
+    "quantisation of --qat-target (end to end from images, backbone included, for a run on backbone features).",
+)
+@click.option(
+    "--qat-target",
+    default="cpu-auto",
+    show_default=True,
+    help="The INT8 preset QAT simulates (as `edgecap export --target`); export the QAT run with the same target.",
+)
+@click.option("--qat-lr", type=click.FloatRange(0, min_open=True), default=3e-5, show_default=True)
+@click.option("--qat-max-steps", type=click.IntRange(0), default=0, help="Stop QAT after this many steps.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
 @threads_option
@@ -158,10 +174,16 @@ def train(
 
     scst = {name: options.pop(name) for name in _SCST_OPTIONS}
     scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}
+    qat = {name: options.pop(name) for name in _QAT_OPTIONS}
     if init_run is not None:
         _refuse_options_init_ignores()
+        if qat["qat_epochs"]:
+            _qat_from_run(init_run, out, options, qat)
+            return
         _train_from_run(init_run, out, features, no_resume, options, scst)
         return
+    if qat["qat_epochs"]:
+        fail("--qat-epochs fine-tunes a trained run: pass --init RUN and --out NEW_RUN")
     if data is None:
         fail("pass --data (the dataset to train on), or --init RUN to run SCST from a trained run")
     if model_name not in list_models():
@@ -190,7 +212,7 @@ def train(
 #: What ``--init RUN`` takes from the command line; every other option comes from RUN's stored recipe.
 _INIT_OPTIONS = frozenset(
     {"init_run", "features", "out", "no_resume", "threads", "scst_recipe", "scst_epochs", "scst_max_steps",
-     "batch_size", "seed", "device", "val_beam", "max_minutes", *_SCST_OPTIONS}
+     "batch_size", "seed", "device", "val_beam", "max_minutes", *_SCST_OPTIONS, *_QAT_OPTIONS}
 )  # fmt: skip
 
 
@@ -239,3 +261,37 @@ def _train_from_run(
     except (ValueError, FileNotFoundError, KeyError) as exc:
         fail(str(exc))
     click.echo(f"run written to {run_dir}")
+
+
+def _qat_from_run(init_run: Path, out: Path | None, options: dict, qat: dict) -> None:
+    """``--init RUN --qat-epochs N``: quantisation-aware fine-tuning of RUN into the new run ``--out``
+    (``edgecap.build.compression.qat``); RUN, the FP32 parent the export compares against, is left as it is."""
+    from edgecap.build.compression.qat import QatError, qat_run
+    from edgecap.build.export.calibration.presets import get_preset
+
+    if out is None:
+        fail("--qat-epochs writes a new run: pass --out NEW_RUN (RUN stays the FP32 parent)")
+    if options.get("scst_epochs"):
+        fail("run SCST and QAT one after the other: QAT last (`--init SCST_RUN --qat-epochs N`), so the weights "
+             "that get quantised are the final ones")  # fmt: skip
+    try:
+        get_preset(qat["qat_target"])
+    except ValueError as exc:
+        fail(str(exc))
+    check_out(out, existing="refuse", atomic=True)
+    try:
+        run_dir = qat_run(
+            init_run,
+            out,
+            epochs=qat["qat_epochs"],
+            target=qat["qat_target"],
+            lr=qat["qat_lr"],
+            batch_size=options.get("batch_size") or 0,
+            max_steps=qat["qat_max_steps"],
+            device=options.get("device") or "cpu",
+            seed=options.get("seed") or 0,
+        )
+    except (QatError, ValueError, FileNotFoundError, KeyError) as exc:
+        fail(str(exc))
+    click.echo(f"QAT run written to {run_dir}; export it with `edgecap export --model {run_dir} --int8 "
+               f"--target {qat['qat_target']} --calib DATA`")  # fmt: skip
