@@ -176,3 +176,42 @@ def test_targets_are_checked_at_every_level_and_out_of_range_values_refused():
     for bad in ({}, {"max_cider_drop": -1.0}, {"max_cider_drop": 101.0}, {"min_agreement": 85.0}):
         with pytest.raises(TargetError):
             Int8Target(**bad)
+
+
+def test_a_float_conv_after_a_fused_relu6_reads_the_clamped_tensor(tmp_path):
+    """The encoder presets fold a ``Clip`` into the quantised ``Conv`` before it; keeping the next conv float must
+    put the clamp back, else it reads values above 6 that FP32 never feeds it."""
+    import onnxruntime
+
+    rng = np.random.default_rng(0)
+    w1 = numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 3).astype(np.float32), "conv1.weight")
+    w2 = numpy_helper.from_array(rng.standard_normal((2, 4, 1, 1)).astype(np.float32), "conv2.weight")
+    lo, hi = numpy_helper.from_array(np.float32(0.0), "lo"), numpy_helper.from_array(np.float32(6.0), "hi")
+    nodes = [
+        helper.make_node("Conv", ["x", "conv1.weight"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Clip", ["c1", "lo", "hi"], ["r1"], name="relu6"),
+        helper.make_node("Conv", ["r1", "conv2.weight"], ["y"], name="conv2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "convs",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 2, 8, 8])],
+        [w1, w2, lo, hi],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = [{"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+    qdq = quantize_graph(model, feeds, get_preset("cpu-avx2"), role="encoder", workdir=tmp_path).model
+    assert "Clip" not in {n.op_type for n in qdq.graph.node}  # folded into conv1's output range
+    pre = onnx.load(str(tmp_path / "encoder.fp32-pre.onnx"))
+    conv2 = [x for x in quantised_layers(qdq, pre, "encoder", ("Conv",)) if x.name == "conv2"]
+    partly = with_float_layers(qdq, pre, conv2)
+    producer = {o: n.op_type for n in partly.graph.node for o in n.output}
+    assert producer[next(n for n in partly.graph.node if n.name == "conv2").input[0]] == "Clip"
+
+    def run(m) -> np.ndarray:
+        session = onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        return session.run(None, feeds[0])[0]
+
+    fp32, fused, back = run(model), run(qdq), run(partly)
+    assert np.abs(back - fp32).max() <= np.abs(fused - fp32).max() + 1e-3
