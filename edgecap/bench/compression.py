@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.bench.results import BenchReport, BundleInfo, ComboResult
+from edgecap.runtime.bundle.manifest import compression_recipe, int8_selection
 
 __all__ = [
     "BASELINE",
@@ -48,27 +49,13 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: (points[i][0], -points[i][1]))
 
 
-def _manifest_recipe(manifest: Mapping[str, Any]) -> str | None:
-    compression = manifest.get("compression")
-    recipe = compression.get("recipe") if isinstance(compression, Mapping) else None
-    return recipe if isinstance(recipe, str) and recipe else None
-
-
-def _int8_selection(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    variants = manifest.get("variants")
-    int8 = variants.get("int8") if isinstance(variants, Mapping) else None
-    selection = int8.get("selection") if isinstance(int8, Mapping) else None
-    return dict(selection) if isinstance(selection, Mapping) else None
-
-
 def _variant_recipe(recipe: str | None, precision: str, selection: Mapping[str, Any] | None) -> str:
     base = recipe or BASELINE
     if precision != "int8":
         return base if precision == "fp32" else f"{base} + {precision}"
     if selection is None:
         return f"{base} + int8"
-    kept = selection.get("kept_float")
-    count = len(kept) if isinstance(kept, list) else 0
+    count = len(selection["kept_float"])
     return f"{base} + int8 accuracy-aware ({count} layer{'' if count == 1 else 's'} float)"
 
 
@@ -77,7 +64,7 @@ def bundle_compression(manifest: Mapping[str, Any], precisions: Sequence[str]) -
     ``compression.recipe``, None for an uncompressed bundle), ``variant_recipes`` (precision -> label, e.g.
     ``qat + int8``, ``baseline + int8 accuracy-aware (2 layers float)``) and ``int8_selection`` (the INT8 variant's
     accuracy-aware selection record, None without one). Old manifests, without either record, read as baseline."""
-    recipe, selection = _manifest_recipe(manifest), _int8_selection(manifest)
+    recipe, selection = compression_recipe(manifest), int8_selection(manifest)
     return {
         "recipe": recipe,
         "variant_recipes": {p: _variant_recipe(recipe, p, selection) for p in precisions},
