@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.build.export.calibration.qdq_utils import restore_float_inputs
+from edgecap.build.export.calibration.qdq_utils import drop_dead_nodes, restore_float_inputs
 
 __all__ = ["QuantLayer", "param_index", "quantised_layers", "with_float_layers"]
 
@@ -126,8 +126,43 @@ def with_float_layers(qdq: Any, original: Any, layers: Iterable[QuantLayer]) -> 
     out = copy.deepcopy(qdq)
     if nodes:
         restore_float_inputs(out, original, nodes)
-        _restore_fused_activations(out, original, nodes)
+        rewired = _drop_orphan_pairs(out)
+        _restore_fused_activations(out, original, nodes | rewired)
+        drop_dead_nodes(out)
     return out
+
+
+#: Op types whose Q/DQ inputs make them integer ops (the presets quantise these; the rest only read DQ outputs).
+QUANTISED_OPS = ("MatMul", "Gemm", "Conv")
+
+
+def _drop_orphan_pairs(model: Any) -> set[str]:
+    """Rewire to the float tensor every reader of an activation's ``Q -> DQ`` pair that no integer op reads any more,
+    and return the rewired nodes' names.
+
+    ONNX Runtime hands a quantised tensor's DQ output to *every* consumer (a residual ``Add``, a ``LayerNorm``), so
+    once the layers that needed the pair are float, those consumers would still see rounded values: with every layer
+    float the graph would not be FP32."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    readers: dict[str, list[Any]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    outputs = {o.name for o in model.graph.output}
+    rewired: set[str] = set()
+    for dq in [n for n in model.graph.node if n.op_type == "DequantizeLinear"]:
+        q = producer.get(dq.input[0])
+        if q is None or q.op_type != "QuantizeLinear" or dq.output[0] in outputs:
+            continue
+        users = readers.get(dq.output[0], [])
+        if not users or any(u.op_type in QUANTISED_OPS for u in users):
+            continue
+        for user in users:
+            for k, name in enumerate(user.input):
+                if name == dq.output[0]:
+                    user.input[k] = q.input[0]
+            rewired.add(user.name)
+    return rewired
 
 
 def _restore_fused_activations(model: Any, original: Any, targets: set[str]) -> None:
