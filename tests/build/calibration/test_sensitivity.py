@@ -215,3 +215,17 @@ def test_a_float_conv_after_a_fused_relu6_reads_the_clamped_tensor(tmp_path):
 
     fp32, fused, back = run(model), run(qdq), run(partly)
     assert np.abs(back - fp32).max() <= np.abs(fused - fp32).max() + 1e-3
+
+
+def test_every_layer_float_is_the_fp32_graph(quantized):
+    """Q/DQ pairs no integer op reads any more are dropped, readers included: all layers float computes FP32."""
+    import onnxruntime
+
+    qdq, originals = quantized
+    every = with_float_layers(qdq["step"], originals["step"], layers(quantized))
+    assert not {"QuantizeLinear", "DequantizeLinear"} & {n.op_type for n in every.graph.node}
+    x = inputs(5, 8)
+    run = lambda m: onnxruntime.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(  # noqa: E731
+        None, {"x": x}
+    )[0]
+    np.testing.assert_allclose(run(every), run(toy_graph()), rtol=1e-5, atol=1e-3)

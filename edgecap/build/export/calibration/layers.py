@@ -126,10 +126,33 @@ def with_float_layers(qdq: Any, original: Any, layers: Iterable[QuantLayer]) -> 
     out = copy.deepcopy(qdq)
     if nodes:
         restore_float_inputs(out, original, nodes)
+        _restore_same_name_weights(out, original, nodes)
         rewired = _drop_orphan_pairs(out)
         _restore_fused_activations(out, original, nodes | rewired)
         drop_dead_nodes(out)
     return out
+
+
+def _restore_same_name_weights(model: Any, original: Any, targets: set[str]) -> None:
+    """Replace the ``DequantizeLinear`` that feeds a float layer a weight under the weight's own name (ONNX Runtime
+    quantises a ``Conv`` bias to int32 and dequantises it to the original name, which ``restore_float_inputs`` cannot
+    tell from the float tensor) by the float initialiser: otherwise the bias is dequantised on every call and the
+    float conv cannot be pre-packed (it ran slower than FP32)."""
+    weights = {t.name: t for t in original.graph.initializer}
+    have = {t.name for t in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    drop = []
+    for node in model.graph.node:
+        if node.name not in targets:
+            continue
+        for name in node.input:
+            dq = producer.get(name)
+            if dq is not None and dq.op_type == "DequantizeLinear" and name in weights and name not in have:
+                drop.append(dq)
+                model.graph.initializer.append(weights[name])
+                have.add(name)
+    for dq in drop:
+        model.graph.node.remove(dq)
 
 
 #: Op types whose Q/DQ inputs make them integer ops (the presets quantise these; the rest only read DQ outputs).
