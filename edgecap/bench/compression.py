@@ -26,6 +26,7 @@ __all__ = [
     "BASELINE",
     "CompressionRow",
     "bundle_compression",
+    "bundle_labels",
     "compression_lines",
     "compression_rows",
     "pareto_front",
@@ -167,6 +168,13 @@ def _replace(row: CompressionRow, **changes: Any) -> CompressionRow:
     return replace(row, **changes)
 
 
+def bundle_labels(paths: Sequence[str]) -> dict[str, str]:
+    """A short name per bundle path: its directory name, or its last two path parts when two bundles share the
+    directory name (``bundles/acort-xsmall`` and ``meas/acort-xsmall``)."""
+    names = [Path(p).name for p in paths]
+    return {p: Path(p).name if names.count(Path(p).name) == 1 else "/".join(Path(p).parts[-2:]) for p in paths}
+
+
 def wants_compression_chart(rows: Sequence[CompressionRow]) -> bool:
     """The chart is drawn without being asked when more than one variant has a recorded CIDEr-D (one point has no
     trade-off to show)."""
@@ -185,6 +193,7 @@ def compression_lines(report: BenchReport, fmt_ms: Callable[[float | None], str]
     rows = compression_rows(report)
     if not rows or (not wants_compression_chart(rows) and not any(b.recipe for b in report.bundles)):
         return []
+    label = bundle_labels([b.path for b in report.bundles])
     lines = [
         "## Compression variants (recipe, size, latency, CIDEr-D)",
         "",
@@ -199,9 +208,9 @@ def compression_lines(report: BenchReport, fmt_ms: Callable[[float | None], str]
         front = "".join(mark for mark, on in (("S", r.on_size_front), ("L", r.on_latency_front)) if on) or "–"
         where = f"{r.runtime}, b{r.beam}" if r.runtime else "not timed at batch 1"
         lines.append(
-            f"| {Path(r.bundle).name} | {r.precision} | {r.recipe} | {_fmt(r.size_mb, 2)} | {fmt_ms(r.latency_ms)} "
-            f"| {where} | {_fmt(r.cider_d, 1)} | {front} |"
+            f"| {label.get(r.bundle, r.bundle)} | {r.precision} | {r.recipe} | {_fmt(r.size_mb, 2)} "
+            f"| {fmt_ms(r.latency_ms)} | {where} | {_fmt(r.cider_d, 1)} | {front} |"
         )
-    sets = sorted({f"{Path(r.bundle).name}: {r.quality_set}" for r in rows if r.quality_set})
+    sets = sorted({f"{label.get(r.bundle, r.bundle)}: {r.quality_set}" for r in rows if r.quality_set})
     lines += ["", "CIDEr-D measured on: " + ("; ".join(sets) if sets else "no variant has a quality record"), ""]
     return lines

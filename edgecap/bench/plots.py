@@ -185,13 +185,14 @@ def plot_compression_pareto(report: BenchReport, path: str | Path) -> Path | Non
     Returns:
         ``path``, or None when fewer than two variants have both a size and a recorded CIDEr-D.
     """
-    from edgecap.bench.compression import compression_rows, wants_compression_chart
+    from edgecap.bench.compression import bundle_labels, compression_rows, wants_compression_chart
 
     rows = compression_rows(report)
     if not wants_compression_chart(rows):
         return None
     shared = {r.recipe for r in rows if sum(o.recipe == r.recipe for o in rows) > 1}
-    labels = {id(r): f"{r.recipe} ({Path(r.bundle).name})" if r.recipe in shared else r.recipe for r in rows}
+    where = bundle_labels(sorted({r.bundle for r in rows}))
+    labels = {id(r): f"{r.recipe} ({where[r.bundle]})" if r.recipe in shared else r.recipe for r in rows}
     plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
     panels = (("size_mb", "on_size_front", "size on disk, MB"), ("latency_ms", "on_latency_front", "latency"))

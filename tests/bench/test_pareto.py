@@ -11,6 +11,7 @@ import pytest
 
 from edgecap.bench.compression import (
     bundle_compression,
+    bundle_labels,
     compression_lines,
     compression_rows,
     pareto_front,
@@ -133,6 +134,14 @@ def test_report_with_variants_writes_the_chart_and_round_trips(tmp_path: Path) -
     again = load_report(tmp_path)  # validated against report.schema.json
     assert again.bundles[1].recipe == "qat"
     assert again.bundles[1].variant_recipes == {"fp32": "qat", "int8": "qat + int8"}
+
+
+def test_bundles_with_the_same_directory_name_are_told_apart() -> None:
+    assert bundle_labels(["/a/bundles/acort", "/meas/x/acort", "/b/other"]) == {
+        "/a/bundles/acort": "bundles/acort",
+        "/meas/x/acort": "x/acort",
+        "/b/other": "other",
+    }
 
 
 def test_old_bundles_and_old_reports_still_work(tmp_path: Path) -> None:
