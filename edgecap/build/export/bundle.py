@@ -236,10 +236,11 @@ def _export_to(model_or_run: Any, out: Path, replacing: bool, request: ExportReq
         images, holdout = carve_held_out(calib_images, request.quality_images if held_out is None else 0)
         if request.int8:
             held_out = held_out or held_out_from_calibration(source, maker, holdout, calib_description)
-        reference_model, reference_label = reference_source(source, request.backbone_weights, load_source)
+        reference_model, reference_label, parent = reference_source(source, request.backbone_weights, load_source)
         reference = decoder_for(reference_model, "cpu")
-        if with_backbone:
-            reference = _quality.PixelReference(cast(Any, backbone), reference)  # with_backbone: built above
+        if with_backbone:  # the parent's own backbone when it differs (QAT tunes it): built above otherwise
+            tuned = parent is not None and parent.backbone_spec and parent.backbone_spec != source.backbone_spec
+            reference = _quality.PixelReference(parent.backbone() if tuned else cast(Any, backbone), reference)
         references = (
             None if held_out is None else _quality.held_out_references(reference, held_out, source.vocab, cfg, spec)
         )

@@ -132,7 +132,7 @@ def test_the_qat_run_exports_to_qdq_int8_that_decodes_like_the_fake_quant_model(
             tokens = encode_captions(run.vocab, [records[int(r)].captions[0] for r in rows], 12)
             model.decode_full(memory, visual.mask, tokens[:, :-1])  # the decoder's ranges, teacher-forced
     freeze_observers(model)
-    monkeypatch.setattr(bundle_module, "reference_source", lambda *args: (model, "fake-quant torch"))
+    monkeypatch.setattr(bundle_module, "reference_source", lambda *args: (model, "fake-quant torch", None))
     bundle = export_bundle(out, tmp_path / "bundle", int8=True, calib=data, calib_size=8, target="tensorrt",
                            quality_images=8, progress=False)  # fmt: skip
     quality = json.loads((bundle / "manifest.json").read_text())["variants"]["int8"]["quality"]

@@ -63,8 +63,10 @@ def reference_parent(steps: Sequence[Mapping[str, Any]]) -> Path | None:
 
 def reference_source(
     source: Any, backbone_weights: Path | None, load: Callable[[Path, Path | None], Any]
-) -> tuple[Any, str]:
-    """``(model, label)``: the torch FP32 model the task-level check compares against, and how the record names it.
+) -> tuple[Any, str, Any]:
+    """``(model, label, parent)``: the torch FP32 model the task-level check compares against, how the record names
+    it, and the parent's export source (None when the run itself is the reference): a pixels-in check runs the
+    parent's own backbone in front of its captioner (QAT tunes the backbone too).
 
     The exported run itself (label ``torch FP32``) unless its compression steps name a parent run: then that run's
     model (``torch FP32 (parent run PATH)``); a parent that cannot be loaded, or whose vocabulary differs, falls back
@@ -72,13 +74,13 @@ def reference_source(
     (passed in: that module imports this one)."""
     parent = reference_parent(source.compression)
     if parent is None:
-        return source.model, THIS_RUN
+        return source.model, THIS_RUN, None
     try:
         loaded = load(parent, backbone_weights)
     except (ValueError, FileNotFoundError, OSError) as exc:  # RunError and BundleExportError are ValueErrors
         log.warning("export: the FP32 parent %s cannot be loaded (%s); checking against this run", parent, exc)
-        return source.model, f"{THIS_RUN} (this run; parent missing)"
+        return source.model, f"{THIS_RUN} (this run; parent missing)", None
     if loaded.vocab.size != source.vocab.size:
         log.warning("export: the FP32 parent %s has another vocabulary; checking against this run", parent)
-        return source.model, f"{THIS_RUN} (this run; parent's vocabulary differs)"
-    return loaded.model, f"{THIS_RUN} (parent run {parent})"
+        return source.model, f"{THIS_RUN} (this run; parent's vocabulary differs)", None
+    return loaded.model, f"{THIS_RUN} (parent run {parent})", loaded

@@ -139,7 +139,7 @@ def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -
             model_config=dict(run.config["model"]),
             max_words=run.max_words,
             backbone_spec=run.backbone_spec,
-            backbone_weights=weights,
+            backbone_weights=weights or _tuned_backbone_file(run),
             data=_existing(run.config.get("data")),
             features=_existing(run.config.get("features")),
             origin=f"run {run.path}",
@@ -154,6 +154,17 @@ def load_source(model_or_run: Any, backbone_weights: str | Path | None = None) -
         )
     source.model.eval()
     return source
+
+
+def _tuned_backbone_file(run: Any) -> Path | None:
+    """A run that fine-tuned its backbone (end to end, SCST, QAT) keeps it as ``RUN/backbone.safetensors`` and its
+    spec names that file: export uses it when ``--backbone-weights`` is not given (the spec's SHA-256 still proves
+    it is the same file)."""
+    identity = (run.backbone_spec or {}).get("weights") or {}
+    file = run.path / "backbone.safetensors"
+    if identity.get("source") == "file" and identity.get("file") == file.name and file.is_file():
+        return Path(file)
+    return None
 
 
 def _existing(path: str | None) -> Path | None:
