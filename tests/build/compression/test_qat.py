@@ -139,3 +139,36 @@ def test_the_qat_run_exports_to_qdq_int8_that_decodes_like_the_fake_quant_model(
     # Both quantise the same on-grid weights; activation ranges come from different estimators (a moving average
     # in torch, ONNX Runtime's calibration at export), so near-ties may flip: most tokens agree.
     assert quality["token_agreement"] >= 0.8, quality
+
+
+def test_a_run_on_backbone_features_is_fine_tuned_end_to_end_with_its_backbone(tiny_data, tmp_path_factory, tmp_path):
+    """Pixels-in bundles quantise the backbone too: QAT fine-tunes it from images, fake-quantised, and the new run
+    names the tuned backbone file (which export then uses without --backbone-weights)."""
+    from safetensors.torch import load_file, save_file
+
+    from edgecap.build.data.feature_cache import extract_features
+    from edgecap.build.export.bundling.source import _tuned_backbone_file
+    from edgecap.build.models.backbone import create_backbone
+    from edgecap.build.runs import load_run
+    from edgecap.build.torch_runtime.images import backbone_from_spec
+    from edgecap.build.training.loop import train
+    from tests.build.training.helpers import tiny_train_cfg
+
+    data, _ = tiny_data
+    root = tmp_path_factory.mktemp("qat-pixels")
+    torch.manual_seed(0)
+    weights = root / "backbone.safetensors"
+    save_file(create_backbone("test_efficientnet", pretrained=False, image_size=64).model.state_dict(), str(weights))
+    cache = root / "cache"
+    extract_features(data, cache, "test_efficientnet", image_size=64, weights=weights, progress=False, batch_size=20,
+                     num_workers=0)  # fmt: skip
+    parent = train(
+        tiny_train_cfg((data, cache), root / "run", max_steps=2, backbone_weights=str(weights)), progress=False
+    )
+    out = qat_run(parent, tmp_path / "qat", epochs=1, target="tensorrt", lr=1e-4, max_steps=2, progress=False)
+    config = json.loads((out / ckpt.CONFIG).read_text())
+    assert config["compression"][-1]["end_to_end"] is True
+    tuned = load_file(str(out / "backbone.safetensors"))
+    assert any(not torch.equal(tuned[k], v) for k, v in load_file(str(weights)).items() if k in tuned)
+    backbone_from_spec(config["backbone"], weights=out / "backbone.safetensors")  # the spec proves the file
+    assert _tuned_backbone_file(load_run(out)) == out / "backbone.safetensors"
