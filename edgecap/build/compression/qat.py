@@ -80,7 +80,7 @@ def qat_run(
     from edgecap.build.models import cfg_from_dict, create_model_from_cfg
     from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.build.torch_runtime.runtime import resolve_device
-    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS, RADAM_BETAS, _ImageFeatures
+    from edgecap.build.training.end_to_end import BACKBONE_WEIGHTS, RADAM_BETAS, _ImageFeatures, optimizer_step
     from edgecap.build.training.objectives import objective_for
     from edgecap.runtime.vocab import load_vocab
 
@@ -144,12 +144,7 @@ def qat_run(
             else:
                 visual = bank.batch(rows).to(torch_device)  # type: ignore[union-attr]
             loss, _ = objective(model, visual, tokens, vocab.pad_id, cfg, tokens_per_word=vocab.tokens_per_word)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            optimizer_step(loss, optimizer, scheduler, params, cfg.grad_clip)
             step += 1
             loss_value = float(loss.detach())
     if not math.isfinite(loss_value):

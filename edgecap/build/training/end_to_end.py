@@ -42,7 +42,7 @@ from edgecap.build.training.losses import label_smoothed_nll
 from edgecap.build.training.objectives import level_inputs
 from edgecap.runtime._io import atomic_path, atomic_write_json
 
-__all__ = ["BACKBONE_WEIGHTS", "END_TO_END", "RADAM_BETAS", "finetune_end_to_end"]
+__all__ = ["BACKBONE_WEIGHTS", "END_TO_END", "RADAM_BETAS", "finetune_end_to_end", "optimizer_step"]
 
 BACKBONE_WEIGHTS = "backbone.safetensors"
 END_TO_END = "end_to_end.json"
@@ -69,6 +69,22 @@ class _ImageFeatures:
 
     def __contains__(self, image_id: object) -> bool:
         return image_id in self._items
+
+
+def optimizer_step(
+    loss: torch.Tensor,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    params: Sequence[torch.Tensor],
+    grad_clip: float,
+) -> None:
+    """One step of a fine-tuning stage (end to end, QAT): gradients, global-norm clipping (0 disables), update."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+    optimizer.step()
+    scheduler.step()
 
 
 def _check_images(records: Sequence[Any]) -> None:
@@ -154,12 +170,7 @@ def finetune_end_to_end(cfg: TrainCfg, run_dir: str | Path, progress: bool = Tru
             levels = level_inputs(model, tokens, vocab.pad_id, vocab.tokens_per_word)  # a *-len model's levels
             logprobs = model.decode_full(memory, None, tokens[:, :-1], **levels)
             loss, _ = label_smoothed_nll(logprobs.float(), tokens[:, 1:], vocab.pad_id, cfg.label_smoothing)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-            optimizer.step()
-            scheduler.step()
+            optimizer_step(loss, optimizer, scheduler, params, cfg.grad_clip)
             step += 1
             loss_value = float(loss.detach())
             ckpt.append_metrics(
