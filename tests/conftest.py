@@ -45,3 +45,11 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
             image_h=256,
         )
     return root / "data", feats
+
+
+@pytest.fixture
+def tiny_parent_run(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny trained ``acort-test`` run (trained once per process) that compression tests derive runs from."""
+    from tests.build.compression.prune_helpers import tiny_run_dir
+
+    return tiny_run_dir(tiny_data, tmp_path_factory)

@@ -4,16 +4,9 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
 
 from edgecap.cli import main
-from tests.build.compression.prune_helpers import tiny_run_dir
-
-
-@pytest.fixture
-def tiny_run(tiny_data, tmp_path_factory):
-    return tiny_run_dir(tiny_data, tmp_path_factory)
 
 
 def _prune(*args: str):
@@ -24,37 +17,39 @@ def _params(run) -> int:
     return json.loads((run / "config.json").read_text())["model"]["parameters"]
 
 
-def test_refuses_an_existing_out(tiny_run, tmp_path):
+def test_refuses_an_existing_out(tiny_parent_run, tmp_path):
     (tmp_path / "taken").mkdir()
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "taken"), "--sparsity", "2:4")
+    result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "taken"), "--sparsity", "2:4")
     assert result.exit_code != 0 and "already exists" in result.output
 
 
-def test_refuses_a_target_at_or_above_the_model(tiny_run, tmp_path):
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "o"), "--target-params", str(_params(tiny_run) + 1))
+def test_refuses_a_target_at_or_above_the_model(tiny_parent_run, tmp_path):
+    result = _prune(
+        str(tiny_parent_run), "--out", str(tmp_path / "o"), "--target-params", str(_params(tiny_parent_run) + 1)
+    )
     assert result.exit_code != 0 and "nothing to prune" in result.output
     assert not (tmp_path / "o").exists()
 
 
-def test_refuses_an_impossible_target(tiny_run, tmp_path):
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "o"), "--target-params", "100")
+def test_refuses_an_impossible_target(tiny_parent_run, tmp_path):
+    result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "o"), "--target-params", "100")
     assert result.exit_code != 0 and "out of reach" in result.output
     assert not (tmp_path / "o").exists()
 
 
-def test_refuses_a_bad_pattern_and_needs_exactly_one_mode(tiny_run, tmp_path):
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "o"), "--sparsity", "1:2")
+def test_refuses_a_bad_pattern_and_needs_exactly_one_mode(tiny_parent_run, tmp_path):
+    result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "o"), "--sparsity", "1:2")
     assert result.exit_code != 0 and "not supported" in result.output
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "o"))
+    result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "o"))
     assert result.exit_code != 0 and "exactly one" in result.output
-    result = _prune(str(tiny_run), "--out", str(tmp_path / "o"), "--sparsity", "2:4", "--target-params", "5")
+    result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "o"), "--sparsity", "2:4", "--target-params", "5")
     assert result.exit_code != 0 and "exactly one" in result.output
 
 
-def test_prunes_a_run(tiny_run, tmp_path):
-    target = _params(tiny_run) - 2000
+def test_prunes_a_run(tiny_parent_run, tmp_path):
+    target = _params(tiny_parent_run) - 2000
     out = tmp_path / "pruned"
-    result = _prune(str(tiny_run), "--out", str(out), "--target-params", str(target), "--max-steps", "1")
+    result = _prune(str(tiny_parent_run), "--out", str(out), "--target-params", str(target), "--max-steps", "1")
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["parameters"] <= target and config["compression"][-1]["kind"] == "pruning"

@@ -9,17 +9,11 @@ from click.testing import CliRunner
 
 from edgecap.build.training import checkpoint as ckpt
 from edgecap.cli import main
-from tests.build.compression.prune_helpers import tiny_run_dir
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tiny_data, tmp_path_factory):
-    return tiny_run_dir(tiny_data, tmp_path_factory)
-
-
-def test_qat_from_the_command_line(tiny_run, tmp_path):
+def test_qat_from_the_command_line(tiny_parent_run, tmp_path):
     out = tmp_path / "qat"
-    args = ["train", "--init", str(tiny_run), "--out", str(out), "--qat-epochs", "1", "--qat-max-steps", "2",
+    args = ["train", "--init", str(tiny_parent_run), "--out", str(out), "--qat-epochs", "1", "--qat-max-steps", "2",
             "--qat-target", "tensorrt", "--batch-size", "8", "--device", "cpu"]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -39,9 +33,9 @@ def test_qat_from_the_command_line(tiny_run, tmp_path):
         (["--out", "X", "--qat-target", "gpu"], "gpu"),
     ],
 )
-def test_bad_qat_requests_are_refused(tiny_run, tmp_path, extra, message):
+def test_bad_qat_requests_are_refused(tiny_parent_run, tmp_path, extra, message):
     extra = [str(tmp_path / "x") if e == "X" else e for e in extra]
-    result = CliRunner().invoke(main, ["train", "--init", str(tiny_run), "--qat-epochs", "1", *extra])
+    result = CliRunner().invoke(main, ["train", "--init", str(tiny_parent_run), "--qat-epochs", "1", *extra])
     assert result.exit_code != 0 and message in result.output, result.output
     assert not (tmp_path / "x").exists()
 

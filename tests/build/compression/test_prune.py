@@ -19,13 +19,6 @@ from edgecap.build.compression.prune import (
     taylor_importance,
 )
 from edgecap.build.models import create_model
-from tests.build.compression.prune_helpers import tiny_run_dir
-
-
-@pytest.fixture
-def tiny_run(tiny_data, tmp_path_factory):
-    return tiny_run_dir(tiny_data, tmp_path_factory)
-
 
 RADIX = 10
 
@@ -141,17 +134,19 @@ def test_pruned_cfg_round_trips_and_keeps_paper_configs():
     assert count_params(rebuilt) == plan.params
 
 
-def test_pruned_run_loads_exports_and_decodes(tiny_run, tmp_path):
+def test_pruned_run_loads_exports_and_decodes(tiny_parent_run, tmp_path):
     from edgecap.build.compression.prune_run import prune_run
     from edgecap.build.export.onnx import export_onnx
     from edgecap.build.runs import load_run
 
-    parent = load_run(tiny_run)
+    parent = load_run(tiny_parent_run)
     before = count_params(parent.model)
-    out = prune_run(tiny_run, tmp_path / "pruned", before - 3000, finetune_epochs=1, max_steps=2, say=lambda _: None)
+    out = prune_run(
+        tiny_parent_run, tmp_path / "pruned", before - 3000, finetune_epochs=1, max_steps=2, say=lambda _: None
+    )
     config = json.loads((out / "config.json").read_text())
     record = config["compression"][-1]
-    assert record["kind"] == "pruning" and record["parent"] == str(tiny_run.resolve())
+    assert record["kind"] == "pruning" and record["parent"] == str(tiny_parent_run.resolve())
     assert record["from_params"] == before and record["to_params"] <= before - 3000
     run = load_run(out)
     assert count_params(run.model) == record["to_params"] == config["model"]["parameters"]

@@ -19,12 +19,6 @@ from edgecap.build.compression.fake_quant import (
 from edgecap.build.compression.qat import QAT_SUMMARY, QatError, qat_run
 from edgecap.build.export.calibration.presets import get_preset
 from edgecap.build.training import checkpoint as ckpt
-from tests.build.compression.prune_helpers import tiny_run_dir
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tiny_data, tmp_path_factory):
-    return tiny_run_dir(tiny_data, tmp_path_factory)
 
 
 def _schemes(target: str) -> dict:
@@ -93,21 +87,21 @@ def test_activations_are_fake_quantised_with_the_preset_range():
     assert int(zero) == 0  # zero point 0 (TensorRT)
 
 
-def test_a_qat_run_records_its_parent_and_leaves_it_alone(tiny_run, tmp_path):
-    before = (tiny_run / ckpt.WEIGHTS).read_bytes()
-    out = qat_run(tiny_run, tmp_path / "qat", epochs=1, target="tensorrt", lr=1e-4, max_steps=3, progress=False)
+def test_a_qat_run_records_its_parent_and_leaves_it_alone(tiny_parent_run, tmp_path):
+    before = (tiny_parent_run / ckpt.WEIGHTS).read_bytes()
+    out = qat_run(tiny_parent_run, tmp_path / "qat", epochs=1, target="tensorrt", lr=1e-4, max_steps=3, progress=False)
     config = json.loads((out / ckpt.CONFIG).read_text())
     step = config["compression"][-1]
-    assert step["kind"] == "qat" and step["parent"] == str(tiny_run.resolve()) and step["steps"] == 3
+    assert step["kind"] == "qat" and step["parent"] == str(tiny_parent_run.resolve()) and step["steps"] == 3
     assert step["layers"] > 0 and step["end_to_end"] is False and json.loads((out / QAT_SUMMARY).read_text())
-    assert (tiny_run / ckpt.WEIGHTS).read_bytes() == before
+    assert (tiny_parent_run / ckpt.WEIGHTS).read_bytes() == before
     with pytest.raises(QatError, match="exists"):
-        qat_run(tiny_run, out, epochs=1, progress=False)
+        qat_run(tiny_parent_run, out, epochs=1, progress=False)
     assert not list(tmp_path.glob(".qat.partial*"))
 
 
 def test_the_qat_run_exports_to_qdq_int8_that_decodes_like_the_fake_quant_model(
-    tiny_run, tiny_data, tmp_path, monkeypatch
+    tiny_parent_run, tiny_data, tmp_path, monkeypatch
 ):
     """ONNX Runtime's INT8 graphs of a QAT run against the fake-quantised torch model it was trained as: the
     export's task-level check is pointed at that model (ranges from the same calibration images)."""
@@ -119,7 +113,7 @@ def test_the_qat_run_exports_to_qdq_int8_that_decodes_like_the_fake_quant_model(
     from edgecap.build.training.batches import FeatureBank, encode_captions
 
     data, _ = tiny_data
-    out = qat_run(tiny_run, tmp_path / "qat", epochs=1, target="tensorrt", lr=1e-4, max_steps=3, progress=False)
+    out = qat_run(tiny_parent_run, tmp_path / "qat", epochs=1, target="tensorrt", lr=1e-4, max_steps=3, progress=False)
     run = load_run(out)
     model = run.model.eval()
     attach_fake_quant(model, _schemes("tensorrt"))

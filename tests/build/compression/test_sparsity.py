@@ -21,12 +21,6 @@ from edgecap.build.compression.sparsity import (
     to_numpy,
 )
 from edgecap.build.models import create_model
-from tests.build.compression.prune_helpers import tiny_run_dir
-
-
-@pytest.fixture
-def tiny_run(tiny_data, tmp_path_factory):
-    return tiny_run_dir(tiny_data, tmp_path_factory)
 
 
 def test_groups_2to4_reads_the_given_axis():
@@ -83,13 +77,13 @@ def test_bad_pattern_is_refused():
         parse_pattern("4:8")
 
 
-def test_sparse_run_holds_its_masks_through_finetuning_and_export(tiny_run, tmp_path):
+def test_sparse_run_holds_its_masks_through_finetuning_and_export(tiny_parent_run, tmp_path):
     from edgecap.build.compression.prune_run import sparsify_run
     from edgecap.build.export.onnx import export_onnx
     from edgecap.build.runs import load_run
 
-    parent = load_run(tiny_run)
-    out = sparsify_run(tiny_run, tmp_path / "sparse", "2:4", finetune_epochs=1, max_steps=3, say=lambda _: None)
+    parent = load_run(tiny_parent_run)
+    out = sparsify_run(tiny_parent_run, tmp_path / "sparse", "2:4", finetune_epochs=1, max_steps=3, say=lambda _: None)
     run = load_run(out)
     names = sparse_layers(run.model)
     assert check_2to4(run.model) == []
@@ -97,7 +91,7 @@ def test_sparse_run_holds_its_masks_through_finetuning_and_export(tiny_run, tmp_
     assert names == sparse_layers(parent.model)
     record = json.loads((out / "config.json").read_text())["compression"][-1]
     assert record["kind"] == "sparsity" and record["pattern"] == "2:4" and record["layers"] == len(names)
-    assert record["parent"] == str(tiny_run.resolve()) and record["fraction"] == 0.5
+    assert record["parent"] == str(tiny_parent_run.resolve()) and record["fraction"] == 0.5
     result = export_onnx(run.model, name="acort-test", precisions=("fp32",))
     reports = [onnx_2to4_report(result.model(g, "fp32"), moved) for g in result.spec.graph_names]
     for name in names:  # every masked weight is in some graph, and 2:4 along K wherever it is
