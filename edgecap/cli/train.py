@@ -135,6 +135,17 @@ def default_features_dir(data: Path) -> Path:
 @click.option("--scst-max-steps", type=click.IntRange(0), default=0, help="Stop SCST after this many steps.")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a model config field.")
 @click.option(
+    "--teacher",
+    type=click.Path(exists=True, file_okay=False),
+    default=None,
+    help="Distil from this trained run (same feature cache): its token distributions (--kd-mode word, the "
+    "student takes its vocabulary), its beam captions as extra targets (sequence) or both.",
+)
+@click.option("--kd-mode", type=click.Choice(["word", "sequence", "both"]), default="word", show_default=True)
+@click.option("--kd-temperature", type=click.FloatRange(0, min_open=True), default=2.0, show_default=True)
+@click.option("--kd-alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True, help="Weight of the KD term.")
+@click.option("--kd-beam", type=click.IntRange(1), default=3, show_default=True, help="Beam of the teacher's captions.")
+@click.option(
     "--qat-epochs",
     type=click.IntRange(0),
     default=0,
@@ -193,6 +204,7 @@ def train(
         fail(f"no features at {features}: run `edgecap features --data {data}` first, or pass --features")
     out = check_out(out or default_run_dir(model_name))
     options["backbone_weights"] = options["backbone_weights"] or ""
+    options["teacher"] = str(Path(options["teacher"]).resolve()) if options["teacher"] else ""
     cfg = TrainCfg(
         model=model_name,
         data=str(data),

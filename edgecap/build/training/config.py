@@ -63,6 +63,12 @@ class TrainCfg:
     scst_loss_norm: str = "sequence"  # "sequence" (v2) | "token" (ACORT)
     scst_eos_word: bool = True  # EOS scored as a word (v2) or decoded words only (ACORT)
     scst_max_steps: int = 0  # 0 = no limit (tests, time-boxed runs)
+    # Knowledge distillation from a trained teacher run (edgecap/build/compression/distill.py); "" = none.
+    teacher: str = ""
+    kd_mode: str = "word"  # "word" | "sequence" | "both"
+    kd_temperature: float = 2.0
+    kd_alpha: float = 0.5  # weight of the word-level KD term
+    kd_beam: int = 3  # beam of the teacher's captions (sequence level)
 
     def with_scst_recipe(self, name: str) -> TrainCfg:
         """This cfg with a paper's SCST recipe (:data:`SCST_RECIPES`) filled in."""

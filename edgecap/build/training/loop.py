@@ -104,6 +104,16 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         if existing["model"]["name"] != cfg.model:
             raise ckpt.RunError(f"{run_dir} holds a {existing['model']['name']} run, not {cfg.model}")
         vocab = load_vocab(run_dir / ckpt.VOCAB)
+    elif cfg.teacher and cfg.kd_mode != "sequence":
+        vocab = load_vocab(Path(cfg.teacher) / ckpt.VOCAB)  # word-level KD: the teacher's token ids
+        if vocab.kind != model_cfg.vocab_kind:
+            raise ValueError(
+                f"word-level distillation needs the teacher's vocabulary, but it is {vocab.kind!r} and {cfg.model} "
+                f"uses {model_cfg.vocab_kind!r}: use --kd-mode sequence, or a teacher with a {model_cfg.vocab_kind} "
+                "vocabulary"
+            )
+        if ctx.is_main:
+            vocab.save(run_dir / ckpt.VOCAB)
     else:
         captions: list[Sequence[str]] = [c for r in train_records for c in r.captions]
         vocab = build_vocab(
@@ -117,6 +127,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     model = create_model(cfg.model, vocab_size=vocab.size, feature_dim=source.feature_dim, **cfg.model_overrides)
     model.to(device)
+    distiller = _distillation(cfg, model, source, train_records, run_dir, device, ctx) if cfg.teacher else None
     # Check the checkpoint before anything in the run directory is rewritten: a corrupt one raises here.
     state = ckpt.load_training_state(run_dir, model) if resume else None
     config = {
@@ -135,6 +146,8 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
         "backbone": getattr(source, "spec", None),
         "vocab": {"kind": vocab.kind, "size": vocab.size},
     }
+    if distiller is not None:
+        config["compression"] = [distiller.record]
     if existing is not None and resume and "backbone_before_end_to_end" in existing:
         # A resumed run that fine-tuned its backbone keeps naming the fine-tuned one (not the cache's).
         config["backbone"] = existing["backbone"]
@@ -159,7 +172,10 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     train_bank = FeatureBank(source, [r.image_id for r in train_records])
     val_bank = FeatureBank(source, [r.image_id for r in val_records]) if val_records else None
-    train_caps = [r.captions for r in train_records]
+    train_caps: list[Sequence[Sequence[str]]] = [r.captions for r in train_records]
+    if distiller is not None and distiller.captions:  # sequence-level KD: the teacher's caption is one more target
+        train_caps = [[*r.captions, distiller.captions[r.image_id]] for r in train_records]
+    objective = distiller.objective if distiller is not None else None
     val_refs = {r.image_id: [" ".join(c) for c in r.captions] for r in val_records}
     started = time.monotonic()
 
@@ -199,7 +215,7 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             tokens = encode_captions(vocab, captions, cfg.max_words).to(device)
             visual = train_bank.batch(rows).to(device)
             loss, nll = _train_step(
-                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word, call
+                model, visual, tokens, vocab.pad_id, cfg, optimizer, scheduler, vocab.tokens_per_word, call, objective
             )
             prog.step += 1
             prog.batch_in_epoch = b + 1
@@ -288,11 +304,13 @@ def _train_step(
     scheduler: torch.optim.lr_scheduler.LRScheduler,
     tokens_per_word: int = 1,
     call: Callable[..., tuple[torch.Tensor, torch.Tensor]] | None = None,
+    objective: Callable[..., tuple[torch.Tensor, ...]] | None = None,
 ) -> tuple[float, float]:
-    """One optimiser step; ``call`` runs the objective through DDP in a multi-process job."""
+    """One optimiser step; ``call`` runs the objective through DDP in a multi-process job; ``objective`` replaces the
+    family's own (distillation)."""
     if call is None:
         call = lambda objective, *args, **kwargs: objective(model, *args, **kwargs)  # noqa: E731
-    loss, nll = call(objective_for(model), visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
+    loss, nll = call(objective or objective_for(model), visual, tokens, pad_id, cfg, tokens_per_word=tokens_per_word)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     if cfg.grad_clip > 0:
@@ -303,3 +321,53 @@ def _train_step(
     optimizer.step()
     scheduler.step()
     return float(loss.detach()), float(nll)
+
+
+@dataclasses.dataclass
+class _Distiller:
+    """What distillation adds to the loop: the word-level objective, the teacher's captions, the config record."""
+
+    objective: Callable[..., tuple[torch.Tensor, ...]] | None
+    captions: dict[str, list[str]]
+    record: dict[str, Any]
+
+
+def _distillation(
+    cfg: TrainCfg, model: Any, source: Any, records: Sequence[Any], run_dir: Path, device: Any, ctx: Any
+) -> _Distiller:
+    """Load the teacher, check the request, and prepare the word-level objective and/or the cached captions."""
+    from edgecap.build.compression.distill import (
+        KD_MODES,
+        DistillationError,
+        distillation_record,
+        load_teacher,
+        teacher_captions,
+        word_kd_objective,
+    )
+    from edgecap.build.training.objectives import cross_entropy
+
+    if cfg.kd_mode not in KD_MODES:
+        raise DistillationError(f"kd_mode must be one of {list(KD_MODES)}, got {cfg.kd_mode!r}")
+    if ctx.active:
+        raise DistillationError("distillation runs in one process; launch it without torchrun")
+    if not (cfg.kd_temperature > 0 and 0 <= cfg.kd_alpha <= 1 and cfg.kd_beam >= 1):
+        raise DistillationError("need kd_temperature > 0, 0 <= kd_alpha <= 1 and kd_beam >= 1")
+    teacher = load_teacher(cfg.teacher, source.feature_dim, device)
+    objective = None
+    if cfg.kd_mode != "sequence":
+        if objective_for(model) is not cross_entropy:
+            raise DistillationError(
+                f"{cfg.model} does not train with teacher-forced cross-entropy (LaBERT's mask-predict), so "
+                "word-level distillation does not apply: use --kd-mode sequence"
+            )
+        if objective_for(teacher.model) is not cross_entropy:
+            raise DistillationError("word-level distillation needs an autoregressive teacher (its token distributions)")
+        objective = word_kd_objective(teacher.model, cfg.kd_temperature, cfg.kd_alpha)
+    captions: dict[str, list[str]] = {}
+    if cfg.kd_mode != "word":
+        if objective_for(teacher.model) is not cross_entropy:
+            raise DistillationError("sequence-level distillation needs an autoregressive teacher (beam captions)")
+        ids = [r.image_id for r in records]
+        captions = teacher_captions(teacher, source, ids, run_dir, beam=cfg.kd_beam, max_words=cfg.max_words,
+                                    device=device)  # fmt: skip
+    return _Distiller(objective, captions, distillation_record(teacher, cfg))
