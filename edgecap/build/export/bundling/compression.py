@@ -6,8 +6,7 @@ as ``{"steps": [...], "recipe": "distillation+pruning"}`` so a report can name h
 
 A step that derived the run from another one names that run as ``parent``: its FP32 weights are the model the
 compressed one stands in for, so the task-level check measures against the nearest such parent (the last step that
-names one) — the issue's "compares against the FP32 parent". Where that run is gone, the check falls back to the run
-itself and the record says so.
+names one). Where that run is gone, the check falls back to the run itself and the record says so.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Batch-1, one-thread latency of a captioner's graphs on ONNX Runtime (CPU), for the record of accuracy-aware INT8.
 
-Keeping layers in float buys quality with speed; the manifest records what the selection cost, measured the way the
-issue's target is stated (batch 1, one intra-op thread): the encoder call, the mean decoder call (``step``, or
+Keeping layers in float buys quality with speed; the manifest records what the selection cost, measured the way edge
+deployments are compared (batch 1, one intra-op thread): the encoder call, the mean decoder call (``step``, or
 LaBERT's ``refine``) and the whole caption, each the median of a few repeats after one warm-up decode. Variants are
 interleaved repeat by repeat so a load change on the machine hits them alike. It is a record, not a benchmark: use
 ``edgecap bench`` for numbers to publish.
