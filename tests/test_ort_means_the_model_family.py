@@ -59,6 +59,8 @@ FAMILY_TEXT = {
     "edgecap/cli/__init__.py",
     "edgecap/build/export/specs/layer_caches.py",
     "edgecap/build/training/scst_loop.py",
+    "edgecap/build/compression/prune.py",  # structured pruning supports the ORT/ACORT family
+    "edgecap/cli/prune.py",
 }
 #: Modules whose earlier names are still to be renamed (they run through the warning aliases meanwhile).
 NOT_RENAMED_YET: dict[str, set[str]] = {}

@@ -123,7 +123,8 @@ def test_ctrl_c_or_a_kill_mid_stream_leaves_valid_files(
     summary (exit 130); a kill leaves what was flushed, which still parses, up to its last caption."""
     video = tmp_path_factory.getbasetemp() / "long.mkv"
     if not video.exists():
-        make_video(video, [(100.0, COLOURS[2])], fps=30)  # 3000 frames: far more than the test waits for
+        # 9000 frames: far more than the test waits for, even when a loaded machine lets it read its pipe late
+        make_video(video, [(300.0, COLOURS[2])], fps=30)
     process = _start(bundle, video, tmp_path)
     assert process.stdout is not None
     captions = 0
