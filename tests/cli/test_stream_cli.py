@@ -112,7 +112,15 @@ def _start(bundle: Path, video: Path, out: Path) -> subprocess.Popen[str]:
     args += ["--max-batch", "1", "--vtt", str(out / "out.vtt"), "--srt", str(out / "out.srt")]
     args += ["--jsonl", str(out / "out.jsonl")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    return subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    # a pytest-xdist worker may run with SIGINT ignored, which a child inherits (and then Python installs no Ctrl-C
+    # handler): give the command the disposition a terminal gives it
+    return subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT, preexec_fn=_default_sigint
+    )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
