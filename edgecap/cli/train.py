@@ -22,7 +22,7 @@ from edgecap.cli.options import (
 )
 
 _DEFAULTS = TrainCfg()
-_QAT_OPTIONS = ("qat_epochs", "qat_target", "qat_lr", "qat_max_steps", "qat_objective")
+_QAT_OPTIONS = ("qat_epochs", "qat_target", "qat_lr", "qat_max_steps")
 _SCST_OPTIONS = (
     "scst_lr",
     "scst_anneal",
@@ -160,13 +160,6 @@ def default_features_dir(data: Path) -> Path:
 )
 @click.option("--qat-lr", type=click.FloatRange(0, min_open=True), default=3e-5, show_default=True)
 @click.option("--qat-max-steps", type=click.IntRange(0), default=0, help="Stop QAT after this many steps.")
-@click.option(
-    "--qat-objective",
-    type=click.Choice(["parent", "captions"]),
-    default=None,
-    help="What QAT learns: 'parent' distils the FP32 parent's token distributions, so the INT8 model keeps its "
-    "captions (default for autoregressive models); 'captions' fine-tunes on the training captions (LaBERT's default).",
-)
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
 @threads_option
@@ -307,7 +300,6 @@ def _qat_from_run(init_run: Path, out: Path | None, options: dict, qat: dict) ->
             lr=qat["qat_lr"],
             batch_size=options.get("batch_size") or 0,
             max_steps=qat["qat_max_steps"],
-            objective=qat["qat_objective"],
             device=options.get("device") or "cpu",
             seed=options.get("seed") or 0,
         )
