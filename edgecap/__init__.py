@@ -2,7 +2,7 @@
 
 Heavy submodules (torch models, onnxruntime, TensorRT) are imported lazily so that
 ``import edgecap`` stays cheap and works without optional backends. Module paths from before the split into
-``edgecap.runtime`` and ``edgecap.build`` still import, with a ``FutureWarning`` (:mod:`edgecap.runtime._moved`).
+``edgecap.runtime`` and ``edgecap.workshop`` still import, with a ``FutureWarning`` (:mod:`edgecap.runtime._moved`).
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from edgecap.runtime._moved import install as _install_moved_module_finder
 _install_moved_module_finder()
 
 _LAZY: dict[str, str] = {
-    "create_model": "edgecap.build.models",
-    "list_models": "edgecap.build.models",
-    "create_backbone": "edgecap.build.models.backbone",
+    "create_model": "edgecap.workshop.models",
+    "list_models": "edgecap.workshop.models",
+    "create_backbone": "edgecap.workshop.models.backbone",
     "load_vocab": "edgecap.runtime.vocab",
     "build_vocab": "edgecap.runtime.vocab",
     "load_runtime": "edgecap.runtime.backends",

@@ -17,12 +17,12 @@ from typing import Any
 import click
 import torch
 
-from edgecap.build.evaluation.length import diversity
-from edgecap.build.runs import load_run
-from edgecap.build.torch_runtime.captioning import decoder_for
 from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.captioning import decode_cfg_for
 from edgecap.runtime.decoding import decode
+from edgecap.workshop.evaluation.length import diversity
+from edgecap.workshop.runs import load_run
+from edgecap.workshop.torch_runtime.captioning import decoder_for
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -36,9 +36,9 @@ def main(**options: Any) -> None:
     args = SimpleNamespace(**options)
     torch.set_num_threads(1)
 
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.data.sources import open_feature_source
-    from edgecap.build.training.batches import FeatureBank
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.data.sources import open_feature_source
+    from edgecap.workshop.training.batches import FeatureBank
 
     trained = load_run(args.run)
     records = load_dataset(args.data).split(args.split)

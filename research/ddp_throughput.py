@@ -78,7 +78,7 @@ def build_data(work: Path, images: int) -> tuple[Path, Path]:
     """A synthetic dataset (90 % train, so an epoch covers many steps) and random grid features, once."""
     import numpy as np
 
-    from edgecap.build.data.synthetic import generate_dataset
+    from edgecap.workshop.data.synthetic import generate_dataset
 
     data, feats = work / f"synthetic-{images}", work / f"grid-features-{images}"
     if not (data / "dataset.json").is_file():

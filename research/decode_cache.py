@@ -1,8 +1,8 @@
 """Cached step decoding vs re-running the whole prefix: wall-clock time per caption on CPU.
 
 The reference ORT and ExpansionNet code decode without a cache: every step re-runs the decoder over the whole prefix
-(:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
-(:class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`). Both run the same beam search on the same model, so the
+(:class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
+(:class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel`). Both run the same beam search on the same model, so the
 difference measured here is the decoding algorithm alone.
 
 To keep early EOS out of the comparison, the default (``forced``) setting decodes a fixed number of steps: the
@@ -16,7 +16,7 @@ interleaved and alternate their order so a drifting machine load hits both. Warm
 
 ``--runtime onnxruntime`` runs both modes as exported FP32 graphs on ONNX Runtime (one thread per ``--threads``)
 instead of torch eager: the cached encoder + step graphs of the model's export spec against the graphs of
-:class:`~edgecap.build.torch_runtime.prefix.PrefixRerunModel`, which re-run the prefix every step as the official
+:class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunModel`, which re-run the prefix every step as the official
 ExpansionNet
 ONNX export does. In torch eager at batch 1 both modes are bound by per-op dispatch, which hides what the cache
 saves; ONNX Runtime shows it.
@@ -49,10 +49,10 @@ import torch
 from torch import nn
 
 from edgecap.bench.random_models import Setup, random_setup, torch_environment
-from edgecap.build.torch_runtime.prefix import PrefixRerunModel, PrefixRerunStepModel
-from edgecap.build.torch_runtime.runtime import TorchStepModel
 from edgecap.runtime.backends.registry import canonical_runtime
 from edgecap.runtime.decoding import DecodeCfg, Hypothesis, State, decode
+from edgecap.workshop.torch_runtime.prefix import PrefixRerunModel, PrefixRerunStepModel
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
@@ -69,7 +69,7 @@ class BenchCase:
         steps: forced decode steps (``max_len``; ``min_len = steps - 1``); ignored when ``natural``.
         warmup: untimed calls per mode before timing.
         repeats: timed calls per mode.
-        run: a trained run directory or name (``edgecap.build.runs.load_run``).
+        run: a trained run directory or name (``edgecap.workshop.runs.load_run``).
         natural: decode the run with its production DecodeCfg (EOS ends captions) instead of forcing ``steps``.
         features: a feature cache directory for the run's inputs (default: the one recorded in the run's config).
         seed: seed of the random weights and features.
@@ -125,15 +125,15 @@ class _Counting:
 
 def run_setup(case: BenchCase) -> Setup:
     """A trained run, its production DecodeCfg, and ``repeats`` batches of its cached features (random if none)."""
-    from edgecap.build.runs import load_run
     from edgecap.runtime.captioning import decode_cfg_for
+    from edgecap.workshop.runs import load_run
 
     run = load_run(case.run)
     decode_cfg = decode_cfg_for(run.vocab, beam_size=case.beam, max_words=run.max_words)
     feature_dir = case.features or run.config.get("features")
     if feature_dir and Path(feature_dir, "meta.json").is_file():
-        from edgecap.build.data.feature_cache import FeatureCache
-        from edgecap.build.training.batches import FeatureBank
+        from edgecap.workshop.data.feature_cache import FeatureCache
+        from edgecap.workshop.training.batches import FeatureBank
 
         cache = FeatureCache(feature_dir)
         ids = cache.ids()
@@ -195,8 +195,8 @@ def _step_models(model: nn.Module, runtime: str, stack: contextlib.ExitStack) ->
     ``stack``)."""
     if runtime == "torch":
         return {"cached": TorchStepModel(model), "prefix": PrefixRerunStepModel(model)}
-    from edgecap.build.export import export_onnx
     from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
+    from edgecap.workshop.export import export_onnx
 
     threads = torch.get_num_threads()
     out = {}

@@ -6,11 +6,11 @@ part is a visible share of the total, and it is the same for every backend. This
 
 - ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
   the time is the search's;
-- ``torch``: :class:`~edgecap.build.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the
+- ``torch``: :class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the
 step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_onnxruntime_step_model``;
-- ``prefix``: :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every
+- ``prefix``: :class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every
 step).
 
 Every step-model call is timed through :class:`~edgecap.bench.harness.TimedStepModel`; the *search overhead* of a
@@ -53,10 +53,10 @@ import torch
 from torch import Tensor
 
 from edgecap.bench.harness import TimedStepModel
-from edgecap.build.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.backends.registry import canonical_runtime
 from edgecap.runtime.decoding import DecodeCfg, RadixSpec, State
+from edgecap.workshop.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
 
 BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
 #: --eos mode -> the trivial backend's EOS schedule (PrecomputedStepModel ``eos``).
@@ -187,17 +187,17 @@ class Backends:
             vocab = self.vocab or model.vocab_size
             return PrecomputedStepModel(batch * cfg.beam_size, vocab, cfg.max_len, self.seed, self.eos, cfg.eos_id)
         if backend == "torch":
-            from edgecap.build.torch_runtime.runtime import TorchStepModel
+            from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 
             return TorchStepModel(model, self.device, dtype=self.dtype)
         if backend == "prefix":
-            from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
+            from edgecap.workshop.torch_runtime.prefix import PrefixRerunStepModel
 
             return PrefixRerunStepModel(model, self.device, dtype=self.dtype)
         if backend == "onnxruntime":
             if self._ort is None:
-                from edgecap.build.export import export_onnx
                 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
+                from edgecap.workshop.export import export_onnx
 
                 result = export_onnx(model, None, precisions=["fp32"])
                 self._ort = create_onnxruntime_step_model(

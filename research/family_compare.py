@@ -31,7 +31,7 @@ from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md
 
 EDGECAP = [sys.executable, "-m", "edgecap"]
 CIDER_NOTE = (
-    "test CIDEr-D from edgecap.build.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case "
+    "test CIDEr-D from edgecap.workshop.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case "
     "tokenisation, document frequencies from the test references); not pycocoevalcap (no Java on this machine), "
     "so it can differ slightly from `edgecap eval`'s PTB-tokenised CIDEr-D"
 )

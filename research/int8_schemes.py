@@ -1,7 +1,7 @@
 """INT8 step schemes side by side: FP32 against static Q/DQ, dynamic and weight-only step graphs on ONNX Runtime.
 
 One process exports the model once (random weights at edge settings, as ``research/decode_cache.py``), quantises its
-step graph with every scheme through ``edgecap.build.export.calibration`` (the encoder graph stays FP32, so only the
+step graph with every scheme through ``edgecap.workshop.export.calibration`` (the encoder graph stays FP32, so only the
 step differs),
 then times whole beam-search decodes (encoder included) at batch 1 and 16 with the variants interleaved, order
 alternating per repeat. The decode is forced to ``--steps`` tokens (EOS forbidden before the last step) so every variant
@@ -28,11 +28,11 @@ import click
 import torch
 
 from edgecap.bench.random_models import random_setup
-from edgecap.build.export import export_onnx
-from edgecap.build.export.calibration import get_preset, quantize_graph, quantize_int8
 from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.decoding import decode
+from edgecap.workshop.export import export_onnx
+from edgecap.workshop.export.calibration import get_preset, quantize_graph, quantize_int8
 
 #: label -> (scheme, RolePolicy options) of the step graph; "static" is calibrated on the batch-16 decode.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -9,7 +9,7 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 5. ``ce_more``: a full copy of ``base`` (checkpoint included) continues cross-entropy for the same seconds
    (``--max-minutes``);
 6. ``eval``: base, scst and ce_more on the test split, beam 3, CIDEr-D from edgecap's fast scorer
-   (``edgecap.build.evaluation.cider.cider_d``: simple tokenisation, document frequencies of the test references). Not
+   (``edgecap.workshop.evaluation.cider.cider_d``: simple tokenisation, document frequencies of the test references). Not
    pycocoevalcap's PTB-tokenised number (no Java needed), so it differs slightly from ``edgecap eval``.
 
 ``OUT/scst_compare.json`` is rewritten after every stage and ``OUT/scst_compare.md`` holds the table; logs are in
@@ -39,7 +39,7 @@ LIMITS = {"data": 120, "features": 120, "ce": 240, "scst": 240, "ce_more": 300, 
 MIN_STAGE = 20
 EVAL_RESERVE = 40  # kept back for the eval stage (three runs on the test split): the table needs it
 CIDER_NOTE = (
-    "test CIDEr-D from edgecap.build.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case "
+    "test CIDEr-D from edgecap.workshop.evaluation.cider.cider_d (fast vectorised CIDEr-D, simple lower-case "
     "tokenisation, document frequencies from the test references); not pycocoevalcap (no Java on this machine), "
     "so it can differ slightly from `edgecap eval`'s PTB-tokenised CIDEr-D"
 )
@@ -117,10 +117,10 @@ def evaluate(runs: list[Path], device: str, beam: int, out: Path, threads: int) 
     """The eval stage (its own process): each run on the test split, written to ``out`` after each."""
     import torch
 
-    from edgecap.build.evaluation.cider import cider_d
-    from edgecap.build.evaluation.run_eval import load_eval_set
-    from edgecap.build.torch_runtime.captioning import caption_bank
     from edgecap.runtime._io import atomic_write_json
+    from edgecap.workshop.evaluation.cider import cider_d
+    from edgecap.workshop.evaluation.run_eval import load_eval_set
+    from edgecap.workshop.torch_runtime.captioning import caption_bank
 
     if threads:
         torch.set_num_threads(threads)

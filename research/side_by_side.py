@@ -3,7 +3,7 @@ in captions/s, with one command.
 
 Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
 
-- **models**: the paper settings (``edgecap.build.models.paper_settings``: the paper's feature dim and 10,001-word
+- **models**: the paper settings (``edgecap.workshop.models.paper_settings``: the paper's feature dim and 10,001-word
   vocabulary) with seeded random weights, a 7x7 grid of features (``edgecap.bench.random_models.random_setup``);
   ``acort-xsmall`` decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``,
   ``max_len = steps``: no caption ends early). Each decode is the full path from features to token
@@ -12,12 +12,12 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   official repository at the commit in ``OFFICIAL_CODE``; its model built at the row's architecture with
   its own random init, its own decode function and beam search timed on the same features: ``py``;
   skipped with a note when no path is given), the *re-run-prefix stand-in* (edgecap's model and search in torch eager
-  through :class:`~edgecap.build.torch_runtime.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every
+  through :class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunStepModel`: no cache, the whole prefix re-run every
   step),
-  edgecap torch (:class:`~edgecap.build.torch_runtime.runtime.TorchStepModel`), and one edgecap ONNX
+  edgecap torch (:class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel`), and one edgecap ONNX
   Runtime column per exported variant (``--variants``, default ``fp32,int8``). A variant is an ``export_onnx``
   precision (``fp32``, ``fp16``) or ``int8[:PRESET]``: static INT8 quantised by
-  :func:`edgecap.build.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a
+  :func:`edgecap.workshop.export.calibration.quantize_int8` with that registered preset (default ``cpu-auto``), so a
   preset another
   change registers (another step scheme, other bits) becomes a column by name; ``exported`` adds every variant the
   export folders already hold. Every edgecap column (stand-in, torch, ONNX Runtime) runs the same beam search; the
@@ -135,8 +135,8 @@ def parse_model(text: str) -> tuple[str, int]:
 def parse_variant(name: str) -> dict[str, Any]:
     """A variant name -> how it is exported: ``{"precision": p}`` for an ``export_onnx`` precision, or
     ``{"precision": "int8", "preset": PRESET}`` for ``int8`` / ``int8:PRESET`` (a registered INT8 preset)."""
-    from edgecap.build.export.calibration.presets import list_presets
     from edgecap.runtime.precisions import FLOAT_PRECISIONS
+    from edgecap.workshop.export.calibration.presets import list_presets
 
     precision, _, preset = name.partition(":")
     if precision == INT8:
@@ -262,7 +262,7 @@ def prepare_model(
     manifest.update({"description": setup.weights})
     specs = {v: parse_variant(v) for v in wanted}
     float_precisions = sorted({s["precision"] for s in specs.values() if s["precision"] != INT8} | {"fp32"})
-    from edgecap.build.export import export_onnx
+    from edgecap.workshop.export import export_onnx
 
     t0 = time.perf_counter()
     with torch.no_grad():
@@ -271,7 +271,7 @@ def prepare_model(
     roles = exported.spec.runtime_graphs
     for variant, spec in specs.items():
         if spec["precision"] == INT8:
-            from edgecap.build.export.calibration import quantize_int8
+            from edgecap.workshop.export.calibration import quantize_int8
 
             t0 = time.perf_counter()
             cfg = setup.decode_cfg.replace(strategy="beam", beam_size=3, n_best=1, max_len=steps, min_len=steps - 1)
@@ -347,8 +347,8 @@ def _step_model(
     column: str, setup: Any, directory: Path, manifest: Mapping[str, Any], options: Mapping[str, Any]
 ) -> Iterator[Any]:
     """The StepModel of ``column`` (ONNX Runtime sessions open for the block)."""
-    from edgecap.build.torch_runtime.prefix import PrefixRerunStepModel
-    from edgecap.build.torch_runtime.runtime import TorchStepModel
+    from edgecap.workshop.torch_runtime.prefix import PrefixRerunStepModel
+    from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 
     if column == BASELINE:
         yield PrefixRerunStepModel(setup.model)
@@ -1091,7 +1091,7 @@ FAMILY_KIND = {"ort": ACORT, "expansionnet": EXPANSIONNET}
 
 def official_kind(model: str) -> str | None:
     """Which official code decodes ``model`` (an edgecap model name), or None."""
-    from edgecap.build.models import get_model_cfg
+    from edgecap.workshop.models import get_model_cfg
 
     return FAMILY_KIND.get(get_model_cfg(model).family)
 
@@ -1172,7 +1172,7 @@ def build_official(kind: str, checkout: Path, model: str, settings: Mapping[str,
     initialised by the official code under ``torch.manual_seed(seed)``, in eval mode."""
     import torch
 
-    from edgecap.build.models import get_model_cfg
+    from edgecap.workshop.models import get_model_cfg
 
     cfg = get_model_cfg(model)
     torch.manual_seed(seed)

@@ -8,7 +8,7 @@ layer, the Concat that stacks the layers again) and once more in the beam reorde
   before per-layer caches became its default for ORT/ACORT);
 - ``per-layer``: one cache input and output per decoder position (``self_k0``, ``self_k1`` …), so the graph's only
   cache copy is each layer's Concat (the Split and the stack are gone): ``ort_export_spec(model,
-  cache_layout="per-layer")`` (:mod:`edgecap.build.export.specs.layer_caches`; the arithmetic of a step is unchanged).
+  cache_layout="per-layer")`` (:mod:`edgecap.workshop.export.specs.layer_caches`; the arithmetic of a step is unchanged).
 
 Each candidate decodes the same random-init model (``edgecap.bench.random_models.random_setup``) on ONNX Runtime (FP32,
 one intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.
@@ -36,8 +36,8 @@ import torch
 from torch import nn
 
 from edgecap.bench.random_models import random_setup
-from edgecap.build.export.specs.layer_caches import CACHE_LAYOUTS
 from edgecap.runtime.decoding import decode
+from edgecap.workshop.export.specs.layer_caches import CACHE_LAYOUTS
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
@@ -48,9 +48,9 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.
 def export_layout(model: nn.Module, name: str) -> dict[str, Any]:
     """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
     the model's own state (any family), ``per-layer`` the ORT/ACORT export's default."""
-    from edgecap.build.export import export_onnx
-    from edgecap.build.export.specs.layer_caches import PerLayerCaches
-    from edgecap.build.export.specs.ort import ort_export_spec
+    from edgecap.workshop.export import export_onnx
+    from edgecap.workshop.export.specs.layer_caches import PerLayerCaches
+    from edgecap.workshop.export.specs.ort import ort_export_spec
 
     if name == "stacked" and not PerLayerCaches.applies_to(model):  # another family: its own export
         return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")

@@ -49,8 +49,8 @@ import torch
 from edgecap.bench.harness import TimedStepModel
 from edgecap.bench.kernel_floor import MATMUL_OPS, kernel_events, profile_runs
 from edgecap.bench.random_models import random_setup
-from edgecap.build.export.specs.layer_caches import CACHE_LAYOUTS
 from edgecap.runtime.decoding import decode
+from edgecap.workshop.export.specs.layer_caches import CACHE_LAYOUTS
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
@@ -61,9 +61,9 @@ CLOCKS: dict[str, Callable[[], float]] = {"cpu": time.thread_time, "wall": time.
 def export_layout(model: torch.nn.Module, name: str) -> dict[str, Any]:
     """The FP32 runtime graphs (role -> ``onnx.ModelProto``) of ``model`` in cache layout ``name``: ``stacked`` is
     the model's own state (any family), ``per-layer`` the ORT/ACORT export's default (``step_layouts.py``)."""
-    from edgecap.build.export import export_onnx
-    from edgecap.build.export.specs.layer_caches import PerLayerCaches
-    from edgecap.build.export.specs.ort import ort_export_spec
+    from edgecap.workshop.export import export_onnx
+    from edgecap.workshop.export.specs.layer_caches import PerLayerCaches
+    from edgecap.workshop.export.specs.ort import ort_export_spec
 
     if name == "stacked" and not PerLayerCaches.applies_to(model):  # another family: its own export
         return export_onnx(model.eval(), None, precisions=["fp32"], parity=False).runtime_models("fp32")

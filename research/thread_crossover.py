@@ -32,11 +32,11 @@ import numpy as np
 import torch
 
 from edgecap.bench.paper_cases import PAPER_CASES, run_and_report, write_case
-from edgecap.build.export.spec import get_export_spec
-from edgecap.build.models import create_model, paper_settings
 from edgecap.runtime.backends.base import IMAGE_DIM
 from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
 from edgecap.runtime.backends.threads import plan_threads, usable_cores
+from edgecap.workshop.export.spec import get_export_spec
+from edgecap.workshop.models import create_model, paper_settings
 
 #: Hypotheses per image in the step feeds (the decode the thresholds are for: beam 3).
 BEAM = 3

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.build.data.synthetic import generate_dataset
+from edgecap.workshop.data.synthetic import generate_dataset
 
 torch.set_num_threads(1)
 
@@ -50,6 +50,6 @@ def tiny_data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture
 def tiny_parent_run(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny trained ``acort-test`` run (trained once per process) that compression tests derive runs from."""
-    from tests.build.compression.prune_helpers import tiny_run_dir
+    from tests.workshop.compression.prune_helpers import tiny_run_dir
 
     return tiny_run_dir(tiny_data, tmp_path_factory)

@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.build.training.checkpoint import NotARunError
 from edgecap.cli import main
 from edgecap.runtime.bundle import BundleNotFoundError
 from edgecap.runtime.bundle.layout import directory_kind
 from edgecap.runtime.bundle.manifest import MANIFEST_NAME
+from edgecap.workshop.training.checkpoint import NotARunError
 from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle, pixel_run
 
 HALF_COPIED = "has config.json but no manifest.json: not a bundle (a half-copied bundle?) and not a training run"

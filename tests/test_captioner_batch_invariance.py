@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from edgecap import Captioner
-from edgecap.build.export.bundle import export_bundle
 from edgecap.runtime.bundle import load_bundle
+from edgecap.workshop.export.bundle import export_bundle
 from tests.runtime.bundle.helpers import export_result_from, pixel_run
 
 pytest.importorskip("onnxruntime")
@@ -24,7 +24,7 @@ def bundles(tiny_data, tmp_path_factory) -> dict[str, Path]:
     """``default``: FP32 + FP16 + INT8 with this machine's preset; ``dynamic``: the same FP32 graphs (not exported
     again) with an INT8 variant whose step is ``dynamic``."""
     if not _BUNDLES:
-        import edgecap.build.export
+        import edgecap.workshop.export
 
         data, _ = tiny_data
         run, weights = pixel_run(tiny_data, tmp_path_factory)
@@ -35,7 +35,7 @@ def bundles(tiny_data, tmp_path_factory) -> dict[str, Path]:
             default = export_bundle(run, root / "default", fp16=True, backbone_weights=weights, **common)
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(
-                    edgecap.build.export,
+                    edgecap.workshop.export,
                     "export_onnx",
                     lambda model, *a, **k: export_result_from(default, model, ("fp32",), backbone=k.get("backbone")),
                 )

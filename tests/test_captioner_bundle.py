@@ -65,11 +65,11 @@ def test_auto_reports_which_runtime_it_chose(pixels, images, caplog):
 
 def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_factory):
     """A bundle of a region-feature run captions features (not images) exactly like the torch run."""
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.data.sources import open_feature_source
-    from edgecap.build.runs import load_run
-    from edgecap.build.torch_runtime.captioning import caption_bank
-    from edgecap.build.training.batches import FeatureBank
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.data.sources import open_feature_source
+    from edgecap.workshop.runs import load_run
+    from edgecap.workshop.torch_runtime.captioning import caption_bank
+    from edgecap.workshop.training.batches import FeatureBank
 
     bundle = region_bundle(tiny_data, tmp_path_factory)
     trained = load_run(region_run(tiny_data, tmp_path_factory))
@@ -87,7 +87,7 @@ def test_region_bundle_round_trip_matches_the_torch_run(tiny_data, tmp_path_fact
 
 
 def test_auto_precision_on_cpu_takes_int8_when_its_preset_suits_this_cpu(tiny_data, tmp_path_factory):
-    from edgecap.build.export.calibration import detect_cpu_preset
+    from edgecap.workshop.export.calibration import detect_cpu_preset
 
     bundle = region_bundle(tiny_data, tmp_path_factory)
     preset = load_bundle(bundle, graphs="none").variant("int8")["preset"]
@@ -132,7 +132,7 @@ def test_a_three_line_script_needs_no_training_code(pixels, images):
         f"print(cap({str(images[0])!r}))\n"
         "heavy = [m for m in ('torch', 'timm', 'onnx', 'onnxscript', 'matplotlib', 'pycocoevalcap', "
         "'edgecap.bench') if m in sys.modules]\n"
-        "heavy += [m for m in sys.modules if m.startswith('edgecap.build')]\n"
+        "heavy += [m for m in sys.modules if m.startswith('edgecap.workshop')]\n"
         "print('HEAVY', heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgecap.build.export.bundle import export_bundle
-from edgecap.build.models import LengthLevelError, create_model
-from edgecap.build.torch_runtime.refine import TorchRefineModel
-from edgecap.build.torch_runtime.runtime import TorchStepModel
 from edgecap.runtime.bundle import load_bundle
 from edgecap.runtime.captioner import Captioner
 from edgecap.runtime.captioning import decode_cfg_for
 from edgecap.runtime.vocab import build_vocab
+from edgecap.workshop.export.bundle import export_bundle
+from edgecap.workshop.models import LengthLevelError, create_model
+from edgecap.workshop.torch_runtime.refine import TorchRefineModel
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 from tests.runtime.bundle.helpers import pixel_run
 
 

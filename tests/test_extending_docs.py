@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import edgecap.build.export.calibration.presets as presets_module
-import edgecap.build.models._registry as models_registry
+import edgecap.workshop.export.calibration.presets as presets_module
+import edgecap.workshop.models._registry as models_registry
 from edgecap import Captioner
 from edgecap.runtime.backends import registry as runtimes_registry
 from tests.bench.conftest import tiny_bundle  # noqa: F401  (the session's tiny exported bundle)
@@ -59,10 +59,10 @@ def test_every_example_runs_and_registers_what_it_says(
         else:
             exec(compile(code, str(DOC), "exec"), namespace)  # noqa: S102  (the documentation's own examples)
 
-    from edgecap.build.export.calibration import list_presets
-    from edgecap.build.models import list_families, list_models
-    from edgecap.build.training.objectives import cross_entropy, objective_for
     from edgecap.runtime.backends import list_runtimes
+    from edgecap.workshop.export.calibration import list_presets
+    from edgecap.workshop.models import list_families, list_models
+    from edgecap.workshop.training.objectives import cross_entropy, objective_for
 
     assert "my-family" in list_families() and "my-family-test" in list_models()
     model = namespace["model"]

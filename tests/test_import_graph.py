@@ -1,7 +1,7 @@
 """The two halves and the import graph (docs/architecture.md, "Two halves").
 
 ``edgecap.runtime`` is what a device imports: numpy, Pillow and an inference engine only, at module level and inside
-functions alike. ``edgecap.build`` (torch) builds on it and is never imported from it. These tests read every import
+functions alike. ``edgecap.workshop`` (torch) builds on it and is never imported from it. These tests read every import
 statement of the package with ``ast`` — module level, inside functions and methods, inside ``try`` blocks — so a
 function-level import cannot hide a dependency or a cycle. ``tests/test_edge_install.py`` imports every one of them
 in a runtime-only venv.
@@ -63,7 +63,7 @@ MODULE_ENGINES: dict[str, set[str]] = {
     "edgecap.runtime.stream.sources_av": {"av"},
     "edgecap.runtime.stream.sources_cv": {"cv2"},
 }
-#: The only runtime modules that name the build half, as ``"module:attribute"`` strings resolved when a torch path is
+#: The only runtime modules that name the workshop half, as ``"module:attribute"`` strings resolved when a torch path is
 #: asked for: the torch hooks, the built-in registrations of the torch runtimes, and the old module paths' new homes
 #: (imported only when an old build-side path is).
 BUILD_NAMERS = {
@@ -199,7 +199,7 @@ def test_each_engine_allowance_names_a_module_that_imports_it() -> None:
 
 @pytest.mark.parametrize("name", sorted(RUNTIME))
 def test_the_runtime_half_imports_only_numpy_pillow_and_engines(name: str) -> None:
-    """At module level and inside functions: no torch, no [train]-only package, nothing of the build half."""
+    """At module level and inside functions: no torch, no [train]-only package, nothing of the workshop half."""
     allowed = set(BASE_IMPORTS) | set(ENGINE_IMPORTS) | MODULE_ENGINES.get(name, set())
     bad = sorted(
         module
@@ -233,7 +233,7 @@ def test_the_torch_hooks_resolve() -> None:
 
 def test_the_front_ends_reach_the_build_half_only_inside_functions() -> None:
     """``import edgecap``, the CLI and ``edgecap caption``/``engine``/``bench`` start without torch: their
-    module-level imports stay in the runtime half (the commands that train or export import the build half when run).
+    module-level imports stay in the runtime half (the commands that train or export import the workshop half when run).
     """
     entry_points = ["edgecap", "edgecap.cli", "edgecap.cli.caption", "edgecap.cli.engine", "edgecap.bench"]
     seen: set[str] = set()
@@ -253,7 +253,7 @@ def test_the_front_ends_reach_the_build_half_only_inside_functions() -> None:
                 todo.extend(a.name for a in node.names)
         parents = [".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)]
         todo.extend(parents)
-    bad = sorted(m for m in seen if m.startswith("edgecap.build") or m.split(".")[0] in TRAIN_ONLY)
+    bad = sorted(m for m in seen if m.startswith("edgecap.workshop") or m.split(".")[0] in TRAIN_ONLY)
     assert "edgecap.runtime.captioner" in seen or "edgecap.cli.caption" in seen
     assert not bad, f"module-level imports of the front ends reach {bad}"
 

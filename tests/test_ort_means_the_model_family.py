@@ -21,7 +21,7 @@ PACKAGE = Path(edgecap.__file__).resolve().parent
 
 #: The Object Relation Transformer family's modules and the names in them that spell "ort" for the family.
 FAMILY_NAMES: dict[str, set[str]] = {
-    "edgecap/build/models/ort.py": {
+    "edgecap/workshop/models/ort.py": {
         "ORTCaptioner",
         "_ort",
         "_ort_cfg",
@@ -33,9 +33,9 @@ FAMILY_NAMES: dict[str, set[str]] = {
         "ort_test",
         "ort_xsmall",
     },
-    "edgecap/build/models/_ort_cfg.py": set(),
-    "edgecap/build/models/__init__.py": {"ORTCaptioner", "_ort_cfg", "ort"},
-    "edgecap/build/models/reference.py": {
+    "edgecap/workshop/models/_ort_cfg.py": set(),
+    "edgecap/workshop/models/__init__.py": {"ORTCaptioner", "_ort_cfg", "ort"},
+    "edgecap/workshop/models/reference.py": {
         "ORT_REFERENCE_SWITCHES",
         "ort",
         "ort_base",
@@ -43,23 +43,23 @@ FAMILY_NAMES: dict[str, set[str]] = {
         "ort_test",
         "ort_test_ref",
     },
-    "edgecap/build/export/specs/ort.py": {"ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"},
-    "edgecap/build/interop/ort.py": {"ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort"},
-    "edgecap/build/interop/acort.py": {"looks_like_ort"},
+    "edgecap/workshop/export/specs/ort.py": {"ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"},
+    "edgecap/workshop/interop/ort.py": {"ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort"},
+    "edgecap/workshop/interop/acort.py": {"looks_like_ort"},
 }
 #: Modules whose string values name the family ("ort-base-ref", ``--from ort``, help text on official checkpoints).
 FAMILY_TEXT = {
     *FAMILY_NAMES,
-    "edgecap/build/interop/_families.py",
-    "edgecap/build/interop/_relation_transformer.py",
-    "edgecap/build/interop/_vocab.py",
-    "edgecap/build/interop/convert.py",
-    "edgecap/build/interop/sources.py",
+    "edgecap/workshop/interop/_families.py",
+    "edgecap/workshop/interop/_relation_transformer.py",
+    "edgecap/workshop/interop/_vocab.py",
+    "edgecap/workshop/interop/convert.py",
+    "edgecap/workshop/interop/sources.py",
     "edgecap/cli/importing.py",
     "edgecap/cli/__init__.py",
-    "edgecap/build/export/specs/layer_caches.py",
-    "edgecap/build/training/scst_loop.py",
-    "edgecap/build/compression/prune.py",  # structured pruning supports the ORT/ACORT family
+    "edgecap/workshop/export/specs/layer_caches.py",
+    "edgecap/workshop/training/scst_loop.py",
+    "edgecap/workshop/compression/prune.py",  # structured pruning supports the ORT/ACORT family
     "edgecap/cli/prune.py",
 }
 #: Modules whose earlier names are still to be renamed (they run through the warning aliases meanwhile).
@@ -176,4 +176,4 @@ def test_the_checks_catch_onnxruntime_spelled_ort() -> None:
     names = [name for _, name in _ort_identifiers(source, set())]
     assert names == ["ort", "create_ort_decoder", "ort", "OrtRuntime", "ORT_TYPES"]
     assert [text for _, text in _ort_values(source)] == ["ort", "ort-default"]
-    assert _ort_identifiers("from edgecap.build.models import ort\n", {"ort"}) == []
+    assert _ort_identifiers("from edgecap.workshop.models import ort\n", {"ort"}) == []

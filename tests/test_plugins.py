@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-import edgecap.build.export.calibration.presets as presets_module
-from edgecap.build.export.calibration import QuantPreset, get_preset
+import edgecap.workshop.export.calibration.presets as presets_module
 from edgecap.runtime import plugins
 from edgecap.runtime.backends import RuntimeSpec
 from edgecap.runtime.backends import registry as runtimes_registry
+from edgecap.workshop.export.calibration import QuantPreset, get_preset
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "extending.md"
@@ -100,12 +100,12 @@ def test_an_installed_plugin_registers_its_runtime_and_preset_when_first_queried
         """
         import json, sys, warnings
 
-        import edgecap, edgecap.build.export.calibration, edgecap.runtime.backends
+        import edgecap, edgecap.workshop.export.calibration, edgecap.runtime.backends
         imported_at_start = sorted(m for m in sys.modules if m.startswith(("edgecap_cpu1", "edgecap_broken")))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             from edgecap.runtime.backends import get_runtime, list_runtimes
-            from edgecap.build.export.calibration import get_preset, list_presets
+            from edgecap.workshop.export.calibration import get_preset, list_presets
 
             runtimes, presets = list_runtimes(), list_presets()
             list_runtimes(), list_presets()  # loaded once: no second warning
@@ -151,7 +151,7 @@ def test_a_plugin_that_takes_a_built_in_name_is_an_error_naming_it(plugin_site: 
         """,
         {
             "edgecap_clash": """\
-            from edgecap.build.export.calibration import get_preset
+            from edgecap.workshop.export.calibration import get_preset
             from edgecap.runtime.backends import RuntimeSpec
 
             RUNTIME = RuntimeSpec(name="onnxruntime", description="not onnxruntime", loader="edgecap_clash:x")
@@ -164,7 +164,7 @@ def test_a_plugin_that_takes_a_built_in_name_is_an_error_naming_it(plugin_site: 
     found = _run(
         """
         import json
-        from edgecap.build.export.calibration import list_presets
+        from edgecap.workshop.export.calibration import list_presets
         from edgecap.runtime.plugins import PluginError
         from edgecap.runtime.backends import get_runtime, list_runtimes
 
@@ -265,8 +265,8 @@ def test_the_registries_load_their_plugins_on_query_not_at_import() -> None:
     found = _run(
         """
         import json
-        import edgecap, edgecap.build.export.calibration, edgecap.runtime.backends
-        from edgecap.build.export.calibration.presets import _PLUGINS as presets
+        import edgecap, edgecap.workshop.export.calibration, edgecap.runtime.backends
+        from edgecap.workshop.export.calibration.presets import _PLUGINS as presets
         from edgecap.runtime.backends.registry import _PLUGINS as runtimes
 
         before = [runtimes.loaded, presets.loaded]

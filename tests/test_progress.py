@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edgecap.build._progress import ProgressBar, track
+from edgecap.workshop._progress import ProgressBar, track
 
 
 def test_the_bar_counts_updates_from_its_initial_value_and_closes_once():

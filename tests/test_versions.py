@@ -76,7 +76,7 @@ def test_is_newer_version_in_pep_440_order() -> None:
 
 
 def test_quantize_release() -> None:
-    release = pytest.importorskip("edgecap.build.export.calibration.onnxruntime_utils").release_numbers
+    release = pytest.importorskip("edgecap.workshop.export.calibration.onnxruntime_utils").release_numbers
     assert release("1.33.0.dev20250101") == (1, 33, 0)
     assert release("1.32.0+cpu") == (1, 32, 0)
     assert release("v1.32.0") == (1, 32, 0)

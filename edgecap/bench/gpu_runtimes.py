@@ -98,7 +98,7 @@ def _bundle(args: argparse.Namespace, rec: Recorder) -> Path | None:
         rec.add({"bundle": "not built: the ONNX Runtime GPU rows need --run (a trained run with a backbone)"})
         return None
     try:
-        from edgecap.build.export.bundle import export_bundle
+        from edgecap.workshop.export.bundle import export_bundle
 
         export_bundle(args.run, target, fp16=True, overwrite=True, progress=False)
     except Exception as exc:  # noqa: BLE001
@@ -113,11 +113,11 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
     torch = torch_and_cuda(args)
     import dataclasses
 
-    from edgecap.build.models import create_model
-    from edgecap.build.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
-    from edgecap.build.torch_runtime.refine import TorchRefineModel
     from edgecap.runtime.decoding import DecodeCfg, decode
     from edgecap.runtime.decoding.config import RadixSpec
+    from edgecap.workshop.models import create_model
+    from edgecap.workshop.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
+    from edgecap.workshop.torch_runtime.refine import TorchRefineModel
 
     rec.set(note="random weights, batch sizes 1 and 32, median of repeats; AR forced to the level's longest length")
     end = time.perf_counter() + args.section_budget - 8

@@ -94,7 +94,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
                 100.0 * sum(a == b for a, b in zip(got, baseline, strict=True)) / n, 2
             )
             if refs is not None:
-                from edgecap.build.evaluation.cider import cider_d
+                from edgecap.workshop.evaluation.cider import cider_d
 
                 preds = {r.image_id: " ".join(vocab.decode(t)) for r, t in zip(records[:n], got, strict=True)}
                 row["cider_d"] = round(100.0 * cider_d(preds, refs), 2)

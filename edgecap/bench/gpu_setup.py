@@ -72,7 +72,7 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
     from edgecap.runtime.captioning import decode_cfg_for
 
     if run:
-        from edgecap.build.runs import load_run
+        from edgecap.workshop.runs import load_run
 
         trained = load_run(run, device="cpu")
         cfg = decode_cfg_for(trained.vocab, beam_size=BEAM, max_words=trained.max_words)
@@ -89,7 +89,7 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
 
 def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
     """The test records (with references) and where they came from."""
-    from edgecap.build.data.datasets import load_dataset
+    from edgecap.workshop.data.datasets import load_dataset
 
     candidates = [Path(args.data)] if args.data else []
     if args.run:
@@ -98,7 +98,7 @@ def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
         if (path / "dataset.json").is_file():
             records = [r for r in load_dataset(path).split("test") if r.path is not None]
             return records[: args.images], f"{path} (test split)"
-    from edgecap.build.data.synthetic import generate_dataset
+    from edgecap.workshop.data.synthetic import generate_dataset
 
     target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "synthetic"
     if not (target / "dataset.json").is_file():
@@ -120,8 +120,8 @@ def test_features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str
         cached = torch.load(FEATURE_CACHE, weights_only=True)
         return dict(cached), records, where + " [cached features]"
     try:
-        from edgecap.build.runs import load_run
-        from edgecap.build.torch_runtime.images import BackboneInputs, backbone_from_spec
+        from edgecap.workshop.runs import load_run
+        from edgecap.workshop.torch_runtime.images import BackboneInputs, backbone_from_spec
 
         spec = load_run(args.run, device="cpu").backbone_spec
         inputs = BackboneInputs(backbone_from_spec(spec), "cpu")
@@ -164,7 +164,7 @@ def step_model(model: Any, precision: str, mode: str, device: str) -> Any:
     """A fresh adapter on a copy of ``model`` (casting is in place); on CPU ``cuda-graph`` runs as ``static``."""
     import torch
 
-    from edgecap.build.torch_runtime.runtime import TorchStepModel
+    from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 
     if device == "cpu" and mode == "cuda-graph":
         mode = "static"

@@ -80,9 +80,9 @@ def _make_batches(items: Sequence[dict[str, Any]], batch: int) -> list[dict[str,
 def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode_cfg: Any, batch: int) -> float:
     """CIDEr-D of the subject's captions on the quality set (not timed)."""
     from edgecap.bench.subjects import collate, inference_mode
-    from edgecap.build.evaluation.cider import cider_d
     from edgecap.runtime.captioning import captions_from_hypotheses
     from edgecap.runtime.decoding import decode
+    from edgecap.workshop.evaluation.cider import cider_d
 
     captions: list[str] = []
     with inference_mode():

@@ -1,6 +1,6 @@
 """Random-init models at the papers' settings, exported for the thread studies (``research/onnxruntime_threads.py``,
 ``research/thread_crossover.py``): the forced decode of each model, its graphs and inputs written for worker
-processes, and how a study prints and saves its table. torch and the build half (``[train]``) are imported inside
+processes, and how a study prints and saves its table. torch and the workshop half (``[train]``) are imported inside
 the functions, so ``edgecap.bench`` stays importable on a runtime-only install."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PAPER_WORDS = 10_000  # the COCO word vocabulary (without <unk>), which radix to
 def decode_cfg(model: str, beam: int, steps: int) -> dict[str, Any]:
     """``DecodeCfg`` fields of a beam search forced to ``steps`` tokens, with the model's token layout (radix digits
     for ACORT), as JSON for the workers."""
-    from edgecap.build.models import get_model_cfg
+    from edgecap.workshop.models import get_model_cfg
 
     cfg = get_model_cfg(model)
     fields: dict[str, Any] = {"strategy": "beam" if beam > 1 else "greedy", "beam_size": beam}
@@ -48,9 +48,9 @@ def write_case(model_name: str, batches: Sequence[int], seed: int, beam: int, wh
     decoding settings, written to ``where`` for the workers; returns the step graph's size in bytes."""
     import torch
 
-    from edgecap.build.export import export_onnx
-    from edgecap.build.export.spec import get_export_spec
-    from edgecap.build.models import create_model, paper_settings
+    from edgecap.workshop.export import export_onnx
+    from edgecap.workshop.export.spec import get_export_spec
+    from edgecap.workshop.models import create_model, paper_settings
 
     torch.manual_seed(seed)
     model = create_model(model_name, **paper_settings(model_name)).eval()

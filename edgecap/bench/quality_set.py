@@ -43,7 +43,7 @@ def resolve_quality_set(
     Raises:
         FileNotFoundError, ValueError: ``data``/``features`` were given explicitly but cannot be used.
     """
-    from edgecap.build.data.datasets import load_dataset
+    from edgecap.workshop.data.datasets import load_dataset
 
     source = bundle.config.get("source") or {}
     explicit = data is not None

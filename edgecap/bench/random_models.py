@@ -24,23 +24,23 @@ GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 re
 
 
 def _edge_settings(name: str) -> dict[str, Any]:
-    from edgecap.build.models import edge_settings
+    from edgecap.workshop.models import edge_settings
 
     return edge_settings(name)
 
 
 def _paper_settings(name: str) -> dict[str, Any]:
-    from edgecap.build.models import paper_settings
+    from edgecap.workshop.models import paper_settings
 
     return paper_settings(name)
 
 
-#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.build.models``).
+#: ``create_model`` arguments by setting name: edgecap's edge setting or the paper's (``edgecap.workshop.models``).
 SETTINGS = {"edge": _edge_settings, "paper": _paper_settings}
 
 
 def _words(setting: str) -> int:
-    from edgecap.build.models import EDGE_WORD_VOCAB_SIZE, PAPER_WORD_VOCAB_SIZE
+    from edgecap.workshop.models import EDGE_WORD_VOCAB_SIZE, PAPER_WORD_VOCAB_SIZE
 
     return {"edge": EDGE_WORD_VOCAB_SIZE, "paper": PAPER_WORD_VOCAB_SIZE}[setting]
 
@@ -64,7 +64,7 @@ def random_setup(name: str, batch: int, seed: int, setting: str = "edge") -> Set
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
     import torch
 
-    from edgecap.build.models import create_model, get_model_cfg
+    from edgecap.workshop.models import create_model, get_model_cfg
 
     torch.manual_seed(seed)
     settings = SETTINGS[setting](name)

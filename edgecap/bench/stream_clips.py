@@ -1,7 +1,7 @@
 """Synthetic video for the stream benchmark (:mod:`edgecap.bench.stream`): the built-in dataset's scenes as camera
 footage, written with PyAV, and a live source that plays them at a frame rate.
 
-A scene is one image of the synthetic dataset (:mod:`edgecap.build.data.synthetic`: what the bundled models were
+A scene is one image of the synthetic dataset (:mod:`edgecap.workshop.data.synthetic`: what the bundled models were
 trained on, so their captions mean something), rendered once, centred on a 640×480 canvas (the backbone's centre
 crop keeps the scene) and given fresh sensor noise in every frame, so a static camera's frames are never identical,
 as a real camera's are not. A clip holds one scene (a static camera) or changes scene at known times.
@@ -45,7 +45,7 @@ class Clip:
 
 def render_scenes(count: int, seed: int, height: int = 480) -> list[np.ndarray]:
     """``count`` scenes of the synthetic dataset, ``height`` pixels square, as H×W×3 uint8."""
-    from edgecap.build.data.synthetic import render_scene, sample_scene
+    from edgecap.workshop.data.synthetic import render_scene, sample_scene
 
     rng = np.random.default_rng(seed)
     out = []

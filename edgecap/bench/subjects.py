@@ -176,7 +176,7 @@ class Subject:
 
     def feature_items(self, directory: str | Path, image_ids: Sequence[str]) -> list[Item]:
         """Region features of ``image_ids`` from a feature directory (a feature cache or a region-feature store)."""
-        from edgecap.build.data.sources import open_feature_source
+        from edgecap.workshop.data.sources import open_feature_source
 
         source = open_feature_source(directory)
         missing = [i for i in image_ids if i not in source]

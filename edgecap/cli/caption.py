@@ -198,7 +198,7 @@ def caption(
                     f"fp16/int8 need a bundle: `edgecap export --model {model}` (written to "
                     "$EDGECAP_HOME/bundles/NAME; --out BUNDLE to choose)"
                 )
-            from edgecap.build.torch_runtime.runtime import resolve_device
+            from edgecap.workshop.torch_runtime.runtime import resolve_device
 
             apply_threads(torch_thread_count(threads))  # the CLI owns its process: torch's thread count is process-wide
             captioner = Captioner.from_run(

@@ -95,8 +95,8 @@ def synth(
     progress: bool,
 ) -> None:
     """Write the synthetic scene-captioning dataset (Karpathy format) to OUT."""
-    from edgecap.build.data.synthetic import generate_dataset
     from edgecap.cli.options import check_out
+    from edgecap.workshop.data.synthetic import generate_dataset
 
     check_out(out_dir, existing="replace", atomic=True)
     start = time.perf_counter()
@@ -152,7 +152,7 @@ def _format_stats(stats: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the statistics as JSON.")
 def stats(path: Path, as_json: bool) -> None:
     """Print statistics of a dataset directory or Karpathy-format JSON file PATH."""
-    from edgecap.build.data.synthetic import dataset_stats
+    from edgecap.workshop.data.synthetic import dataset_stats
 
     try:
         result = dataset_stats(path)

@@ -53,8 +53,8 @@ def evaluate(
 ) -> None:
     """Score RUN (a run directory or a trained model name) on a dataset split."""
     apply_threads(threads)
-    from edgecap.build.evaluation.run_eval import evaluate_run
-    from edgecap.build.torch_runtime.runtime import resolve_device
+    from edgecap.workshop.evaluation.run_eval import evaluate_run
+    from edgecap.workshop.torch_runtime.runtime import resolve_device
 
     if length_level is not None:
         _evaluate_levels(run, split, beam, data, features, str(resolve_device(device)), tokenizer, limit, length_level)
@@ -75,7 +75,7 @@ def evaluate(
     if as_json:
         click.echo(result.to_json())
     else:
-        from edgecap.build.evaluation import print_result
+        from edgecap.workshop.evaluation import print_result
 
         print_result(result, title=f"{run} · {split} · beam {beam}")
 
@@ -93,7 +93,7 @@ def _evaluate_levels(
 ) -> None:
     import json
 
-    from edgecap.build.evaluation.length_eval import evaluate_run_levels
+    from edgecap.workshop.evaluation.length_eval import evaluate_run_levels
 
     if level != "all" and not level.isdigit():
         fail(f"--length-level takes a level number or 'all', got {level!r}")

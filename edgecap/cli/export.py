@@ -20,7 +20,7 @@ class _PresetChoice(click.Choice):
 
     @property  # type: ignore[override]  # click declares a plain attribute; a read-through property serves it
     def choices(self) -> Sequence[str]:
-        from edgecap.build.export.calibration.presets import list_presets
+        from edgecap.workshop.export.calibration.presets import list_presets
 
         return tuple(list_presets())
 
@@ -30,11 +30,11 @@ class _PresetChoice(click.Choice):
 
 
 class _StepSchemeChoice(_PresetChoice):
-    """The named step schemes of ``edgecap.build.export.calibration.presets.STEP_SCHEMES``."""
+    """The named step schemes of ``edgecap.workshop.export.calibration.presets.STEP_SCHEMES``."""
 
     @property  # type: ignore[override]  # as _PresetChoice.choices
     def choices(self) -> Sequence[str]:
-        from edgecap.build.export.calibration.presets import STEP_SCHEMES
+        from edgecap.workshop.export.calibration.presets import STEP_SCHEMES
 
         return tuple(STEP_SCHEMES)
 
@@ -57,7 +57,7 @@ _VARIANTS = option_group(
         type=_PresetChoice(),
         default="cpu-auto",
         show_default=True,
-        help="INT8 preset: any registered edgecap.build.export.calibration preset (register_preset() adds one); "
+        help="INT8 preset: any registered edgecap.workshop.export.calibration preset (register_preset() adds one); "
         "cpu-auto picks the preset of this machine's CPU.",
     ),
     click.option(
@@ -156,10 +156,10 @@ def export(model: str, out: Path | None, triton_repo: Path | None, quiet: bool, 
     ]:
         raise click.UsageError("--max-cider-drop/--min-agreement are checked on the held-out set: --quality-images > 0")
     apply_threads(threads)
-    from edgecap.build.export.bundle import ExportRequest, default_bundle_out, export_request
     from edgecap.runtime.bundle.layout import is_bundle
     from edgecap.runtime.bundle.reader import load_bundle
     from edgecap.runtime.serving.repository import ServingOptions, model_name_for, write_triton_repository
+    from edgecap.workshop.export.bundle import ExportRequest, default_bundle_out, export_request
 
     if triton_repo is not None:  # before the export, not after it
         check_out(triton_repo, "--triton-repo", existing="refuse")
@@ -189,6 +189,6 @@ def print_bundle_table(bundle: object) -> None:
     """The per-variant parity/quality table of a bundle (also used by ``edgecap quickstart``)."""
     from rich.console import Console
 
-    from edgecap.build.export.report import bundle_table
+    from edgecap.workshop.export.report import bundle_table
 
     Console(highlight=False).print(bundle_table(bundle))

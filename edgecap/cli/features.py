@@ -18,7 +18,7 @@ def default_cache_dir(data: Path, backbone: str, size: int) -> Path:
 
 
 def _resolve_device(device: str) -> str:
-    from edgecap.build.torch_runtime.runtime import resolve_device
+    from edgecap.workshop.torch_runtime.runtime import resolve_device
 
     try:
         return str(resolve_device(device))
@@ -95,7 +95,7 @@ def features(
     """Extract and cache backbone features for every image of a dataset (resumes an interrupted run)."""
     import torch
 
-    from edgecap.build.data.feature_cache import CacheBusyError, extract_features
+    from edgecap.workshop.data.feature_cache import CacheBusyError, extract_features
 
     out = check_out(out or default_cache_dir(data, backbone, size))
     was_complete = not overwrite and _is_complete(out)

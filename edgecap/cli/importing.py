@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.build.interop.sources import SOURCES
+from edgecap.workshop.interop.sources import SOURCES
 
 
 @click.command("import")
@@ -57,8 +57,8 @@ def importing(
 ) -> None:
     """Convert an official CHECKPOINT into the run directory OUT (weights, config, vocab) that `edgecap eval`,
     `caption`, `export` and `bench` take. See docs/import.md."""
-    from edgecap.build.interop import CheckpointError, import_checkpoint, parse_groups
     from edgecap.cli.options import check_out
+    from edgecap.workshop.interop import CheckpointError, import_checkpoint, parse_groups
 
     check_out(out, existing="replace" if overwrite else "refuse", atomic=True)
     options: dict[str, object] = {}

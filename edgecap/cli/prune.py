@@ -60,14 +60,14 @@ def prune(
     if (target_params is None) == (sparsity is None):
         fail("give exactly one of --target-params N (structured pruning) or --sparsity 2:4")
     apply_threads(threads)
-    from edgecap.build.compression.prune_run import (
+    from edgecap.runtime.bundle.layout import RunError
+    from edgecap.workshop.compression.prune_run import (
         PruneError,
         SparsityError,
         prune_run,
         sparsify_run,
     )
-    from edgecap.build.compression.sparsity import parse_pattern
-    from edgecap.runtime.bundle.layout import RunError
+    from edgecap.workshop.compression.sparsity import parse_pattern
 
     try:
         if sparsity is not None:

@@ -55,9 +55,9 @@ def quickstart(
 ) -> None:
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     apply_threads(threads)
-    from edgecap.build.quickstart import QuickstartCfg, run_quickstart
     from edgecap.runtime._home import edgecap_home
     from edgecap.runtime.bundle.layout import default_run_dir
+    from edgecap.workshop.quickstart import QuickstartCfg, run_quickstart
 
     beam = _quickstart_beam(model, beam)
     workdir = check_out(workdir or edgecap_home() / "quickstart", "--workdir")
@@ -85,8 +85,8 @@ def _quickstart_beam(model: str, beam: int) -> int:
     one above 1 is refused now rather than after the training."""
     from click.core import ParameterSource
 
-    from edgecap.build.models import UnknownModelError, family_hooks, model_family
     from edgecap.runtime.captioner import NO_BEAM_SEARCH
+    from edgecap.workshop.models import UnknownModelError, family_hooks, model_family
 
     try:
         decoding = family_hooks(model_family(model)).decoding

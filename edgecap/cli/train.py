@@ -11,7 +11,6 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from edgecap.build.training.config import SCST_RECIPES, TrainCfg
 from edgecap.cli.options import (
     apply_threads,
     check_out,
@@ -20,6 +19,7 @@ from edgecap.cli.options import (
     parse_overrides,
     threads_option,
 )
+from edgecap.workshop.training.config import SCST_RECIPES, TrainCfg
 
 _DEFAULTS = TrainCfg()
 _QAT_OPTIONS = ("qat_epochs", "qat_target", "qat_lr", "qat_max_steps")
@@ -178,10 +178,10 @@ def train(
     """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
-    from edgecap.build.models import list_models
-    from edgecap.build.training.config import TrainCfg
-    from edgecap.build.training.loop import train as run_training
     from edgecap.runtime.bundle.layout import default_run_dir
+    from edgecap.workshop.models import list_models
+    from edgecap.workshop.training.config import TrainCfg
+    from edgecap.workshop.training.loop import train as run_training
 
     scst = {name: options.pop(name) for name in _SCST_OPTIONS}
     scst = {**SCST_RECIPES[scst_recipe], **{k: v for k, v in scst.items() if v is not None}}
@@ -250,8 +250,8 @@ def _train_from_run(
     The stored cross-entropy recipe is kept; the SCST options, the batch size, seed, device and step limits come
     from this command line.
     """
-    from edgecap.build.training import checkpoint as ckpt
-    from edgecap.build.training.scst_loop import init_from_run, train_scst
+    from edgecap.workshop.training import checkpoint as ckpt
+    from edgecap.workshop.training.scst_loop import init_from_run, train_scst
 
     if not options.get("scst_epochs"):
         fail("--init RUN runs self-critical training only: pass --scst-epochs N")
@@ -277,9 +277,9 @@ def _train_from_run(
 
 def _qat_from_run(init_run: Path, out: Path | None, options: dict, qat: dict) -> None:
     """``--init RUN --qat-epochs N``: quantisation-aware fine-tuning of RUN into the new run ``--out``
-    (``edgecap.build.compression.qat``); RUN, the FP32 parent the export compares against, is left as it is."""
-    from edgecap.build.compression.qat import QatError, qat_run
-    from edgecap.build.export.calibration.presets import get_preset
+    (``edgecap.workshop.compression.qat``); RUN, the FP32 parent the export compares against, is left as it is."""
+    from edgecap.workshop.compression.qat import QatError, qat_run
+    from edgecap.workshop.export.calibration.presets import get_preset
 
     if out is None:
         fail("--qat-epochs writes a new run: pass --out NEW_RUN (RUN stays the FP32 parent)")

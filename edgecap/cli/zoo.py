@@ -10,7 +10,7 @@ import click
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
-_EDGE_WORD_VOCAB_SIZE = 124  # mirrors edgecap.build.models.EDGE_WORD_VOCAB_SIZE without importing torch for --help
+_EDGE_WORD_VOCAB_SIZE = 124  # mirrors edgecap.workshop.models.EDGE_WORD_VOCAB_SIZE without importing torch for --help
 
 
 def _millions(n: float | None) -> str:
@@ -39,7 +39,7 @@ def zoo(pattern: str, as_json: bool, vocab_size: int, feature_dim: int | None) -
     "paper" counts use the papers' setting (2,048-d region features; 10,001 word ids or radix base+3 classes), so
     they can be checked against ACORT Table 1; "edge" counts use edgecap's defaults.
     """
-    from edgecap.build.models import describe_models
+    from edgecap.workshop.models import describe_models
 
     rows = describe_models(pattern, edge_vocab_size=vocab_size, edge_feature_dim=feature_dim)
     if not rows:

@@ -1,11 +1,11 @@
-"""Module paths from before the split into ``edgecap.runtime`` and ``edgecap.build`` keep importing, with a warning.
+"""Module paths from before the split into ``edgecap.runtime`` and ``edgecap.workshop`` keep importing, with a warning.
 
 ``import edgecap.runtimes.onnxruntime_session`` (an old path) imports ``edgecap.runtime.backends.onnxruntime.session``
 and registers that same module object under the old name too, so ``from OLD import NAME`` and ``import OLD as x``
 keep working in code written before the move. Each old name warns once (a ``FutureWarning`` naming the new path)
 when it is first imported. Submodules of a moved package map by their longest moved prefix
-(``edgecap.models.backbone`` -> ``edgecap.build.models.backbone``). Nothing exists at the old paths on disk: the
-finder (installed by ``import edgecap``) answers for them. Standard library only, and the build half is imported
+(``edgecap.models.backbone`` -> ``edgecap.workshop.models.backbone``). Nothing exists at the old paths on disk: the
+finder (installed by ``import edgecap``) answers for them. Standard library only, and the workshop half is imported
 only when an old build-side path is: a device install never imports torch through it. ``docs/migration.md`` lists
 :data:`MOVED` (``tests/runtime/test_moved.py`` keeps the two equal).
 """
@@ -25,22 +25,22 @@ __all__ = ["MOVED", "MovedModuleFinder", "install", "new_module_name"]
 
 #: Old module path -> new module path; a package's entry covers its whole subtree.
 MOVED: dict[str, str] = {
-    "edgecap.bundle.exporting": "edgecap.build.export.bundling",
-    "edgecap.bundle.export": "edgecap.build.export.bundle",
-    "edgecap.bundle.writer": "edgecap.build.export.writer",
-    "edgecap.bundle.report": "edgecap.build.export.report",
+    "edgecap.bundle.exporting": "edgecap.workshop.export.bundling",
+    "edgecap.bundle.export": "edgecap.workshop.export.bundle",
+    "edgecap.bundle.writer": "edgecap.workshop.export.writer",
+    "edgecap.bundle.report": "edgecap.workshop.export.report",
     "edgecap.bundle": "edgecap.runtime.bundle",
-    "edgecap.export": "edgecap.build.export",
-    "edgecap.calibration": "edgecap.build.export.calibration",
-    "edgecap.models": "edgecap.build.models",
-    "edgecap.training": "edgecap.build.training",
-    "edgecap.evaluation": "edgecap.build.evaluation",
-    "edgecap.interop": "edgecap.build.interop",
+    "edgecap.export": "edgecap.workshop.export",
+    "edgecap.calibration": "edgecap.workshop.export.calibration",
+    "edgecap.models": "edgecap.workshop.models",
+    "edgecap.training": "edgecap.workshop.training",
+    "edgecap.evaluation": "edgecap.workshop.evaluation",
+    "edgecap.interop": "edgecap.workshop.interop",
     "edgecap.data.images": "edgecap.runtime.images.load",
     "edgecap.data.preprocess": "edgecap.runtime.images.preprocess",
     "edgecap.data.vocab": "edgecap.runtime.vocab",
     "edgecap.data.text": "edgecap.runtime.text",
-    "edgecap.data": "edgecap.build.data",
+    "edgecap.data": "edgecap.workshop.data",
     "edgecap.decoding": "edgecap.runtime.decoding",
     "edgecap.engines": "edgecap.runtime.engines",
     "edgecap.runtimes.images": "edgecap.runtime.images.inputs",
@@ -54,9 +54,9 @@ MOVED: dict[str, str] = {
     "edgecap.runtimes.decoders": "edgecap.runtime.backends.onnxruntime.decoders",
     "edgecap.runtimes.tensorrt_engines": "edgecap.runtime.backends.tensorrt.engines",
     "edgecap.runtimes.tensorrt": "edgecap.runtime.backends.tensorrt.runtime",
-    "edgecap.runtimes.torch": "edgecap.build.torch_runtime.runtime",
-    "edgecap.runtimes.prefix": "edgecap.build.torch_runtime.prefix",
-    "edgecap.runtimes.static_cache": "edgecap.build.torch_runtime.static_cache",
+    "edgecap.runtimes.torch": "edgecap.workshop.torch_runtime.runtime",
+    "edgecap.runtimes.prefix": "edgecap.workshop.torch_runtime.prefix",
+    "edgecap.runtimes.static_cache": "edgecap.workshop.torch_runtime.static_cache",
     "edgecap.runtimes": "edgecap.runtime.backends",
     "edgecap.captioner": "edgecap.runtime.captioner",
     "edgecap.captioning": "edgecap.runtime.captioning",
@@ -69,9 +69,9 @@ MOVED: dict[str, str] = {
     "edgecap._process": "edgecap.runtime._process",
     "edgecap._lazy": "edgecap.runtime._lazy",
     "edgecap._renamed": "edgecap.runtime._renamed",
-    "edgecap._progress": "edgecap.build._progress",
-    "edgecap.runs": "edgecap.build.runs",
-    "edgecap.quickstart": "edgecap.build.quickstart",
+    "edgecap._progress": "edgecap.workshop._progress",
+    "edgecap.runs": "edgecap.workshop.runs",
+    "edgecap.quickstart": "edgecap.workshop.quickstart",
 }
 
 #: Longest old path first, so ``edgecap.bundle.export`` wins over ``edgecap.bundle``.

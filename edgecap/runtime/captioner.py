@@ -56,7 +56,7 @@ class Captioner:
     :meth:`batch`.
 
     Args:
-        inputs: images -> encoder inputs (:class:`PixelInputs`, or the build half's torch ``BackboneInputs``), or None
+        inputs: images -> encoder inputs (:class:`PixelInputs`, or the workshop half's torch ``BackboneInputs``), or None
         when captions can
             only come from precomputed features (:meth:`caption_inputs`); ``no_images_reason`` then says why.
         step_model: torch, ONNX Runtime or TensorRT adapter.
@@ -101,7 +101,7 @@ class Captioner:
     ) -> Captioner:
         """A captioner on the torch weights of a trained run (a run directory or a model name trained earlier);
         ``beam`` default 3 (a mask-predict model, LaBERT, takes none: see :meth:`load`). Needs the ``[train]``
-        extra: the run is decoded in torch (:mod:`edgecap.build.torch_runtime.run_captioner`)."""
+        extra: the run is decoded in torch (:mod:`edgecap.workshop.torch_runtime.run_captioner`)."""
         from edgecap.runtime.torch_hooks import TorchUnavailableError, torch_hook
 
         if beam is not None:

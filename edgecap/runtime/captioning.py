@@ -1,6 +1,6 @@
 """The decoding defaults of a captioner: ``decode_cfg_for``, the default length level, hypotheses -> strings.
 
-Captioning a torch model's feature bank is the build half's (:mod:`edgecap.build.torch_runtime.captioning`).
+Captioning a torch model's feature bank is the workshop half's (:mod:`edgecap.workshop.torch_runtime.captioning`).
 """
 
 from __future__ import annotations

@@ -9,5 +9,5 @@ __all__ = ["FLOAT_PRECISIONS", "PRECISIONS"]
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "int8")
 
 #: The precisions a graph or a weight file is written in directly; INT8 is derived from the FP32 graph by
-#: quantisation (``edgecap.build.export.calibration``), so the exporters and the torch runtimes take only these.
+#: quantisation (``edgecap.workshop.export.calibration``), so the exporters and the torch runtimes take only these.
 FLOAT_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p != "int8")

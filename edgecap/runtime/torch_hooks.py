@@ -1,7 +1,7 @@
 """Where the runtime half reaches torch: four named hooks, resolved by import string when a torch path is asked for.
 
 The runtime package imports numpy, Pillow and an inference engine only, at module level and inside functions. Four
-features still need torch when a user asks for them, and their code lives in :mod:`edgecap.build.torch_runtime`
+features still need torch when a user asks for them, and their code lives in :mod:`edgecap.workshop.torch_runtime`
 (the ``[train]`` extra):
 
 - ``torch_arrays``: a decode state kept in torch tensors (ONNX Runtime's io-binding path on CUDA, where the caches
@@ -11,8 +11,8 @@ features still need torch when a user asks for them, and their code lives in :mo
 - ``captioner_from_run``: :meth:`edgecap.Captioner.from_run` decodes a training run's torch weights.
 
 The hooks are named here as ``"module:attribute"`` strings, as the runtime registry names its loaders, so no import
-statement of the runtime package reaches the build half (``tests/test_import_graph.py`` walks them all, and checks
-that this table is the only place naming ``edgecap.build``).
+statement of the runtime package reaches the workshop half (``tests/test_import_graph.py`` walks them all, and checks
+that this table is the only place naming ``edgecap.workshop``).
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from typing import Any
 
 __all__ = ["HOOKS", "TorchUnavailableError", "torch_available", "torch_hook"]
 
-#: Hook name -> ``"module:attribute"`` in the build half.
+#: Hook name -> ``"module:attribute"`` in the workshop half.
 HOOKS: dict[str, str] = {
-    "torch_arrays": "edgecap.build.torch_runtime.arrays:TORCH_OPS",
-    "onnxruntime_binding": "edgecap.build.torch_runtime.onnxruntime_binding:run_bound",
-    "backbone_inputs": "edgecap.build.torch_runtime.images:backbone_inputs",
-    "captioner_from_run": "edgecap.build.torch_runtime.run_captioner:captioner_from_run",
+    "torch_arrays": "edgecap.workshop.torch_runtime.arrays:TORCH_OPS",
+    "onnxruntime_binding": "edgecap.workshop.torch_runtime.onnxruntime_binding:run_bound",
+    "backbone_inputs": "edgecap.workshop.torch_runtime.images:backbone_inputs",
+    "captioner_from_run": "edgecap.workshop.torch_runtime.run_captioner:captioner_from_run",
 }
 
 #: What to install for a hook when torch is missing.
@@ -48,11 +48,11 @@ def torch_available() -> bool:
 
 
 def torch_hook(name: str) -> Any:
-    """The build-half object behind hook ``name`` (imported on first use).
+    """The workshop-half object behind hook ``name`` (imported on first use).
 
     Raises:
         KeyError: an unknown hook name.
-        TorchUnavailableError: torch is not installed, or the build half is not part of this installation.
+        TorchUnavailableError: torch is not installed, or the workshop half is not part of this installation.
     """
     module_name, _, attribute = HOOKS[name].partition(":")
     if not torch_available():

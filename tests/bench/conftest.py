@@ -129,11 +129,11 @@ def replace(result: ComboResult, **changes: Any) -> ComboResult:
 @pytest.fixture(scope="session")
 def tiny_bundle(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A verified FP32 bundle of a random ``ort-test`` (24-d region features, word vocab from the dataset)."""
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.export.bundle import export_bundle
-    from edgecap.build.models import create_model
-    from edgecap.build.runs import TrainedRun
     from edgecap.runtime.vocab import build_vocab
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.export.bundle import export_bundle
+    from edgecap.workshop.models import create_model
+    from edgecap.workshop.runs import TrainedRun
 
     data, features = tiny_data
     dataset = load_dataset(data)

@@ -48,7 +48,7 @@ BLOCKER = textwrap.dedent(
 def twins(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     """(pixels-in bundle, torch-backbone bundle, images): one pixel run exported with its backbone in the encoder
     graph and with it in torch (FP32), and a few of the dataset's images."""
-    from edgecap.build.export.bundle import export_bundle
+    from edgecap.workshop.export.bundle import export_bundle
 
     run, weights = pixel_run(tiny_data, tmp_path_factory)
     root = tmp_path_factory.mktemp("twins")
@@ -152,7 +152,7 @@ def test_a_runtime_not_installed_is_skipped_with_the_registrys_hint(
 
 def test_bench_modules_import_nothing_from_the_build_half() -> None:
     """Statically, like ``tests/test_import_graph.py`` for the front ends: the module-level imports of every bench
-    module (library, report readers, CLI) reach neither ``edgecap.build`` nor a [train]-only package; torch,
+    module (library, report readers, CLI) reach neither ``edgecap.workshop`` nor a [train]-only package; torch,
     matplotlib and the evaluation code are imported inside the functions that need them."""
     import ast
 
@@ -179,7 +179,7 @@ def test_bench_modules_import_nothing_from_the_build_half() -> None:
     bad = {
         module: parent
         for module, parent in reached.items()
-        if module.startswith("edgecap.build") or module.split(".")[0] in graph.TRAIN_ONLY
+        if module.startswith("edgecap.workshop") or module.split(".")[0] in graph.TRAIN_ONLY
     }
     assert "edgecap.bench.worker" in reached and "edgecap.runtime" in reached
-    assert not bad, f"bench imports reach the build half or [train]-only packages: {bad}"
+    assert not bad, f"bench imports reach the workshop half or [train]-only packages: {bad}"

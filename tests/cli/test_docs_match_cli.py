@@ -204,7 +204,7 @@ def test_engine_precision_choices_match_the_readme():
 
 
 def test_export_int8_step_choices_match_the_readme():
-    from edgecap.build.export.calibration.presets import STEP_SCHEMES
+    from edgecap.workshop.export.calibration.presets import STEP_SCHEMES
 
     option = _option("export", "--int8-step")
     assert isinstance(option.type, click.Choice) and tuple(option.type.choices) == tuple(STEP_SCHEMES)

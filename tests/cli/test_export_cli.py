@@ -104,7 +104,7 @@ def test_export_help_imports_no_torch_and_lists_registered_targets():
         "import sys\n"
         "from click.testing import CliRunner\n"
         "from edgecap.cli import main\n"
-        "from edgecap.build.export.calibration.presets import get_preset, register_preset\n"
+        "from edgecap.workshop.export.calibration.presets import get_preset, register_preset\n"
         "register_preset(get_preset('cpu-avx2').replace(name='edge-npu', description='an NPU'))\n"
         "result = CliRunner().invoke(main, ['export', '--help'])\n"
         "assert result.exit_code == 0, result.output\n"
@@ -128,14 +128,14 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     EfficientNet-Lite0's features: a pixels-in FP32+FP16 bundle at $EDGECAP_HOME/bundles/NAME; run again, it replaces
     that bundle and says so. Then the decode-level promise: beam search on the FP32 graphs from pixels gives the
     torch model's hypotheses (tokens and scores)."""
-    import edgecap.build.export
-    from edgecap.build.export.bundle import load_source
-    from edgecap.build.export.bundling.quality import PixelReference
-    from edgecap.build.torch_runtime.captioning import decoder_for
+    import edgecap.workshop.export
     from edgecap.runtime.backends.onnxruntime.decoders import create_onnxruntime_decoder
     from edgecap.runtime.bundle import load_bundle
     from edgecap.runtime.captioning import decode_cfg_for
     from edgecap.runtime.decoding import decode
+    from edgecap.workshop.export.bundle import load_source
+    from edgecap.workshop.export.bundling.quality import PixelReference
+    from edgecap.workshop.torch_runtime.captioning import decoder_for
     from tests.runtime.bundle.helpers import export_result_from
 
     home = tmp_path / "home"
@@ -157,7 +157,7 @@ def test_the_first_export_command_works_verbatim(tiny_data, tmp_path_factory, tm
     assert opened.quality("fp32")["agreement"] == 1.0 and opened.quality("fp16")["images"] == 4
 
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="ort-test")  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
     again = CliRunner().invoke(main, ["export", "--model", "ort-test", "--quiet"], env=env)
     assert again.exit_code == 0, again.output
     assert f"replaced the existing bundle at {bundle}" in again.output
@@ -187,12 +187,12 @@ def _leftovers(parent: Path) -> list[str]:
 def test_export_refuses_a_folder_of_non_images_before_the_fp32_export(
     tiny_data, tmp_path_factory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    import edgecap.build.export
+    import edgecap.workshop.export
 
     def no_export(*args, **kwargs):
         raise AssertionError("the FP32 export started before the calibration set was checked")
 
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", no_export)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", no_export)
     run, weights = pixel_run(tiny_data, tmp_path_factory)
     calib = tmp_path / "calib"
     calib.mkdir()
@@ -209,9 +209,9 @@ def test_a_preset_registered_in_a_test_is_an_export_target(
     exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch
 ):
     """``register_preset()`` is the only edit needed: ``--target toy`` is accepted, listed in ``--help`` and used."""
-    import edgecap.build.export
-    from edgecap.build.export.calibration import presets
+    import edgecap.workshop.export
     from edgecap.runtime.bundle import load_bundle
+    from edgecap.workshop.export.calibration import presets
     from tests.runtime.bundle.helpers import export_result_from
 
     bundle, _ = exported
@@ -220,7 +220,7 @@ def test_a_preset_registered_in_a_test_is_an_export_target(
         presets.QuantPreset(name="toy", description="a toy target: U8S8, 7-bit weights", activation_type="uint8")
     )
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
     assert "toy" in CliRunner().invoke(main, ["export", "--help"]).output
     run, weights = pixel_run(tiny_data, tmp_path_factory)
     args = ["export", "--model", str(run), "--backbone-weights", str(weights), "--int8", "--calib", str(tiny_data[0])]
@@ -247,12 +247,12 @@ def test_accuracy_target_flags_are_checked(tmp_path: Path):
 
 
 def _stand_in_export(exported, monkeypatch):
-    import edgecap.build.export
+    import edgecap.workshop.export
     from tests.runtime.bundle.helpers import export_result_from
 
     bundle, _ = exported
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), backbone=k.get("backbone"))  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
 
 
 def test_accuracy_aware_int8_records_its_selection_and_compression(
@@ -281,7 +281,7 @@ def test_accuracy_aware_int8_records_its_selection_and_compression(
 
 
 def test_an_unreachable_accuracy_target_writes_nothing(exported, tiny_data, tmp_path_factory, tmp_path, monkeypatch):
-    from edgecap.build.export.calibration.sensitivity import Int8Target
+    from edgecap.workshop.export.calibration.sensitivity import Int8Target
 
     _stand_in_export(exported, monkeypatch)
     monkeypatch.setattr(Int8Target, "shortfalls", lambda self, quality: ["never enough"])

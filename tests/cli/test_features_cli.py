@@ -11,8 +11,8 @@ import torch
 from click.testing import CliRunner
 from PIL import Image
 
-from edgecap.build.data.feature_cache import FeatureCache
 from edgecap.cli import main
+from edgecap.workshop.data.feature_cache import FeatureCache
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 

@@ -24,7 +24,7 @@ def no_export_work(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("export started its work before refusing --out")
 
-    monkeypatch.setattr("edgecap.build.export.bundle.load_source", refuse)
+    monkeypatch.setattr("edgecap.workshop.export.bundle.load_source", refuse)
 
 
 def _refused(args: list[str], expected: str) -> str:

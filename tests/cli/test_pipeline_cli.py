@@ -8,8 +8,8 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import save_file
 
-from edgecap.build.models.backbone import create_backbone
 from edgecap.cli import main
+from edgecap.workshop.models.backbone import create_backbone
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 

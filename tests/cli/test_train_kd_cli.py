@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from edgecap.build.training import checkpoint as ckpt
 from edgecap.cli import main
+from edgecap.workshop.training import checkpoint as ckpt
 
 
 def test_distil_from_the_command_line(tiny_data, tiny_parent_run, tmp_path):

@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from edgecap.build.training import checkpoint as ckpt
 from edgecap.cli import main
+from edgecap.workshop.training import checkpoint as ckpt
 
 
 def test_qat_from_the_command_line(tiny_parent_run, tmp_path):

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from edgecap.build.training import checkpoint as ckpt
-from edgecap.build.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_WEIGHTS
 from edgecap.cli import main
+from edgecap.workshop.training import checkpoint as ckpt
+from edgecap.workshop.training.scst_loop import SCST_STATE, SCST_SUMMARY, XE_WEIGHTS
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,8 +6,8 @@ import json
 
 from click.testing import CliRunner
 
-from edgecap.build.models import list_models
 from edgecap.cli.zoo import zoo
+from edgecap.workshop.models import list_models
 
 
 def test_zoo_table_lists_every_model():

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from edgecap.build.data.region_features import RegionFeatureError, RegionFeatureStore
+from edgecap.workshop.data.region_features import RegionFeatureError, RegionFeatureStore
 
 from .strategies import byte_mutations
 

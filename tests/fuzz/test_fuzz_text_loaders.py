@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from edgecap.build.data.datasets import DatasetError, load_coco_captions, load_dataset, load_karpathy
 from edgecap.runtime.vocab import VocabError, build_vocab, load_vocab
+from edgecap.workshop.data.datasets import DatasetError, load_coco_captions, load_dataset, load_karpathy
 
 from .strategies import byte_mutations, json_values, mutated_json
 

@@ -12,9 +12,9 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
 
-from edgecap.build.models import create_model  # noqa: E402
-from edgecap.build.torch_runtime.runtime import TorchStepModel  # noqa: E402
 from edgecap.runtime.decoding import DecodeCfg, decode  # noqa: E402
+from edgecap.workshop.models import create_model  # noqa: E402
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -86,7 +86,7 @@ def test_compiled_step_gives_the_eager_captions_at_fp32() -> None:
 def test_onnxruntime_outputs_without_dlpack_stay_on_the_device() -> None:
     """The CUDA Array Interface fallback of ``_to_torch`` (onnxruntime builds whose OrtValue lacks DLPack): a device
     buffer is wrapped, not copied through the host."""
-    from edgecap.build.torch_runtime.onnxruntime_binding import to_torch as _to_torch
+    from edgecap.workshop.torch_runtime.onnxruntime_binding import to_torch as _to_torch
     from tests.runtime.backends.test_onnxruntime_gpu import _FakeOrtValue
 
     source = torch.arange(12, dtype=torch.float32, device="cuda").reshape(3, 4)

@@ -38,8 +38,8 @@ def make_case(root: Path) -> dict[str, Any]:
     import warnings
 
     from edgecap import Captioner
-    from edgecap.build.data.synthetic import generate_dataset
     from edgecap.cli import main
+    from edgecap.workshop.data.synthetic import generate_dataset
     from tests.runtime.bundle.helpers import pixel_run
 
     root.mkdir(parents=True, exist_ok=True)

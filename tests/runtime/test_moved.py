@@ -65,17 +65,17 @@ def test_old_style_imports_of_names_and_submodules(fresh_old_names: None) -> Non
         from edgecap.runtimes import RuntimeStepModel, onnxruntime_session
         from edgecap.runtimes.onnxruntime_session import OnnxRuntimeSession
     assert OnnxRuntimeSession is new_session and onnxruntime_session is session and RuntimeStepModel is bridge_model
-    assert create_backbone is importlib.import_module("edgecap.build.models.backbone").create_backbone
+    assert create_backbone is importlib.import_module("edgecap.workshop.models.backbone").create_backbone
     assert load_vocab is importlib.import_module("edgecap.runtime.vocab").load_vocab
 
 
 def test_submodules_map_by_the_longest_moved_prefix() -> None:
-    assert new_module_name("edgecap.models.backbone") == "edgecap.build.models.backbone"
-    assert new_module_name("edgecap.bundle.export") == "edgecap.build.export.bundle"
-    assert new_module_name("edgecap.bundle.exporting.int8") == "edgecap.build.export.bundling.int8"
+    assert new_module_name("edgecap.models.backbone") == "edgecap.workshop.models.backbone"
+    assert new_module_name("edgecap.bundle.export") == "edgecap.workshop.export.bundle"
+    assert new_module_name("edgecap.bundle.exporting.int8") == "edgecap.workshop.export.bundling.int8"
     assert new_module_name("edgecap.bundle.reader") == "edgecap.runtime.bundle.reader"
     assert new_module_name("edgecap.data.vocab") == "edgecap.runtime.vocab"
-    assert new_module_name("edgecap.data.datasets") == "edgecap.build.data.datasets"
+    assert new_module_name("edgecap.data.datasets") == "edgecap.workshop.data.datasets"
     assert new_module_name("edgecap.runtimes.tensorrt_engines") == "edgecap.runtime.backends.tensorrt.engines"
     assert new_module_name("edgecap.runtimes.registry") == "edgecap.runtime.backends.registry"
 
@@ -90,7 +90,7 @@ def test_submodules_map_by_the_longest_moved_prefix() -> None:
         "edgecap.bench.run",
         "numpy",
         "edgecap_models",
-        "edgecap.build.models",
+        "edgecap.workshop.models",
         "xedgecap.models",
         "edgecap.modelsx.y",
     ],
@@ -141,7 +141,7 @@ def test_old_runtime_paths_stay_torch_free() -> None:
         warnings.simplefilter("ignore", FutureWarning)
         import edgecap.runtimes.onnxruntime_session, edgecap.runtimes.images, edgecap.bundle.reader
         import edgecap.data.vocab, edgecap.decoding, edgecap.captioner, edgecap.precisions, edgecap.engines
-        assert "torch" not in sys.modules and "edgecap.build.export.bundle" not in sys.modules, "runtime"
+        assert "torch" not in sys.modules and "edgecap.workshop.export.bundle" not in sys.modules, "runtime"
         import edgecap.runtimes.torch
         assert "torch" in sys.modules, "build"
         """

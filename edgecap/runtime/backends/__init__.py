@@ -64,8 +64,8 @@ register_runtime(
     RuntimeSpec(
         name="torch",
         description="torch eager: the bundle's weights.safetensors, cached step decoding (CPU or CUDA)",
-        loader="edgecap.build.torch_runtime.loader:load_bundle_runtime",
-        graph_runtime="edgecap.build.torch_runtime.runtime:TorchRuntime",
+        loader="edgecap.workshop.torch_runtime.loader:load_bundle_runtime",
+        graph_runtime="edgecap.workshop.torch_runtime.runtime:TorchRuntime",
         requires=("torch",),
         install=_TORCH_INSTALL,
         precisions=FLOAT_PRECISIONS,
@@ -89,7 +89,7 @@ register_runtime(
     RuntimeSpec(
         name="torch-rerun",
         description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
-        loader="edgecap.build.torch_runtime.loader:load_bundle_rerun_runtime",
+        loader="edgecap.workshop.torch_runtime.loader:load_bundle_rerun_runtime",
         requires=("torch",),
         install=_TORCH_INSTALL,
         precisions=FLOAT_PRECISIONS,

@@ -7,7 +7,7 @@ beam reordering is a gather along axis 0.
 
 The search hands over int64 numpy tokens and row indices and reads numpy log-probs (``docs/contracts.md``,
 "StepModel"). On ONNX Runtime's CPU path (``array_type == "numpy"``) there is nothing to convert; the io-binding path
-(``array_type == "torch"``) converts at this boundary with the build half's ``TorchOps``
+(``array_type == "torch"``) converts at this boundary with the workshop half's ``TorchOps``
 (:mod:`edgecap.runtime.torch_hooks`), so this module never imports torch.
 """
 
@@ -65,7 +65,7 @@ class NumpyOps(ArrayOps):
         return np.take(array, index, axis=0)
 
 
-#: Array types whose operations live in the runtime half; ``"torch"`` comes from the build half
+#: Array types whose operations live in the runtime half; ``"torch"`` comes from the workshop half
 #: (:func:`edgecap.runtime.torch_hooks.torch_hook`), only when a runtime keeps its state in torch tensors.
 ARRAY_OPS: dict[str, ArrayOps] = {"numpy": NumpyOps()}
 

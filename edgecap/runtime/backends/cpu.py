@@ -5,7 +5,7 @@ INT8 presets, the ONNX Runtime loader's choice of INT8 variant and the thread po
 the core counts; it reports neither the CPU's name nor its flags, so those come from ``/proc/cpuinfo``. Torch-free.
 
 ONNX Runtime's x86 int8 kernels saturate without VNNI unless weights use 7 bits (``reduce_range``), and 64-bit ARM
-has its own scheme; the presets themselves live in :mod:`edgecap.build.export.calibration.presets`.
+has its own scheme; the presets themselves live in :mod:`edgecap.workshop.export.calibration.presets`.
 """
 
 from __future__ import annotations

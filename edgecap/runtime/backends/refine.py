@@ -3,12 +3,12 @@ on any
 graph :class:`~edgecap.runtime.backends.base.Runtime` (ONNX Runtime now, TensorRT later), so one mask-predict loop runs
 everywhere — the non-autoregressive counterpart of ``TorchStepModel`` / ``RuntimeStepModel``.
 
-Graph contract (``edgecap.build.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``) and
+Graph contract (``edgecap.workshop.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``) and
 ``refine`` (``tokens`` (B, L) int64, ``length_level`` (B,) int64, the state -> ``logprobs`` (B, L, V)). The length
 levels, default T and γ per level and the ``[MASK]`` id travel in the graphs' metadata.
 
 The mask-predict loop hands both adapters int64 numpy tokens and levels and reads numpy log-probs back. The torch
-adapter is the build half's (:mod:`edgecap.build.torch_runtime.refine`), the ONNX Runtime constructor
+adapter is the workshop half's (:mod:`edgecap.workshop.torch_runtime.refine`), the ONNX Runtime constructor
 :mod:`edgecap.runtime.backends.onnxruntime.refine`.
 """
 
@@ -23,7 +23,7 @@ from edgecap.runtime.backends.base import Array, Runtime, RuntimeInputError
 from edgecap.runtime.backends.bridge import GraphPair
 from edgecap.runtime.decoding.protocol import DecodeInputError, State
 
-#: The visual inputs of a refine model's encoder (as ``edgecap.build.torch_runtime.runtime.CAPTION_INPUTS``).
+#: The visual inputs of a refine model's encoder (as ``edgecap.workshop.torch_runtime.runtime.CAPTION_INPUTS``).
 CAPTION_INPUTS = ("features", "boxes", "feature_mask")
 
 __all__ = ["CAPTION_INPUTS", "RuntimeRefineModel"]

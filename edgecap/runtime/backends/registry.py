@@ -147,7 +147,7 @@ class LoadRequest:
         beam: the beam width the search will decode with (None: the bundle's); runtimes whose compiled engines
             fix the rows per image (``tensorrt``) choose and check their engines by it.
         step_mode: how the torch runtime runs a decoder step (``"eager"``, ``"static"``, ``"cuda-graph"``,
-            ``"compile"``, ``"auto"``; :mod:`edgecap.build.torch_runtime.static_cache`); other runtimes take only
+            ``"compile"``, ``"auto"``; :mod:`edgecap.workshop.torch_runtime.static_cache`); other runtimes take only
             ``"eager"``.
         trt_opt_batch: images per call ONNX Runtime's TensorRT provider tunes its optimisation profiles for (the step
             graph's rows: this times ``beam``); None =

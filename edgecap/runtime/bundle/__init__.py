@@ -14,7 +14,7 @@ A bundle is one directory::
     BUNDLE/engines/<key>/           TensorRT engines built here by ``edgecap engine`` (derived, outside the manifest's
                                     checksums; each engine's own SHA-256 is in its ``engine.json``)
 
-``edgecap.build.export.bundle.export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies
+``edgecap.workshop.export.bundle.export_bundle`` (``edgecap export``) writes one atomically; ``load_bundle`` verifies
 one; ``edgecap.Captioner.load(BUNDLE)`` runs one.
 """
 

@@ -1,9 +1,9 @@
 """Where bundles and training runs live, what their files are called, and how a directory is told apart.
 
 One torch-free module owns the layout both halves read: the bundle reader (:mod:`edgecap.runtime.bundle.reader`),
-:meth:`edgecap.Captioner.load`, the run loader and the training checkpoints (:mod:`edgecap.build.runs`,
-:mod:`edgecap.build.training.checkpoint`). Nothing is verified here: :func:`edgecap.runtime.bundle.load_bundle`
-verifies a bundle, :func:`edgecap.build.runs.load_run` a run.
+:meth:`edgecap.Captioner.load`, the run loader and the training checkpoints (:mod:`edgecap.workshop.runs`,
+:mod:`edgecap.workshop.training.checkpoint`). Nothing is verified here: :func:`edgecap.runtime.bundle.load_bundle`
+verifies a bundle, :func:`edgecap.workshop.runs.load_run` a run.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ VOCAB_NAME = "vocab.json"
 WEIGHTS_NAME = "weights.safetensors"
 
 
-#: The sections a training run's ``config.json`` always has (``edgecap.build.training.loop`` writes them); a bundle's
+#: The sections a training run's ``config.json`` always has (``edgecap.workshop.training.loop`` writes them); a bundle's
 #: ``config.json`` has no ``train`` section.
 RUN_KEYS = ("model", "train")
 

@@ -2,7 +2,7 @@
 rebuilt from the bundle's spec for bundles whose encoder takes backbone features.
 
 :class:`PixelInputs` is the edge path. The torch backbone (``BackboneInputs``, ``backbone_from_spec``) lives in
-:mod:`edgecap.build.torch_runtime.images`, reached through :mod:`edgecap.runtime.torch_hooks` when such a bundle is
+:mod:`edgecap.workshop.torch_runtime.images`, reached through :mod:`edgecap.runtime.torch_hooks` when such a bundle is
 loaded on an install with torch.
 """
 

@@ -27,7 +27,6 @@ from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import WidePlan
 from edgecap.runtime.decoding import decode
-from tests.build.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images
 from tests.runtime.backends.fake_onnxruntime_gpu import (
     CPU,
     CUDA,
@@ -40,6 +39,7 @@ from tests.runtime.backends.fake_onnxruntime_gpu import (
 )
 from tests.runtime.backends.test_onnxruntime_session import _step_feed
 from tests.runtime.bundle.helpers import copy_bundle, pixel_bundle, region_bundle
+from tests.workshop.export.helpers import TEST_CONFIGS, decode_cfg, exported, random_images
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

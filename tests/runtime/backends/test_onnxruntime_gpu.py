@@ -197,7 +197,7 @@ def test_outputs_without_dlpack_on_the_cpu_come_through_numpy() -> None:
     import numpy as np
     import torch
 
-    from edgecap.build.torch_runtime.onnxruntime_binding import to_torch as _to_torch
+    from edgecap.workshop.torch_runtime.onnxruntime_binding import to_torch as _to_torch
 
     array = np.arange(6, dtype=np.float32).reshape(2, 3)
     out = _to_torch(_FakeOrtValue(array), torch.device("cpu"))

@@ -17,13 +17,13 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.build.torch_runtime.runtime import TorchStepModel
 from edgecap.runtime.backends import RuntimeInputError, RuntimeStateError, get_runtime_class, load_runtime
 from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeProviderError, OnnxRuntimeSession, resolve_providers
 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import SPIN_KEYS, WIDE_FROM_ROWS, WidePlan, plan_threads
 from edgecap.runtime.decoding import decode
-from tests.build.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel
+from tests.workshop.export.helpers import AR_TEST_CONFIGS, TEST_CONFIGS, decode_cfg, exported, random_images, tiny_model
 
 CPU, CUDA, TRT = "CPUExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"
 
@@ -48,7 +48,7 @@ def test_resolve_providers() -> None:
 def test_registered_and_lazily_imported() -> None:
     assert get_runtime_class("onnxruntime") is OnnxRuntimeSession
     code = (
-        "import sys, edgecap, edgecap.runtime.backends, edgecap.build.export, edgecap.build.export.spec; "
+        "import sys, edgecap, edgecap.runtime.backends, edgecap.workshop.export, edgecap.workshop.export.spec; "
         "edgecap.runtime.backends.list_runtimes(); "
         "assert 'onnxruntime' not in sys.modules, 'onnxruntime imported eagerly'; "
         "assert 'onnx' not in sys.modules, 'onnx imported eagerly'"

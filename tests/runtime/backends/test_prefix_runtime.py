@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from edgecap.build.models import ModelInputError, create_model
-from edgecap.build.torch_runtime.prefix import PREFIX_STATE, PrefixRerunStepModel
-from edgecap.build.torch_runtime.runtime import TorchStepModel
 from edgecap.runtime.decoding import DecodeCfg, DecodeInputError, RadixSpec, decode
+from edgecap.workshop.models import ModelInputError, create_model
+from edgecap.workshop.torch_runtime.prefix import PREFIX_STATE, PrefixRerunStepModel
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel
 
 FEAT, REGIONS, BATCH = 16, 6, 3
 WORD_VOCAB = 40  # PAD 0, BOS 1, EOS 2, UNK 3, 36 words
@@ -169,9 +169,9 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
     """PrefixRerunModel exports through its family's spec (parity-checked) into graphs that re-run the prefix on
     ONNX Runtime, and the shared beam search over them finds the cached torch model's captions (at the cfg's length
     level for a length-aware model)."""
-    from edgecap.build.export import export_onnx
-    from edgecap.build.torch_runtime.prefix import PrefixRerunModel
     from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
+    from edgecap.workshop.export import export_onnx
+    from edgecap.workshop.torch_runtime.prefix import PrefixRerunModel
 
     if name == "expansionnet-test":
         torch.manual_seed(0)
@@ -195,8 +195,8 @@ def test_exported_rerun_graphs_decode_like_the_cached_torch_model(name: str) -> 
 
 
 def test_rerun_model_checks_levels_like_the_model_it_wraps() -> None:
-    from edgecap.build.models import LengthLevelError
-    from edgecap.build.torch_runtime.prefix import PrefixRerunModel
+    from edgecap.workshop.models import LengthLevelError
+    from edgecap.workshop.torch_runtime.prefix import PrefixRerunModel
 
     memory = torch.zeros(2, REGIONS, 32)
     plain, aware = PrefixRerunModel(build("ort-test")[0]), PrefixRerunModel(build("expansionnet-test-len")[0])

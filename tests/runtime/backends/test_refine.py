@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.build.export.onnx import export_onnx
-from edgecap.build.models import create_model
-from edgecap.build.torch_runtime.refine import TorchRefineModel
 from edgecap.runtime.backends.base import RuntimeInputError
 from edgecap.runtime.backends.onnxruntime.refine import create_onnxruntime_refine_model
 from edgecap.runtime.decoding import DecodeCfg, decode
-from tests.build.export.helpers import FEATURE_DIM, WORD_VOCAB, random_images
+from edgecap.workshop.export.onnx import export_onnx
+from edgecap.workshop.models import create_model
+from edgecap.workshop.torch_runtime.refine import TorchRefineModel
+from tests.workshop.export.helpers import FEATURE_DIM, WORD_VOCAB, random_images
 
 
 @functools.cache
@@ -64,7 +64,7 @@ def test_onnxruntime_refine_rejects_missing_inputs() -> None:
 def test_int8_graphs_run_mask_predict_close_to_fp32() -> None:
     """INT8 (QDQ, calibrated on refine feeds recorded during FP32 mask-predict at every level): one refine pass agrees
     with FP32 on most positions' argmax, and mask-predict on the INT8 graphs keeps captions within the level."""
-    from edgecap.build.export.calibration.refine import quantize_labert_int8
+    from edgecap.workshop.export.calibration.refine import quantize_labert_int8
 
     fp32_models = exported_fp32().runtime_models("fp32")
     calib = [random_images(4, regions=7, seed=s) for s in (21, 22)]

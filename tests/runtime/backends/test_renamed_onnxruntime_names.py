@@ -63,7 +63,7 @@ def _tiny_model() -> Any:
 def test_simplify_ort_is_the_onnxruntime_simplifier_with_a_warning() -> None:
     pytest.importorskip("onnxruntime")
     pytest.importorskip("torch")
-    from edgecap.build.export.onnx import SIMPLIFIERS, simplify_model
+    from edgecap.workshop.export.onnx import SIMPLIFIERS, simplify_model
 
     assert "ort" not in SIMPLIFIERS
     new = simplify_model(_tiny_model(), "onnxruntime", "tiny")

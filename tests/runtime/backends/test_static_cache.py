@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from edgecap.build.models import create_model
-from edgecap.build.torch_runtime.runtime import TorchStepModel
-from edgecap.build.torch_runtime.static_cache import (
+from edgecap.runtime.decoding import DecodeCfg, decode
+from edgecap.runtime.decoding.protocol import DecodeInputError
+from edgecap.workshop.models import create_model
+from edgecap.workshop.torch_runtime.runtime import TorchStepModel
+from edgecap.workshop.torch_runtime.static_cache import (
     StaticLayout,
     StepModeError,
     padded_index,
@@ -20,8 +22,6 @@ from edgecap.build.torch_runtime.static_cache import (
     resolve_step_mode,
     static_step_supported,
 )
-from edgecap.runtime.decoding import DecodeCfg, decode
-from edgecap.runtime.decoding.protocol import DecodeInputError
 
 VOCAB = 40
 CPU = torch.device("cpu")

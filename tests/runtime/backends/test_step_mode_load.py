@@ -14,9 +14,9 @@ pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 @pytest.fixture(scope="module")
 def bundle_and_batch(tiny_data, tmp_path_factory):
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.data.sources import open_feature_source
-    from edgecap.build.training.batches import FeatureBank
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.data.sources import open_feature_source
+    from edgecap.workshop.training.batches import FeatureBank
 
     data, feats = tiny_data
     records = load_dataset(data).split("test") + load_dataset(data).split("val")

@@ -18,7 +18,7 @@ from edgecap.runtime.backends.threads import (
     plan_threads,
     usable_cores,
 )
-from tests.build.export.helpers import TEST_CONFIGS, exported
+from tests.workshop.export.helpers import TEST_CONFIGS, exported
 
 SMALL, LARGE = LARGE_STEP_BYTES // 4, 2 * LARGE_STEP_BYTES
 

@@ -10,10 +10,10 @@ import pytest
 import torch
 from torch import Tensor, nn
 
-from edgecap.build import models
-from edgecap.build.torch_runtime.runtime import TorchRuntime, TorchStepModel
 from edgecap.runtime.backends import RuntimeStepModel
 from edgecap.runtime.decoding import DecodeCfg, DecodeInputError, RadixSpec, beam_search, decode, greedy
+from edgecap.workshop import models
+from edgecap.workshop.torch_runtime.runtime import TorchRuntime, TorchStepModel
 
 VOCAB, FEAT, HIDDEN = 10, 6, 16
 PAD, BOS, EOS = 0, 1, 2

@@ -37,8 +37,8 @@ def _root(factory: pytest.TempPathFactory) -> Path:
 
 def train_region_run(model: str, tiny_data: tuple[Path, Path], out: Path) -> Path:
     """``model`` trained for two epochs on ``tiny_data``'s region features: a real run with a held-out split."""
-    from edgecap.build.training.config import TrainCfg
-    from edgecap.build.training.loop import train
+    from edgecap.workshop.training.config import TrainCfg
+    from edgecap.workshop.training.loop import train
 
     data, feats = tiny_data
     cfg = TrainCfg(
@@ -68,7 +68,7 @@ def region_run(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) ->
 def region_bundle(tiny_data: tuple[Path, Path], factory: pytest.TempPathFactory) -> Path:
     """The region run exported with FP32, FP16 and INT8 (calibrated on the train split, quality on val)."""
     if "region_bundle" not in _CACHE:
-        from edgecap.build.export.bundle import export_bundle
+        from edgecap.workshop.export.bundle import export_bundle
 
         data, _ = tiny_data
         run, out = region_run(tiny_data, factory), _root(factory) / "region-bundle"
@@ -95,11 +95,11 @@ def pixel_run(
     tag = "".join(f"-{p}" for p in parts)  # the plain ort-test run keeps its original paths
     key = f"pixel_run{tag}"
     if key not in _CACHE:
-        from edgecap.build.data.datasets import load_dataset
-        from edgecap.build.models import create_model, get_model_cfg
-        from edgecap.build.models.backbone import create_backbone
-        from edgecap.build.training.checkpoint import save_weights, write_config
         from edgecap.runtime.vocab import build_vocab
+        from edgecap.workshop.data.datasets import load_dataset
+        from edgecap.workshop.models import create_model, get_model_cfg
+        from edgecap.workshop.models.backbone import create_backbone
+        from edgecap.workshop.training.checkpoint import save_weights, write_config
 
         data, _ = tiny_data
         root = _root(factory)
@@ -179,7 +179,7 @@ def export_result_from(
     parity is reported as failed."""
     import onnx
 
-    from edgecap.build.export import ExportedGraph, ExportResult, get_export_spec
+    from edgecap.workshop.export import ExportedGraph, ExportResult, get_export_spec
 
     spec = get_export_spec(model.eval(), backbone=backbone, name=name)
     manifest = json.loads((bundle / MANIFEST_NAME).read_text())

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.build.export.writer import create_bundle
 from edgecap.runtime.bundle import (
     FORMAT_VERSION,
     BundleConfigError,
@@ -21,6 +20,7 @@ from edgecap.runtime.bundle import (
     is_bundle,
     load_bundle,
 )
+from edgecap.workshop.export.writer import create_bundle
 from tests.runtime.bundle.helpers import copy_bundle, edit_json, region_bundle, rehash
 
 

@@ -16,12 +16,12 @@ import onnx
 import pytest
 import torch
 
-import edgecap.build.export
-import edgecap.build.export.bundling.quality as export_quality
-from edgecap.build.export.bundle import BundleExportError, calibration_images, export_bundle
-from edgecap.build.runs import load_run
-from edgecap.build.training.checkpoint import RunError
+import edgecap.workshop.export
+import edgecap.workshop.export.bundling.quality as export_quality
 from edgecap.runtime.bundle import load_bundle
+from edgecap.workshop.export.bundle import BundleExportError, calibration_images, export_bundle
+from edgecap.workshop.runs import load_run
+from edgecap.workshop.training.checkpoint import RunError
 from tests.runtime.bundle.helpers import (
     edit_json,
     export_result_from,
@@ -65,14 +65,14 @@ def test_manifest_records_versions_parity_and_files(bundle: Path):
 
 def test_int8_quality_is_measured_on_the_val_split(bundle: Path, run: Path, tiny_data):
     """The INT8 numbers are recomputed here, independently, from the bundle's graphs and the run's torch weights."""
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.data.sources import open_feature_source
-    from edgecap.build.evaluation import cider_d
-    from edgecap.build.torch_runtime.captioning import caption_bank
-    from edgecap.build.training.batches import FeatureBank
     from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
     from edgecap.runtime.captioning import decode_cfg_for
     from edgecap.runtime.decoding import decode
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.data.sources import open_feature_source
+    from edgecap.workshop.evaluation import cider_d
+    from edgecap.workshop.torch_runtime.captioning import caption_bank
+    from edgecap.workshop.training.batches import FeatureBank
 
     loaded = load_bundle(bundle)
     quality = loaded.quality("int8")
@@ -119,7 +119,7 @@ def test_an_interrupted_export_leaves_no_half_written_bundle(run: Path, bundle: 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt  # Ctrl-C after the graphs, config, vocab and weights were written
 
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", export_onnx)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", export_onnx)
     monkeypatch.setattr(export_quality, "task_check", interrupted)
     with pytest.raises(KeyboardInterrupt):
         export_bundle(run, tmp_path / "out", progress=False)
@@ -128,7 +128,7 @@ def test_an_interrupted_export_leaves_no_half_written_bundle(run: Path, bundle: 
 
 def test_a_failed_parity_check_fails_the_export_and_leaves_nothing(run: Path, bundle: Path, tmp_path, monkeypatch):
     monkeypatch.setattr(
-        edgecap.build.export,
+        edgecap.workshop.export,
         "export_onnx",
         lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), fail="step"),
     )
@@ -142,7 +142,7 @@ def test_a_bundle_can_be_exported_again_from_its_own_weights(bundle: Path, tmp_p
     from edgecap.runtime.bundle.manifest import sha256_file
 
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",))  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
     out = export_bundle(bundle, tmp_path / "again", progress=False)
     again, original = load_bundle(out), load_bundle(bundle)
     assert again.precisions == ("fp32",) and again.config["source"]["origin"] == f"bundle {bundle}"
@@ -166,7 +166,7 @@ def test_int8_without_a_dataset_holds_out_calibration_images(tiny_data, tmp_path
             shutil.copy(image, calib / image.name)
         (calib / "000004x.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a jpeg")
         stand_in = lambda model, *a, **k: export_result_from(pixels, model, ("fp32",), backbone=k["backbone"])  # noqa: E731
-        monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+        monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
         out = export_bundle(moved, tmp_path / "b", int8=True, calib=calib, backbone_weights=weights, progress=False)
     finally:
         torch.set_flush_denormal(False)
@@ -213,8 +213,8 @@ def test_calibration_images_from_a_folder_or_a_dataset(tiny_data, tmp_path: Path
 
 
 def test_unreadable_calibration_images_are_skipped_and_counted(tiny_data, tmp_path: Path):
-    from edgecap.build.export.bundling.images import InputMaker
-    from edgecap.build.models.backbone import create_backbone
+    from edgecap.workshop.export.bundling.images import InputMaker
+    from edgecap.workshop.models.backbone import create_backbone
 
     images, _ = calibration_images(tiny_data[0])
     bad = tmp_path / "broken.jpg"
@@ -263,7 +263,7 @@ def seen_backbone(monkeypatch) -> dict:
         seen["backbone"] = kwargs.get("backbone")
         raise _Stop
 
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", export_onnx)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", export_onnx)
     return seen
 
 
@@ -303,7 +303,7 @@ def test_without_out_the_bundle_goes_home_and_replaces_the_old_one(run: Path, bu
     """``$EDGECAP_HOME/bundles/NAME``: built beside an existing bundle, verified, swapped in; leftovers of killed
     exports to the same place are cleaned when the next one starts, a live writer's are not."""
     monkeypatch.setenv("EDGECAP_HOME", str(tmp_path / "home"))
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", _graphs_of(bundle))
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", _graphs_of(bundle))
     home = tmp_path / "home" / "bundles"
     first = export_bundle(run, progress=False, quality_images=0)
     assert first == home / "ort-test" and load_bundle(first).name == "ort-test"
@@ -348,13 +348,13 @@ def test_a_swap_cut_in_half_is_recovered(tmp_path):
 
 # -- INT8 targets ----------------------------------------------------------------------------------------------------
 def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_data, tmp_path, monkeypatch):
-    from edgecap.build.export.bundle import int8_targets
-    from edgecap.build.export.calibration import presets
+    from edgecap.workshop.export.bundle import int8_targets
+    from edgecap.workshop.export.calibration import presets
 
     custom = presets.get_preset("cpu-avx2").replace(name="edge-npu", description="an NPU's U8S8 kernels")
     monkeypatch.setitem(presets._PRESETS, "edge-npu", custom)
     assert "edge-npu" in int8_targets() and "cpu-auto" in int8_targets()
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", _graphs_of(bundle))
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", _graphs_of(bundle))
     out = export_bundle(
         run, tmp_path / "b", int8=True, calib=tiny_data[0], target="edge-npu", calib_size=4, quality_images=0,
         progress=False,
@@ -366,9 +366,9 @@ def test_a_registered_preset_is_an_int8_target(run: Path, bundle: Path, tiny_dat
 
 # -- INT8 step schemes -----------------------------------------------------------------------------------------------
 def _region_inputs(tiny_data) -> dict:
-    from edgecap.build.data.datasets import load_dataset
-    from edgecap.build.data.sources import open_feature_source
-    from edgecap.build.training.batches import FeatureBank
+    from edgecap.workshop.data.datasets import load_dataset
+    from edgecap.workshop.data.sources import open_feature_source
+    from edgecap.workshop.training.batches import FeatureBank
 
     data, feats = tiny_data
     records = load_dataset(data).split("val")
@@ -377,7 +377,7 @@ def _region_inputs(tiny_data) -> dict:
 
 
 def test_the_manifest_records_each_int8_roles_scheme_and_ops(bundle: Path):
-    from edgecap.build.export.calibration import get_preset
+    from edgecap.workshop.export.calibration import get_preset
 
     loaded = load_bundle(bundle)
     int8 = loaded.variant("int8")
@@ -419,7 +419,7 @@ def test_a_weight_only_step_goes_through_the_task_check_and_decodes(
 ):
     from edgecap import Captioner
 
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", _graphs_of(bundle))
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", _graphs_of(bundle))
     out = export_bundle(
         run, tmp_path / "b", int8=True, calib=tiny_data[0], calib_size=4, int8_step="weight-only", progress=False
     )
@@ -440,7 +440,7 @@ def test_a_dynamic_step_is_checked_image_by_image_as_it_is_served(
 ):
     """A dynamic step quantises a call's rows together; Captioner decodes such a variant image by image, so the
     export's task check must too, or the recorded quality is not that of the captions users get."""
-    import edgecap.build.export.calibration as calibration
+    import edgecap.workshop.export.calibration as calibration
 
     seen: dict[str, bool] = {}
     compare = calibration.compare_decoders
@@ -449,7 +449,7 @@ def test_a_dynamic_step_is_checked_image_by_image_as_it_is_served(
         seen.setdefault("fp32" if "fp32" not in seen else "int8", candidate.rows_independent)
         return compare(reference, candidate, *args, **kwargs)
 
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", _graphs_of(bundle))
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", _graphs_of(bundle))
     monkeypatch.setattr(calibration, "compare_decoders", recording)
     export_bundle(run, tmp_path / "b", int8=True, calib=tiny_data[0], calib_size=4, int8_step="dynamic", progress=False)
     assert seen == {"fp32": True, "int8": False}

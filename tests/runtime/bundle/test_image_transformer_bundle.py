@@ -20,7 +20,7 @@ FAST = ["--warmup", "1", "--min-repeats", "2", "--min-seconds", "0", "--threads"
 
 @pytest.fixture(scope="module")
 def it_bundle(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from edgecap.build.export.bundle import export_bundle
+    from edgecap.workshop.export.bundle import export_bundle
 
     root = tmp_path_factory.mktemp("it-bundle")
     run = train_region_run("image-transformer-test", tiny_data, root / "run")

@@ -11,12 +11,12 @@ from types import SimpleNamespace
 import pytest
 
 from edgecap import Captioner
-from edgecap.build.models import LengthLevelError
 from edgecap.runtime.bundle import BundleError, BundleIntegrityError, load_bundle
 from edgecap.runtime.bundle.manifest import MANIFEST_NAME
 from edgecap.runtime.bundle.reader import Bundle, BundleConfigError
 from edgecap.runtime.captioner import CaptionerError, bundle_decode_cfg
 from edgecap.runtime.captioning import DEFAULT_LENGTH_LEVEL
+from edgecap.workshop.models import LengthLevelError
 from tests.runtime.bundle.helpers import copy_bundle, edit_json, export_result_from, labert_bundle, pixel_run, rehash
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
@@ -81,12 +81,12 @@ def test_bad_levels_and_torch_fp16_are_refused_clearly(labert, images):
 
 def test_int8_uses_the_refine_calibration_and_decodes_by_mask_predict(labert, images, tiny_data, tmp_path, monkeypatch):
     """Re-export with INT8 (the ONNX export stands in from the bundle's graphs: the INT8 path is under test)."""
-    import edgecap.build.export
-    from edgecap.build.export.bundle import export_bundle
+    import edgecap.workshop.export
+    from edgecap.workshop.export.bundle import export_bundle
 
     bundle = labert[0]
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="labert-test")  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
     out = export_bundle(bundle, tmp_path / "int8", int8=True, calib=tiny_data[0], calib_size=4, progress=False)
     opened = load_bundle(out)
     int8 = opened.variant("int8")
@@ -143,13 +143,13 @@ def test_accuracy_aware_int8_ranks_and_keeps_layers_of_the_mask_predict_graphs(
 ):
     """The selection runs on ``encoder`` + ``refine``: the first check (full INT8) is made to miss, so the layers are
     ranked by leave-one-out mask-predict decoding and the first one goes back to float."""
-    import edgecap.build.export
-    from edgecap.build.export.bundle import export_bundle
-    from edgecap.build.export.calibration.sensitivity import Int8Target
+    import edgecap.workshop.export
+    from edgecap.workshop.export.bundle import export_bundle
+    from edgecap.workshop.export.calibration.sensitivity import Int8Target
 
     bundle = labert[0]
     stand_in = lambda model, *a, **k: export_result_from(bundle, model, ("fp32",), k["backbone"], name="labert-test")  # noqa: E731
-    monkeypatch.setattr(edgecap.build.export, "export_onnx", stand_in)
+    monkeypatch.setattr(edgecap.workshop.export, "export_onnx", stand_in)
     first: list[int] = []
 
     def shortfalls(self, quality):

@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 from edgecap import Captioner
-from edgecap.build.runs import load_bundle_model
 from edgecap.runtime.bundle import BundleError, load_bundle
 from edgecap.runtime.bundle.manifest import MANIFEST_NAME
+from edgecap.workshop.runs import load_bundle_model
 from tests.runtime.bundle.helpers import copy_bundle, edit_json, pixel_bundle, rehash
 
 pytestmark = pytest.mark.usefixtures("flush_denormals")
@@ -143,8 +143,8 @@ def test_used_files_cover_every_file_a_runtime_opens(bundle: Path):
 
 
 def test_a_run_directory_naming_a_file_outside_it_is_refused(tiny_data, tmp_path_factory, tmp_path):
-    from edgecap.build.runs import load_run
-    from edgecap.build.training.checkpoint import RunError
+    from edgecap.workshop.runs import load_run
+    from edgecap.workshop.training.checkpoint import RunError
     from tests.runtime.bundle.helpers import pixel_run
 
     run, _ = pixel_run(tiny_data, tmp_path_factory)

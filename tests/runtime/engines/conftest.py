@@ -22,8 +22,8 @@ def family_graphs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[st
     (features-in, so the region axis is dynamic; FP32 only, no parity: the graphs' shapes are what is tested)."""
     import torch
 
-    from edgecap.build.export import export_onnx
-    from edgecap.build.models import create_model
+    from edgecap.workshop.export import export_onnx
+    from edgecap.workshop.models import create_model
 
     root = tmp_path_factory.mktemp("engine-graphs")
     out = {}

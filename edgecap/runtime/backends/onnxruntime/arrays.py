@@ -5,7 +5,7 @@ outputs
 of
 the CUDA Array Interface of a device buffer, the fast feed check's fixed sizes, and a ``SessionOptions``' threading
 read back. No torch: the io-binding path's torch side is
-:mod:`edgecap.build.torch_runtime.onnxruntime_binding`, reached through :mod:`edgecap.runtime.torch_hooks`.
+:mod:`edgecap.workshop.torch_runtime.onnxruntime_binding`, reached through :mod:`edgecap.runtime.torch_hooks`.
 
 I/O: two paths behind one interface.
 

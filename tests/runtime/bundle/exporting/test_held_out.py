@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from edgecap.build.export.bundling.held_out import HOLDOUT_SHARE, carve_held_out
-from edgecap.build.export.bundling.images import CalibImage
+from edgecap.workshop.export.bundling.held_out import HOLDOUT_SHARE, carve_held_out
+from edgecap.workshop.export.bundling.images import CalibImage
 
 
 def _images(n: int) -> list[CalibImage]:

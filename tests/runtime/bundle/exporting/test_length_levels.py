@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgecap.build.models import list_models
 from edgecap.runtime.bundle.manifest import quality_levels
+from edgecap.workshop.models import list_models
 from tests.runtime.bundle.helpers import pixel_run
 
 LEN_TEST_MODELS = sorted(n for n in list_models() if n.endswith("-len") and "-test" in n)

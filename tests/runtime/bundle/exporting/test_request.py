@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.build.export.bundling import BundleExportError
-from edgecap.build.export.bundling.request import ExportRequest
+from edgecap.workshop.export.bundling import BundleExportError
+from edgecap.workshop.export.bundling.request import ExportRequest
 
 
 @pytest.mark.parametrize(
