@@ -2,8 +2,8 @@
 
 The reference ORT and ExpansionNet code decode without a cache: every step re-runs the decoder over the whole prefix
 (:class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunStepModel`). edgecap decodes with a per-layer key/value cache
-(:class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel`). Both run the same beam search on the same model, so the
-difference measured here is the decoding algorithm alone.
+(:class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel`). Both run the same beam search on the same model, so
+the difference measured here is the decoding algorithm alone.
 
 To keep early EOS out of the comparison, the default (``forced``) setting decodes a fixed number of steps: the
 DecodeCfg has ``min_len = steps - 1`` and ``max_len = steps``, so EOS is forbidden until the last step and every

@@ -6,8 +6,8 @@ part is a visible share of the total, and it is the same for every backend. This
 
 - ``trivial``: a step model that returns precomputed numpy log-probs (what ONNX Runtime returns), so (almost) all
   the time is the search's;
-- ``torch``: :class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at the
-step
+- ``torch``: :class:`~edgecap.workshop.torch_runtime.runtime.TorchStepModel` (cached, torch eager; its conversions at
+the step
   boundary — numpy tokens/indices to tensors, log-probs to numpy — count as step/select time, not search);
 - ``onnxruntime``: the exported FP32 graphs on ONNX Runtime (CPU) via ``create_onnxruntime_step_model``;
 - ``prefix``: :class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunStepModel` (no cache: re-runs the prefix every

@@ -9,8 +9,8 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 5. ``ce_more``: a full copy of ``base`` (checkpoint included) continues cross-entropy for the same seconds
    (``--max-minutes``);
 6. ``eval``: base, scst and ce_more on the test split, beam 3, CIDEr-D from edgecap's fast scorer
-   (``edgecap.workshop.evaluation.cider.cider_d``: simple tokenisation, document frequencies of the test references). Not
-   pycocoevalcap's PTB-tokenised number (no Java needed), so it differs slightly from ``edgecap eval``.
+   (``edgecap.workshop.evaluation.cider.cider_d``: simple tokenisation, document frequencies of the test references).
+   Not pycocoevalcap's PTB-tokenised number (no Java needed), so it differs slightly from ``edgecap eval``.
 
 ``OUT/scst_compare.json`` is rewritten after every stage and ``OUT/scst_compare.md`` holds the table; logs are in
 ``OUT/logs/``. Usage (repository root)::

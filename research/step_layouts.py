@@ -8,7 +8,8 @@ layer, the Concat that stacks the layers again) and once more in the beam reorde
   before per-layer caches became its default for ORT/ACORT);
 - ``per-layer``: one cache input and output per decoder position (``self_k0``, ``self_k1`` …), so the graph's only
   cache copy is each layer's Concat (the Split and the stack are gone): ``ort_export_spec(model,
-  cache_layout="per-layer")`` (:mod:`edgecap.workshop.export.specs.layer_caches`; the arithmetic of a step is unchanged).
+  cache_layout="per-layer")`` (:mod:`edgecap.workshop.export.specs.layer_caches`; the arithmetic of a step is
+  unchanged).
 
 Each candidate decodes the same random-init model (``edgecap.bench.random_models.random_setup``) on ONNX Runtime (FP32,
 one intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.

@@ -112,7 +112,8 @@ class Quality:
     """Caption quality of a bundle/runtime/precision/beam on the fixed quality set (a run separate from timing).
 
     Attributes:
-        metric: ``"CIDEr-D"`` (``edgecap.workshop.evaluation.cider_d``, pycocoevalcap scale, document frequencies from the
+        metric: ``"CIDEr-D"`` (``edgecap.workshop.evaluation.cider_d``, pycocoevalcap scale, document frequencies from
+        the
             set's references).
         score: the metric.
         images: images scored.

@@ -56,8 +56,8 @@ class Captioner:
     :meth:`batch`.
 
     Args:
-        inputs: images -> encoder inputs (:class:`PixelInputs`, or the workshop half's torch ``BackboneInputs``), or None
-        when captions can
+        inputs: images -> encoder inputs (:class:`PixelInputs`, or the workshop half's torch ``BackboneInputs``), or
+        None when captions can
             only come from precomputed features (:meth:`caption_inputs`); ``no_images_reason`` then says why.
         step_model: torch, ONNX Runtime or TensorRT adapter.
         vocab: decodes token ids to words.

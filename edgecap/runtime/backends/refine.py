@@ -3,8 +3,8 @@ on any
 graph :class:`~edgecap.runtime.backends.base.Runtime` (ONNX Runtime now, TensorRT later), so one mask-predict loop runs
 everywhere — the non-autoregressive counterpart of ``TorchStepModel`` / ``RuntimeStepModel``.
 
-Graph contract (``edgecap.workshop.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``) and
-``refine`` (``tokens`` (B, L) int64, ``length_level`` (B,) int64, the state -> ``logprobs`` (B, L, V)). The length
+Graph contract (``edgecap.workshop.export.specs.labert``): ``encoder`` (visual inputs -> ``visual``, ``visual_bias``)
+and ``refine`` (``tokens`` (B, L) int64, ``length_level`` (B,) int64, the state -> ``logprobs`` (B, L, V)). The length
 levels, default T and γ per level and the ``[MASK]`` id travel in the graphs' metadata.
 
 The mask-predict loop hands both adapters int64 numpy tokens and levels and reads numpy log-probs back. The torch

@@ -208,8 +208,8 @@ def jsonable(value: Any) -> Any:
 
 
 def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of an export parity report (``edgecap.workshop.export.parity.check_graph``) a manifest keeps: verdict, the
-    sizes checked and per output the error statistics next to the tolerance they were held to."""
+    """The part of an export parity report (``edgecap.workshop.export.parity.check_graph``) a manifest keeps: verdict,
+    the sizes checked and per output the error statistics next to the tolerance they were held to."""
     keep = ("max_abs", "mean_abs", "max_rel", "violations", "never", "atol", "rtol", "passed")
     return jsonable(
         {

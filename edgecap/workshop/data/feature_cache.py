@@ -24,7 +24,8 @@ EfficientNet-Lite features (range [0, 6]) the rounding error is below 2e-3 absol
 can notice. ``dtype="float32"`` stores them exactly. Non-finite values are refused instead of stored.
 
 This module is where every feature-cache name is imported from. The work is split by job: the on-disk format and
-errors (:mod:`~edgecap.workshop.data.feature_cache_format`), reading (:mod:`~edgecap.workshop.data.feature_cache_reader`),
+errors (:mod:`~edgecap.workshop.data.feature_cache_format`), reading
+(:mod:`~edgecap.workshop.data.feature_cache_reader`),
 the directory on the writing side (:mod:`~edgecap.workshop.data.feature_cache_store`) and the extraction itself
 (:mod:`~edgecap.workshop.data.feature_extraction`).
 """

@@ -418,7 +418,8 @@ def cider_d(
     """Corpus CIDEr-D of captions without Java: simple tokenisation + the fast scorer (training-time validation).
 
     Captions are tokenised with :func:`edgecap.runtime.text.clean_caption` (lower-case, punctuation stripped), not the
-    PTB tokenizer, so the number is close to but not identical with :func:`edgecap.workshop.evaluation.evaluate_captions`.
+    PTB tokenizer, so the number is close to but not identical with
+    :func:`edgecap.workshop.evaluation.evaluate_captions`.
 
     Args:
         predictions: image id -> caption (a string, or its word tokens).

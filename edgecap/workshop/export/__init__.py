@@ -2,7 +2,8 @@
 
 Everything is driven by a model's :class:`ExportSpec` (``edgecap.workshop.export.spec``); nothing branches on the model
 family. Every name is imported on first use (torch, ``onnx``/``onnxruntime`` only when an export or check runs), so
-``import edgecap.workshop.export`` — and its calibration presets, which ``edgecap export --help`` lists — loads no torch.
+``import edgecap.workshop.export`` — and its calibration presets, which ``edgecap export --help`` lists — loads no
+torch.
 
     from edgecap.workshop.export import export_onnx
     result = export_onnx(model, "out/", name="acort-xsmall")      # fp32 + fp16, parity-checked

@@ -13,8 +13,8 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
 2. write config, vocab, weights (and the backbone's local weights file when the run used one);
 3. INT8 (``int8=True``): turn the calibration images into encoder feeds (backbone features computed by the run's
    backbone, or preprocessed pixels when the backbone is in the graph), quantise with
-   :func:`edgecap.workshop.export.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges (TensorRT
-   builds
+   :func:`edgecap.workshop.export.calibration.quantize_int8` for ``target``, write the QDQ graphs and the ranges
+   (TensorRT builds
    from the QDQ graphs: no calibration table);
 4. task-level check of every variant against the torch FP32 model on a held-out set: CIDEr-D of both, the
    difference, and caption agreement (``edgecap.workshop.export.calibration.compare_decoders``). The held-out set is the
@@ -23,7 +23,8 @@ Stages, all inside one temporary directory that is renamed onto ``out`` only whe
    FP32 captions); the manifest names the set and its size;
 5. the manifest (checksums, versions, parity, quality), then a full verification with the reader.
 
-Each stage is a module of :mod:`edgecap.workshop.export.bundling`; this module runs them in order (:func:`export_request`).
+Each stage is a module of :mod:`edgecap.workshop.export.bundling`; this module runs them in order
+(:func:`export_request`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ONNX graph utilities that need only ``onnx``: validation, portability checks, composition and metadata.
 
-Kept apart from the exporter (``edgecap.workshop.export.onnx``) so that the float16 converter, parity checks and later the
-bundle writer can use them on graphs loaded from disk.
+Kept apart from the exporter (``edgecap.workshop.export.onnx``) so that the float16 converter, parity checks and later
+the bundle writer can use them on graphs loaded from disk.
 """
 
 from __future__ import annotations

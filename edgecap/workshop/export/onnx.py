@@ -8,8 +8,8 @@ TensorRT), metadata (opset, edgecap version, model name, precision, graph role),
 parity against torch on fresh inputs. Nothing here knows a model family: everything comes from the spec.
 
 The steps live apart: tracing in :mod:`edgecap.workshop.export.tracing`, simplification, conversion and metadata in
-:mod:`edgecap.workshop.export.finishing`, the results in :mod:`edgecap.workshop.export.results`; this module drives them and
-still exports every name.
+:mod:`edgecap.workshop.export.finishing`, the results in :mod:`edgecap.workshop.export.results`; this module drives
+them and still exports every name.
 """
 
 from __future__ import annotations

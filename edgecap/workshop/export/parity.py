@@ -3,7 +3,8 @@
 :func:`check_runtime` is the shared helper (Polygraphy's ``check_runner``): run a
 :class:`~edgecap.runtime.backends.Runtime`
 and a reference function on the same feeds and compare every output element-wise against a :class:`Tolerance`.
-:func:`check_graph` applies it to one graph of an :class:`~edgecap.workshop.export.spec.ExportSpec`: fresh random inputs at
+:func:`check_graph` applies it to one graph of an :class:`~edgecap.workshop.export.spec.ExportSpec`: fresh random
+inputs at
 every ``parity_sizes`` entry (batch 1 and > 1, cache length 0 and > 0 — never only the export example), on ONNX
 Runtime, with the spec's tolerance for the precision. Reports are plain dicts, ready for JSON (export writes them
 into its result; the bundle manifest consumes them).

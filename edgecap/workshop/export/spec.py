@@ -40,8 +40,8 @@ __all__ = [
 
 #: The dynamo exporter's native opset (torch 2.13+); LayerNormalization needs >= 17.
 DEFAULT_OPSET = 20
-#: Precisions an ONNX graph can be written in (the converters live in ``edgecap.workshop.export.finishing``); INT8 is made
-#: from the FP32 graph by ``edgecap.workshop.export.calibration``.
+#: Precisions an ONNX graph can be written in (the converters live in ``edgecap.workshop.export.finishing``); INT8 is
+#: made from the FP32 graph by ``edgecap.workshop.export.calibration``.
 PRECISIONS = FLOAT_PRECISIONS
 
 #: ``make_inputs(sizes, generator) -> {input name: tensor}`` for one graph; ``sizes`` maps dim names to sizes.

@@ -1,8 +1,8 @@
 """Importing checkpoints trained with the official ACORT, ORT and ExpansionNet v2 code (``edgecap import``).
 
 One module per source reads the official state dict safely, maps every tensor by name and shape onto the matching
-reference config (``*-ref``, :mod:`edgecap.workshop.models.reference`), converts the official vocabulary and hands back an
-:class:`ImportedRun`; :func:`import_checkpoint` writes it as a normal run directory. ``docs/import.md`` lists the
+reference config (``*-ref``, :mod:`edgecap.workshop.models.reference`), converts the official vocabulary and hands back
+an :class:`ImportedRun`; :func:`import_checkpoint` writes it as a normal run directory. ``docs/import.md`` lists the
 name mappings and where edgecap's default configs depart from the official code.
 """
 

@@ -1,6 +1,6 @@
 """The checkpoint sources ``edgecap import`` knows, each with its importer (``"module:function"``, imported when
-used): the one list the CLI's ``--from`` choices and :func:`edgecap.workshop.interop.convert.convert_checkpoint` read. Kept
-free of torch so that ``edgecap import --help`` stays fast."""
+used): the one list the CLI's ``--from`` choices and :func:`edgecap.workshop.interop.convert.convert_checkpoint` read.
+Kept free of torch so that ``edgecap import --help`` stays fast."""
 
 from __future__ import annotations
 

@@ -71,8 +71,8 @@ class CaptionModel(nn.Module, abc.ABC):
         """The states :meth:`step` also takes with one row per image: G rows for R = G·k hypotheses, image g's row
         serving its k consecutive hypotheses (its beams). Only states a step reads and never changes qualify (the
         cross-attention keys and the padding bias); a runtime then keeps one copy per image instead of one per beam
-        and the step attends per image (:meth:`~edgecap.workshop.models.layers.MultiHeadAttention.cross_attend`). Default:
-        none."""
+        and the step attends per image (:meth:`~edgecap.workshop.models.layers.MultiHeadAttention.cross_attend`).
+        Default: none."""
         return ()
 
     @property

@@ -3,7 +3,8 @@
 Architecture (§3.2-3.3; where the paper is silent, as its released code, dropout included):
 
 - visual features (B, N, C) -> ``ReLU(Linear(C, d))`` -> dropout; with ``grid_scales`` the encoder appends coarse
-  grid cells (:func:`~edgecap.workshop.models.layers.spatial_graph.multiscale_cells`) so a backbone grid has nested cells,
+  grid cells (:func:`~edgecap.workshop.models.layers.spatial_graph.multiscale_cells`) so a backbone grid has nested
+  cells,
   by default only to images whose boxes tile the image (``grid_scales_on="grid"``): regions keep the paper's graph;
 - spatial-graph relations from the boxes (Eq. 5, ε = 0.9; :mod:`edgecap.workshop.models.layers.spatial_graph`);
 - ``enc_layers`` spatial-graph encoder layers (Eq. 6-7): one shared query, one key/value projection per relation,

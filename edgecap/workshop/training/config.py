@@ -49,8 +49,8 @@ class TrainCfg:
     finetune_anneal: float = 0.55  # lr factor per epoch
     finetune_batch_size: int = 0  # images per batch; 0 = batch_size
     backbone_weights: str = ""  # the cache's backbone weights file, when it came from a local file (e.g. a Swin)
-    # Self-critical sequence training after the cross-entropy epochs (edgecap/workshop/training/scst_loop.py). Defaults are
-    # ExpansionNet v2 §4.3's recipe; `SCST_RECIPES["acort"]` holds ACORT §5.1's.
+    # Self-critical sequence training after the cross-entropy epochs (edgecap/workshop/training/scst_loop.py). Defaults
+    # are ExpansionNet v2 §4.3's recipe; `SCST_RECIPES["acort"]` holds ACORT §5.1's.
     scst_epochs: int = 0  # 0 = off
     scst_lr: float = 1e-4
     scst_anneal: float = 0.8  # lr factor per SCST epoch

@@ -3,8 +3,8 @@
 v2 trains each stage in two steps: first with the backbone frozen, on features computed once per image (the
 feature cache: "the forward cost is replaced by a memory read"), then a short fine-tuning of backbone + captioner
 together from images (2 epochs, lr 3e-5 annealed by 0.55 per epoch, RAdam β = (0.9, 0.98)). Here the first step is
-the ordinary :func:`edgecap.workshop.training.loop.train` on a feature cache; this module is the second. It works for every
-model family (it only needs ``encode_memory`` / ``decode_full``; a length-aware ``*-len`` model is fed each
+the ordinary :func:`edgecap.workshop.training.loop.train` on a feature cache; this module is the second. It works for
+every model family (it only needs ``encode_memory`` / ``decode_full``; a length-aware ``*-len`` model is fed each
 caption's ground-truth level, as in the frozen stage) and every timm backbone the cache was built with:
 EfficientNet-Lite0 by default, or e.g. a Swin from timm by name whose weights file is supplied locally.
 

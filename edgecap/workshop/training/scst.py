@@ -1,8 +1,8 @@
 """Self-critical sequence training (SCST): baselines, advantages and the policy-gradient loss.
 
 SCST (Rennie et al., CVPR 2017) fine-tunes a cross-entropy captioner on its own samples: for K captions sampled per
-image the loss is ``-(r - b) · log p(caption)``, r the caption's reward (CIDEr-D, :mod:`edgecap.workshop.training.rewards`)
-and b a baseline that does not depend on the sample. Two baselines:
+image the loss is ``-(r - b) · log p(caption)``, r the caption's reward (CIDEr-D,
+:mod:`edgecap.workshop.training.rewards`) and b a baseline that does not depend on the sample. Two baselines:
 
 - ``"loo"`` (default): the leave-one-out mean of the image's other K - 1 sample rewards,
   ``b_j = (Σ_k r_k - r_j) / (K - 1)`` (ExpansionNet v2 §4.3 with K = 5; ACORT §5.1 with K = 15);

@@ -1,7 +1,7 @@
 """Tiny registered test models and their exports, built once per test process (export costs seconds per graph).
 
-Shared by ``tests/workshop/export`` and ``tests/runtime/backends/test_onnxruntime_session.py``; everything is parametrised
-over
+Shared by ``tests/workshop/export`` and ``tests/runtime/backends/test_onnxruntime_session.py``; everything is
+parametrised over
 ``list_models("*-test*")``, so a new family's test config is exported and checked without new test code.
 """
 

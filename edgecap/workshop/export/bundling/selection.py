@@ -1,8 +1,8 @@
 """Accuracy-aware INT8 inside an export: from the fully quantised graphs to the fewest layers kept float that meet
 the target on the held-out set (``edgecap.workshop.export.calibration.sensitivity``), and the manifest's record of it.
 
-Called by :func:`~edgecap.workshop.export.bundling.int8.build_int8_variant` before any INT8 graph is written, so a target
-that cannot be met fails the export inside the bundle's temporary directory: nothing is left on disk.
+Called by :func:`~edgecap.workshop.export.bundling.int8.build_int8_variant` before any INT8 graph is written, so a
+target that cannot be met fails the export inside the bundle's temporary directory: nothing is left on disk.
 """
 
 from __future__ import annotations

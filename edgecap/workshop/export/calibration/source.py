@@ -101,8 +101,8 @@ class CalibrationSource:
             a fresh iterable on each call, or a one-shot iterator/generator (one pass only). Each feed maps graph
             input names to arrays (numpy, torch or array-like).
         cache: a calibration cache file (ONNX Runtime's JSON tensor ranges for
-            :func:`~edgecap.workshop.export.calibration.int8.quantize_graph`); when the file exists the consumer reuses it
-            instead of calibrating again.
+            :func:`~edgecap.workshop.export.calibration.int8.quantize_graph`); when the file exists the consumer reuses
+            it instead of calibrating again.
         limit: use at most this many feeds (``None``: all).
         name: for messages.
 

@@ -1,4 +1,5 @@
-"""The export spec of an autoregressive :class:`~edgecap.workshop.models.CaptionModel`, built from the model contract only.
+"""The export spec of an autoregressive :class:`~edgecap.workshop.models.CaptionModel`, built from the model contract
+only.
 
 Graphs (optimum's encoder / decoder-with-past split, with the first step folded into the cached step by a
 zero-length cache instead of a second decoder or an ``If`` node, which TensorRT rejects):

@@ -10,8 +10,8 @@ Float16 (``Fp16Policy``): weights and matmuls go to float16, inputs/outputs stay
   resolution, so the sum-normalisations stay in FP32; the official export instead raised ε to
   1e-4 and could not make float16 work at all (jchenghu/ExpansionNet_v2, ``onnx4tensorrt/``).
 
-Tolerances are element-wise bounds set from measured errors with a margin (``tests/workshop/export/test_parity.py`` checks
-``expansionnet-test`` against them).
+Tolerances are element-wise bounds set from measured errors with a margin (``tests/workshop/export/test_parity.py``
+checks ``expansionnet-test`` against them).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ Float16 (``Fp16Policy``): weights and matmuls go to float16, inputs/outputs stay
   (EfficientNet-Lite0 inside): memory max error 0.151 with the backbone in float16 (1,259 elements over tolerance),
   0.026 with only its convolutions in float32, 0.0036 with the backbone in float32 (features in: 0.0025).
 
-Tolerances are element-wise bounds set from measured errors with a margin (``tests/workshop/export/test_parity.py`` checks
-``image-transformer-test`` against them).
+Tolerances are element-wise bounds set from measured errors with a margin (``tests/workshop/export/test_parity.py``
+checks ``image-transformer-test`` against them).
 """
 
 from __future__ import annotations

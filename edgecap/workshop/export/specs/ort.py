@@ -1,5 +1,5 @@
-"""Export spec of the ORT/ACORT family (``edgecap.workshop.models.ort``): the generic captioning graphs plus the family's
-float16 policy and measured tolerances.
+"""Export spec of the ORT/ACORT family (``edgecap.workshop.models.ort``): the generic captioning graphs plus the
+family's float16 policy and measured tolerances.
 
 Float16 (``Fp16Policy``): weights and matmuls go to float16, inputs/outputs stay float32, and these stay float32:
 
@@ -69,8 +69,8 @@ def ort_export_spec(
     """The spec of an ``ORTCaptioner`` (ORT or ACORT); ``options`` go to :func:`captioning_spec`.
 
     ``cache_layout``: ``"per-layer"`` (one cache state per decoder position: fewer copies per step on ONNX Runtime's
-    CPU provider, :mod:`edgecap.workshop.export.specs.layer_caches`), ``"stacked"`` (one (B, L, H, T, d_k) cache state, the
-    model's own), or None (the default): per-layer for a model with the stacked self-attention cache, else the
+    CPU provider, :mod:`edgecap.workshop.export.specs.layer_caches`), ``"stacked"`` (one (B, L, H, T, d_k) cache state,
+    the model's own), or None (the default): per-layer for a model with the stacked self-attention cache, else the
     model's own state (a wrapper such as :class:`~edgecap.workshop.torch_runtime.prefix.PrefixRerunModel` has no cache).
     """
     if cache_layout is None:
