@@ -3,8 +3,10 @@ FFmpeg's failures as :class:`~edgecap.runtime.stream.sources.StreamSourceError` 
 
 FFmpeg is lenient: a truncated Matroska file or a damaged MP4 often just ends early, with no error. A file is a
 recording whose length its header states, so after the last frame a file source compares what it decoded with the
-frame count or duration the container announced, and an early end is an error like any other: the frames before it
-were yielded, and the caller learns the recording was cut instead of silently captioning half of it. Packets are
+frame count the container states (MP4), or else with its duration by the frames' timestamps
+(:mod:`~edgecap.runtime.stream.timeline`: a variable frame rate is not damage), and an early end is an error like any
+other: the frames before it were yielded, and the caller learns the recording was cut instead of silently captioning
+half of it. Packets are
 demuxed and decoded one by one, and after FFmpeg's first error the decoder is drained, so the frames it held back
 (reordered B-frames, frame threads) are yielded before the error too.
 """
@@ -18,12 +20,10 @@ from typing import Any, Literal
 
 from edgecap.runtime.stream.errors import StreamSourceError, stopped
 from edgecap.runtime.stream.frames import Frame
+from edgecap.runtime.stream.timeline import Timeline
 
 __all__ = ["AvSource", "open_av"]
 
-#: How much shorter than announced a file may end (beyond two frame periods) before it counts as truncated: container
-#: durations are rounded, and the last frame's own duration is not always in them.
-TRUNCATION_SLACK_S = 0.1
 _INSTALL = "reading video needs PyAV (FFmpeg): pip install 'edgecap[stream]'"
 
 
@@ -89,6 +89,7 @@ class AvSource:
         self._origin: float | None = None if live else (start / 1e6 if start is not None else 0.0)
         self._closed = False
         self._iterating = False
+        self._reordered = False  # a packet came after one shown later (B-frames): a cut can lose frames shown earlier
 
     def __iter__(self) -> Iterator[Frame]:
         if self._closed:
@@ -106,6 +107,7 @@ class AvSource:
 
         index, pts_s = -1, None
         started = time.monotonic()
+        timeline = Timeline(self.fps)
         failure: BaseException | None = None
         for decoded in self._frames(av):
             if isinstance(decoded, BaseException):
@@ -114,6 +116,7 @@ class AvSource:
             image = decoded.to_ndarray(format="rgb24")
             index += 1
             pts_s = self._pts(self._seconds(decoded), index, started)
+            timeline.add(pts_s)
             yield Frame(image=image, pts_s=pts_s, index=index)
             if self._closed:
                 return
@@ -125,7 +128,7 @@ class AvSource:
                 reason = f"no frame within {self.timeout_s:g} s"
             raise StreamSourceError(stopped(self.name, index, pts_s, reason)) from None
         if self.kind == "file":
-            short = self._cut_short(index + 1, pts_s)
+            short = self._cut_short(index + 1, timeline)
             if short:
                 raise StreamSourceError(stopped(self.name, index, pts_s, short))
 
@@ -135,12 +138,16 @@ class AvSource:
         (H.264 with B-frames) or decodes on several threads keeps some back, and they are good frames before the cut.
         """
         failure: BaseException | None = None
+        latest = None
         try:
             for packet in self._container.demux(self._stream):
                 if self._closed:
                     return
                 if packet.size == 0:  # the demuxer's end-of-stream marker: the decoder is drained below
                     continue
+                if packet.pts is not None:
+                    self._reordered = self._reordered or (latest is not None and packet.pts < latest)
+                    latest = packet.pts if latest is None else max(latest, packet.pts)
                 try:
                     yield from packet.decode()
                 except av.error.FFmpegError as exc:
@@ -170,28 +177,20 @@ class AvSource:
             self._origin = seconds
         return float(seconds) - self._origin
 
-    def _cut_short(self, decoded: int, last_pts_s: float | None) -> str:
+    def _cut_short(self, decoded: int, timeline: Timeline) -> str:
         """Why a file that ended cleanly is still truncated ("" when it is whole): fewer frames than its header
-        counts, or (without a count) its video ending before the duration it announced, or fewer frames than that
-        duration holds at the stream's rate (a cut that loses B-frames before the last frame shown)."""
+        counts, or (without a count) what its timestamps say against the duration it announced."""
         expected = int(self._stream.frames or 0)
-        if expected and decoded < expected:
-            return f"truncated or damaged: the file ends after {decoded} of its {expected} frames"
+        if expected:
+            if decoded < expected:
+                return f"truncated or damaged: the file ends after {decoded} of its {expected} frames"
+            return ""
         duration = None
         if self._stream.duration is not None and self._stream.time_base is not None:
             duration = float(self._stream.duration * self._stream.time_base)
         elif self._container.duration is not None and len(self._container.streams) == 1:
             duration = self._container.duration / 1e6  # the container's duration is the video's when it is alone
-        if expected or duration is None or not self.fps:
-            return ""
-        period = 1.0 / self.fps
-        end = 0.0 if last_pts_s is None else last_pts_s + period
-        if end < duration - 2 * period - TRUNCATION_SLACK_S:
-            return f"truncated or damaged: the video ends at {end:.3f} s of the {duration:.3f} s it announces"
-        announced = round(duration * self.fps)
-        if decoded < announced - 2 - TRUNCATION_SLACK_S * self.fps:  # frames lost before the last one (B-frames)
-            return f"truncated or damaged: {decoded} of the about {announced} frames its {duration:.3f} s announce"
-        return ""
+        return timeline.cut_short(duration, reordered=self._reordered)
 
     def close(self) -> None:
         """Stop the frames; the container is closed now, or by the iteration once its current frame is handed over

@@ -88,6 +88,30 @@ def make_video(
     return path
 
 
+def make_vfr_video(
+    path: Path, times: Sequence[float], size: tuple[int, int] = (64, 48), *, codec: str = "mpeg4", rate: int = 30
+) -> Path:
+    """Encode one frame at each of ``times`` (seconds, increasing, on a millisecond clock) into ``path``: a
+    variable-frame-rate video (a phone's or a screen capture's) whose nominal ``rate`` says nothing of its gaps. The
+    frames cycle through :data:`COLOURS`."""
+    import av
+
+    millis = Fraction(1, 1000)
+    with av.open(str(path), mode="w") as container:
+        stream = container.add_stream(codec, rate=rate)
+        stream.width, stream.height = size
+        stream.pix_fmt = "yuv420p"
+        stream.codec_context.time_base = millis
+        for i, t in enumerate(times):
+            frame = av.VideoFrame.from_ndarray(scene_frame(COLOURS[i % 3], size, noise=4.0, seed=i), format="rgb24")
+            frame.pts, frame.time_base = round(t * 1000), millis
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
+    return path
+
+
 def truncate(src: Path, dst: Path, fraction: float = 0.5) -> Path:
     """``dst``: the first ``fraction`` of ``src``'s bytes (a download or a recording cut short)."""
     data = src.read_bytes()
