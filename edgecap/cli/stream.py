@@ -147,7 +147,7 @@ def stream(
     if every is not None and fps is not None:
         fail("--every and --fps both choose the sampling: pass one")
     outputs = {"--vtt": vtt, "--srt": srt, "--jsonl": jsonl}
-    check_outputs(outputs, overwrite=overwrite)
+    check_outputs(outputs, overwrite=overwrite, source=source)
     asked_beam = None if click.get_current_context().get_parameter_source("beam") == ParameterSource.DEFAULT else beam
     load = {"runtime": runtime, "precision": precision, "beam": asked_beam, "threads": threads, "spin": spin}
     sampling = {"every": every, "fps": fps, "on_change": on_change, "max_batch": max_batch, "queue": queue_size}
@@ -157,9 +157,10 @@ def stream(
         sys.exit(code)
 
 
-def check_outputs(outputs: dict[str, Path | None], *, overwrite: bool) -> None:
-    """Refuse, before any work, an output that exists (without --overwrite), that is a directory, that two flags
-    share, or whose directory cannot be written."""
+def check_outputs(outputs: dict[str, Path | None], *, overwrite: bool, source: str | None = None) -> None:
+    """Refuse, before any work, an output that exists (without --overwrite), that is a directory, that is the source
+    or one of its images (--overwrite would destroy the recording being captioned), that two flags share or nest,
+    or whose directory cannot be written."""
     from edgecap.runtime._io import check_output_location
 
     seen: dict[Path, str] = {}
@@ -167,9 +168,14 @@ def check_outputs(outputs: dict[str, Path | None], *, overwrite: bool) -> None:
         if path is None:
             continue
         resolved = path.resolve()
-        if resolved in seen:
-            fail(f"{flag} and {seen[resolved]} name the same file {path}")
+        for other, other_flag in seen.items():
+            if _same_file(resolved, other):
+                fail(f"{flag} and {other_flag} name the same file {path}")
+            if other in resolved.parents or resolved in other.parents:
+                fail(f"{flag} {path} and {other_flag} {other} lie one inside the other")
         seen[resolved] = flag
+        if source is not None and _in_source(resolved, source):
+            fail(f"{flag}: {path} is the source {source} (or one of its images); write the captions elsewhere")
         if path.is_dir():
             fail(f"{flag}: {path} is a directory")
         if path.exists() and not overwrite:
@@ -178,6 +184,40 @@ def check_outputs(outputs: dict[str, Path | None], *, overwrite: bool) -> None:
             check_output_location(resolved.parent, existing="into", what=flag, reserve=0)
         except (ValueError, OSError) as exc:
             fail(str(exc))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """The same path, or two names of one file (a hard link)."""
+    if a == b:
+        return True
+    try:
+        return a.exists() and b.exists() and a.samefile(b)
+    except OSError:
+        return False
+
+
+def _in_source(output: Path, source: str) -> bool:
+    """Whether ``output`` (resolved) is the file ``source`` reads, or an image of the folder or glob it reads (or
+    one it would read on the next run). URLs, cameras' indices and pipelines are no file of ours."""
+    import fnmatch
+    import glob
+    import os
+
+    from edgecap.runtime.stream.sources import IMAGE_SUFFIXES
+
+    text = source[len("file://") :] if source.startswith("file://") else source
+    if "://" in text or source.isdigit():
+        return False
+    spec = Path(text).resolve()
+    if _same_file(output, spec) or spec in output.parents:  # the file itself, or the folder (or below it)
+        return not spec.is_dir() or (output.parent == spec and output.suffix.lower() in IMAGE_SUFFIXES)
+    if glob.has_magic(text) and not Path(text).exists():
+        pattern = Path(text)
+        if not glob.has_magic(str(pattern.parent)):  # the folder's real path, as ``output``'s is
+            text = str(pattern.parent.resolve() / pattern.name)
+        matches = (Path(m).resolve() for m in glob.glob(text))
+        return fnmatch.fnmatch(str(output), os.path.abspath(text)) or any(_same_file(output, m) for m in matches)
+    return False
 
 
 def run_stream(

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from edgecap.cli import main
 from tests.runtime.bundle.helpers import pixel_bundle
-from tests.runtime.stream.videos import COLOURS, make_video, truncate
+from tests.runtime.stream.videos import COLOURS, make_vfr_video, make_video, truncate
 
 SCENES = [(2.0, COLOURS[0]), (1.0, COLOURS[1])]
 
@@ -95,6 +95,67 @@ def test_existing_and_unwritable_outputs_are_refused_before_any_work(bundle: Pat
     same = tmp_path / "same.txt"
     result = CliRunner().invoke(main, [*base, "--vtt", str(same), "--srt", str(same)])
     assert result.exit_code != 0 and "same file" in result.output and not same.exists()
+
+
+@pytest.mark.parametrize("flag", ["--jsonl", "--srt", "--vtt"])
+def test_no_output_may_be_the_source_even_with_overwrite(bundle: Path, clip: Path, tmp_path: Path, flag: str) -> None:
+    video = tmp_path / "good.mkv"
+    video.write_bytes(clip.read_bytes())
+    (tmp_path / "link.mkv").symlink_to(video)
+    os.link(video, tmp_path / "hard.mkv")
+    for name in ("good.mkv", "link.mkv", "hard.mkv", "./good.mkv"):
+        for given in (str(video), f"file://{video}"):
+            args = ["stream", given, "--model", str(bundle), flag, str(tmp_path / name), "--overwrite"]
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code != 0 and "is the source" in result.output and "Traceback" not in result.output
+            assert video.read_bytes() == clip.read_bytes()
+
+
+def test_no_output_may_be_an_image_of_a_source_folder_or_glob(bundle: Path, tmp_path: Path) -> None:
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    from PIL import Image
+
+    for i in range(2):
+        Image.new("RGB", (32, 24), (40 * i, 90, 200)).save(frames / f"{i}.png")
+    kept = (frames / "0.png").read_bytes()
+    base = ["--model", str(bundle), "--overwrite"]
+    for source, out in [
+        (str(frames), frames / "0.png"),  # an image the folder reads
+        (str(frames), frames / "new.PNG"),  # one the next run would read
+        (str(frames / "*.png"), frames / "0.png"),
+        (str(frames / "*"), frames / "captions.jsonl"),  # the glob matches it
+    ]:
+        result = CliRunner().invoke(main, ["stream", source, *base, "--jsonl", str(out)])
+        assert result.exit_code != 0 and "is the source" in result.output, (source, out, result.output)
+        assert (frames / "0.png").read_bytes() == kept and not (frames / "new.PNG").exists()
+    result = CliRunner().invoke(main, ["stream", str(frames), *base, "--jsonl", str(frames / "captions.jsonl")])
+    assert result.exit_code == 0, result.output  # not an image: the folder never reads it
+    assert len(parse_jsonl((frames / "captions.jsonl").read_text())) == 2
+
+
+def test_outputs_that_are_one_file_or_nest_are_refused(bundle: Path, clip: Path, tmp_path: Path) -> None:
+    base = ["stream", str(clip), "--model", str(bundle), "--overwrite"]
+    first = tmp_path / "a.srt"
+    first.write_text("keep")
+    os.link(first, tmp_path / "b.vtt")
+    result = CliRunner().invoke(main, [*base, "--srt", str(first), "--vtt", str(tmp_path / "b.vtt")])
+    assert result.exit_code != 0 and "same file" in result.output and first.read_text() == "keep"
+    nested = ["--jsonl", str(tmp_path / "out"), "--srt", str(tmp_path / "out" / "x.srt")]
+    result = CliRunner().invoke(main, [*base, *nested])
+    assert result.exit_code != 0 and "one inside the other" in result.output and not (tmp_path / "out").exists()
+
+
+def test_a_complete_variable_frame_rate_matroska_file_is_captioned_whole(bundle: Path, tmp_path: Path) -> None:
+    times = [0.0]
+    for i in range(29):  # bursts of 3 frames 20 ms apart, 400 ms between bursts: 30 frames in 4.4 s
+        times.append(times[-1] + (0.02 if i % 3 else 0.4))
+    video = make_vfr_video(tmp_path / "vfr.mkv", times)
+    result = CliRunner().invoke(main, ["stream", str(video), "--model", str(bundle), "--jsonl", str(tmp_path / "o")])
+    assert result.exit_code == 0, result.output
+    assert "truncated" not in result.output and "30 frame(s) read" in result.stderr
+    lines = parse_jsonl((tmp_path / "o").read_text())
+    assert [line["pts_s"] for line in lines] == pytest.approx(times, abs=2e-3)
 
 
 def test_every_and_fps_together_are_refused(bundle: Path, clip: Path) -> None:
