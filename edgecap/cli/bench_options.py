@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from edgecap.bench.config import STEP_MODE_CHOICES, BenchCfg
-from edgecap.cli.options import onnxruntime_threads_options, option_group
+from edgecap.cli.options import FiniteFloat, onnxruntime_threads_options, option_group
 from edgecap.runtime.backends.onnxruntime.gpu import DEFAULT_TRT_OPT_BATCH
 from edgecap.runtime.backends.registry import list_runtimes
 from edgecap.runtime.decoding.config import MAX_BEAM
@@ -153,7 +153,7 @@ TIMING_OPTIONS = option_group(
     ),
     click.option(
         "--min-seconds",
-        type=click.FloatRange(0),
+        type=FiniteFloat(0),
         default=_DEFAULTS["min_seconds"],
         show_default=True,
         help="Timed seconds at least.",
@@ -176,7 +176,7 @@ TIMING_OPTIONS = option_group(
     ),
     click.option(
         "--target",
-        type=click.FloatRange(0, min_open=True),
+        type=FiniteFloat(0, min_open=True),
         default=None,
         help="With --runs or --series: count the runs whose speed-up is below this (decoder loop; end to end for "
         "pixels-in vs torch backbone).",

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import apply_threads, check_out, fail, option_group, threads_option
+from edgecap.cli.options import FiniteFloat, apply_threads, check_out, fail, option_group, threads_option
 
 
 class _PresetChoice(click.Choice):
@@ -73,14 +73,14 @@ _VARIANTS = option_group(
     ),
     click.option(
         "--max-cider-drop",
-        type=click.FloatRange(0.0, 100.0),
+        type=FiniteFloat(0.0, 100.0),
         default=None,
         help="Accuracy-aware INT8: at most D CIDEr-D points (the 0-100 scale printed, e.g. 0.3) below torch FP32 on "
         "the held-out set; the fewest most-sensitive layers stay float until it holds, else nothing is written.",
     ),
     click.option(
         "--min-agreement",
-        type=click.FloatRange(0.0, 1.0),
+        type=FiniteFloat(0.0, 1.0),
         default=None,
         help="Accuracy-aware INT8: at least this fraction (0-1, e.g. 0.85) of held-out captions identical to torch "
         "FP32's (with --max-cider-drop, both must hold).",

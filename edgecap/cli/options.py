@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
@@ -42,6 +43,28 @@ def option_group(*options: Callable[[Callable], Callable]) -> Callable[[Callable
         return fn
 
     return apply
+
+
+class FiniteFloat(click.FloatRange):
+    """A float option's type: a finite number (``nan``, ``inf`` and ``-inf`` are refused as usage errors, where
+    click's own float would let them through its range checks and on into a traceback or a silent NaN run), in an
+    optional range as :class:`click.FloatRange` takes it. Every float option of every command uses it."""
+
+    def __init__(
+        self, min: float | None = None, max: float | None = None, *, min_open: bool = False, max_open: bool = False
+    ) -> None:
+        super().__init__(min=min, max=max, min_open=min_open, max_open=max_open)
+        if min is None and max is None:
+            self.name = "float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+    def _describe_range(self) -> str:
+        return "" if self.min is None and self.max is None else super()._describe_range()
 
 
 def device_option(fn: Callable) -> Callable:
@@ -95,6 +118,17 @@ def check_out(path: Path, flag: str = "--out", *, existing: str = "into", atomic
     except (ValueError, OSError) as exc:
         fail(str(exc))
     return path
+
+
+def check_apart(out: Path, other: Path, what: str, flag: str = "--out") -> None:
+    """Refuse an output directory that is ``other`` (a run the command reads: ``what`` names it, e.g. ``--teacher
+    RUN``), lies inside it or holds it: writing there would rewrite or copy into the input itself."""
+    mine, theirs = out.resolve(), other.resolve()
+    if mine == theirs:
+        fail(f"{flag} {out} is {what} itself: write the new run elsewhere")
+    if theirs in mine.parents or mine in theirs.parents:
+        where = "inside" if theirs in mine.parents else "around"
+        fail(f"{flag} {out} lies {where} {what} ({other}): write the new run elsewhere")
 
 
 def bounded_threads(ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:

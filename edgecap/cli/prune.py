@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from edgecap.cli.options import apply_threads, check_out, fail, threads_option
+from edgecap.cli.options import FiniteFloat, apply_threads, check_apart, check_out, fail, threads_option
 
 
 @click.command("prune")
@@ -34,7 +34,7 @@ from edgecap.cli.options import apply_threads, check_out, fail, threads_option
 )
 @click.option(
     "--lr",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloat(min=0, min_open=True),
     default=3e-4,
     show_default=True,
     help="Fine-tune starting lr (AdamW, cosine decay to 0).",
@@ -76,6 +76,8 @@ def prune(
         fail(str(exc))
     if out.exists():
         fail(f"--out {out} already exists; choose a new run directory")
+    if Path(run).exists():
+        check_apart(out, Path(run), f"RUN {run}")
     check_out(out, existing="refuse", atomic=True)
     say = lambda line: click.echo(line, err=True)  # noqa: E731
     try:

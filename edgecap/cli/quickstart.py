@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from edgecap.cli.options import (
+    FiniteFloat,
     apply_threads,
     beam_option,
     check_out,
@@ -27,7 +28,7 @@ from edgecap.cli.options import (
 @click.option("--model", default="acort-xsmall", show_default=True)
 @click.option("--images", type=click.IntRange(50, 1_000_000), default=2000, show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=12, show_default=True, help="Training epochs.")
-@click.option("--minutes", type=click.FloatRange(0), default=0.0, help="Optional training time cap (0 = none).")
+@click.option("--minutes", type=FiniteFloat(0), default=0.0, help="Optional training time cap (0 = none).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--out",

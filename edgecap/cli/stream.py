@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from edgecap.cli.options import beam_option, fail, onnxruntime_threads_options, runtime_precision_options
+from edgecap.cli.options import FiniteFloat, beam_option, fail, onnxruntime_threads_options, runtime_precision_options
 
 if TYPE_CHECKING:
     from edgecap.runtime.stream.events import StreamEvent
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 #: Exit status after Ctrl-C (the shell's 128 + SIGINT), once the outputs are closed and the summary printed.
 INTERRUPTED = 130
 
-_POSITIVE = click.FloatRange(min=0, min_open=True)
+_POSITIVE = FiniteFloat(min=0, min_open=True)
 
 
 @click.command("stream")
@@ -45,7 +45,7 @@ _POSITIVE = click.FloatRange(min=0, min_open=True)
 )
 @click.option(
     "--on-change",
-    type=click.FloatRange(0, 2),
+    type=FiniteFloat(0, 2),
     default=None,
     metavar="THRESHOLD",
     help="Caption a sampled frame only when its pooled backbone embedding moved at least THRESHOLD (cosine distance) "

@@ -12,13 +12,16 @@ import click
 from click.core import ParameterSource
 
 from edgecap.cli.options import (
+    FiniteFloat,
     apply_threads,
+    check_apart,
     check_out,
     device_option,
     fail,
     parse_overrides,
     threads_option,
 )
+from edgecap.runtime.decoding.config import MAX_BEAM
 from edgecap.workshop.training.config import SCST_RECIPES, TrainCfg
 
 _DEFAULTS = TrainCfg()
@@ -81,14 +84,16 @@ def default_features_dir(data: Path) -> Path:
     default=_DEFAULTS.optimizer,
     show_default=True,
 )
-@click.option("--lr", type=float, default=_DEFAULTS.lr, show_default=True, help="Peak learning rate.")
+@click.option(
+    "--lr", type=FiniteFloat(0, min_open=True), default=_DEFAULTS.lr, show_default=True, help="Peak learning rate."
+)
 @click.option("--warmup", "warmup_steps", type=click.IntRange(0), default=_DEFAULTS.warmup_steps, show_default=True)
-@click.option("--label-smoothing", type=click.FloatRange(0, 1), default=_DEFAULTS.label_smoothing, show_default=True)
-@click.option("--grad-clip", type=click.FloatRange(0), default=_DEFAULTS.grad_clip, show_default=True)
+@click.option("--label-smoothing", type=FiniteFloat(0, 1), default=_DEFAULTS.label_smoothing, show_default=True)
+@click.option("--grad-clip", type=FiniteFloat(0), default=_DEFAULTS.grad_clip, show_default=True)
 @click.option("--max-words", type=click.IntRange(1), default=_DEFAULTS.max_words, show_default=True)
 @click.option(
     "--max-minutes",
-    type=click.FloatRange(0),
+    type=FiniteFloat(0),
     default=0.0,
     help="Stop each stage of this session (cross-entropy, then SCST) cleanly after this many minutes.",
 )
@@ -101,7 +106,7 @@ def default_features_dir(data: Path) -> Path:
     help="After the frozen-backbone epochs, fine-tune backbone + captioner end to end from images for this many "
     "epochs (ExpansionNet v2 §4.3; RAdam). 0 = off.",
 )
-@click.option("--finetune-lr", type=float, default=_DEFAULTS.finetune_lr, show_default=True)
+@click.option("--finetune-lr", type=FiniteFloat(0, min_open=True), default=_DEFAULTS.finetune_lr, show_default=True)
 @click.option(
     "--backbone-weights",
     type=click.Path(exists=True, dir_okay=False),
@@ -122,14 +127,14 @@ def default_features_dir(data: Path) -> Path:
     help="Paper recipe for the SCST options below: v2 = ExpansionNet v2 (5 samples, RAdam 1e-4 x0.8/epoch), "
     "acort = ACORT (15 samples, Adam 5e-5, CIDEr-D + BLEU-4).",
 )
-@click.option("--scst-lr", type=float, default=None, help="SCST learning rate [recipe].")
-@click.option("--scst-anneal", type=click.FloatRange(0, 1, min_open=True), default=None, help="lr factor per epoch.")
+@click.option("--scst-lr", type=FiniteFloat(0, min_open=True), default=None, help="SCST learning rate [recipe].")
+@click.option("--scst-anneal", type=FiniteFloat(0, 1, min_open=True), default=None, help="lr factor per epoch.")
 @click.option("--scst-optimizer", type=click.Choice(["radam", "adam"]), default=None)
 @click.option("--scst-batch-size", type=click.IntRange(1), default=None, help="Images per SCST batch [--batch-size].")
 @click.option("--scst-samples", type=click.IntRange(1), default=None, help="Captions sampled per image (K) [recipe].")
 @click.option("--scst-baseline", type=click.Choice(["loo", "greedy"]), default=None, help="Leave-one-out or greedy.")
 @click.option("--scst-max-words", type=click.IntRange(1), default=None, help="Longest sampled caption [recipe].")
-@click.option("--scst-bleu-weight", type=click.FloatRange(0), default=None, help="BLEU-4 weight in the reward.")
+@click.option("--scst-bleu-weight", type=FiniteFloat(0), default=None, help="BLEU-4 weight in the reward.")
 @click.option("--scst-loss-norm", type=click.Choice(["sequence", "token"]), default=None)
 @click.option("--scst-eos-word/--no-scst-eos-word", default=None, help="Score EOS as a word in the reward.")
 @click.option("--scst-max-steps", type=click.IntRange(0), default=0, help="Stop SCST after this many steps.")
@@ -142,9 +147,11 @@ def default_features_dir(data: Path) -> Path:
     "student takes its vocabulary), its beam captions as extra targets (sequence) or both.",
 )
 @click.option("--kd-mode", type=click.Choice(["word", "sequence", "both"]), default="word", show_default=True)
-@click.option("--kd-temperature", type=click.FloatRange(0, min_open=True), default=2.0, show_default=True)
-@click.option("--kd-alpha", type=click.FloatRange(0, 1), default=0.5, show_default=True, help="Weight of the KD term.")
-@click.option("--kd-beam", type=click.IntRange(1), default=3, show_default=True, help="Beam of the teacher's captions.")
+@click.option("--kd-temperature", type=FiniteFloat(0, min_open=True), default=2.0, show_default=True)
+@click.option("--kd-alpha", type=FiniteFloat(0, 1), default=0.5, show_default=True, help="Weight of the KD term.")
+@click.option(
+    "--kd-beam", type=click.IntRange(1, MAX_BEAM), default=3, show_default=True, help="Beam of the teacher's captions."
+)
 @click.option(
     "--qat-epochs",
     type=click.IntRange(0),
@@ -158,7 +165,7 @@ def default_features_dir(data: Path) -> Path:
     show_default=True,
     help="The INT8 preset QAT simulates (as `edgecap export --target`); export the QAT run with the same target.",
 )
-@click.option("--qat-lr", type=click.FloatRange(0, min_open=True), default=3e-5, show_default=True)
+@click.option("--qat-lr", type=FiniteFloat(0, min_open=True), default=3e-5, show_default=True)
 @click.option("--qat-max-steps", type=click.IntRange(0), default=0, help="Stop QAT after this many steps.")
 @click.option("--no-resume", is_flag=True, help="Start afresh even if the run directory has a checkpoint.")
 @device_option
@@ -202,7 +209,10 @@ def train(
     features = features or default_features_dir(data)
     if not features.exists():
         fail(f"no features at {features}: run `edgecap features --data {data}` first, or pass --features")
-    out = check_out(out or default_run_dir(model_name))
+    out = out or default_run_dir(model_name)
+    if options["teacher"]:
+        _check_teacher(Path(options["teacher"]), out)
+    out = check_out(out)
     options["backbone_weights"] = options["backbone_weights"] or ""
     options["teacher"] = str(Path(options["teacher"]).resolve()) if options["teacher"] else ""
     cfg = TrainCfg(
@@ -219,6 +229,19 @@ def train(
     except (ValueError, FileNotFoundError, KeyError) as exc:
         fail(str(exc))
     click.echo(f"run written to {run_dir}")
+
+
+def _check_teacher(teacher: Path, out: Path) -> None:
+    """What can be refused of ``--teacher RUN`` before ``--out`` exists: a teacher that is the new run (or nests
+    with it), or that is not a training run at all (a bundle). The rest (its feature width, vocabulary and model
+    family against the student's) is checked by the training loop before it creates ``--out``."""
+    from edgecap.runtime.bundle.layout import RunError, read_run_config
+
+    check_apart(out, teacher, f"the --teacher run {teacher}")
+    try:
+        read_run_config(teacher)
+    except RunError as exc:
+        fail(f"--teacher {teacher}: {exc}")
 
 
 #: What ``--init RUN`` takes from the command line; every other option comes from RUN's stored recipe.
@@ -255,6 +278,8 @@ def _train_from_run(
 
     if not options.get("scst_epochs"):
         fail("--init RUN runs self-critical training only: pass --scst-epochs N")
+    if out is not None:
+        check_apart(out, init_run, f"the --init run {init_run} (leave --out out to continue it in place)")
     check_out(out or init_run)
     try:
         stored = TrainCfg.from_dict(ckpt.read_config(init_run)["train"])
@@ -290,6 +315,7 @@ def _qat_from_run(init_run: Path, out: Path | None, options: dict, qat: dict) ->
         get_preset(qat["qat_target"])
     except ValueError as exc:
         fail(str(exc))
+    check_apart(out, init_run, f"the --init run {init_run} (QAT's FP32 parent)")
     check_out(out, existing="refuse", atomic=True)
     try:
         run_dir = qat_run(

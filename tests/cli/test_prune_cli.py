@@ -53,3 +53,20 @@ def test_prunes_a_run(tiny_parent_run, tmp_path):
     assert result.exit_code == 0, result.output
     config = json.loads((out / "config.json").read_text())
     assert config["model"]["parameters"] <= target and config["compression"][-1]["kind"] == "pruning"
+
+
+def test_refuses_an_out_inside_the_run(tiny_parent_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_parent_run, run)
+    result = _prune(str(run), "--out", str(run / "pruned"), "--sparsity", "2:4")
+    assert result.exit_code == 1 and "lies inside RUN" in result.output
+    assert not (run / "pruned").exists()
+
+
+def test_refuses_a_learning_rate_that_is_not_finite(tiny_parent_run, tmp_path):
+    for lr in ("nan", "inf"):
+        result = _prune(str(tiny_parent_run), "--out", str(tmp_path / "o"), "--target-params", "100000", "--lr", lr)
+        assert result.exit_code == 2 and "not a finite number" in result.output
+        assert "Traceback" not in result.output and not (tmp_path / "o").exists()

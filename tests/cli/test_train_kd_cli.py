@@ -28,3 +28,69 @@ def test_teacher_is_not_an_init_option(tiny_parent_run, tmp_path):
             "--teacher", str(tiny_parent_run)]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code != 0 and "--teacher" in result.output
+
+
+def _student_args(tiny_data, teacher, out, *extra):
+    data, feats = tiny_data
+    return ["train", "--model", "acort-test", "--data", str(data), "--features", str(feats), "--out", str(out),
+            "--set", "radix_base=64", "--batch-size", "8", "--max-steps", "1", "--device", "cpu",
+            "--teacher", str(teacher), *extra]  # fmt: skip
+
+
+def _tree(path):
+    return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+
+def test_out_is_never_the_teacher_nor_nests_with_it(tiny_data, tiny_parent_run, tmp_path):
+    import shutil
+
+    teacher = tmp_path / "runs" / "teacher"
+    shutil.copytree(tiny_parent_run, teacher)
+    before = _tree(tmp_path)
+    for out in (teacher, tmp_path / "runs" / "." / "teacher", teacher / "student", tmp_path / "runs", tmp_path):
+        result = CliRunner().invoke(main, _student_args(tiny_data, teacher, out))
+        assert result.exit_code == 1 and "--teacher run" in result.output, (out, result.output)
+        assert "Traceback" not in result.output
+    assert _tree(tmp_path) == before  # the teacher's config is not rewritten as distilled from itself
+
+
+def test_out_is_never_the_init_run_nor_nests_with_it(tiny_parent_run, tmp_path):
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_parent_run, run)
+    before = _tree(tmp_path)
+    for out in (run, run / "scst"):
+        for extra in (["--scst-epochs", "1"], ["--qat-epochs", "1", "--device", "cpu"]):
+            result = CliRunner().invoke(main, ["train", "--init", str(run), "--out", str(out), *extra])
+            assert result.exit_code == 1 and "--init run" in result.output, (out, extra, result.output)
+    assert _tree(tmp_path) == before
+
+
+def test_refused_teachers_leave_no_out_behind(tiny_data, tiny_parent_run, tmp_path):
+    import shutil
+
+    bundle = tmp_path / "bundle"
+    shutil.copytree(tiny_parent_run, bundle)
+    (bundle / "manifest.json").write_text("{}")  # what makes a directory a bundle
+    cases = [
+        (bundle, [], "is a bundle, not a training run"),
+        (tiny_parent_run, ["--kd-beam", "1000"], "1000 is not in the range"),
+        (tiny_parent_run, ["--kd-temperature", "nan"], "not a finite number"),
+        (tiny_parent_run, ["--kd-alpha", "inf"], "not in the range"),
+    ]
+    for teacher, extra, said in cases:
+        out = tmp_path / "new" / "student"
+        result = CliRunner().invoke(main, _student_args(tiny_data, teacher, out, *extra))
+        assert result.exit_code != 0 and said in result.output, (extra, result.output)
+        assert not (tmp_path / "new").exists(), extra
+    # refused once the teacher is loaded: another vocabulary (word-level KD takes the teacher's), a mask-predict
+    # student for word-level KD
+    data, feats = tiny_data
+    for model in ("expansionnet-test", "labert-test"):
+        args = ["train", "--model", model, "--data", str(data), "--features", str(feats), "--out",
+                str(tmp_path / "new" / model), "--max-steps", "1", "--device", "cpu", "--teacher",
+                str(tiny_parent_run), "--kd-mode", "word"]  # fmt: skip
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 1 and "--kd-mode sequence" in result.output, (model, result.output)
+        assert not (tmp_path / "new").exists(), model

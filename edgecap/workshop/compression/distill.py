@@ -18,6 +18,8 @@ captioners (caches, radix vocabularies, mask-predict), so the losses are written
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -33,10 +35,14 @@ __all__ = [
     "CAPTION_CACHE",
     "KD_MODES",
     "DistillationError",
+    "Distiller",
     "Teacher",
     "distillation_record",
     "kd_loss",
+    "kd_objective",
+    "load_checked_teacher",
     "load_teacher",
+    "make_distiller",
     "teacher_captions",
     "word_kd_objective",
 ]
@@ -165,3 +171,68 @@ def distillation_record(teacher: Teacher, cfg: Any) -> dict[str, Any]:
         "beam": cfg.kd_beam,
         "cache": CAPTION_CACHE if cfg.kd_mode in ("sequence", "both") else None,
     }
+
+
+@dataclasses.dataclass
+class Distiller:
+    """What distillation adds to the training loop: the word-level objective, the teacher's captions, the config
+    record."""
+
+    objective: Callable[..., tuple[torch.Tensor, ...]] | None
+    captions: dict[str, list[str]]
+    record: dict[str, Any]
+
+
+def load_checked_teacher(cfg: Any, feature_dim: int, device: torch.device | str = "cpu") -> Teacher:
+    """Check a training config's distillation settings and load its teacher run; nothing is written, so the loop
+    calls it before it creates the student's run directory."""
+    from edgecap.runtime.decoding.config import MAX_BEAM
+
+    if cfg.kd_mode not in KD_MODES:
+        raise DistillationError(f"kd_mode must be one of {list(KD_MODES)}, got {cfg.kd_mode!r}")
+    numbers = (cfg.kd_temperature, cfg.kd_alpha)
+    if not (all(math.isfinite(x) for x in numbers) and cfg.kd_temperature > 0 and 0 <= cfg.kd_alpha <= 1):
+        raise DistillationError(
+            f"need a finite kd_temperature > 0 and 0 <= kd_alpha <= 1, got {cfg.kd_temperature} and {cfg.kd_alpha}"
+        )
+    if not 1 <= cfg.kd_beam <= MAX_BEAM:
+        raise DistillationError(f"need 1 <= kd_beam <= {MAX_BEAM}, got {cfg.kd_beam}")
+    return load_teacher(cfg.teacher, feature_dim, device)
+
+
+def kd_objective(cfg: Any, model: Any, teacher: Teacher) -> Callable[..., tuple[torch.Tensor, ...]] | None:
+    """The word-level KD objective (None for sequence-level only), once student and teacher suit ``cfg.kd_mode``."""
+    from edgecap.workshop.training.objectives import cross_entropy, objective_for
+
+    autoregressive = objective_for(teacher.model) is cross_entropy
+    if cfg.kd_mode != "word" and not autoregressive:
+        raise DistillationError("sequence-level distillation needs an autoregressive teacher (beam captions)")
+    if cfg.kd_mode == "sequence":
+        return None
+    if objective_for(model) is not cross_entropy:
+        raise DistillationError(
+            f"{cfg.model} does not train with teacher-forced cross-entropy (LaBERT's mask-predict), so "
+            "word-level distillation does not apply: use --kd-mode sequence"
+        )
+    if not autoregressive:
+        raise DistillationError("word-level distillation needs an autoregressive teacher (its token distributions)")
+    return word_kd_objective(teacher.model, cfg.kd_temperature, cfg.kd_alpha)
+
+
+def make_distiller(
+    cfg: Any,
+    teacher: Teacher,
+    objective: Callable[..., tuple[torch.Tensor, ...]] | None,
+    source: Any,
+    records: Sequence[Any],
+    run_dir: Path,
+    device: torch.device | str = "cpu",
+) -> Distiller:
+    """The checked request's distiller: the teacher's captions for sequence-level KD (decoded once, cached in
+    ``run_dir``), the objective and the config record."""
+    captions: dict[str, list[str]] = {}
+    if cfg.kd_mode != "word":
+        ids = [r.image_id for r in records]
+        captions = teacher_captions(teacher, source, ids, run_dir, beam=cfg.kd_beam, max_words=cfg.max_words,
+                                    device=device)  # fmt: skip
+    return Distiller(objective, captions, distillation_record(teacher, cfg))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,6 +15,12 @@ import torch
 from edgecap._version import __version__
 from edgecap.runtime._io import atomic_write_json
 from edgecap.workshop._progress import ProgressBar
+from edgecap.workshop.compression.distill import (
+    DistillationError,
+    kd_objective,
+    load_checked_teacher,
+    make_distiller,
+)
 from edgecap.workshop.torch_runtime.runtime import resolve_device
 from edgecap.workshop.training import checkpoint as ckpt
 from edgecap.workshop.training.batches import FeatureBank, VisualBatch, encode_captions, pick_captions
@@ -82,7 +89,6 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
     from edgecap.workshop.torch_runtime.captioning import caption_bank
 
     run_dir = Path(cfg.out)
-    run_dir.mkdir(parents=True, exist_ok=True)
     ctx, device = init_distributed(resolve_device(cfg.device))
     if ctx.active and cfg.finetune_epochs:
         raise ValueError("end-to-end fine-tuning (--finetune-epochs) runs in one process; launch it without torchrun")
@@ -100,21 +106,22 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
 
     existing = ckpt.read_config(run_dir) if (run_dir / ckpt.CONFIG).is_file() else None
     model_cfg = get_model_cfg(cfg.model).replace(**cfg.model_overrides)
+    if cfg.teacher and ctx.active:
+        raise DistillationError("distillation runs in one process; launch it without torchrun")
+    teacher = load_checked_teacher(cfg, source.feature_dim, device) if cfg.teacher else None
     if existing is not None and resume:
         if existing["model"]["name"] != cfg.model:
             raise ckpt.RunError(f"{run_dir} holds a {existing['model']['name']} run, not {cfg.model}")
         vocab = load_vocab(run_dir / ckpt.VOCAB)
-    elif cfg.teacher and cfg.kd_mode != "sequence":
-        vocab = load_vocab(Path(cfg.teacher) / ckpt.VOCAB)  # word-level KD: the teacher's token ids
+    elif teacher is not None and cfg.kd_mode != "sequence":
+        vocab = teacher.vocab  # word-level KD: the teacher's token ids
         if vocab.kind != model_cfg.vocab_kind:
-            raise ValueError(
+            raise DistillationError(
                 f"word-level distillation needs the teacher's vocabulary, but it is {vocab.kind!r} and {cfg.model} "
                 f"uses {model_cfg.vocab_kind!r}: use --kd-mode sequence, or a teacher with a {model_cfg.vocab_kind} "
                 "vocabulary"
             )
-        if ctx.is_main:
-            vocab.save(run_dir / ckpt.VOCAB)
-    else:
+    else:  # every rank builds the same vocabulary from the same captions; rank 0 writes it
         captions: list[Sequence[str]] = [c for r in train_records for c in r.captions]
         vocab = build_vocab(
             captions,
@@ -122,14 +129,26 @@ def train(cfg: TrainCfg, resume: bool = True, progress: bool = True) -> Path:
             min_count=cfg.vocab_min_count,
             radix_base=model_cfg.radix_base,
         )
-        if ctx.is_main:  # every rank builds the same vocabulary from the same captions; rank 0 writes it
-            vocab.save(run_dir / ckpt.VOCAB)
 
     model = create_model(cfg.model, vocab_size=vocab.size, feature_dim=source.feature_dim, **cfg.model_overrides)
     model.to(device)
-    distiller = _distillation(cfg, model, source, train_records, run_dir, device, ctx) if cfg.teacher else None
-    # Check the checkpoint before anything in the run directory is rewritten: a corrupt one raises here.
-    state = ckpt.load_training_state(run_dir, model) if resume else None
+    objective = kd_objective(cfg, model, teacher) if teacher is not None else None
+    # Every check above ran before the run directory exists: a refused request leaves nothing behind. What this
+    # call creates is removed again if the setup below fails (never a directory that was there before).
+    created = _first_missing(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        if ctx.is_main and not (existing is not None and resume):
+            vocab.save(run_dir / ckpt.VOCAB)
+        distiller = None
+        if teacher is not None:
+            distiller = make_distiller(cfg, teacher, objective, source, train_records, run_dir, device)
+        # Check the checkpoint before anything in the run directory is rewritten: a corrupt one raises here.
+        state = ckpt.load_training_state(run_dir, model) if resume else None
+    except BaseException:
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     config = {
         "edgecap_version": __version__,
         "model": {
@@ -323,51 +342,11 @@ def _train_step(
     return float(loss.detach()), float(nll)
 
 
-@dataclasses.dataclass
-class _Distiller:
-    """What distillation adds to the loop: the word-level objective, the teacher's captions, the config record."""
-
-    objective: Callable[..., tuple[torch.Tensor, ...]] | None
-    captions: dict[str, list[str]]
-    record: dict[str, Any]
-
-
-def _distillation(
-    cfg: TrainCfg, model: Any, source: Any, records: Sequence[Any], run_dir: Path, device: Any, ctx: Any
-) -> _Distiller:
-    """Load the teacher, check the request, and prepare the word-level objective and/or the cached captions."""
-    from edgecap.workshop.compression.distill import (
-        KD_MODES,
-        DistillationError,
-        distillation_record,
-        load_teacher,
-        teacher_captions,
-        word_kd_objective,
-    )
-    from edgecap.workshop.training.objectives import cross_entropy
-
-    if cfg.kd_mode not in KD_MODES:
-        raise DistillationError(f"kd_mode must be one of {list(KD_MODES)}, got {cfg.kd_mode!r}")
-    if ctx.active:
-        raise DistillationError("distillation runs in one process; launch it without torchrun")
-    if not (cfg.kd_temperature > 0 and 0 <= cfg.kd_alpha <= 1 and cfg.kd_beam >= 1):
-        raise DistillationError("need kd_temperature > 0, 0 <= kd_alpha <= 1 and kd_beam >= 1")
-    teacher = load_teacher(cfg.teacher, source.feature_dim, device)
-    objective = None
-    if cfg.kd_mode != "sequence":
-        if objective_for(model) is not cross_entropy:
-            raise DistillationError(
-                f"{cfg.model} does not train with teacher-forced cross-entropy (LaBERT's mask-predict), so "
-                "word-level distillation does not apply: use --kd-mode sequence"
-            )
-        if objective_for(teacher.model) is not cross_entropy:
-            raise DistillationError("word-level distillation needs an autoregressive teacher (its token distributions)")
-        objective = word_kd_objective(teacher.model, cfg.kd_temperature, cfg.kd_alpha)
-    captions: dict[str, list[str]] = {}
-    if cfg.kd_mode != "word":
-        if objective_for(teacher.model) is not cross_entropy:
-            raise DistillationError("sequence-level distillation needs an autoregressive teacher (beam captions)")
-        ids = [r.image_id for r in records]
-        captions = teacher_captions(teacher, source, ids, run_dir, beam=cfg.kd_beam, max_words=cfg.max_words,
-                                    device=device)  # fmt: skip
-    return _Distiller(objective, captions, distillation_record(teacher, cfg))
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory that creating ``path`` (with its parents) would create; None when it exists."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing

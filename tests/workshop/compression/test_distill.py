@@ -88,12 +88,53 @@ def test_labert_learns_from_an_autoregressive_teachers_captions(tiny_data, tiny_
     assert json.loads((run / ckpt.CONFIG).read_text())["compression"][0]["mode"] == "sequence"
     with pytest.raises(ValueError, match="kd-mode sequence"):
         train(cfg.replace(out=str(tmp_path / "word"), kd_mode="word"), progress=False)
+    assert not (tmp_path / "word").exists()
+    for mode in ("word", "sequence", "both"):  # a LaBERT teacher has neither token distributions nor beam captions
+        with pytest.raises(DistillationError, match="needs (an autoregressive teacher|the teacher.s vocabulary)"):
+            train(_student(tiny_data, tmp_path / "new" / mode, run, mode), progress=False)
+        assert not (tmp_path / "new").exists()
 
 
 def test_bad_requests_are_refused(tiny_data, tiny_parent_run, tmp_path):
     with pytest.raises(DistillationError, match="kd_mode"):
         train(_student(tiny_data, tmp_path / "a", tiny_parent_run, "sideways"), progress=False)
+    for bad in ({"kd_temperature": math.inf}, {"kd_alpha": math.nan}, {"kd_beam": 1000}):
+        with pytest.raises(DistillationError, match="kd_temperature|kd_beam"):
+            train(_student(tiny_data, tmp_path / "a", tiny_parent_run, "both", **bad), progress=False)
+    with pytest.raises(DistillationError, match="wide features"):  # a teacher on other features
+        train(_student(tiny_data, tmp_path / "a", tiny_parent_run, "word", features=_wide(tiny_data, tmp_path)))
+    assert not (tmp_path / "a").exists()
     with pytest.raises(DistillationError, match="not a trained run"):
         distill.load_teacher(tmp_path, feature_dim=24)
     with pytest.raises(DistillationError, match="wide features"):
         distill.load_teacher(tiny_parent_run, feature_dim=99)
+
+
+def _wide(tiny_data, tmp_path):
+    """The tiny region features, 32 wide instead of 24 (another backbone's)."""
+    import numpy as np
+
+    wide = tmp_path / "wide"
+    wide.mkdir()
+    for path in tiny_data[1].glob("*.npz"):
+        with np.load(path) as arrays:
+            stored = dict(arrays)
+        stored["feat"] = np.concatenate([stored["feat"], stored["feat"][:, :8]], axis=1)
+        np.savez(wide / path.name, **stored)
+    return str(wide)
+
+
+def test_a_failed_setup_removes_only_the_directories_it_created(tiny_data, tiny_parent_run, tmp_path, monkeypatch):
+    def no_captions(*args, **kwargs):
+        raise RuntimeError("the teacher failed to decode")
+
+    monkeypatch.setattr(distill, "teacher_captions", no_captions)
+    with pytest.raises(RuntimeError, match="failed to decode"):
+        train(_student(tiny_data, tmp_path / "a" / "b" / "s", tiny_parent_run, "sequence"), progress=False)
+    assert not (tmp_path / "a").exists()  # every directory the call made, parents included
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError, match="failed to decode"):
+        train(_student(tiny_data, kept, tiny_parent_run, "sequence"), progress=False)
+    assert (kept / "notes.txt").read_text() == "mine"  # a directory that was there before stays
