@@ -188,10 +188,11 @@ def test_acort_decodes_at_most_the_13_words_of_max_seq_length_26(tmp_path: Path)
     # ACORT's max_seq_length 26 counts generated radix tokens, EOS included: 13 complete words of 2 digits.
     ckpt, vocab = _acort(tmp_path)
     run = import_checkpoint("acort", ckpt, tmp_path / "run", vocab=vocab)
-    max_len, words, _ = _greedy_words(run)
+    max_len, words, finished = _greedy_words(run)
     assert load_run(run).max_words == 13 and len(words) == 13 and "<unk>" not in words
-    # 26 digit tokens, then a 27th step where no word fits and only EOS is allowed: the same 13 words (see docs).
-    assert max_len == 27
+    # 26 digit tokens, then a 27th step where no word fits and only EOS would be legal: not run, so the caption ends
+    # unfinished after 13 words, as the official search stops at max_seq_length (see docs).
+    assert max_len == 27 and not finished
 
 
 def test_expansionnet_decodes_at_most_what_beam_max_seq_len_20_allows(tmp_path: Path):
