@@ -73,10 +73,16 @@ def test_malformed_json_vocabularies_are_refused_alike(tmp_path: Path, source: s
 # ---- checkpoints of another family --------------------------------------------------------------------------------
 
 
-def test_an_ort_checkpoint_with_an_acort_vocabulary_is_refused_as_ort(tmp_path: Path):
-    ckpt, _ = _ort(tmp_path)  # 13 output classes: as a radix model, base 10
-    vocab = sentencepiece_vocab(tmp_path / "word.vocab", ["a", "man", "dog", "cat", "on"])
-    with pytest.raises(CheckpointError, match=r"fewer than the checkpoint's radix base 10.*ORT's layout.*--from ort"):
+@pytest.mark.parametrize("words", [ACORT_WORDS, ["a", "man", "dog", "cat", "on"]], ids=["fits", "too-small"])
+def test_an_ort_checkpoint_is_refused_as_acort_by_its_architecture_whatever_the_vocabulary(
+    tmp_path: Path, words: list[str]
+):
+    # 13 output classes read as radix base 10, which 800 real words fill with 3 digits each: only the architecture
+    # (4 projections per attention, no shared layers) tells ORT apart, and it is checked before the vocabulary.
+    ckpt, _ = _ort(tmp_path)
+    vocab = sentencepiece_vocab(tmp_path / "word.vocab", words)
+    pattern = r"ORT's architecture, not ACORT's: 4 projections per attention and no shared layers.*--from ort"
+    with pytest.raises(CheckpointError, match=pattern):
         convert_checkpoint("acort", ckpt, vocab)
 
 
