@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.runtime.vocab import RadixVocab
-from edgecap.workshop.interop._families import check_layout, looks_like_acort
+from edgecap.workshop.interop._families import check_feature_width, check_layout, looks_like_acort
 from edgecap.workshop.interop._mapping import OfficialState, load_converted
 from edgecap.workshop.interop._reading import CheckpointError, read_checkpoint, read_vocab_text
 from edgecap.workshop.interop._relation_transformer import convert_relation_transformer, infer_relation_transformer
@@ -108,7 +108,11 @@ def _check_shared(arch: dict[str, Any], checkpoint: str) -> None:
 
 
 def import_acort(
-    checkpoint: str | Path, vocab: str | Path | None, trust_pickle: bool = False, share_att: str = "kv"
+    checkpoint: str | Path,
+    vocab: str | Path | None,
+    trust_pickle: bool = False,
+    share_att: str = "kv",
+    feature_dim: int | None = None,
 ) -> ImportedRun:
     """Read an official ACORT checkpoint and its ``word.vocab`` into a loaded ``acort-*-ref`` model.
 
@@ -117,6 +121,8 @@ def import_acort(
         vocab: the tokenizer's ``word.vocab``; ACORT checkpoints do not contain their vocabulary.
         trust_pickle: allow unpickling Python objects (see :func:`read_checkpoint`).
         share_att: what 3 projections per attention mean: ``"kv"`` (ACORT's choice) or ``"qk"``.
+        feature_dim: confirms an input width no official backbone gives (features of your own); None: it must be
+            the bottom-up features' 2,048.
 
     Raises:
         CheckpointError: unreadable files, another family's checkpoint (ORT's is told by its unshared architecture),
@@ -128,6 +134,9 @@ def import_acort(
     check_layout(state.names(), "relation-transformer", str(checkpoint), "ACORT")
     arch = infer_relation_transformer(state, share_att)
     _check_shared(arch, str(checkpoint))
+    width = check_feature_width(
+        arch["feature_dim"], "relation-transformer", "att_embed.0.weight", str(checkpoint), feature_dim
+    )
     base = arch["vocab_size"] - 3
     if base < 2:
         raise CheckpointError(f"{checkpoint}: {arch['vocab_size']} output classes is not a radix model (v + 3)")
@@ -149,6 +158,7 @@ def import_acort(
     radix = RadixVocab(words, base=base, digits=digits)
     max_words = official_max_words(ACORT_MAX_TOKENS, radix.digits)
     notes = [
+        width,
         f"layer maps: encoder {list(arch['enc_layer_map'])}, decoder {list(arch['dec_layer_map'])}",
         f"radix base {base}, {len(words)} words, {radix.digits} digits per word",
         f"decoding cap: the official max_seq_length {ACORT_MAX_TOKENS} tokens -> {max_words} complete words",

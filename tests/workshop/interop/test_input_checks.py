@@ -163,6 +163,58 @@ def test_a_pickle_that_calls_os_system_is_refused_with_a_complete_message(tmp_pa
     assert message.endswith("unpickling can execute arbitrary code")
 
 
+# ---- feature widths: the official backbones' ---------------------------------------------------------------------
+
+
+def _narrow(ckpt: Path, key: str, width: int) -> Path:
+    """The checkpoint with its input projection cut to ``width`` columns (a mis-saved tensor)."""
+    data = torch.load(ckpt, weights_only=True)
+    state = data.get("model_state_dict", data)
+    state[key] = state[key][:, :width].clone()
+    torch.save(data, ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "official"),
+    [("acort", "att_embed.0.weight", 2048), ("ort", "att_embed.0.weight", 2048),
+     ("expansionnet-v2", "input_linear.weight", 1536)],
+)  # fmt: skip
+def test_an_input_width_no_official_backbone_gives_is_named_and_refused(
+    tmp_path: Path, source: str, key: str, official: int
+):
+    ckpt, vocab = {"acort": _acort, "ort": _ort, "expansionnet-v2": _expansionnet}[source](tmp_path)
+    options = EXPANSION if source == "expansionnet-v2" else {}
+    assert convert_checkpoint(source, ckpt, vocab, **options).feature_dim == official
+    width = official - 1
+    _narrow(ckpt, key, width)
+    pattern = rf"'{key}' takes {width}-d features, a width no backbone of the official code gives \(it uses {official} "
+    with pytest.raises(CheckpointError, match=pattern + rf".*--feature-dim {width}$"):
+        convert_checkpoint(source, ckpt, vocab, **options)
+    # Features of one's own: the width is confirmed explicitly, and must be the checkpoint's.
+    imported = convert_checkpoint(source, ckpt, vocab, feature_dim=width, **options)
+    assert imported.feature_dim == width and imported.model.cfg.feature_dim == width
+    assert f"input width {width}: features of your own (--feature-dim {width})" in imported.notes
+    with pytest.raises(CheckpointError, match=rf"--feature-dim {official}, but the input projection.* {width}-d"):
+        convert_checkpoint(source, ckpt, vocab, feature_dim=official, **options)
+
+
+def test_the_cli_names_the_width_and_writes_nothing(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    ckpt, vocab = _acort(tmp_path)
+    _narrow(ckpt, "att_embed.0.weight", 2047)
+    args = ["import", "--from", "acort", str(ckpt), "--vocab", str(vocab), "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "takes 2047-d features" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+    result = CliRunner().invoke(main, [*args, "--feature-dim", "2047"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["feature_dim"] == 2047
+
+
 # ---- decoding caps: the official maximum caption lengths ---------------------------------------------------------
 
 
