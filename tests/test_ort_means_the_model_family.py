@@ -45,7 +45,7 @@ FAMILY_NAMES: dict[str, set[str]] = {
     },
     "edgecap/workshop/export/specs/ort.py": {"ORT_FP16", "ORT_TOLERANCES", "ort_export_spec"},
     "edgecap/workshop/interop/ort.py": {"ORT_MAX_TOKENS", "ORT_MAX_WORDS", "import_ort"},
-    "edgecap/workshop/interop/acort.py": {"looks_like_ort"},
+    "edgecap/workshop/interop/acort.py": set(),
 }
 #: Modules whose string values name the family ("ort-base-ref", ``--from ort``, help text on official checkpoints).
 FAMILY_TEXT = {

@@ -15,6 +15,7 @@ from edgecap.runtime.backends.onnxruntime import providers as onnxruntime_provid
 from edgecap.runtime.backends.onnxruntime.gpu import onnxruntime_version_tuple
 from edgecap.runtime.bundle.manifest import is_newer_version
 from edgecap.runtime.engines.settings import EngineSettingsError, trt_version
+from edgecap.workshop.export.calibration.onnxruntime_utils import release_numbers
 
 
 @pytest.mark.parametrize(
@@ -76,11 +77,10 @@ def test_is_newer_version_in_pep_440_order() -> None:
 
 
 def test_quantize_release() -> None:
-    release = pytest.importorskip("edgecap.workshop.export.calibration.onnxruntime_utils").release_numbers
-    assert release("1.33.0.dev20250101") == (1, 33, 0)
-    assert release("1.32.0+cpu") == (1, 32, 0)
-    assert release("v1.32.0") == (1, 32, 0)
-    assert release("latest") == ()
+    assert release_numbers("1.33.0.dev20250101") == (1, 33, 0)
+    assert release_numbers("1.32.0+cpu") == (1, 32, 0)
+    assert release_numbers("v1.32.0") == (1, 32, 0)
+    assert release_numbers("latest") == ()
 
 
 @pytest.mark.parametrize(

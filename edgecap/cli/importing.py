@@ -43,6 +43,13 @@ from edgecap.workshop.interop.sources import SOURCES
     "--heads", type=click.IntRange(min=1), default=8, show_default=True, help="ExpansionNet: attention heads."
 )
 @click.option("--enc-groups", default=None, help="ExpansionNet: static expansion lengths [default: 32,64,128,256,512].")
+@click.option(
+    "--feature-dim",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Input feature width, when no official backbone gives it (features of your own) [default: the official "
+    "backbone's: 2048 bottom-up regions for ORT/ACORT, 1536 Swin-L for ExpansionNet].",
+)
 def importing(
     source: str,
     checkpoint: Path,
@@ -54,6 +61,7 @@ def importing(
     share_att: str,
     heads: int,
     enc_groups: str | None,
+    feature_dim: int | None,
 ) -> None:
     """Convert an official CHECKPOINT into the run directory OUT (weights, config, vocab) that `edgecap eval`,
     `caption`, `export` and `bench` take. See docs/import.md."""
@@ -61,7 +69,7 @@ def importing(
     from edgecap.workshop.interop import CheckpointError, import_checkpoint, parse_groups
 
     check_out(out, existing="replace" if overwrite else "refuse", atomic=True)
-    options: dict[str, object] = {}
+    options: dict[str, object] = {} if feature_dim is None else {"feature_dim": feature_dim}
     try:
         if source == "acort":
             options["share_att"] = share_att

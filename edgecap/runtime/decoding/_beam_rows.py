@@ -150,6 +150,9 @@ def beam_search_rows(
 
     for t in range(max_len):
         groups = len(active)
+        if plan is not None and plan.only_token(t) == eos:  # the radix cap: take the running beams as they stand
+            _finish_running(scores, pointers, t - 1, beam, active, done, finished, penalty, row_map)
+            break
         raw, state = step_model.step(live_tokens, state)
         raw = as_logprobs(raw, groups * k)
         if plan is None:
@@ -299,10 +302,12 @@ def _finish_running(
     done: list[bool],
     finished: list[_Finished],
     penalty: LengthPenalty,
+    row_map: list[int] | None = None,
 ) -> None:
-    """Force-finish the running beams at ``max_len`` (no EOS appended)."""
+    """Force-finish the running beams as they stand after step ``t`` (no EOS appended): at ``max_len``, or at the
+    radix cap (``scores`` then are the next step's input rows, which ``row_map`` maps to step ``t``'s outputs)."""
     for row, raw in enumerate(scores.reshape(-1).tolist()):
         image = active[row // beam]
         if raw != NEG_INF and not done[image]:
-            tokens, lps = pointers.trace(t, row)
+            tokens, lps = pointers.trace(t, _out_row(row, row_map))
             finished[image].add(Hypothesis(tokens, penalty(raw, t + 1), lps, False))

@@ -14,6 +14,11 @@ fairseq's 2K-candidate trick:
   :meth:`LengthPenalty.upper_bound` (without a length penalty, simply its current sum). Done, too, when every running
   beam is dead (``-inf``). At ``max_len`` the running beams are force-finished (``finished=False``, no EOS appended),
   as the reference does at ``seq_length``.
+- **The radix cap**: a step where the processors leave EOS the only legal token (no whole word fits before
+  ``max_len``: ACORT's 27th token, after 13 two-digit words) is not run. The running beams finish there as they stand
+  (``finished=False``), scored by their accumulated log-probs, as the reference takes its unfinished beams at
+  ``seq_length`` (26 tokens); scoring the forced EOS instead would let an unfinished caption lose to a short one
+  whenever EOS is unlikely after 13 words.
 - **Pruning**: with ``cfg.prune_finished`` a done image's K rows leave the batch in the same ``select`` that reorders
   the beams, so later steps run on fewer rows. Without it every step runs at B·K rows (fixed shapes for exported
   graphs) and done images are only ignored.
@@ -112,6 +117,9 @@ def beam_search(
 
     for t in range(max_len):
         groups = active.shape[0]
+        if plan is not None and plan.only_token(t) == eos:  # the radix cap: take the running beams as they stand
+            _finish_at_cap(finished, scores[:, :, 0], ~done[active], active, row_map, t, penalty)
+            break
         raw, state = step_model.step(live_tokens, state)
         raw = as_logprobs(raw, groups * k)
         if plan is None:
@@ -185,3 +193,24 @@ def beam_search(
         k = beam
 
     return finished.hypotheses(cfg.n_best, pointers)
+
+
+def _finish_at_cap(
+    finished: _Finished,
+    scores: np.ndarray,
+    live: np.ndarray,
+    active: np.ndarray,
+    row_map: np.ndarray | None,
+    t: int,
+    penalty: LengthPenalty,
+) -> None:
+    """Finish the running beams that enter step ``t`` unchanged (``finished=False``, the ``t`` tokens they hold):
+    ``scores`` (groups, K) are their sums, ``live`` which groups' images are not done yet."""
+    valid = (scores != NEG_INF32) & live[:, None]
+    if not valid.any():
+        return
+    groups, k = scores.shape
+    rows = np.flatnonzero(valid.any(axis=1))
+    out_rows = (_arange(groups * k) if row_map is None else row_map).reshape(groups, k)
+    score = scores[rows].astype(np.float64) / penalty.divisor(t)
+    finished.add(active[rows], valid[rows], score, t - 1, out_rows[rows], 0.0, False)

@@ -55,7 +55,9 @@ class DecodeCfg:
     Attributes:
         strategy: ``"greedy"``, ``"beam"`` or ``"sample"``.
         max_len: maximum number of generated tokens per caption, EOS included (ACORT's ``seq_length``: 26 radix
-            tokens). A hypothesis still running after ``max_len`` steps is returned cut, with ``finished=False``.
+            tokens). A hypothesis still running after ``max_len`` steps is returned cut, with ``finished=False``;
+            with ``radix``, a step where no whole word fits any more (only EOS would be legal) is not run, and the
+            hypotheses still going end before it the same way (ACORT: 13 words in ``max_len`` 27).
         min_len: EOS is forbidden before this many tokens have been generated.
         beam_size: K, beams per image (``"beam"``).
         n_best: hypotheses returned per image by beam search (<= ``beam_size``).

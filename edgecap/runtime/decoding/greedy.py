@@ -9,7 +9,9 @@ Per step the loop runs the processors (one masked copy when they are static, see
 :class:`~edgecap.runtime.decoding.processors.ProcessorPlan`; for greedy one biased add, checked for NaN on the chosen
 log-probs), picks one token per row (:meth:`Search.choose`: for greedy a single ``argmax``), and turns the chosen
 tokens into a list once to find EOS. Tokens and log-probs are kept per step and assembled into hypotheses at the end;
-``select`` runs only when rows are expanded or pruned.
+``select`` runs only when rows are expanded or pruned. The radix cap (a step where only EOS is legal: no whole word
+fits before ``max_len``) is not run: the rows still going end there unfinished, as the reference's ``_sample`` stops
+at ``seq_length`` without an EOS.
 """
 
 from __future__ import annotations
@@ -54,6 +56,8 @@ def decode_rows(
     live_tokens = np.full(images, cfg.bos_id, dtype=np.int64)
     history = np.empty((images, 0), dtype=np.int64)  # kept only if a processor reads it
     for t in range(max_len):
+        if plan is not None and plan.only_token(t) == eos:  # the radix cap: live rows end as they stand, no EOS
+            break
         lp, state = step_model.step(live_tokens, state)
         lp = as_logprobs(lp, live_tokens.shape[0])
         if t == 0 and rows_per_image > 1:

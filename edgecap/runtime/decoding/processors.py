@@ -192,6 +192,7 @@ class ProcessorPlan:
             return fused[key][1]
 
         self._steps: list[tuple[Segment, ...]] = []
+        self._only: list[int | None] = []  # the one token a step's static masks leave legal, if exactly one
         self._biases: list[np.ndarray | None] = []  # steps that are one static mask: the mask as a -inf / -0.0 bias
         self._columns: list[MaskColumns | None] = []  # those steps' allowed and banned tokens
         biases: dict[int, np.ndarray] = {}
@@ -212,6 +213,7 @@ class ProcessorPlan:
             if pending and (folded := fold(pending)) is not None:
                 segments.append(folded)
             self._steps.append(tuple(segments))
+            self._only.append(_only_allowed([s for s in segments if isinstance(s, np.ndarray)]))
             only = segments[0] if len(segments) == 1 else None
             if isinstance(only, np.ndarray) and id(only) not in biases:
                 biases[id(only)] = np.where(only, NEG_INF32, np.float32(-0.0))
@@ -254,6 +256,13 @@ class ProcessorPlan:
             logprobs = segment(logprobs, ctx)
         return logprobs
 
+    def only_token(self, step: int) -> int | None:
+        """The one token the static masks of ``step`` leave legal, else None (history-dependent processors can only
+        ban more). A step whose only legal token is EOS is the length cap of a radix search: no whole word fits
+        before ``max_len`` (:class:`~edgecap.runtime.decoding.radix.RadixConstraint`), so the searches end there and
+        take their hypotheses as they stand instead of scoring a forced EOS."""
+        return self._only[step]
+
     def bias(self, step: int) -> np.ndarray | None:
         """The (V,) float32 ``-inf`` (banned) / ``-0.0`` (allowed) bias of a step that is one static mask, else None:
         what :meth:`biased` adds, for callers that fuse the add into their own buffers (read-only: shared)."""
@@ -278,6 +287,15 @@ class ProcessorPlan:
         if bias is None or logprobs.dtype != np.float32:
             return self(logprobs, step, tokens), False
         return logprobs + bias, True
+
+
+def _only_allowed(masks: Sequence[np.ndarray]) -> int | None:
+    """The one token no mask of ``masks`` bans, or None (several, none, or no mask at all)."""
+    if not masks:
+        return None
+    banned = functools.reduce(np.logical_or, masks)
+    allowed = np.flatnonzero(~banned)
+    return int(allowed[0]) if allowed.shape[0] == 1 else None
 
 
 @functools.lru_cache(maxsize=32)

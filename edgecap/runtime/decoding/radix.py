@@ -30,7 +30,9 @@ class RadixConstraint:
       is suppressed): with the word's earlier digits forming the prefix value P, the largest legal digit is the
       limit's digit at p when P equals the limit's prefix, else v−1.
     - At a word boundary with fewer than d steps left before ``max_len``, no word can be completed, so only EOS is
-      legal (a cut caption never ends mid-word).
+      legal (a cut caption never ends mid-word). The searches do not run that step (the radix cap,
+      :meth:`~edgecap.runtime.decoding.processors.ProcessorPlan.only_token`): hypotheses still going end there as
+      they stand, unfinished and without an EOS score, as the official search stops at ``seq_length``.
 
     The legal set therefore takes few forms, each precomputed once as a (V,) mask: at a word boundary (p = 0, where
     P = 0) it is the same for every row (:meth:`step_mask`, folded into the search's one masked copy); inside a word

@@ -14,13 +14,46 @@ from typing import Any
 
 from edgecap.workshop.interop._reading import CheckpointError
 
-__all__ = ["LAYOUTS", "check_layout", "layout_of", "looks_like_acort"]
+__all__ = ["FEATURE_WIDTHS", "LAYOUTS", "check_feature_width", "check_layout", "layout_of", "looks_like_acort"]
 
 #: Layout -> (tensors that mark it, the ``--from`` values that read it).
 LAYOUTS: dict[str, tuple[tuple[str, ...], str]] = {
     "relation-transformer": (("att_embed.0.weight", "model.generator.proj.weight"), "--from ort or --from acort"),
     "expansionnet-v2": (("input_linear.weight", "vocab_linear.weight"), "--from expansionnet-v2"),
 }
+
+
+#: Layout -> the feature widths of the backbones its official code extracts features with, and what gives each.
+FEATURE_WIDTHS: dict[str, dict[int, str]] = {
+    # ORT and ACORT both train on the bottom-up attention features: 10-100 regions x 2048 (ResNet-101 Faster R-CNN).
+    "relation-transformer": {2048: "bottom-up Faster R-CNN regions (ResNet-101)"},
+    # ExpansionNet v2 runs Swin-L at 384 px; its features-only model takes that 12x12 grid (img_feature_dim 1536).
+    "expansionnet-v2": {1536: "Swin-L's 12x12 grid (swin_large_patch4_window12_384)"},
+}
+
+
+def check_feature_width(width: int, layout: str, tensor: str, source: str, given: int | None) -> str:
+    """Refuse an input-projection width that no backbone of the official code gives, unless ``given`` (the
+    ``--feature-dim`` of features of one's own) confirms it; returns the import note that names the width.
+
+    A width one column off (2047) is a truncated or mis-saved tensor more often than a new backbone, and importing it
+    would only fail later, at the first feature bank, or caption from the wrong features.
+    """
+    known = FEATURE_WIDTHS[layout]
+    if given is not None:
+        if given != width:
+            raise CheckpointError(
+                f"{source}: --feature-dim {given}, but the input projection {tensor!r} takes {width}-d features"
+            )
+        return f"input width {width}: features of your own (--feature-dim {given})"
+    if width in known:
+        return f"input width {width}: {known[width]}"
+    official = ", ".join(f"{w} ({what})" for w, what in known.items())
+    raise CheckpointError(
+        f"{source}: the input projection {tensor!r} takes {width}-d features, a width no backbone of the official code "
+        f"gives (it uses {official}); if the model was trained on {width}-d features of your own, pass --feature-dim "
+        f"{width}"
+    )
 
 
 def layout_of(names: Iterable[str]) -> str | None:

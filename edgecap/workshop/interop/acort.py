@@ -11,9 +11,10 @@ word id ``w`` has radix index ``w - 4``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from edgecap.runtime.vocab import RadixVocab
-from edgecap.workshop.interop._families import check_layout, looks_like_acort
+from edgecap.workshop.interop._families import check_feature_width, check_layout, looks_like_acort
 from edgecap.workshop.interop._mapping import OfficialState, load_converted
 from edgecap.workshop.interop._reading import CheckpointError, read_checkpoint, read_vocab_text
 from edgecap.workshop.interop._relation_transformer import convert_relation_transformer, infer_relation_transformer
@@ -67,7 +68,7 @@ def _digits(num_words: int, base: int) -> int:
     return digits
 
 
-def radix_digits(num_words: int, base: int, checkpoint: str, vocab: str, looks_like_ort: bool) -> int:
+def radix_digits(num_words: int, base: int, checkpoint: str, vocab: str) -> int:
     """The official tokenizer's digits per word for ``num_words`` (words + ``<unk>``), refusing a vocabulary that
     cannot be the model's.
 
@@ -79,24 +80,39 @@ def radix_digits(num_words: int, base: int, checkpoint: str, vocab: str, looks_l
     """
     digits = _digits(num_words, base)
     if digits == 1:
-        other = (
-            f"; the checkpoint looks like ORT's layout (no shared projections or layers, {base + 3} output classes = "
-            f"{base + 2} words + 1): pass --from ort with its cocotalk.json"
-            if looks_like_ort
-            else ""
-        )
         raise CheckpointError(
             f"{vocab} has {num_words - 1} words, fewer than the checkpoint's radix base {base} ({checkpoint} has "
             f"{base + 3} output classes = base + 3): that is 1 digit per word and {base - num_words} digit classes "
             "that stand for no word. ACORT's radix base is smaller than its vocabulary (768 for ~10k words, 2 digits), "
-            f"so this is probably not the word.vocab the model was trained with (pass the run's tokenizer/word.vocab)"
-            f"{other}"
+            "so this is probably not the word.vocab the model was trained with (pass the run's tokenizer/word.vocab)"
         )
     return digits
 
 
+def _check_shared(arch: dict[str, Any], checkpoint: str) -> None:
+    """Refuse a state dict without ACORT's parameter sharing, whatever vocabulary comes with it.
+
+    ORT and ACORT share one layout, and an ORT output layer of ``words + 1`` classes reads as a radix base of
+    ``words - 2`` that a real ``word.vocab`` happily fills with two or three digits per word, so neither the names nor
+    the vocabulary tell them apart. The architecture does: every released ACORT configuration shares attention
+    projections (Share-KV: 3 per attention) and layers ((0x3,1x3), (0x2)), ORT neither.
+    """
+    if looks_like_acort(arch):
+        return
+    raise CheckpointError(
+        f"{checkpoint} has ORT's architecture, not ACORT's: 4 projections per attention and no shared layers "
+        f"(encoder {list(arch['enc_layer_map'])}, decoder {list(arch['dec_layer_map'])}, {arch['vocab_size']} output "
+        "classes), where ACORT shares attention projections (Share-KV) and layers; pass --from ort with its "
+        "cocotalk.json"
+    )
+
+
 def import_acort(
-    checkpoint: str | Path, vocab: str | Path | None, trust_pickle: bool = False, share_att: str = "kv"
+    checkpoint: str | Path,
+    vocab: str | Path | None,
+    trust_pickle: bool = False,
+    share_att: str = "kv",
+    feature_dim: int | None = None,
 ) -> ImportedRun:
     """Read an official ACORT checkpoint and its ``word.vocab`` into a loaded ``acort-*-ref`` model.
 
@@ -105,20 +121,27 @@ def import_acort(
         vocab: the tokenizer's ``word.vocab``; ACORT checkpoints do not contain their vocabulary.
         trust_pickle: allow unpickling Python objects (see :func:`read_checkpoint`).
         share_att: what 3 projections per attention mean: ``"kv"`` (ACORT's choice) or ``"qk"``.
+        feature_dim: confirms an input width no official backbone gives (features of your own); None: it must be
+            the bottom-up features' 2,048.
 
     Raises:
-        CheckpointError: unreadable files, another family's checkpoint, a vocabulary that does not fit the radix base.
+        CheckpointError: unreadable files, another family's checkpoint (ORT's is told by its unshared architecture),
+            a vocabulary that does not fit the radix base.
     """
     if vocab is None:
         raise CheckpointError("ACORT checkpoints do not hold their vocabulary: pass --vocab RUN/tokenizer/word.vocab")
     state = OfficialState(read_checkpoint(checkpoint, trust_pickle), str(checkpoint))
     check_layout(state.names(), "relation-transformer", str(checkpoint), "ACORT")
     arch = infer_relation_transformer(state, share_att)
+    _check_shared(arch, str(checkpoint))
+    width = check_feature_width(
+        arch["feature_dim"], "relation-transformer", "att_embed.0.weight", str(checkpoint), feature_dim
+    )
     base = arch["vocab_size"] - 3
     if base < 2:
         raise CheckpointError(f"{checkpoint}: {arch['vocab_size']} output classes is not a radix model (v + 3)")
     words = read_sentencepiece_words(vocab)
-    digits = radix_digits(len(words) + 1, base, str(checkpoint), str(vocab), not looks_like_acort(arch))
+    digits = radix_digits(len(words) + 1, base, str(checkpoint), str(vocab))
     fields = {k: arch[k] for k in ("d_model", "d_ff", "heads", "geometry_dim", "share_att")}
     cfg = get_model_cfg("acort-base-ref").replace(
         **fields,
@@ -135,6 +158,7 @@ def import_acort(
     radix = RadixVocab(words, base=base, digits=digits)
     max_words = official_max_words(ACORT_MAX_TOKENS, radix.digits)
     notes = [
+        width,
         f"layer maps: encoder {list(arch['enc_layer_map'])}, decoder {list(arch['dec_layer_map'])}",
         f"radix base {base}, {len(words)} words, {radix.digits} digits per word",
         f"decoding cap: the official max_seq_length {ACORT_MAX_TOKENS} tokens -> {max_words} complete words",

@@ -38,7 +38,7 @@ from typing import Any
 import torch
 
 from edgecap.runtime.vocab import WordVocab
-from edgecap.workshop.interop._families import check_layout
+from edgecap.workshop.interop._families import check_feature_width, check_layout
 from edgecap.workshop.interop._mapping import OfficialState, layer_positions, load_converted
 from edgecap.workshop.interop._reading import CheckpointError, read_checkpoint, read_pickle, read_vocab_json
 from edgecap.workshop.interop._run import BackboneFile, ImportedRun, choose_registered, official_max_words
@@ -204,6 +204,7 @@ def import_expansionnet_v2(
     enc_groups: Sequence[int] | None = None,
     backbone: str = SWIN_BACKBONE,
     image_size: int = 384,
+    feature_dim: int | None = None,
 ) -> ImportedRun:
     """Read an official ExpansionNet v2 checkpoint (``rf_model.pth``) and its tokens pickle.
 
@@ -215,6 +216,8 @@ def import_expansionnet_v2(
         enc_groups: Block Static Expansion lengths; default v2's ``32, 64, 128, 256, 512`` when they fit.
         backbone: the timm name of the Swin in an end-to-end checkpoint.
         image_size: its input size (384 for the official Swin-L); preprocessing resizes to it.
+        feature_dim: confirms an input width no official backbone gives (features of your own); None: a
+            features-only checkpoint must take Swin-L's 1,536 channels, an end-to-end one its own Swin's.
     """
     if vocab is None:
         raise CheckpointError(
@@ -225,7 +228,14 @@ def import_expansionnet_v2(
     check_layout(state.names(), "expansionnet-v2", source, "ExpansionNet v2")
     swin = state.take_prefix("swin_transf.")
     weight = state.peek("input_linear.weight", ndim=2)
-    d, feature_dim = int(weight.shape[0]), int(weight.shape[1])
+    d, width = int(weight.shape[0]), int(weight.shape[1])
+    if swin:  # end to end: the Swin in the checkpoint gives the features (checked against timm's below)
+        if feature_dim is not None and feature_dim != width:
+            raise CheckpointError(f"{source}: --feature-dim {feature_dim}, but 'input_linear.weight' takes {width}-d")
+        width_note = f"input width {width}: the checkpoint's Swin"
+    else:
+        width_note = check_feature_width(width, "expansionnet-v2", "input_linear.weight", source, feature_dim)
+    feature_dim = width
     enc, dec = layer_positions(state, "encoders."), layer_positions(state, "decoders.")
     groups = _groups(
         int(state.peek("encoders.0.stc_exp.query_exp_vectors.weight", ndim=2).shape[0]), enc_groups, source
@@ -257,6 +267,7 @@ def import_expansionnet_v2(
     load_converted(model, converted, source)
 
     notes = [
+        width_note,
         f"official specials at {dict(zip(('PAD', 'SOS', 'EOS', 'UNK'), specials, strict=True))} -> 0-3",
         f"decoding cap: beam_max_seq_len 20 = SOS + {EXPANSIONNET_MAX_TOKENS} tokens, EOS included -> max_words "
         f"{EXPANSIONNET_MAX_WORDS}",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from edgecap.runtime.vocab import WordVocab
-from edgecap.workshop.interop._families import check_layout, looks_like_acort
+from edgecap.workshop.interop._families import check_feature_width, check_layout, looks_like_acort
 from edgecap.workshop.interop._mapping import OfficialState, load_converted
 from edgecap.workshop.interop._reading import CheckpointError, read_checkpoint, read_pickle, read_vocab_json
 from edgecap.workshop.interop._relation_transformer import convert_relation_transformer, infer_relation_transformer
@@ -67,8 +67,13 @@ def read_ix_to_word(path: str | Path, trust_pickle: bool = False) -> list[str]:
     return [str(lookup[i]) for i in ids]
 
 
-def import_ort(checkpoint: str | Path, vocab: str | Path | None, trust_pickle: bool = False) -> ImportedRun:
+def import_ort(
+    checkpoint: str | Path, vocab: str | Path | None, trust_pickle: bool = False, feature_dim: int | None = None
+) -> ImportedRun:
     """Read an official ORT checkpoint and its ``ix_to_word`` into a loaded ``ort-*-ref`` model.
+
+    ``feature_dim`` confirms an input width no official backbone gives (features of your own); None: it must be the
+    bottom-up features' 2,048.
 
     Raises:
         CheckpointError: see :func:`read_checkpoint`, :func:`read_ix_to_word`; or vocabulary and checkpoint sizes
@@ -86,6 +91,9 @@ def import_ort(checkpoint: str | Path, vocab: str | Path | None, trust_pickle: b
         raise CheckpointError(
             f"{checkpoint} looks like an ACORT checkpoint, not ORT's ({acort}; ORT shares neither): pass --from acort"
         )
+    width = check_feature_width(
+        arch["feature_dim"], "relation-transformer", "att_embed.0.weight", str(checkpoint), feature_dim
+    )
     official_words = read_ix_to_word(vocab, trust_pickle)
     if len(official_words) + 1 != arch["vocab_size"]:
         raise CheckpointError(
@@ -121,6 +129,7 @@ def import_ort(checkpoint: str | Path, vocab: str | Path | None, trust_pickle: b
     model = create_model(name, vocab_size=word_vocab.size, feature_dim=arch["feature_dim"], **overrides)
     load_converted(model, converted, str(checkpoint))
     notes = [
+        width,
         f"{len(official_words)} ORT words; id 0 -> <bos> and <eos>; "
         + (f"word {official_words[unk - 1]!r} -> <unk>" if unk else "no UNK word: <unk> is never emitted"),
         f"decoding cap: the official seq_length {ORT_MAX_TOKENS} tokens, EOS included -> max_words {ORT_MAX_WORDS}",

@@ -14,8 +14,9 @@ sharing, widths, vocabulary layout) stays the paper configuration:
 - Image Transformer (``image-transformer-ref``, ``image-transformer-test-ref``): the released ``AoAModel3_d1``'s
   annotated LayerNorm (``layer_norm="annotated"``), its unclamped box intersection when labelling relations
   (``relation_labels="official"``: boxes apart on both axes can be parent/child) and no multi-scale grid cells
-  (``grid_scales=()``: it ran on detector regions only). Our defaults: ``nn.LayerNorm``, Eq. 5's intersection, and
-  coarse cells on grid features (``docs/image-transformer.md``). Its dropouts are already the defaults'.
+  (``grid_scales=()``: it ran on detector regions only), and its caption length (``max_len=20``: ``max_length`` 20,
+  where the default allows 30 words). Our defaults: ``nn.LayerNorm``, Eq. 5's intersection, and coarse cells on grid
+  features (``docs/image-transformer.md``). Its dropouts are already the defaults'.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from edgecap.workshop.models.ort import acort_base, acort_small, acort_test, aco
 
 __all__ = [
     "EXPANSIONNET_REFERENCE_SWITCHES",
+    "IMAGE_TRANSFORMER_MAX_LEN",
     "IMAGE_TRANSFORMER_REFERENCE_SWITCHES",
     "ORT_REFERENCE_SWITCHES",
     "REFERENCE_SUFFIX",
@@ -38,11 +40,16 @@ __all__ = [
 ORT_REFERENCE_SWITCHES: dict[str, Any] = {"layer_norm": "annotated", "box_wh_offset": 1.0}
 #: What ``expansionnet-v2-ref`` changes relative to ``expansionnet-v2``: Swin-L's 1,536-d grid (v2 §4.2).
 EXPANSIONNET_REFERENCE_SWITCHES: dict[str, Any] = {"feature_dim": 1536}
+#: The released Image Transformer decodes with self-critical.pytorch's ``max_length`` 20: at most 20 generated tokens,
+#: EOS counted among them, fed back after BOS one at a time, so BOS + 19 tokens reach the decoder. As ``max_len`` (BOS
+#: + the tokens fed) that is 20: room for 19 words + EOS, or a 20-word caption cut unfinished, as the official code.
+IMAGE_TRANSFORMER_MAX_LEN = 20
 #: What an Image Transformer reference config changes relative to its default config.
 IMAGE_TRANSFORMER_REFERENCE_SWITCHES: dict[str, Any] = {
     "layer_norm": "annotated",
     "relation_labels": "official",
     "grid_scales": (),
+    "max_len": IMAGE_TRANSFORMER_MAX_LEN,
 }
 REFERENCE_SUFFIX = "-ref"
 
@@ -92,7 +99,8 @@ def expansionnet_v2_ref() -> Any:
 @register_model
 def image_transformer_ref() -> Any:
     """The Image Transformer as the released ``AoAModel3_d1`` computes it (annotated LayerNorm, unclamped box
-    intersection, no grid cells); 82,121,858 parameters at the paper setting, as ``image-transformer``."""
+    intersection, no grid cells) and decodes it (``max_length`` 20); 82,121,858 parameters at the paper setting, as
+    ``image-transformer``."""
     return image_transformer().replace(**IMAGE_TRANSFORMER_REFERENCE_SWITCHES)
 
 

@@ -3,9 +3,11 @@ greedy/sampling loop, processors, radix constraint), kept as the reference the o
 bit (``test_search_equivalence.py``). Test-only: nothing in ``edgecap`` imports it. Data types that did not change
 (``DecodeCfg``, ``Hypothesis``, ``LengthPenalty``, ``StepContext``) come from the package.
 
-Two changes since it was frozen, both where the numpy search defines what torch left open or changed on purpose:
+Three changes since it was frozen, where the numpy search defines what torch left open or changed on purpose:
 candidates of equal score rank the lower index first (a stable sort; ``torch.topk`` leaves the order of ties
-unspecified), and samples draw their uniforms from a seeded ``numpy.random.Generator`` (the numpy search's stream).
+unspecified), samples draw their uniforms from a seeded ``numpy.random.Generator`` (the numpy search's stream), and
+the radix cap (a step where only EOS is legal: no whole word fits) is not run, hypotheses still going end there as
+they stand, as the official ACORT search stops at ``seq_length`` (:func:`at_radix_cap`).
 """
 
 from __future__ import annotations
@@ -204,6 +206,15 @@ def build_processors(cfg: DecodeCfg) -> list[LogitsProcessor]:
     return processors
 
 
+def at_radix_cap(procs: Sequence[LogitsProcessor], t: int, max_len: int, vocab: int, eos_id: int) -> bool:
+    """Whether the history-independent processors leave EOS the only legal token at step ``t`` (t > 0)."""
+    static = [p for p in procs if isinstance(p, (ForbidTokens, MinLength, RadixConstraint))]
+    if t == 0 or not static:
+        return False
+    lp = apply_processors(static, torch.zeros(1, vocab), StepContext(t, max_len, torch.zeros(1, t, dtype=torch.long)))
+    return torch.isfinite(lp[0]).nonzero().flatten().tolist() == [eos_id]
+
+
 class RadixConstraint:
     """Mask tokens that cannot continue a legal radix caption.
 
@@ -351,8 +362,12 @@ def beam_search(
     seq_lps = torch.empty(images, 0, dtype=torch.float32, device=device)
     scores = torch.zeros(images, device=device)
 
+    vocab = 0
     for t in range(cfg.max_len):
         groups = len(active)
+        if at_radix_cap(procs, t, cfg.max_len, vocab, cfg.eos_id):
+            _finish_running(scores, seqs, seq_lps, k, active, done, finished, penalty)
+            break
         lp, state = step_model.step(live_tokens, state)
         lp = check_logprobs(lp.to(device), groups * k)
         lp = apply_processors(procs, lp, StepContext(t, cfg.max_len, seqs))
@@ -484,9 +499,14 @@ def decode_rows(
     live_tokens = torch.full((images,), cfg.bos_id, dtype=torch.long, device=device)
     history = torch.empty(images, 0, dtype=torch.long, device=device)
     scores = torch.zeros(images, device=device)
+    vocab = 0
     for t in range(cfg.max_len):
+        if at_radix_cap(procs, t, cfg.max_len, vocab, cfg.eos_id):
+            lengths[~ended] = t
+            break
         lp, state = step_model.step(live_tokens, state)
         lp = check_logprobs(lp.to(device), live_tokens.shape[0])
+        vocab = lp.shape[1]
         if t == 0 and rows_per_image > 1:
             expand = torch.arange(images, device=device).repeat_interleave(rows_per_image)
             state = step_model.select(state, expand)

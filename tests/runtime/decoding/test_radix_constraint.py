@@ -93,15 +93,16 @@ def test_only_eos_when_no_word_fits_before_max_len() -> None:
 
 
 def _oracle(model: RandomStepModel, vocab: FakeRadixVocab, max_len: int, allow_unk: bool = True):  # type: ignore[no-untyped-def]
-    """Every legal caption: whole words + EOS within max_len, or whole words cut exactly at max_len."""
+    """Every legal caption: whole words + EOS where another word would still fit, else whole words as they stand (cut
+    at max_len, or at the radix cap where only EOS would fit: that step is not run and no EOS is scored)."""
     words = legal_words(vocab, allow_unk)
     out = []
     for n in range(max_len // vocab.digits + 1):
         for seq in itertools.product(words, repeat=n):
             tokens = [t for w in seq for t in w]
-            if len(tokens) < max_len:
+            if len(tokens) + vocab.digits <= max_len:
                 out.append((sequence_logprob(model, 0, tokens, vocab.eos_id), tokens, True))
-            elif len(tokens) == max_len:
+            else:
                 out.append((sequence_logprob(model, 0, tokens, None), tokens, False))
     return sorted(out, key=lambda x: -x[0])
 

@@ -34,18 +34,19 @@ from typing import Any
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-#: Small configurations for the fixtures: every mechanism at toy size.
+#: Small configurations for the fixtures: every mechanism at toy size, on the official backbones' feature widths (the
+#: importers refuse others unless told: 2048 bottom-up regions for ORT/ACORT, 1536 Swin-L for ExpansionNet v2).
 ACORT_SHARED = {
-    "d": 32, "d_ff": 64, "heads": 2, "feature_dim": 24, "vocab": 771,
+    "d": 32, "d_ff": 64, "heads": 2, "feature_dim": 2048, "vocab": 771,
     "enc_map": [0, 0, 1], "dec_map": [0, 1, 1], "share": "kv", "pe_len": 80,
 }  # fmt: skip
 ORT_TINY = {
-    "d": 32, "d_ff": 64, "heads": 2, "feature_dim": 24, "vocab": 13,
+    "d": 32, "d_ff": 64, "heads": 2, "feature_dim": 2048, "vocab": 13,
     "enc_map": [0, 1], "dec_map": [0, 1], "share": None, "pe_len": 80,
 }  # fmt: skip
 EXPANSIONNET_TINY = {
     "d": 32, "d_ff": 64, "enc": 2, "dec": 2, "groups": [3, 5], "slots": 2, "vocab": 14, "max_len": 12,
-    "feature_dim": 24,
+    "feature_dim": 1536,
 }  # fmt: skip
 #: Swin-L of ExpansionNet v2 (End_ExpansionNet_v2 in train.py/demo.py): patch 4, embed 192, depths 2-2-18-2,
 #: heads 6-12-24-48, window 12, 384 px.

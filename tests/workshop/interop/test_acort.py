@@ -31,7 +31,7 @@ def test_every_official_tensor_lands_in_the_reference_model(acort):
     cfg = imported.model.cfg
     assert cfg.enc_layer_map == (0, 0, 1) and cfg.dec_layer_map == (0, 1, 1)  # aliases collapsed
     assert cfg.layer_norm == "annotated" and cfg.box_wh_offset == 1.0 and cfg.share_att == "kv"
-    assert (cfg.d_model, cfg.d_ff, cfg.heads, cfg.radix_base, cfg.feature_dim) == (32, 64, 2, 768, 24)
+    assert (cfg.d_model, cfg.d_ff, cfg.heads, cfg.radix_base, cfg.feature_dim) == (32, 64, 2, 768, 2048)
     assert imported.name == "acort-base-ref"
     assert imported.overrides["enc_layer_map"] == [0, 0, 1] and "layer_norm" not in imported.overrides
     check_destinations(fixture, state, imported.model.state_dict())
@@ -58,7 +58,7 @@ def test_layers_that_differ_are_not_collapsed(acort, tmp_path: Path):
 def test_tiny_shared_acort_matches_a_registered_reference_config(tmp_path: Path):
     from tests.workshop.interop.official_layouts import relation_transformer
 
-    cfg = {"d": 32, "d_ff": 64, "heads": 2, "feature_dim": 24, "vocab": 771, "enc_map": [0, 0], "dec_map": [0, 0],
+    cfg = {"d": 32, "d_ff": 64, "heads": 2, "feature_dim": 2048, "vocab": 771, "enc_map": [0, 0], "dec_map": [0, 0],
            "share": "kv", "pe_len": 70}  # fmt: skip
     fixture = relation_transformer(cfg)
     torch.save(official_state(fixture), tmp_path / "m.pth")

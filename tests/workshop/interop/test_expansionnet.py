@@ -41,7 +41,7 @@ def test_every_official_tensor_lands_in_the_reference_model(expansionnet):
     imported = convert_checkpoint("expansionnet-v2", ckpt, tokens, heads=2, enc_groups=(3, 5))
     cfg = imported.model.cfg
     assert (cfg.d_model, cfg.enc_layers, cfg.dec_layers, cfg.enc_groups, cfg.dec_slots) == (32, 2, 2, (3, 5), 2)
-    assert cfg.max_len == 12 and cfg.layer_reduce and cfg.feature_dim == 24
+    assert cfg.max_len == 12 and cfg.layer_reduce and cfg.feature_dim == 1536
     assert imported.name == "expansionnet-v2-ref" and imported.backbone is None
     assert imported.vocab.words == tuple(w for w in IDX2WORD if w not in ("PAD", "SOS", "EOS", "UNK"))
     check_destinations(fixture, state, imported.model.state_dict(), _id_map(imported.vocab))

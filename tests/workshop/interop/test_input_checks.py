@@ -73,10 +73,16 @@ def test_malformed_json_vocabularies_are_refused_alike(tmp_path: Path, source: s
 # ---- checkpoints of another family --------------------------------------------------------------------------------
 
 
-def test_an_ort_checkpoint_with_an_acort_vocabulary_is_refused_as_ort(tmp_path: Path):
-    ckpt, _ = _ort(tmp_path)  # 13 output classes: as a radix model, base 10
-    vocab = sentencepiece_vocab(tmp_path / "word.vocab", ["a", "man", "dog", "cat", "on"])
-    with pytest.raises(CheckpointError, match=r"fewer than the checkpoint's radix base 10.*ORT's layout.*--from ort"):
+@pytest.mark.parametrize("words", [ACORT_WORDS, ["a", "man", "dog", "cat", "on"]], ids=["fits", "too-small"])
+def test_an_ort_checkpoint_is_refused_as_acort_by_its_architecture_whatever_the_vocabulary(
+    tmp_path: Path, words: list[str]
+):
+    # 13 output classes read as radix base 10, which 800 real words fill with 3 digits each: only the architecture
+    # (4 projections per attention, no shared layers) tells ORT apart, and it is checked before the vocabulary.
+    ckpt, _ = _ort(tmp_path)
+    vocab = sentencepiece_vocab(tmp_path / "word.vocab", words)
+    pattern = r"ORT's architecture, not ACORT's: 4 projections per attention and no shared layers.*--from ort"
+    with pytest.raises(CheckpointError, match=pattern):
         convert_checkpoint("acort", ckpt, vocab)
 
 
@@ -157,6 +163,58 @@ def test_a_pickle_that_calls_os_system_is_refused_with_a_complete_message(tmp_pa
     assert message.endswith("unpickling can execute arbitrary code")
 
 
+# ---- feature widths: the official backbones' ---------------------------------------------------------------------
+
+
+def _narrow(ckpt: Path, key: str, width: int) -> Path:
+    """The checkpoint with its input projection cut to ``width`` columns (a mis-saved tensor)."""
+    data = torch.load(ckpt, weights_only=True)
+    state = data.get("model_state_dict", data)
+    state[key] = state[key][:, :width].clone()
+    torch.save(data, ckpt)
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    ("source", "key", "official"),
+    [("acort", "att_embed.0.weight", 2048), ("ort", "att_embed.0.weight", 2048),
+     ("expansionnet-v2", "input_linear.weight", 1536)],
+)  # fmt: skip
+def test_an_input_width_no_official_backbone_gives_is_named_and_refused(
+    tmp_path: Path, source: str, key: str, official: int
+):
+    ckpt, vocab = {"acort": _acort, "ort": _ort, "expansionnet-v2": _expansionnet}[source](tmp_path)
+    options = EXPANSION if source == "expansionnet-v2" else {}
+    assert convert_checkpoint(source, ckpt, vocab, **options).feature_dim == official
+    width = official - 1
+    _narrow(ckpt, key, width)
+    pattern = rf"'{key}' takes {width}-d features, a width no backbone of the official code gives \(it uses {official} "
+    with pytest.raises(CheckpointError, match=pattern + rf".*--feature-dim {width}$"):
+        convert_checkpoint(source, ckpt, vocab, **options)
+    # Features of one's own: the width is confirmed explicitly, and must be the checkpoint's.
+    imported = convert_checkpoint(source, ckpt, vocab, feature_dim=width, **options)
+    assert imported.feature_dim == width and imported.model.cfg.feature_dim == width
+    assert f"input width {width}: features of your own (--feature-dim {width})" in imported.notes
+    with pytest.raises(CheckpointError, match=rf"--feature-dim {official}, but the input projection.* {width}-d"):
+        convert_checkpoint(source, ckpt, vocab, feature_dim=official, **options)
+
+
+def test_the_cli_names_the_width_and_writes_nothing(tmp_path: Path):
+    from click.testing import CliRunner
+
+    from edgecap.cli import main
+
+    ckpt, vocab = _acort(tmp_path)
+    _narrow(ckpt, "att_embed.0.weight", 2047)
+    args = ["import", "--from", "acort", str(ckpt), "--vocab", str(vocab), "--out", str(tmp_path / "run")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0 and "takes 2047-d features" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run").exists()
+    result = CliRunner().invoke(main, [*args, "--feature-dim", "2047"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["feature_dim"] == 2047
+
+
 # ---- decoding caps: the official maximum caption lengths ---------------------------------------------------------
 
 
@@ -188,10 +246,11 @@ def test_acort_decodes_at_most_the_13_words_of_max_seq_length_26(tmp_path: Path)
     # ACORT's max_seq_length 26 counts generated radix tokens, EOS included: 13 complete words of 2 digits.
     ckpt, vocab = _acort(tmp_path)
     run = import_checkpoint("acort", ckpt, tmp_path / "run", vocab=vocab)
-    max_len, words, _ = _greedy_words(run)
+    max_len, words, finished = _greedy_words(run)
     assert load_run(run).max_words == 13 and len(words) == 13 and "<unk>" not in words
-    # 26 digit tokens, then a 27th step where no word fits and only EOS is allowed: the same 13 words (see docs).
-    assert max_len == 27
+    # 26 digit tokens, then a 27th step where no word fits and only EOS would be legal: not run, so the caption ends
+    # unfinished after 13 words, as the official search stops at max_seq_length (see docs).
+    assert max_len == 27 and not finished
 
 
 def test_expansionnet_decodes_at_most_what_beam_max_seq_len_20_allows(tmp_path: Path):

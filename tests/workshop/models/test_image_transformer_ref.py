@@ -34,6 +34,8 @@ def test_defaults_and_reference_switches() -> None:
     assert (default.layer_norm, default.relation_labels, default.grid_scales) == ("standard", "paper", (3, 1))
     assert default.grid_scales_on == "grid"
     assert (ref.layer_norm, ref.relation_labels, ref.grid_scales) == ("annotated", "official", ())
+    # the released code's max_length 20 (BOS + 19 tokens fed), where the default allows 30 words
+    assert (default.max_len, ref.max_len, get_model_cfg("image-transformer-test-ref").max_len) == (31, 20, 20)
     # the released dropouts: 0.1 on attention weights, 0.1 residual, 0.3 on the AoA input, 0.5 elsewhere
     for cfg in (default, ref):
         assert (cfg.attention_dropout, cfg.residual_dropout, cfg.dropout) == (0.1, 0.1, 0.3)
@@ -166,3 +168,14 @@ def test_switches_refuse_unknown_values(field: str, value: str) -> None:
 
     with pytest.raises(ModelCfgError, match=field):
         ImageTransformerCfg(**{field: value})
+
+
+@torch.no_grad()
+def test_reference_caption_length_is_the_released_max_length_20() -> None:
+    """20 generated tokens at most, EOS counted: BOS + 19 fed tokens decode, one more is refused."""
+    model = build("image-transformer-test-ref")
+    feats, boxes = torch.randn(1, 3, FEATURE_DIM), torch.tensor([[[0.0, 0.0, 0.5, 0.5]] * 3])
+    memory = model.encode_memory(feats, boxes, None)
+    assert model.decode_full(memory, None, torch.ones(1, 20, dtype=torch.long)).shape == (1, 20, VOCAB)
+    with pytest.raises(ValueError, match="21 tokens exceed the decoder's max_len=20"):
+        model.decode_full(memory, None, torch.ones(1, 21, dtype=torch.long))
