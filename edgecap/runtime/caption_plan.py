@@ -13,6 +13,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from types import FrameType
 from typing import Any
 
 import numpy as np
@@ -147,7 +148,8 @@ def skipping_batches(
 
 def _caller_level() -> int:
     """``warnings.warn``'s stacklevel for the first frame outside the captioner: the caller of ``caption``/``batch``."""
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and frame.f_globals.get("__name__") in _OWN_MODULES:
         frame, level = frame.f_back, level + 1
     return level
