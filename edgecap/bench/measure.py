@@ -80,25 +80,31 @@ def _make_batches(items: Sequence[dict[str, Any]], batch: int) -> list[dict[str,
 def _quality(subject: Any, items: list[dict[str, Any]], quality_set: Any, decode_cfg: Any, batch: int) -> float:
     """CIDEr-D of the subject's captions on the quality set (not timed)."""
     from edgecap.bench.subjects import collate, inference_mode
-    from edgecap.runtime.captioning import captions_from_hypotheses
-    from edgecap.runtime.decoding import decode
     from edgecap.workshop.evaluation.cider import cider_d
 
+    captioner = _captioner(subject.step_model, subject.vocab, decode_cfg)
     captions: list[str] = []
     with inference_mode():
         for start in range(0, len(items), batch):
             inputs = subject.to_inputs(collate(items[start : start + batch]))
-            captions.extend(captions_from_hypotheses(subject.vocab, decode(subject.step_model, inputs, decode_cfg)))
+            captions.extend(reply.text for reply in captioner.caption(inputs))
     predictions = dict(zip(quality_set.image_ids, captions, strict=True))
     references = {i: list(refs) for i, refs in zip(quality_set.image_ids, quality_set.references, strict=True)}
     return cider_d(predictions, references)
 
 
+def _captioner(step_model: Any, vocab: Any, decode_cfg: Any) -> Any:
+    """A ``Captioner`` on prepared inputs: the bench decodes through the call every front end uses, with the step
+    model it times (or the subject's own) and the decoding config of the combination."""
+    from edgecap.runtime.captioner import Captioner
+
+    return Captioner(None, step_model, vocab, decode_cfg, no_images_reason="the bench prepares its inputs itself")
+
+
 def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode_cfg: Any) -> Callable:
     from edgecap.bench.subjects import inference_mode
-    from edgecap.runtime.captioning import captions_from_hypotheses
-    from edgecap.runtime.decoding import decode
 
+    captioner = _captioner(timed, subject.vocab, decode_cfg)
     sync = subject.sync
     clock = timed.clock
 
@@ -113,16 +119,14 @@ def _timed_query(subject: Any, timed: Any, batches: list[dict[str, Any]], decode
                 if sync is not None:
                     sync()
                 backbone_s = clock() - start
-            hypotheses = decode(timed, inputs, decode_cfg)
-            captions = captions_from_hypotheses(subject.vocab, hypotheses)
-        best = [h[0] for h in hypotheses if h]
+            captions = captioner.caption(inputs)
         return _Query(
             backbone_s=backbone_s,
             steps=timed.times(),
-            images=len(hypotheses),
+            images=len(captions),
             captions=len(captions),
-            tokens=sum(len(h.tokens) + int(h.finished) for h in best),
-            words=sum(len(c.split()) for c in captions),
+            tokens=sum(len(c.tokens) + int(c.finished) for c in captions),  # the EOS is a generated token too
+            words=sum(len(c.text.split()) for c in captions),
         )
 
     return query

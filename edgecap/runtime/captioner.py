@@ -14,14 +14,35 @@ no torch, no training code, unless the torch runtime is asked for. Runtimes are 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 
 from edgecap.runtime.backends.registry import CaptionerError
+from edgecap.runtime.caption_plan import (
+    BATCH,
+    Key,
+    SkippedImageWarning,
+    as_image_list,
+    batch_rows,
+    check_call,
+    per_image,
+    plan,
+    row_index,
+    skipping_batches,
+)
+from edgecap.runtime.captioning import (
+    NO_BEAM_SEARCH,
+    Caption,
+    bundle_decode_cfg,
+    caption_of,
+    check_beam,
+    check_beam_applies,
+    check_length_level,
+    with_options,
+)
 from edgecap.runtime.images.inputs import BackboneMismatchError, PixelInputs
 from edgecap.runtime.precisions import PRECISIONS
 
@@ -32,21 +53,19 @@ log = logging.getLogger(__name__)
 
 
 __all__ = [
+    "NO_BEAM_SEARCH",
     "BackboneMismatchError",
+    "Caption",
     "Captioner",
     "CaptionerError",
     "PixelInputs",
     "SkippedImageWarning",
     "bundle_decode_cfg",
+    "check_beam_applies",
 ]
 
-
-class SkippedImageWarning(UserWarning):
-    """``Captioner.batch(..., errors="skip")`` left out an image it could not load or preprocess."""
-
-    def __init__(self, index: int, image: Any, error: Exception) -> None:
-        super().__init__(f"image {index} skipped: {error}")
-        self.index, self.image, self.error = index, image, error
+#: A per-call option: one value for every image, or one per image (None: the captioner's default).
+Option = int | Sequence[int | None] | None
 
 
 # -- the captioner ---------------------------------------------------------------------------------------------------
@@ -86,7 +105,8 @@ class Captioner:
         self.decode_cfg = decode_cfg
         self.runtime_info: dict[str, Any] = dict(runtime_info or {})
         self._resources = list(resources)
-        self._no_images_reason = no_images_reason
+        #: why :meth:`caption` cannot take images, when ``inputs`` is None (only precomputed encoder inputs)
+        self.no_images_reason = no_images_reason or "this captioner cannot take images"
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
 
     @property
@@ -105,7 +125,7 @@ class Captioner:
         from edgecap.runtime.torch_hooks import TorchUnavailableError, torch_hook
 
         if beam is not None:
-            _check_beam(beam)  # before loading the run
+            check_beam(beam)  # before loading the run
         try:
             from_run = torch_hook("captioner_from_run")
         except TorchUnavailableError as exc:
@@ -212,7 +232,7 @@ class Captioner:
         opened = load_bundle(find_bundle(bundle) or bundle, verify="used" if verify else False, graphs="none")
         check_beam_applies(beam, opened.decoding)
         beam = opened.beam if beam is None else beam
-        _check_beam(beam)
+        check_beam(beam)
         request = LoadRequest(
             precision=precision,
             threads=threads,
@@ -245,16 +265,95 @@ class Captioner:
         )  # fmt: skip
 
     # -- captioning ------------------------------------------------------------------------------------------------
+    @overload
+    def caption(
+        self,
+        images: Any,
+        *,
+        beam: Option = None,
+        length_level: Option = None,
+        batch_size: int | None = None,
+        errors: Literal["raise"] = "raise",
+    ) -> list[Caption]: ...
+
+    @overload
+    def caption(
+        self,
+        images: Any,
+        *,
+        beam: Option = None,
+        length_level: Option = None,
+        batch_size: int | None = None,
+        errors: str,
+    ) -> list[Caption | None]: ...
+
+    def caption(
+        self,
+        images: Any,
+        *,
+        beam: Option = None,
+        length_level: Option = None,
+        batch_size: int | None = None,
+        errors: str = "raise",
+    ) -> list[Caption | None] | list[Caption]:
+        """One :class:`~edgecap.runtime.captioning.Caption` (text, token ids, score) per image, in order: the call
+        every front end decodes through (``cap(image)``, :meth:`batch`, serving, collections, streams, bench).
+
+        Args:
+            images: one image or a sequence of them (paths, encoded bytes, PIL images, H×W or H×W×C arrays; an
+                N×H×W×C array is N images), as :func:`~edgecap.runtime.images.load.load_image` takes them; or one
+                batch of prepared encoder inputs: a mapping of batch-first arrays (:meth:`prepare`, region
+                features).
+            beam: the beam width of this call (1 = greedy), or one per image (None in a slot: the default); default
+                the captioner's (``Captioner.load(beam=...)``). A mask-predict model takes none above 1.
+            length_level: the caption length level (1-based; LaBERT and ``*-len`` models), or one per image;
+                default the captioner's.
+            batch_size: images per decode call; default 16 for images, every row of prepared inputs. Images asking
+                for different options decode in different calls; a caption never depends on which images share a
+                call (``tests/test_captioner_batch_invariance.py``).
+            errors: ``"raise"`` (default) stops at the first image that cannot be loaded or preprocessed
+                (:class:`~edgecap.runtime.images.load.ImageError`); ``"skip"`` puts None in its slot and warns with
+                a :class:`SkippedImageWarning`.
+
+        Raises:
+            CaptionerError: a beam, batch size or ``errors`` it cannot take; ``LengthLevelError``: a level out of
+                range, or one asked of a model without length control. Both are ``ValueError``s, raised before any
+                image is read (:meth:`check_options` checks options alone).
+        """
+        size = check_call(batch_size, errors)
+        if isinstance(images, Mapping):  # prepared encoder inputs: rows, not images
+            arrays = {k: v if hasattr(v, "shape") else np.asarray(v) for k, v in images.items()}
+            rows = batch_rows(arrays)
+            keys = self._options(beam, length_level, rows)
+            out: list[Caption | None] = [None] * rows
+            for key, chunk in plan(dict(enumerate(keys)), size or max(rows, 1)):
+                part = arrays if len(chunk) == rows else {k: v[row_index(chunk)] for k, v in arrays.items()}
+                self._decode_into(out, chunk, part, key)
+            return out
+        if self.inputs is None:
+            raise CaptionerError(self.no_images_reason)
+        listed = as_image_list(images)
+        keys = self._options(beam, length_level, len(listed))
+        out = [None] * len(listed)
+        if errors == "skip":
+            for key, chunk, inputs in skipping_batches(listed, keys, size or BATCH, self.inputs):
+                self._decode_into(out, chunk, inputs, key)
+            return out
+        for key, chunk in plan(dict(enumerate(keys)), size or BATCH):
+            self._decode_into(out, chunk, self.inputs([listed[i] for i in chunk]), key)
+        return out
+
     def __call__(self, image: Any, length_level: int | None = None) -> str:
         """The caption of one image; ``length_level`` (1-based; LaBERT and ``*-len`` models) asks for a short
         (1) or a detailed (4, 4-level plan) caption. Without one, a length-controllable model decodes at the level
         in :attr:`decode_cfg` (for a bundle: the default recorded at export, ``DEFAULT_LENGTH_LEVEL`` = 2)."""
-        return cast(str, self.batch([image], length_level=length_level)[0])  # errors="raise": never None
+        return self.caption([image], length_level=length_level)[0].text
 
     def batch(
-        self, images: Any, batch_size: int = 16, length_level: int | None = None, errors: str = "raise"
+        self, images: Any, batch_size: int = BATCH, length_level: int | None = None, errors: str = "raise"
     ) -> list[str | None]:
-        """Captions for ``images`` (paths, PIL images or arrays; one H×W×3 array is one image), in order.
+        """Captions for ``images`` (paths, PIL images or arrays; one H×W×3 array is one image), in order: the text
+        of :meth:`caption`'s replies.
 
         ``errors``: ``"raise"`` (default) stops at the first image that cannot be loaded or preprocessed
         (:class:`edgecap.runtime.images.load.ImageError`: a missing, truncated or non-image file, ...); ``"skip"`` puts
@@ -265,71 +364,62 @@ class Captioner:
         sessions are thread-safe.
         """
         if self.inputs is None:
-            raise CaptionerError(self._no_images_reason or "this captioner cannot take images")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise CaptionerError(self.no_images_reason)
+        if batch_size is None:
             raise CaptionerError(f"batch_size must be an integer >= 1, got {batch_size!r}")
-        if errors not in ("raise", "skip"):
-            raise CaptionerError(f"errors must be 'raise' or 'skip', got {errors!r}")
-        images = _as_image_list(images)
-        if errors == "skip":
-            return self._batch_skipping(images, batch_size, length_level)
-        out: list[str | None] = []
-        for start in range(0, len(images), batch_size):
-            batch = self.inputs(images[start : start + batch_size])
-            out.extend(self.caption_inputs(batch, length_level=length_level))
-        return out
-
-    def _batch_skipping(self, images: list[Any], batch_size: int, length_level: int | None) -> list[str | None]:
-        import warnings
-
-        from edgecap.runtime.images.load import ImageError, load_image
-
-        if length_level is not None:  # a bad level is the caller's error, not an image's: raise it before any work
-            _check_length_level(self.step_model, length_level, self.length_levels)
-        out: list[str | None] = [None] * len(images)
-        good: list[tuple[int, Any]] = []
-
-        def skip(index: int, image: Any, exc: ImageError) -> None:
-            warnings.warn(SkippedImageWarning(index, image, exc), stacklevel=4)
-
-        for i, image in enumerate(images):
-            try:
-                good.append((i, load_image(image)))  # decoded once here; preprocessing takes the RGB image as is
-            except ImageError as exc:
-                skip(i, image, exc)
-        for start in range(0, len(good), batch_size):
-            chunk = good[start : start + batch_size]
-            try:
-                inputs = self.inputs([image for _, image in chunk])
-            except ImageError:  # one of them fails in preprocessing: find it, keep the rest
-                kept = []
-                for i, image in chunk:
-                    try:
-                        self.inputs([image])
-                        kept.append((i, image))
-                    except ImageError as exc:
-                        skip(i, images[i], exc)
-                chunk = kept
-                if not chunk:
-                    continue
-                inputs = self.inputs([image for _, image in chunk])
-            for (i, _), text in zip(chunk, self.caption_inputs(inputs, length_level=length_level), strict=True):
-                out[i] = text
-        return out
+        replies = self.caption(images, batch_size=batch_size, length_level=length_level, errors=errors)
+        return [None if reply is None else reply.text for reply in replies]
 
     def caption_inputs(self, inputs: Mapping[str, Any], length_level: int | None = None) -> list[str]:
         """Captions for one batch of precomputed encoder inputs (``features``/``boxes``/``feature_mask`` or
         ``pixel_values``, batch first; numpy arrays, or the runtime's own arrays), e.g. bottom-up region
-        features."""
-        from edgecap.runtime.captioning import captions_from_hypotheses
+        features: the text of :meth:`caption`'s replies."""
+        if not isinstance(inputs, Mapping):
+            raise CaptionerError(f"encoder inputs must be a mapping of arrays, got {type(inputs).__name__}")
+        return [reply.text for reply in self.caption(inputs, length_level=length_level)]
+
+    def prepare(self, images: Any) -> dict[str, np.ndarray]:
+        """Images -> one batch of encoder inputs as host numpy arrays (batch first), which :meth:`caption` takes:
+        for a front end that preprocesses before it captions (a stream's change gate looks at them; serving
+        preprocesses each image alone, so a bad image fails alone)."""
+        from edgecap.runtime.decoding.arrays import to_numpy
+
+        if self.inputs is None:
+            raise CaptionerError(self.no_images_reason)
+        return {name: to_numpy(value) for name, value in self.inputs(as_image_list(images)).items()}
+
+    def check_options(self, beam: Any = None, length_level: Any = None) -> None:
+        """Refuse a beam or length level this captioner cannot decode at, with :meth:`caption`'s message: for a
+        front end that checks a request before any work (serving). None passes.
+
+        Raises:
+            CaptionerError: ``beam`` is not an integer in ``1..MAX_BEAM``, or is above 1 for a mask-predict model.
+            edgecap.runtime.length.LengthLevelError: ``length_level`` is out of the model's range, or the model has
+                no length control.
+        """
+        if beam is not None:
+            check_beam(beam)
+            check_beam_applies(beam, self.decode_cfg.strategy)
+        if length_level is not None:
+            check_length_level(self.step_model, length_level, self.length_levels)
+
+    def _options(self, beam: Option, length_level: Option, count: int) -> list[Key]:
+        """Each image's ``(beam, length_level)``, every distinct value checked before any work."""
+        beams, levels = per_image("beam", beam, count), per_image("length_level", length_level, count)
+        checked: list[tuple[Any, Any]] = []
+        for key in zip(beams, levels, strict=True):
+            if key not in checked:
+                self.check_options(*key)
+                checked.append(key)
+        return list(zip(beams, levels, strict=True))
+
+    def _decode_into(self, out: list[Caption | None], rows: list[int], inputs: Mapping[str, Any], key: Key) -> None:
         from edgecap.runtime.decoding import decode
 
-        cfg = self.decode_cfg
-        if length_level is not None:
-            _check_length_level(self.step_model, length_level, self.length_levels)
-            cfg = cfg.replace(length_level=length_level)
         arrays = {k: v if hasattr(v, "shape") else np.asarray(v) for k, v in inputs.items()}
-        return captions_from_hypotheses(self.vocab, decode(self.step_model, arrays, cfg))
+        hypotheses = decode(self.step_model, arrays, with_options(self.decode_cfg, *key))
+        for i, hyps in zip(rows, hypotheses, strict=True):
+            out[i] = caption_of(self.vocab, hyps[0])
 
     def stream(
         self,
@@ -381,80 +471,6 @@ class Captioner:
 
     def __repr__(self) -> str:
         return f"Captioner({self.runtime_info.get('summary') or self.runtime_info})"
-
-
-def bundle_decode_cfg(bundle: Any, vocab: Any, beam: int, length_level: int | None = None) -> Any:
-    """The production ``DecodeCfg`` of a bundle: its decoding (beam search, or mask-predict for LaBERT) at
-    ``length_level``, default the level recorded at export for length-controllable bundles (``cap(image)`` then
-    needs no level)."""
-    from edgecap.runtime.captioning import decode_cfg_for
-
-    overrides: dict[str, Any] = {}
-    if bundle.decoding == "mask_predict":
-        overrides["strategy"] = "mask_predict"
-    level = length_level if length_level is not None else bundle.default_length_level
-    if level is not None:
-        overrides["length_level"] = int(level)
-    return decode_cfg_for(vocab, beam_size=beam, max_words=bundle.max_words, **overrides)
-
-
-def _check_beam(beam: Any) -> None:
-    from edgecap.runtime.decoding.config import MAX_BEAM
-
-    if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
-        raise CaptionerError(f"beam must be an integer in 1..{MAX_BEAM} (MAX_BEAM), got {beam!r}")
-
-
-#: What ``Captioner.load``/``from_run`` and ``edgecap caption`` say when a beam is asked of a mask-predict model.
-NO_BEAM_SEARCH = (
-    "this model decodes by mask-predict (LaBERT): it refines one caption in place, so a beam does not apply; leave "
-    "beam unset (--beam off) and choose the caption's length with length_level (--length-level)"
-)
-
-
-def check_beam_applies(beam: int | None, decoding: str | None) -> None:
-    """Refuse an explicit beam above 1 for a model that does not search (mask-predict), instead of ignoring it."""
-    if decoding == "mask_predict" and beam is not None and beam != 1:
-        raise CaptionerError(f"beam={beam}: {NO_BEAM_SEARCH}")
-
-
-def _check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:
-    """A clear error for a level out of range, or for a model without length control (LaBERT §3.1)."""
-    from edgecap.runtime.length import NO_LENGTH_CONTROL, LengthLevelError, check_level
-
-    levels = getattr(decoder, "length_levels", None) or known or None
-    if levels is None:
-        levels = getattr(getattr(decoder, "model", None), "length_levels", None)
-    if levels is None and "length_level" not in _encoder_inputs(decoder):
-        raise LengthLevelError(NO_LENGTH_CONTROL)
-    if levels:
-        check_level(tuple(levels), level)
-
-
-def _encoder_inputs(decoder: Any) -> tuple[str, ...]:
-    encoder = getattr(decoder, "encoder", None)
-    try:
-        return tuple(encoder.input_metadata()) if encoder is not None else ()
-    except Exception:  # an inactive runtime: nothing to learn from it
-        return ()
-
-
-def _as_image_list(images: Any) -> list[Any]:
-    """One image (a path, encoded bytes, a PIL image or an H×W×C / H×W array) or a sequence of them -> a list of images.
-
-    A single array is one image, not a sequence of rows; a 4-D array is a batch of images along axis 0.
-    """
-    if isinstance(images, (str, os.PathLike, bytes, bytearray, memoryview)):  # one path, or one encoded image
-        return [images]
-    if isinstance(images, np.ndarray):
-        if images.ndim in (2, 3):
-            return [images]
-        if images.ndim == 4:
-            return list(images)
-        raise CaptionerError(f"an image array must be H×W, H×W×C or N×H×W×C, got shape {images.shape}")
-    if hasattr(images, "getbands"):  # a PIL image
-        return [images]
-    return list(images)
 
 
 def _describe(info: Mapping[str, Any]) -> str:

@@ -37,7 +37,7 @@ __all__ = ["BATCH", "ROWS_PER_CALL", "WINDOW", "actor_cpus", "caption_with_ray"]
 
 #: Images per call on an actor (``map_batches``' batch): a call's hand-off costs nothing next to its captions.
 ROWS_PER_CALL = 64
-#: Images per ``Captioner.batch`` step inside a call (the non-Ray path's batch).
+#: Images per decode call of ``Captioner.caption`` inside a call (the non-Ray path's batch).
 BATCH = 16
 #: Listed paths handed to Ray per dataset: what the driver holds at once, whatever the collection's size. Each window
 #: starts the actor pool again (one model load per actor), which is seconds against the minutes a window takes.
@@ -93,7 +93,7 @@ class _CaptionActor:
             reserved = ray.get_runtime_context().get_assigned_resources().get("CPU", 1.0)
             load = {**load, "threads": max(1, int(reserved))}
         self.captioner = Captioner.load(bundle, **load)
-        self.captioner.batch([], length_level=length_level, errors="skip")  # a bad level fails here, not per image
+        self.captioner.check_options(length_level=length_level)  # a bad level fails here, not per image
         self.length_level = length_level
         self.names = _Names(*names)
 
@@ -106,7 +106,8 @@ class _CaptionActor:
         blobs = [bytes(b) for b in batch["bytes"]]
         with warnings.catch_warnings(record=True) as caught:  # one call at a time per actor: no other thread warns
             warnings.simplefilter("always", SkippedImageWarning)
-            captions = self.captioner.batch(blobs, batch_size=BATCH, length_level=self.length_level, errors="skip")
+            replies = self.captioner.caption(blobs, batch_size=BATCH, length_level=self.length_level, errors="skip")
+        captions = [None if reply is None else reply.text for reply in replies]
         errors: list[str | None] = [None] * len(paths)
         for warning in caught:
             if isinstance(warning.message, SkippedImageWarning):

@@ -46,7 +46,8 @@ def caption_chunk(captioner: Any, paths: list[str], spec: WorkerSpec) -> tuple[b
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedImageWarning)
-        captions = captioner.batch(paths, batch_size=spec.batch_size, length_level=spec.length_level, errors="skip")
+        replies = captioner.caption(paths, batch_size=spec.batch_size, length_level=spec.length_level, errors="skip")
+    captions = [None if reply is None else reply.text for reply in replies]
     reasons: dict[int, str] = {}
     for warning in caught:
         if isinstance(warning.message, SkippedImageWarning):

@@ -7,8 +7,9 @@ that safe (``docs/serving.md``):
   request that fails gets its own :class:`~edgecap.runtime.serving.protocol.RequestError`, the rest are captioned.
 * **A caption never depends on its batch-mates.** Images that ask for the same decoding (beam, length level) are
   decoded together, and edgecap's decoders are batch-invariant (``tests/test_captioner_batch_invariance.py``);
-  images that ask for different decodings are grouped, one decode per group, because a beam width or a length level
-  is a property of the whole decode call.
+  images that ask for different decodings are grouped by :meth:`Captioner.caption
+  <edgecap.runtime.captioner.Captioner.caption>`, one decode per group, because a beam width or a length level is a
+  property of the whole decode call.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 
 from edgecap.runtime.serving.protocol import CaptionReply, RequestError
 
-#: ``(beam, length_level)``: images with the same key decode in one call.
+#: ``(beam, length_level)`` of one image; ``Captioner.caption`` decodes images with the same key in one call.
 DecodeKey = tuple[int | None, int | None]
 
 
@@ -55,7 +56,6 @@ class ServedCaptioner:
     def __init__(self, captioner: Any, batch_size: int = 1024) -> None:
         self.captioner = captioner
         self.batch_size = batch_size
-        self._strategy = captioner.decode_cfg.strategy
 
     def answer(self, requests: Sequence[ServedRequest]) -> list[list[CaptionReply] | RequestError]:
         """Replies for each request in order: its captions, or the error that refused it."""
@@ -72,31 +72,22 @@ class ServedCaptioner:
                 continue
             prepared.append((index, inputs, keys))
 
-        groups: dict[DecodeKey, list[tuple[int, int, dict[str, np.ndarray]]]] = {}
-        for index, inputs, keys in prepared:
+        slots = [(index, slot) for index, inputs, _ in prepared for slot in range(len(inputs))]
+        rows = [one for _, inputs, _ in prepared for one in inputs]
+        keys = [key for _, _, request_keys in prepared for key in request_keys]
+        for index, inputs, _ in prepared:
             results[index] = [CaptionReply("")] * len(inputs)
-            for slot, (one, key) in enumerate(zip(inputs, keys, strict=True)):
-                groups.setdefault(key, []).append((index, slot, one))
-        for key, members in groups.items():
-            for start in range(0, len(members), self.batch_size):
-                chunk = members[start : start + self.batch_size]
-                for (index, slot, _), reply in zip(chunk, self._decode(key, [m[2] for m in chunk]), strict=True):
-                    replies = results[index]
-                    assert isinstance(replies, list)
-                    replies[slot] = reply
+        for (index, slot), reply in zip(slots, self._decode(rows, keys), strict=True):
+            replies = results[index]
+            assert isinstance(replies, list)
+            replies[slot] = reply
         return [r if r is not None else RequestError("not answered") for r in results]
 
     # -- one request -------------------------------------------------------------------------------------------------
     def _decode_key(self, beam: int | None, level: int | None) -> DecodeKey:
-        """Check a request's options before any work, with the same rules and words as ``Captioner``."""
-        from edgecap.runtime.captioner import _check_beam, _check_length_level, check_beam_applies
-
+        """Check a request's options before any work, with ``Captioner``'s own rules and words."""
         try:
-            if beam is not None:
-                check_beam_applies(beam, self._strategy)
-                _check_beam(beam)
-            if level is not None:
-                _check_length_level(self.captioner.step_model, level, self.captioner.length_levels)
+            self.captioner.check_options(beam=beam, length_level=level)
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         return (beam, level)
@@ -105,21 +96,15 @@ class ServedCaptioner:
         """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone."""
         if isinstance(image, np.ndarray) and (image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8):
             raise RequestError(f"pixels must be an H×W×3 uint8 array, got shape {image.shape} {image.dtype}")
-        return {k: np.asarray(v) for k, v in self.captioner.inputs([image]).items()}
+        return self.captioner.prepare([image])
 
-    # -- one decode --------------------------------------------------------------------------------------------------
-    def _decode(self, key: DecodeKey, inputs: list[dict[str, np.ndarray]]) -> list[CaptionReply]:
-        from edgecap.runtime.decoding import decode
-
-        beam, level = key
-        cfg = self.captioner.decode_cfg
-        if beam is not None and self._strategy != "mask_predict":
-            cfg = cfg.replace(strategy="greedy" if beam == 1 else "beam", beam_size=beam)
-        if level is not None:
-            cfg = cfg.replace(length_level=level)
-        batch = {name: np.concatenate([one[name] for one in inputs]) for name in inputs[0]}
-        vocab = self.captioner.vocab
-        return [
-            CaptionReply(" ".join(vocab.decode(hyps[0].tokens)), tuple(int(t) for t in hyps[0].tokens), hyps[0].score)
-            for hyps in decode(self.captioner.step_model, batch, cfg)
-        ]
+    # -- the decode ----------------------------------------------------------------------------------------------------
+    def _decode(self, rows: list[dict[str, np.ndarray]], keys: list[DecodeKey]) -> list[CaptionReply]:
+        """Every checked image of the batch in one ``Captioner.caption`` call, each at its own options (the
+        captioner groups them: one decode per beam and level, ``batch_size`` images at most)."""
+        if not rows:
+            return []
+        batch = {name: np.concatenate([one[name] for one in rows]) for name in rows[0]}
+        beams, levels = [beam for beam, _ in keys], [level for _, level in keys]
+        captions = self.captioner.caption(batch, beam=beams, length_level=levels, batch_size=self.batch_size)
+        return [CaptionReply(c.text, c.tokens, c.score) for c in captions]

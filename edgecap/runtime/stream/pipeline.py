@@ -146,7 +146,7 @@ class CaptionStream(Iterator[StreamEvent]):
         queue: int = 16,
         length_level: int | None = None,
     ) -> None:
-        _check_settings(captioner, max_batch, queue)
+        _check_settings(captioner, max_batch, queue, length_level)
         self.captioner, self.source, self.sampler, self.gate = captioner, source, sampler, gate
         self.max_batch, self.length_level = max_batch, length_level
         self.live = bool(getattr(source, "live", False))
@@ -259,7 +259,7 @@ class CaptionStream(Iterator[StreamEvent]):
         if not kept:
             return
         inputs = _concat([sample.inputs for sample, _, _ in kept])
-        captions = self.captioner.caption_inputs(inputs, length_level=self.length_level)
+        captions = [reply.text for reply in self.captioner.caption(inputs, length_level=self.length_level)]
         done = time.perf_counter()
         for (sample, skipped, dropped), caption in zip(kept, captions, strict=True):
             counts["captioned"] += 1
@@ -291,7 +291,7 @@ class CaptionStream(Iterator[StreamEvent]):
                 if not self.sampler.take(frame):
                     continue
                 self._samples += 1
-                inputs = _numpy_inputs(self.captioner.inputs([frame.image]))
+                inputs = self.captioner.prepare([frame.image])
                 sample = _Sample(
                     pts_s=frame.pts_s,
                     index=frame.index,
@@ -328,13 +328,6 @@ class CaptionStream(Iterator[StreamEvent]):
         return self._last_pts + (1.0 / fps if fps else 0.0)
 
 
-def _numpy_inputs(inputs: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """Encoder inputs as numpy (a torch backbone's tensors come to the host: the queue holds plain arrays)."""
-    from edgecap.runtime.decoding.arrays import to_numpy
-
-    return {name: to_numpy(value) for name, value in inputs.items()}
-
-
 def _concat(inputs: Sequence[Mapping[str, np.ndarray]]) -> dict[str, np.ndarray]:
     if len(inputs) == 1:
         return dict(inputs[0])
@@ -357,7 +350,7 @@ def open_stream(
     from edgecap.runtime.stream.sampling import ChangeGate, Sampler
     from edgecap.runtime.stream.sources import open_source
 
-    _check_settings(captioner, max_batch, queue)
+    _check_settings(captioner, max_batch, queue, length_level)
     sampler = Sampler(every_s=every, fps=fps)
     gate = None if on_change is None else ChangeGate(on_change)
     opened = source if _is_frame_source(source) else open_source(source)
@@ -371,14 +364,15 @@ def open_stream(
         raise
 
 
-def _check_settings(captioner: Captioner, max_batch: int, queue: int) -> None:
+def _check_settings(captioner: Captioner, max_batch: int, queue: int, length_level: int | None) -> None:
     from edgecap.runtime.backends.registry import CaptionerError
 
     for name, value in (("max_batch", max_batch), ("queue", queue)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise CaptionerError(f"{name} must be an integer >= 1, got {value!r}")
     if captioner.inputs is None:
-        raise CaptionerError(captioner._no_images_reason or "this captioner cannot take images")
+        raise CaptionerError(captioner.no_images_reason)
+    captioner.check_options(length_level=length_level)  # a level the model cannot take: before the source opens
 
 
 def _is_frame_source(source: Any) -> bool:

@@ -4,17 +4,20 @@ frames, and a stopped consumer stopping the reader thread."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from edgecap.runtime.captioner import Captioner, CaptionerError
 from edgecap.runtime.images.load import ImageError
+from edgecap.runtime.length import NO_LENGTH_CONTROL, LengthLevelError
 from edgecap.runtime.stream.events import STAGES, StreamEvent
 from edgecap.runtime.stream.frames import Frame
 from edgecap.runtime.stream.pipeline import SampleQueue, _Sample
@@ -205,14 +208,14 @@ def test_stopping_the_consumer_stops_the_reader(
     stream = captioner.stream(source, max_batch=1, queue=2)
     if how == "interrupt-in-decode":
         calls = iter(range(10**6))
-        real = captioner.caption_inputs
+        real = captioner.caption
 
-        def interrupted(*args: object, **kwargs: object) -> list[str]:
+        def interrupted(*args: Any, **kwargs: Any) -> Any:
             if next(calls) == 2:
                 raise KeyboardInterrupt
-            return real(*args, **kwargs)  # type: ignore[arg-type]
+            return real(*args, **kwargs)
 
-        monkeypatch.setattr(captioner, "caption_inputs", interrupted)
+        monkeypatch.setattr(captioner, "caption", interrupted)
         with pytest.raises(KeyboardInterrupt):
             list(stream)
     elif how == "interrupt-in-consumer":
@@ -254,6 +257,13 @@ def test_bad_settings_are_refused_before_the_source_is_opened(
     missing = tmp_path / "not-there.mp4"  # opening it would fail with a source error instead
     with pytest.raises(CaptionerError, match=message):
         captioner.stream(str(missing), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_length_level_the_model_cannot_take_is_refused_before_the_source_is_opened(
+    captioner: Captioner, tmp_path: Path
+) -> None:
+    with pytest.raises(LengthLevelError, match=re.escape(NO_LENGTH_CONTROL)):
+        captioner.stream(str(tmp_path / "not-there.mp4"), length_level=2)
 
 
 def test_the_queue_drops_the_oldest_only_when_live() -> None:
