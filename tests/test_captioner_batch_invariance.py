@@ -68,6 +68,8 @@ def test_batch_gives_every_image_its_one_by_one_caption(bundles, images, bundle,
     with Captioner.load(path, runtime="onnxruntime", precision=precision, beam=beam, threads=1) as cap:
         assert cap.runtime_info["per_image_decode"] is (step == "dynamic")
         alone = [cap(image) for image in images]
-        assert len(set(alone)) >= len(images) // 5  # varied captions: a batch-dependent step would change some
+        # varied captions, so a batch-dependent step would change some (the tiny random-ish model gives 7 distinct
+        # INT8 beam-3 captions of 40 on an AVX2-only CPU, 8+ with VNNI: the bar is variety, not a count per CPU)
+        assert len(set(alone)) >= len(images) // 8
         assert cap.batch(images) == alone
         assert cap.batch(images[::-1], batch_size=7) == alone[::-1]
