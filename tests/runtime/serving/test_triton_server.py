@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgecap.bench.edge_install import build_runtime_venv
+from tools.edge_install import build_runtime_venv
 from edgecap.runtime._process import die_with_parent
 from edgecap.runtime.captioner import Captioner
 from tests.runtime.serving.conftest import images, png

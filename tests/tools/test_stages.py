@@ -1,4 +1,4 @@
-"""``edgecap.bench.stages``, the time-boxed stages of the training studies in ``research/``: a stage over its limit
+"""``tools.stages``, the time-boxed stages of the training studies in ``research/``: a stage over its limit
 is stopped with everything it started (torchrun's workers), and the results JSON is on disk after every change."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from edgecap.bench import stages
+from tools import stages
 
 
 def test_a_timed_out_stage_stops_its_children_too(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""``edgecap.bench.gpu_check`` without a GPU: the orchestration (sections in their own processes, budgets, JSON and
+"""``tools.gpu_check`` without a GPU: the orchestration (sections in their own processes, budgets, JSON and
 summary written as they go) runs as its CPU smoke test; the CUDA numbers themselves come from a GPU run."""
 
 from __future__ import annotations
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.bench import gpu_check
+from tools import gpu_check
 
 
 def test_sections_write_json_and_a_summary_as_they_go(tmp_path: Path, monkeypatch) -> None:
     sections = (("transfer", 120), ("onnxruntime", 120))  # a shared CI CPU starts torch slowly
     monkeypatch.setattr(gpu_check, "SECTIONS", sections)
     out = tmp_path / "out"
-    args = ["--device", "cpu", "--out", str(out), "--only", "transfer", "onnxruntime", "--budget", "300"]
+    args = ["--device", "cpu", "--out", str(out), "--only", "transfer,onnxruntime", "--budget", "300"]
     assert gpu_check.main(args) == 0
     env = json.loads((out / "env.json").read_text())
     assert {"torch", "onnxruntime", "runtimes", "cuda_available"} <= set(env)

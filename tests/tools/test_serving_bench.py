@@ -10,12 +10,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 import pytest
 from PIL import Image
 
-from edgecap.bench.serving import correctness_requests, parse_args, server_flags, spread, synthetic_images
-from edgecap.bench.serving_load import (
+from edgecap.client import CaptionReply, CaptionRequestError, ServerBusyError
+from tools.serving import correctness_requests, parse_args, server_flags, spread, synthetic_images
+from tools.serving_load import (
     Answer,
     Request,
     classify,
@@ -26,8 +28,7 @@ from edgecap.bench.serving_load import (
     poisson_arrivals,
     tally,
 )
-from edgecap.bench.serving_process import diff, formed_batch
-from edgecap.client import CaptionReply, CaptionRequestError, ServerBusyError
+from tools.serving_process import diff, formed_batch
 
 
 def test_arguments_default_to_the_documented_run_and_are_checked_before_work(tmp_path: Path) -> None:
@@ -46,9 +47,9 @@ def test_arguments_default_to_the_documented_run_and_are_checked_before_work(tmp
     assert time.strftime("%H:%M", time.gmtime(deadline)) == "17:05"
     bad_args = (["--threads", "many"], ["--runs", "0"], ["--bad-fraction", "1"], ["--wait-until", "5pm"])
     for bad in (*bad_args, ["--out", str(tmp_path)]):
-        with pytest.raises(SystemExit):
+        with pytest.raises(click.UsageError):
             parse_args(["--bundle", "b", *bad])
-    with pytest.raises(SystemExit):
+    with pytest.raises(click.UsageError):
         parse_args(["--bundle", "b", "--out", str(tmp_path / "missing" / "r.json")])
 
 

@@ -31,8 +31,8 @@ import numpy as np
 from PIL import Image, ImageDraw
 
 from edgecap import Captioner
-from edgecap.runtime._io import atomic_write_json, atomic_write_text
 from edgecap.runtime.images.load import ImageError
+from tools.files import write_json, write_text
 
 
 def rss_mb() -> float:
@@ -251,5 +251,5 @@ def run_soak(
 def write_soak_report(report: dict[str, Any], out: Path) -> None:
     """``OUT/soak.json`` and ``OUT/soak.md``, each written atomically."""
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "soak.json", report)
-    atomic_write_text(out / "soak.md", markdown(report))
+    write_json(out / "soak.json", report)
+    write_text(out / "soak.md", markdown(report))

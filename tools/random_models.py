@@ -18,7 +18,7 @@ from edgecap.runtime.decoding import DecodeCfg, RadixSpec
 if TYPE_CHECKING:
     from torch import Tensor, nn
 
-# torch and the models are imported by the functions that use them: importing edgecap.bench stays torch-free.
+# torch and the models are imported by the functions that use them: importing this module stays torch-free.
 
 GRID = 7  # EfficientNet-Lite0 at 224 px: a 7 x 7 grid of 1280-d features (49 regions)
 

@@ -1,9 +1,8 @@
 """What the GPU check's sections share: the per-section JSON record, the model and test features they decode, and
-the timed decode (``edgecap.bench.gpu_check`` runs the sections; ``gpu_sections`` and ``gpu_runtimes`` hold them)."""
+the timed decode (``tools.gpu_check`` runs the sections; ``gpu_sections`` and ``gpu_runtimes`` hold them)."""
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import os
@@ -12,7 +11,10 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+
+from tools.files import write_json
 
 FEATURE_CACHE = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "features.pt"
 BEAM = 3
@@ -41,9 +43,7 @@ class Recorder:
         self._flush()
 
     def _flush(self) -> None:
-        from edgecap.runtime._io import atomic_write_json
-
-        atomic_write_json(self.path, self.data)
+        write_json(self.path, self.data)
 
 
 def median_spread(values: Sequence[float]) -> dict[str, float]:
@@ -52,7 +52,7 @@ def median_spread(values: Sequence[float]) -> dict[str, float]:
 
 
 # -- shared setup -----------------------------------------------------------------------------------------------------
-def torch_and_cuda(args: argparse.Namespace) -> Any:
+def torch_and_cuda(args: SimpleNamespace) -> Any:
     """torch, with TF32 off; exits when ``--device cuda`` has no CUDA (``--device cpu`` is the CI smoke test)."""
     import torch
 
@@ -79,7 +79,7 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
         return trained.model.eval(), trained.vocab, cfg, f"trained run {run}"
     import dataclasses
 
-    from edgecap.bench.random_models import random_setup
+    from tools.random_models import random_setup
 
     setup = random_setup("acort-xsmall", 1, 0)
     torch.manual_seed(0)
@@ -87,7 +87,7 @@ def load_model(run: str | None) -> tuple[Any, Any, Any, str]:
     return model, None, cfg, "random-weights acort-xsmall: agreement and CIDEr-D are NOT meaningful"
 
 
-def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
+def test_dataset(args: SimpleNamespace) -> tuple[list[Any], str]:
     """The test records (with references) and where they came from."""
     from edgecap.workshop.data.datasets import load_dataset
 
@@ -108,7 +108,7 @@ def test_dataset(args: argparse.Namespace) -> tuple[list[Any], str]:
     return records[: args.images], note
 
 
-def test_features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str, Any] | None, list[Any], str]:
+def test_features(args: SimpleNamespace, trained_run: bool) -> tuple[dict[str, Any] | None, list[Any], str]:
     """Backbone features of the test images, computed once on the CPU (so CPU and CUDA decoders see the same
     inputs) and cached in a temp file for later sections; None with the reason when the backbone is unavailable."""
     import torch
@@ -137,8 +137,8 @@ def test_features(args: argparse.Namespace, trained_run: bool) -> tuple[dict[str
 
 
 def synthetic_inputs(batch: int, feature_dim: int, seed: int = 0) -> dict[str, Any]:
-    """Random ReLU6-like features on a 7 x 7 grid (``edgecap.bench.random_models.grid_inputs``)."""
-    from edgecap.bench.random_models import grid_inputs
+    """Random ReLU6-like features on a 7 x 7 grid (``tools.random_models.grid_inputs``)."""
+    from tools.random_models import grid_inputs
 
     return grid_inputs(batch, feature_dim, seed)
 

@@ -1,6 +1,6 @@
 """The edge runtime's footprint: a runtime-only install on disk, peak RSS over 100 captions, cold start to a caption.
 
-Given a bundle, :func:`measure_footprint` builds runtime-only venvs (``edgecap.bench.edge_install``) and measures, in
+Given a bundle, :func:`measure_footprint` builds runtime-only venvs (``tools.edge_install``) and measures, in
 fresh processes of each:
 
 - **env size**: the venv on disk (allocated blocks, as ``du``), with and without pip/setuptools themselves, and the
@@ -30,8 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from edgecap.bench.edge_install import VARIANTS, build_runtime_venv, clean_env, variant_python, venv_size
-from edgecap.runtime._io import atomic_write_json, atomic_write_text
+from tools.edge_install import VARIANTS, build_runtime_venv, clean_env, variant_python, venv_size
+from tools.files import write_json, write_text
 
 TARGETS = {"env_mb": 150.0, "rss_mb": 200.0, "cold_start_s": 1.0}
 
@@ -241,7 +241,9 @@ def measure_footprint(
         row.update(size=venv_size(venv), venv={**asdict(venv), "path": str(venv.path)})
         environments.append(row)
     if compare_current:
-        package_parent = str(Path(__file__).resolve().parents[2])
+        import edgecap  # the package this process runs, with everything installed beside it
+
+        package_parent = str(Path(edgecap.__file__).resolve().parents[1])
         env = clean_env({"EDGECAP_HOME": home, "PYTHONPATH": package_parent})
         environments.append(
             measure_env("current (full)", sys.executable, bundle, listing, count, cold_runs, batch_size, env)
@@ -255,6 +257,6 @@ def measure_footprint(
         "targets": TARGETS,
         "environments": environments,
     }
-    atomic_write_json(out / "edge_runtime.json", report)
-    atomic_write_text(out / "edge_runtime.md", format_markdown(report))
+    write_json(out / "edge_runtime.json", report)
+    write_text(out / "edge_runtime.md", format_markdown(report))
     return report

@@ -3,14 +3,15 @@ LaBERT mask-predict against length-aware autoregressive decoding per length leve
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from edgecap.bench.gpu_setup import (
+from edgecap.runtime.precisions import FLOAT_PRECISIONS
+from tools.gpu_setup import (
     BEAM,
     Recorder,
     load_model,
@@ -21,10 +22,9 @@ from edgecap.bench.gpu_setup import (
     time_decode,
     torch_and_cuda,
 )
-from edgecap.runtime.precisions import FLOAT_PRECISIONS
 
 
-def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
+def section_onnxruntime(args: SimpleNamespace, rec: Recorder) -> None:
     """(d) ONNX Runtime CUDA/TensorRT execution providers and the ``tensorrt`` runtime, where installed."""
     torch_and_cuda(args)
     from edgecap.runtime.backends.registry import get_runtime, list_runtimes
@@ -89,7 +89,7 @@ def section_onnxruntime(args: argparse.Namespace, rec: Recorder) -> None:
             rec.add(row)
 
 
-def _bundle(args: argparse.Namespace, rec: Recorder) -> Path | None:
+def _bundle(args: SimpleNamespace, rec: Recorder) -> Path | None:
     """A bundle of the run (FP32 + FP16 graphs) in a temp dir, for the ONNX Runtime and TensorRT rows."""
     target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "bundle"
     if (target / "manifest.json").is_file():
@@ -107,7 +107,7 @@ def _bundle(args: argparse.Namespace, rec: Recorder) -> Path | None:
     return target
 
 
-def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
+def section_labert(args: SimpleNamespace, rec: Recorder) -> None:
     """(e) LaBERT mask-predict vs length-aware autoregressive models per length level: ms per caption (random
     weights; the autoregressive captions are forced to the level's longest length, as mask-predict's are)."""
     torch = torch_and_cuda(args)
@@ -115,8 +115,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
 
     from edgecap.runtime.decoding import DecodeCfg, decode
     from edgecap.runtime.decoding.config import RadixSpec
-    from edgecap.workshop.models import create_model
-    from edgecap.workshop.models._registry import EDGE_WORD_VOCAB_SIZE, edge_settings, family_hooks, get_model_cfg
+    from edgecap.workshop.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, family_hooks, get_model_cfg
     from edgecap.workshop.torch_runtime.refine import TorchRefineModel
 
     rec.set(note="random weights, batch sizes 1 and 32, median of repeats; AR forced to the level's longest length")
@@ -172,7 +171,7 @@ def section_labert(args: argparse.Namespace, rec: Recorder) -> None:
             rec.add(row)
 
 
-def section_compile(args: argparse.Namespace, rec: Recorder) -> None:
+def section_compile(args: SimpleNamespace, rec: Recorder) -> None:
     """(c3) ``step_mode="compile"`` at one batch size, if its compile time fits the budget."""
     torch_and_cuda(args)
     model, vocab, cfg, note = load_model(args.run)

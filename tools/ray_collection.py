@@ -1,6 +1,6 @@
 """Benchmark of the Ray Data path (``edgecap caption DIR --ray``) against a direct ``Captioner`` loop (``docs/ray.md``).
 
-    python -m edgecap.bench.ray_collection --images 2000 --runs 5 --model acort-xsmall
+    python -m tools.ray_collection --images 2000 --runs 5 --model acort-xsmall
 
 It generates small random PNGs into a temporary folder (removed afterwards), starts one local Ray cluster of this
 machine's CPUs, and times ``--runs`` interleaved rounds of two arms, each from start to the last line written (model
@@ -15,7 +15,6 @@ Every round checks that the Ray file has exactly the direct loop's captions, pat
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -26,13 +25,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import click
 import numpy as np
 from PIL import Image
 
-__all__ = ["main"]
+from tools import run_program
+
+__all__ = ["direct_arm", "main", "make_images"]
 
 
-def _images(root: Path, count: int, size: int = 32) -> list[str]:
+def make_images(root: Path, count: int, size: int = 32) -> list[str]:
     """``count`` random ``size`` x ``size`` PNGs in folders of 500, in listing order."""
     rng = np.random.default_rng(0)
     paths = []
@@ -44,37 +46,37 @@ def _images(root: Path, count: int, size: int = 32) -> list[str]:
     return paths
 
 
-def _direct(paths: list[str], out: Path, args: argparse.Namespace, cpus: int) -> dict[str, str]:
+def direct_arm(paths: list[str], out: Path, model: str, precision: str, cpus: int) -> dict[str, str]:
+    """The direct arm: one ``Captioner`` on ``cpus`` threads over ``paths``, its JSONL lines into ``out``; the
+    captions by path."""
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.collections.journal import record_line
 
-    with Captioner.load(args.model, precision=args.precision, threads=cpus) as cap:
+    with Captioner.load(model, precision=precision, threads=cpus) as cap:
         captions = cap.batch(paths, batch_size=16)
     out.write_bytes(b"".join(record_line(p, c) for p, c in zip(paths, captions, strict=True)))
     return {p: c for p, c in zip(paths, captions, strict=True) if c is not None}
 
 
-def _ray(root: Path, out: Path, args: argparse.Namespace) -> dict[str, str]:
+def _ray(root: Path, out: Path, model: str, precision: str, workers: int) -> dict[str, str]:
     from edgecap.runtime.collections.ray_job import caption_with_ray
 
     caption_with_ray(
-        [root], out, bundle=Path(args.model), address=None, recursive=True, resume=False, workers=args.workers,
-        runtime="auto", precision=args.precision, threads="auto", beam=None, length_level=None,
+        [root], out, bundle=Path(model), address=None, recursive=True, resume=False, workers=workers,
+        runtime="auto", precision=precision, threads="auto", beam=None, length_level=None,
     )  # fmt: skip
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     return {r["path"]: r["caption"] for r in records if "caption" in r}
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=2000)
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=2, help="Ray actors (default 2)")
-    parser.add_argument("--model", default="acort-xsmall", help="bundle path or exported model name")
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
-
+@click.command(help=__doc__.split("\n")[0])
+@click.option("--images", type=click.IntRange(min=1), default=2000, show_default=True)
+@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option("--workers", type=click.IntRange(min=1), default=2, show_default=True, help="Ray actors.")
+@click.option("--model", default="acort-xsmall", show_default=True, help="Bundle path or exported model name.")
+@click.option("--precision", default="auto", show_default=True)
+@click.option("--json", "json_out", type=click.Path(path_type=Path), help="Also write the results here.")
+def cli(images: int, runs: int, workers: int, model: str, precision: str, json_out: Path | None) -> int:
     import ray
 
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -82,30 +84,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     identical = True
     with tempfile.TemporaryDirectory(prefix="edgecap-ray-bench-") as tmp:
         root = Path(tmp) / "images"
-        paths = _images(root, args.images)
+        paths = make_images(root, images)
         started = time.perf_counter()
         ray.init(num_cpus=cpus, include_dashboard=False, log_to_driver=False)
         ray.data.DataContext.get_current().enable_progress_bars = False
         cluster_s = time.perf_counter() - started
         try:
-            for run in range(args.runs):
+            for run in range(runs):
                 results = {}
                 for arm in ("direct", "ray") if run % 2 == 0 else ("ray", "direct"):  # interleaved, order alternating
                     out = Path(tmp) / f"{arm}-{run}.jsonl"
                     begin = time.perf_counter()
-                    results[arm] = _direct(paths, out, args, cpus) if arm == "direct" else _ray(root, out, args)
-                    rates[arm].append(args.images / (time.perf_counter() - begin))
-                identical = identical and results["direct"] == results["ray"] and len(results["ray"]) == args.images
+                    if arm == "direct":
+                        results[arm] = direct_arm(paths, out, model, precision, cpus)
+                    else:
+                        results[arm] = _ray(root, out, model, precision, workers)
+                    rates[arm].append(images / (time.perf_counter() - begin))
+                identical = identical and results["direct"] == results["ray"] and len(results["ray"]) == images
         finally:
             ray.shutdown()
     summary: dict[str, Any] = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()}, {cpus} CPUs ({platform.processor() or platform.platform()})",
-        "model": args.model,
-        "precision": args.precision,
-        "images": args.images,
-        "runs": args.runs,
-        "workers": args.workers,
+        "model": model,
+        "precision": precision,
+        "images": images,
+        "runs": runs,
+        "workers": workers,
         "ray": ray.__version__,
         "cluster_start_s": round(cluster_s, 1),
         "captions_identical": identical,
@@ -121,10 +126,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     text = json.dumps(summary, indent=2)
     print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
-    return summary
+    if json_out:
+        json_out.write_text(text + "\n")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.ray_collection ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,17 +1,17 @@
 """The GPU check's torch sections: the CUDA tests, CUDA vs CPU parity and precision, the eager vs CUDA-graph
-throughput sweep, and what a step's host copy costs (``edgecap.bench.gpu_check`` runs each in its own process)."""
+throughput sweep, and what a step's host copy costs (``tools.gpu_check`` runs each in its own process)."""
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from edgecap.bench.gpu_setup import (
+from tools.gpu_setup import (
     BEAM,
     PARITY_IMAGES,
     Recorder,
@@ -26,11 +26,11 @@ from edgecap.bench.gpu_setup import (
     torch_and_cuda,
 )
 
-#: The checkout the CUDA tests are run from (an installed package has none: the section says so).
-ROOT = Path(__file__).resolve().parents[2]
+#: The checkout the CUDA tests are run from (the folder above ``tools/``).
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
+def section_tests(args: SimpleNamespace, rec: Recorder) -> None:
     """(a) The CUDA-marked tests."""
     # The CUDA-marked tests, plus the CPU tests of the static step and the torch runtime on this machine's torch; the
     # compiled-step test is left to the compile section (its first compile alone can take tens of seconds).
@@ -54,7 +54,7 @@ def section_tests(args: argparse.Namespace, rec: Recorder) -> None:
     rec.add({"summary": tail[-1] if tail else "", "tail": tail})
 
 
-def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
+def section_parity(args: SimpleNamespace, rec: Recorder) -> None:
     """(b) CUDA FP32 == CPU on 30 images; FP16/BF16 agreement and CIDEr-D against FP32 on the test split."""
     torch_and_cuda(args)
     from edgecap.runtime.decoding import decode
@@ -113,7 +113,7 @@ def section_parity(args: argparse.Namespace, rec: Recorder) -> None:
             rec.add({"pipeline": "Captioner.from_run images, cuda vs cpu", "error": f"{type(exc).__name__}: {exc}"})
 
 
-def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
+def section_sweep(args: SimpleNamespace, rec: Recorder) -> None:
     """(c) torch CUDA eager vs CUDA graph, batch 1..256, beam 3, FP32/FP16: captions/s and per-step ms."""
     torch = torch_and_cuda(args)
     model, vocab, cfg, note = load_model(args.run)
@@ -149,7 +149,7 @@ def section_sweep(args: argparse.Namespace, rec: Recorder) -> None:
             torch.cuda.empty_cache()
 
 
-def section_transfer(args: argparse.Namespace, rec: Recorder) -> None:
+def section_transfer(args: SimpleNamespace, rec: Recorder) -> None:
     """(c2) What a step's host copy costs: the full (R, V) float32 log-probs vs a device top-2K pre-selection."""
     torch = torch_and_cuda(args)
     if args.device == "cpu":

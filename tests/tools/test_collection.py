@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image
 
-from edgecap.bench.collection import _check_once, generate_images
+from tools.collection import check_once, generate_images
 
 
 def test_the_images_are_small_pngs_in_folders_of_a_thousand(tmp_path: Path) -> None:
@@ -21,4 +21,4 @@ def test_the_exactly_once_count_sees_a_duplicate_and_a_missing_image(tmp_path: P
     out = tmp_path / "out.jsonl"
     records = [{"path": "a", "caption": "x"}, {"path": "b", "error": "bad"}, {"path": "a", "caption": "x"}]
     out.write_text("".join(json.dumps(r) + "\n" for r in records))
-    assert _check_once(out, 3) == {"lines": 3, "distinct_paths": 2, "expected": 3, "errors": 1}
+    assert check_once(out, 3) == {"lines": 3, "distinct_paths": 2, "expected": 3, "errors": 1}

@@ -1,9 +1,9 @@
 """How far a bundle's pooled embeddings move for what a static camera sees and for real changes: the numbers the
 on-change threshold (``--on-change``, ``ChangeGate``) is chosen from (``docs/streams.md``, "Sampling and on-change"):
 
-    python -m edgecap.bench.stream_threshold --model acort-xsmall --precision int8
+    python -m tools.stream_threshold --model acort-xsmall --precision int8
 
-The scenes are the built-in synthetic dataset's (:mod:`edgecap.bench.stream_clips`), 640×480. For each scene, the
+The scenes are the built-in synthetic dataset's (:mod:`tools.stream_clips`), 640×480. For each scene, the
 cosine distance between the pooled embedding (:func:`~edgecap.runtime.stream.sampling.pooled_embedding`) of the
 clean scene and of:
 
@@ -21,18 +21,20 @@ The first rows are what a threshold must stay above, the last what it should cat
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 
-from edgecap.bench.stream_clips import Clip, render_scenes, write_clip
+from tools import run_program
+from tools.stream_clips import Clip, render_scenes, write_clip
 
 __all__ = ["distances", "main"]
 
@@ -48,20 +50,6 @@ CONDITIONS = (
     ("half replaced", True),
     ("other scene", True),
 )
-
-
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m edgecap.bench.stream_threshold", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--model", action="append", help="bundle directory or name, repeatable (default acort-xsmall)")
-    parser.add_argument("--precision", default="auto")
-    parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--scenes", type=int, default=6, help="synthetic scenes (default 6)")
-    parser.add_argument("--size", type=int, default=480, help="scene height, >= 224; frames are 4:3 (default 480)")
-    parser.add_argument("--threshold", type=float, default=None, help="the threshold judged (default ChangeGate's)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    return parser.parse_args(argv)
 
 
 def distances(embed: Callable[[list[np.ndarray]], np.ndarray], scenes: list[np.ndarray], clip_path: Path | None,
@@ -142,11 +130,21 @@ def markdown(model: str, rows: dict[str, dict[str, float]], threshold: float) ->
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", multiple=True, help="Bundle directory or name, repeatable [default: acort-xsmall].")
+@click.option("--precision", default="auto", show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--scenes", type=click.IntRange(min=2), default=6, show_default=True, help="Synthetic scenes.")
+@click.option(
+    "--size", type=click.IntRange(min=224), default=480, show_default=True, help="Scene height; frames are 4:3."
+)
+@click.option("--threshold", type=float, default=None, help="The threshold judged [default: ChangeGate's].")
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the results here.")
+def cli(**options: Any) -> int:
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.stream.sampling import DEFAULT_CHANGE_THRESHOLD, pooled_embedding
 
-    args = _args(argv)
+    args = SimpleNamespace(**options)
     threshold = DEFAULT_CHANGE_THRESHOLD if args.threshold is None else args.threshold
     scenes = render_scenes(args.scenes, seed=1, height=args.size)
     width = args.size * 4 // 3
@@ -165,8 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                 rows = summarise(distances(embed, canvases, clip_path), threshold)
                 results["models"][model] = {"runtime": cap.runtime_info.get("summary"), "distances": rows}
             print(markdown(model, rows, threshold) + "\n", flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
@@ -174,6 +172,11 @@ def _canvas(scene: np.ndarray, width: int) -> np.ndarray:
     """A scene as the clip shows it: centred on a 4:3 frame, its edges extended sideways."""
     pad = width - scene.shape[1]
     return np.pad(scene, ((0, 0), (pad // 2, pad - pad // 2), (0, 0)), mode="edge")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.stream_threshold ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":

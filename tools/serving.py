@@ -2,7 +2,7 @@
 
 Run it from a ``[cpu,serve]`` environment (``docs/serving-benchmarks.md``)::
 
-    python -m edgecap.bench.serving --bundle ~/.edgecap/bundles/acort-xsmall --precision int8 --out serving.json
+    python -m tools.serving --bundle ~/.edgecap/bundles/acort-xsmall --precision int8 --out serving.json
 
 It starts ``edgecap serve`` on loopback itself and measures, on synthetic images made on the fly (JPEG bytes, or
 their pixels with ``--payload pixels``):
@@ -23,7 +23,6 @@ benchmarks keep the machine busy, and records the load it saw. No torch: this is
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import calendar
 import io
@@ -36,13 +35,17 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import psutil
 from PIL import Image
 
-from edgecap.bench.serving_load import (
+from tools import run_program
+from tools.files import write_json
+from tools.serving_load import (
     Request,
     closed_loop,
     mixed_load,
@@ -51,14 +54,13 @@ from edgecap.bench.serving_load import (
     spread,
     tally,
 )
-from edgecap.bench.serving_process import (
+from tools.serving_process import (
     ServeProcess,
     diff,
     formed_batch,
     machine,
     own_pids,
     wait_for_quiet,
-    write_json,
 )
 
 #: The targets: served/offline throughput, added p50 at concurrency 1, p99/p50 at half load.
@@ -67,68 +69,108 @@ MAX_OVERHEAD_MS = 2.0
 MAX_P99_OVER_P50 = 2.0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m edgecap.bench.serving", description=__doc__.split("\n\n")[0])
-    p.add_argument("--bundle", required=True, help="bundle directory or exported model name")
-    p.add_argument("--runtime", default="onnxruntime")
-    p.add_argument("--precision", default="int8")
-    p.add_argument("--threads", default="auto", help="per server instance and for the direct captioner")
-    p.add_argument("--instances", type=int, default=1)
-    p.add_argument("--max-batch", type=int, default=64)
-    p.add_argument("--max-queue-delay-us", type=int, default=0)
-    p.add_argument("--max-queue-size", type=int, default=256)
-    p.add_argument("--runs", type=int, default=5, help="interleaved runs of items 1-4")
-    p.add_argument("--clients", type=int, default=16, help="closed-loop clients (items 1-2)")
-    p.add_argument("--phase-s", type=float, default=8.0, help="seconds of each throughput measurement")
-    p.add_argument("--latency-calls", type=int, default=30, help="calls per run and path at concurrency 1")
-    p.add_argument("--open-loop-s", type=float, default=12.0, help="seconds of Poisson arrivals per run")
-    p.add_argument("--requests", type=int, default=10_000, help="requests of each correctness run (0 = skip)")
-    p.add_argument("--correctness-clients", type=int, default=32)
-    p.add_argument("--bad-fraction", type=float, default=0.05)
-    p.add_argument("--no-sigterm", action="store_true", help="skip the correctness run with SIGTERM halfway")
-    p.add_argument("--payload", choices=("jpeg", "pixels"), default="jpeg")
-    p.add_argument("--images", type=int, default=48, help="distinct synthetic images")
-    p.add_argument("--image-size", type=int, default=256)
-    p.add_argument("--max-wait-s", type=float, default=300.0, help="longest wait for other benchmarks, per phase")
-    p.add_argument("--wait-until", default=None, help="HH:MM (UTC, today): never wait for others past it")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", type=Path, default=None, help="report JSON (written atomically)")
-    return p
+def _threads(_ctx: click.Context, _param: click.Parameter, value: str) -> int | str:
+    if value in ("auto", "dedicated"):
+        return value
+    if not value.isdigit():
+        raise click.BadParameter(f"auto, dedicated or a count, not {value!r}")
+    return int(value)
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    """The arguments, checked before any work (the output path included)."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    positive = ("instances", "max_batch", "runs", "clients", "latency_calls", "correctness_clients", "images")
-    for name in positive:
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.requests < 0 or not 0 <= args.bad_fraction < 1 or args.phase_s <= 0 or args.open_loop_s <= 0:
-        parser.error("need --requests >= 0, 0 <= --bad-fraction < 1, --phase-s > 0 and --open-loop-s > 0")
-    if args.image_size < 32:
-        parser.error(f"--image-size must be >= 32, got {args.image_size}")
-    if args.threads not in ("auto", "dedicated"):
-        if not args.threads.isdigit():
-            parser.error(f"--threads must be auto, dedicated or a count, got {args.threads!r}")
-        args.threads = int(args.threads)
-    if args.wait_until is not None:
-        try:
-            hour, minute = (int(v) for v in args.wait_until.split(":"))
-            day = time.gmtime()
-            args.wait_until = calendar.timegm((day.tm_year, day.tm_mon, day.tm_mday, hour, minute, 0))
-        except ValueError:
-            parser.error(f"--wait-until must be HH:MM (UTC), got {args.wait_until!r}")
+def _wait_until(_ctx: click.Context, _param: click.Parameter, value: str | None) -> float | None:
+    """HH:MM (UTC, today) as a Unix time."""
+    if value is None:
+        return None
+    try:
+        hour, minute = (int(v) for v in value.split(":"))
+        day = time.gmtime()
+        return calendar.timegm((day.tm_year, day.tm_mon, day.tm_mday, hour, minute, 0))
+    except ValueError:
+        raise click.BadParameter(f"HH:MM (UTC), not {value!r}") from None
+
+
+def _out(_ctx: click.Context, _param: click.Parameter, value: Path | None) -> Path | None:
+    """A report path whose folder exists and is writable, checked before any work."""
+    if value is None:
+        return None
+    if value.is_dir():
+        raise click.BadParameter(f"{value} is a directory")
+    parent = value.resolve().parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise click.BadParameter(f"{parent} is not a writable directory")
+    return value
+
+
+_POSITIVE = click.IntRange(min=1)
+_SECONDS = click.FloatRange(min=0, min_open=True)
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--bundle", required=True, help="Bundle directory or exported model name.")
+@click.option("--runtime", default="onnxruntime", show_default=True)
+@click.option("--precision", default="int8", show_default=True)
+@click.option(
+    "--threads",
+    default="auto",
+    show_default=True,
+    callback=_threads,
+    help="Per server instance and for the direct captioner.",
+)
+@click.option("--instances", type=_POSITIVE, default=1, show_default=True)
+@click.option("--max-batch", type=_POSITIVE, default=64, show_default=True)
+@click.option("--max-queue-delay-us", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--max-queue-size", type=_POSITIVE, default=256, show_default=True)
+@click.option("--runs", type=_POSITIVE, default=5, show_default=True, help="Interleaved runs of items 1-4.")
+@click.option("--clients", type=_POSITIVE, default=16, show_default=True, help="Closed-loop clients (items 1-2).")
+@click.option(
+    "--phase-s", type=_SECONDS, default=8.0, show_default=True, help="Seconds of each throughput measurement."
+)
+@click.option(
+    "--latency-calls", type=_POSITIVE, default=30, show_default=True, help="Calls per run and path at concurrency 1."
+)
+@click.option(
+    "--open-loop-s", type=_SECONDS, default=12.0, show_default=True, help="Seconds of Poisson arrivals per run."
+)
+@click.option(
+    "--requests",
+    type=click.IntRange(min=0),
+    default=10_000,
+    show_default=True,
+    help="Requests of each correctness run (0 = skip).",
+)
+@click.option("--correctness-clients", type=_POSITIVE, default=32, show_default=True)
+@click.option("--bad-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.05, show_default=True)
+@click.option("--no-sigterm", is_flag=True, help="Skip the correctness run with SIGTERM halfway.")
+@click.option("--payload", type=click.Choice(["jpeg", "pixels"]), default="jpeg", show_default=True)
+@click.option("--images", type=_POSITIVE, default=48, show_default=True, help="Distinct synthetic images.")
+@click.option("--image-size", type=click.IntRange(min=32), default=256, show_default=True)
+@click.option(
+    "--max-wait-s", type=float, default=300.0, show_default=True, help="Longest wait for other benchmarks, per phase."
+)
+@click.option(
+    "--wait-until", default=None, callback=_wait_until, help="HH:MM (UTC, today): never wait for others past it."
+)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option(
+    "--out", type=click.Path(path_type=Path), default=None, callback=_out, help="Report JSON (written atomically)."
+)
+def cli(**options: Any) -> int:
+    args = SimpleNamespace(**options)
+    report = run(args)
     if args.out is not None:
-        if args.out.is_dir():
-            parser.error(f"--out {args.out} is a directory")
-        parent = args.out.resolve().parent
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            parser.error(f"--out: {parent} is not a writable directory")
-    return args
+        write_json(args.out, report, indent=1, default=str)
+    print(json.dumps({k: report.get(k) for k in ("summary", "correctness", "sigterm")}, indent=1, default=str))
+    return 0
 
 
-def server_flags(args: argparse.Namespace) -> list[str]:
+def parse_args(argv: Sequence[str]) -> SimpleNamespace:
+    """The arguments as the command sees them, checked before any work (the output path included); a bad one raises
+    :class:`click.UsageError`."""
+    with cli.make_context("python -m tools.serving", list(argv)) as ctx:
+        return SimpleNamespace(**ctx.params)
+
+
+def server_flags(args: SimpleNamespace) -> list[str]:
     return [
         "--runtime", args.runtime, "--precision", args.precision, "--threads", str(args.threads),
         "--instances", str(args.instances), "--max-batch", str(args.max_batch),
@@ -308,7 +350,7 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
+def run(args: SimpleNamespace) -> dict[str, Any]:
     from edgecap.runtime.bundle.layout import find_bundle
     from edgecap.runtime.captioner import Captioner
     from edgecap.runtime.serving.repository import model_name_for
@@ -322,12 +364,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         quiet.append(wait_for_quiet(phase, own_pids(), deadline))
         print(f"[{time.strftime('%H:%M:%S')}] {phase}: load {quiet[-1]['loadavg_1m']}", file=sys.stderr, flush=True)
 
-    report: dict[str, Any] = {"command": [sys.executable, "-m", "edgecap.bench.serving", *sys.argv[1:]]}
+    report: dict[str, Any] = {"command": [sys.executable, "-m", "tools.serving", *sys.argv[1:]]}
     report["quiet"] = quiet
 
     def save() -> None:  # after every phase: a crash or a kill keeps what was measured
         if args.out is not None:
-            write_json(args.out, report)
+            write_json(args.out, report, indent=1, default=str)
 
     report.update(machine=machine(), settings={**vars(args), "out": str(args.out), "bundle": str(bundle)})
     payloads = synthetic_images(args.images, args.image_size, args.seed, args.payload)
@@ -379,12 +421,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    report = run(args)
-    if args.out is not None:
-        write_json(args.out, report)
-    print(json.dumps({k: report.get(k) for k in ("summary", "correctness", "sigterm")}, indent=1, default=str))
-    return 0
+    """``python -m tools.serving ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":

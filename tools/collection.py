@@ -1,6 +1,6 @@
 """Benchmark of ``edgecap caption DIR --out X.jsonl`` on a synthetic collection (``docs/collections.md``).
 
-    python -m edgecap.bench.collection --images 100000 --ratio-images 4000 --runs 5 --model acort-xsmall
+    python -m tools.collection --images 100000 --ratio-images 4000 --runs 5 --model acort-xsmall
 
 It generates small random PNGs into a temporary folder (removed afterwards) and runs the real command in
 subprocesses, measuring:
@@ -16,7 +16,6 @@ subprocesses, measuring:
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -29,13 +28,17 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import click
 import numpy as np
 import psutil
 from PIL import Image
 
-__all__ = ["generate_images", "main"]
+from tools import run_program
+
+__all__ = ["check_once", "generate_images", "main"]
 
 _PER_FOLDER = 1000
 
@@ -50,7 +53,7 @@ def generate_images(root: Path, count: int, seed: int = 0, size: int = 32) -> No
         Image.fromarray(rng.integers(0, 256, (size, size, 3), dtype=np.uint8)).save(folder / f"{i:07d}.png")
 
 
-def _command(sources: list[Path], out: Path, args: argparse.Namespace, *extra: str) -> list[str]:
+def _command(sources: list[Path], out: Path, args: SimpleNamespace, *extra: str) -> list[str]:
     words = [sys.executable, "-m", "edgecap", "caption", *map(str, sources), "--recursive", "--out", str(out)]
     return [*words, "--model", args.model, "--precision", args.precision, *extra]
 
@@ -100,7 +103,8 @@ def _count_lines(path: Path) -> int:
         return sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
 
 
-def _check_once(out: Path, expected: int) -> dict[str, int]:
+def check_once(out: Path, expected: int) -> dict[str, int]:
+    """Lines, distinct paths and errors of a JSONL output that should hold each of ``expected`` images once."""
     paths: set[str] = set()
     lines = errors = 0
     with open(out, encoding="utf-8") as f:
@@ -112,7 +116,7 @@ def _check_once(out: Path, expected: int) -> dict[str, int]:
     return {"lines": lines, "distinct_paths": len(paths), "expected": expected, "errors": errors}
 
 
-def _throughput(root: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def _throughput(root: Path, args: SimpleNamespace, work: Path) -> dict[str, Any]:
     half = args.ratio_images // 2
     a, b = root / "a", root / "b"
     generate_images(a, half, seed=1)
@@ -134,14 +138,12 @@ def _throughput(root: Path, args: argparse.Namespace, work: Path) -> dict[str, A
     out: dict[str, Any] = {"images_per_run": 2 * half, **{f"{k}_images_s": v for k, v in rates.items()}}
     for baseline in ("separate", "separate_pinned"):
         ratios = [p / s for p, s in zip(rates["pooled"], rates[baseline], strict=True)]
-        out[f"ratio_vs_{baseline}"] = {
-            "median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)
-        }  # fmt: skip
+        out[f"ratio_vs_{baseline}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
     out["load_average"] = os.getloadavg()
     return out
 
 
-def _large(root: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def _large(root: Path, args: SimpleNamespace, work: Path) -> dict[str, Any]:
     """Peak RSS at a tenth of ``--images`` and at ``--images``; the large run is killed at half and resumed."""
     results: dict[str, Any] = {}
     small, large = root / "small", root / "large"
@@ -160,27 +162,59 @@ def _large(root: Path, args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "seconds": first + second,
         "images_s": args.images / (first + second),
     }
-    results["kill_resume"] = {"killed": killed, "lines_at_kill": at_kill, **_check_once(out, args.images)}
+    results["kill_resume"] = {"killed": killed, "lines_at_kill": at_kill, **check_once(out, args.images)}
     return results
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edgecap.bench.collection", description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=100_000, help="the large collection (RSS, kill + resume)")
-    parser.add_argument("--ratio-images", type=int, default=4000, help="images per throughput run")
-    parser.add_argument("--runs", type=int, default=5, help="interleaved throughput pairs")
-    parser.add_argument("--model", default="acort-xsmall", help="a pixels-in bundle or its name")
-    parser.add_argument("--precision", default="int8")
-    parser.add_argument("--workdir", type=Path, default=None, help="where the temporary images go (default: /tmp)")
-    parser.add_argument("--parts", default="throughput,large", help="what to measure: throughput, large (RSS, kill)")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    args = parser.parse_args(argv)
+def _bundle(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
     from edgecap.runtime.bundle.layout import find_bundle
 
-    if find_bundle(args.model) is None:
-        parser.error(f"no bundle {args.model!r}: `edgecap quickstart` exports acort-xsmall, or pass --model BUNDLE")
+    if find_bundle(value) is None:
+        raise click.BadParameter(f"no bundle {value!r}: `edgecap quickstart` exports acort-xsmall, or pass a bundle")
+    return value
+
+
+def _parts(_ctx: click.Context, _param: click.Parameter, value: str) -> set[str]:
+    parts = set(value.split(","))
+    if not parts <= {"throughput", "large"}:
+        raise click.BadParameter(f"{value!r}: a comma-separated list of throughput, large")
+    return parts
+
+
+@click.command(help=__doc__.split("\n")[0])
+@click.option(
+    "--images",
+    type=click.IntRange(min=10),
+    default=100_000,
+    show_default=True,
+    help="The large collection (RSS, kill + resume).",
+)
+@click.option(
+    "--ratio-images", type=click.IntRange(min=2), default=4000, show_default=True, help="Images per throughput run."
+)
+@click.option("--runs", type=click.IntRange(min=1), default=5, show_default=True, help="Interleaved throughput pairs.")
+@click.option(
+    "--model", default="acort-xsmall", show_default=True, callback=_bundle, help="A pixels-in bundle or its name."
+)
+@click.option("--precision", default="int8", show_default=True)
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the temporary images go [default: /tmp].",
+)
+@click.option(
+    "--parts",
+    default="throughput,large",
+    show_default=True,
+    callback=_parts,
+    help="What to measure: throughput, large (RSS, kill).",
+)
+@click.option("--json", "json_out", type=click.Path(path_type=Path), default=None, help="Also write the results here.")
+def cli(**options: Any) -> int:
+    args = SimpleNamespace(**options)
     results: dict[str, Any] = {
-        "command": " ".join(["python -m edgecap.bench.collection", *(argv if argv is not None else sys.argv[1:])]),
+        "command": " ".join(["python -m tools.collection", *sys.argv[1:]]),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
         f"{psutil.virtual_memory().total / 2**30:.0f} GiB, Python {platform.python_version()}",
@@ -188,18 +222,22 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="edgecap-collection-bench-", dir=args.workdir) as tmp:
         root, work = Path(tmp) / "images", Path(tmp) / "out"
         work.mkdir()
-        parts = set(args.parts.split(","))
-        if "throughput" in parts:
+        if "throughput" in args.parts:
             results["throughput"] = _throughput(root / "ratio", args, work)
             print(json.dumps(results["throughput"]), file=sys.stderr)
-        if "large" in parts:
+        if "large" in args.parts:
             results |= _large(root, args, work)
 
     text = json.dumps(results, indent=2)
     print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
+    if args.json_out is not None:
+        args.json_out.write_text(text + "\n")
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tools.collection ARGV``: the exit status."""
+    return run_program(cli, argv)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Synthetic video for the stream benchmark (:mod:`edgecap.bench.stream`): the built-in dataset's scenes as camera
+"""Synthetic video for the stream benchmark (:mod:`tools.stream`): the built-in dataset's scenes as camera
 footage, written with PyAV, and a live source that plays them at a frame rate.
 
 A scene is one image of the synthetic dataset (:mod:`edgecap.workshop.data.synthetic`: what the bundled models were

@@ -1,4 +1,4 @@
-"""The stream benchmark (edgecap.bench.stream) end to end on a tiny bundle and short clips, and its pieces: the clip
+"""The stream benchmark (tools.stream) end to end on a tiny bundle and short clips, and its pieces: the clip
 layout, the synthetic clip written and read back, the change-to-caption lags."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from edgecap.bench.stream import change_lags, main
-from edgecap.bench.stream_clips import Clip, LiveClip, clip_frames, render_scenes, write_clip
 from tests.runtime.bundle.helpers import pixel_bundle
+from tools.stream import change_lags, main
+from tools.stream_clips import Clip, LiveClip, clip_frames, render_scenes, write_clip
 
 
 def test_a_clip_shows_each_scene_from_its_change() -> None:

@@ -1,4 +1,4 @@
-"""The on-change calibration benchmark (edgecap.bench.stream_threshold) on the tiny pixels-in bundle: every condition
+"""The on-change calibration benchmark (tools.stream_threshold) on the tiny pixels-in bundle: every condition
 measured, the table printed, the JSON written."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgecap.bench.stream_threshold import CONDITIONS, distances, main, summarise
 from tests.runtime.bundle.helpers import pixel_bundle
+from tools.stream_threshold import CONDITIONS, distances, main, summarise
 
 
 def test_the_calibration_measures_every_condition(

@@ -1,7 +1,7 @@
 """Random-init models at the papers' settings, exported for the thread studies (``research/onnxruntime_threads.py``,
 ``research/thread_crossover.py``): the forced decode of each model, its graphs and inputs written for worker
 processes, and how a study prints and saves its table. torch and the workshop half (``[train]``) are imported inside
-the functions, so ``edgecap.bench`` stays importable on a runtime-only install."""
+the functions, so importing it stays cheap."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.runtime._io import atomic_write_json, atomic_write_text
+from tools.files import write_json, write_text
 
 __all__ = ["PAPER_CASES", "PAPER_WORDS", "decode_cfg", "run_and_report", "write_case"]
 
@@ -84,6 +84,6 @@ def run_and_report(
     table = render(result)
     print(table)
     if args.out is not None:
-        atomic_write_json(args.out / f"{stem}.json", result)
-        atomic_write_text(args.out / f"{stem}.md", table)
+        write_json(args.out / f"{stem}.json", result)
+        write_text(args.out / f"{stem}.md", table)
     return 0
