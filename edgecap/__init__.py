@@ -1,17 +1,13 @@
 """edgecap: train, export and run compact image captioners on edge devices.
 
 Heavy submodules (torch models, onnxruntime, TensorRT) are imported lazily so that
-``import edgecap`` stays cheap and works without optional backends. Module paths from before the split into
-``edgecap.runtime`` and ``edgecap.workshop`` still import, with a ``FutureWarning`` (:mod:`edgecap.runtime._moved`).
+``import edgecap`` stays cheap and works without optional backends.
 """
 
 from __future__ import annotations
 
 from edgecap._version import __version__
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
-from edgecap.runtime._moved import install as _install_moved_module_finder
-
-_install_moved_module_finder()
 
 _LAZY: dict[str, str] = {
     "create_model": "edgecap.workshop.models",

@@ -5,7 +5,7 @@ model (beam size 4). ``edgecap eval RUN --length-level all`` reports the former;
 
 Usage::
 
-    python research/beam_diversity.py RUN --data DATASET --features FEATURES --split test --out FILE.json
+    python -m research.beam_diversity RUN --data DATASET --features FEATURES --split test --out FILE.json
 """
 
 from __future__ import annotations
@@ -17,12 +17,12 @@ from typing import Any
 import click
 import torch
 
-from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.captioning import decode_cfg_for
 from edgecap.runtime.decoding import decode
 from edgecap.workshop.evaluation.length import diversity
 from edgecap.workshop.runs import load_run
 from edgecap.workshop.torch_runtime.captioning import decoder_for
+from tools.files import write_json
 
 
 @click.command(help=__doc__.splitlines()[0])
@@ -53,7 +53,7 @@ def main(**options: Any) -> None:
             sets[bank.image_ids[row]] = [" ".join(trained.vocab.decode(h.tokens)) for h in beams]
     result = {"run": str(trained.path), "split": args.split, "beam": args.beam, "images": len(sets), **diversity(sets)}
     print(result)
-    atomic_write_json(args.out, result)
+    write_json(args.out, result)
 
 
 if __name__ == "__main__":

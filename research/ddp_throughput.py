@@ -17,7 +17,7 @@ depend on their values), built once under ``OUT/work``. Writes ``OUT/ddp_through
 ``OUT/ddp_throughput.md``. Usage (repository root)::
 
     PYTHONPATH=$PWD python3 research/ddp_throughput.py --device cuda --procs 1 --procs 2 --out OUT
-    python research/ddp_throughput.py --smoke --out /tmp/ddp-smoke      # tiny CPU run
+    python -m research.ddp_throughput --smoke --out /tmp/ddp-smoke      # tiny CPU run
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from edgecap.bench.stages import Results, child_env, md_table, read_jsonl, run_stage
+from tools.stages import Results, child_env, md_table, read_jsonl, run_stage
 
 GRID, FEATURE_DIM, IMAGE_SIDE = 7, 1280, 256
 ONE_GPU_NOTE = (
@@ -194,7 +194,7 @@ def _scaling(rows: list[dict[str, Any]]) -> None:
 
 
 def _finish(out: Path, results: Results) -> int:
-    from edgecap.runtime._io import atomic_write_text
+    from tools.files import write_text
 
     results.set(total_s=round(time.monotonic() - results.started, 1))
     meta = results.data["meta"]
@@ -208,7 +208,7 @@ def _finish(out: Path, results: Results) -> int:
             "measured_steps", "wall_s", "status", "skipped"]  # fmt: skip
     text += "\n" + md_table(results.data["rows"], keys)
     text += f"\n_total {meta['total_s']} s_\n"
-    atomic_write_text(out / "ddp_throughput.md", text)
+    write_text(out / "ddp_throughput.md", text)
     print(text, flush=True)
     results.flush()
     ok = all(r.get("status") == "ok" for r in results.data["rows"] if "skipped" not in r)

@@ -23,9 +23,9 @@ saves; ONNX Runtime shows it.
 
 Usage::
 
-    python research/decode_cache.py --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
-    python research/decode_cache.py --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
-    python research/decode_cache.py --model expansionnet-v2 --runtime torch --runtime onnxruntime \\
+    python -m research.decode_cache --model acort-xsmall --model ort-xsmall --beam 3 --steps 25 --batch 1 --batch 8
+    python -m research.decode_cache --run ~/.edgecap/runs/acort-xsmall --json decode_cache.json
+    python -m research.decode_cache --model expansionnet-v2 --runtime torch --runtime onnxruntime \\
         --steps 20 --threads 1
 """
 
@@ -48,11 +48,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from edgecap.bench.random_models import Setup, random_setup, torch_environment
 from edgecap.runtime.backends.registry import canonical_runtime
 from edgecap.runtime.decoding import DecodeCfg, Hypothesis, State, decode
 from edgecap.workshop.torch_runtime.prefix import PrefixRerunModel, PrefixRerunStepModel
 from edgecap.workshop.torch_runtime.runtime import TorchStepModel
+from tools.random_models import Setup, random_setup, torch_environment
 
 MODES = ("cached", "prefix")
 RUNTIMES = ("torch", "onnxruntime")
@@ -320,9 +320,9 @@ def execute(args: SimpleNamespace) -> int:
         f"({env['cpu_count']} logical), load average before {env['loadavg']}, after {env['loadavg_after']}"
     )
     if args.json:
-        from edgecap.runtime._io import atomic_write_json
+        from tools.files import write_json
 
-        atomic_write_json(args.json, {"command": command, "environment": env, "results": results})
+        write_json(args.json, {"command": command, "environment": env, "results": results})
         print(f"wrote {args.json}", file=sys.stderr)
     return 0
 

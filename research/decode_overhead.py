@@ -25,10 +25,10 @@ search, to compare implementations in one process; their results must agree toke
 
 Usage::
 
-    python research/decode_overhead.py --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
-    python research/decode_overhead.py --backend trivial --profile cprofile
+    python -m research.decode_overhead --batch 1 --batch 8 --beam 3 --steps 20 --backend trivial --backend onnxruntime
+    python -m research.decode_overhead --backend trivial --profile cprofile
     # host search ms/step before/after the vectorised beam search, at a large batch, EOS from step 10-20 on:
-    PYTHONPATH=. python research/decode_overhead.py --backend trivial --eos late --steps 26 --batch 1024 \
+    python -m research.decode_overhead --backend trivial --eos late --steps 26 --batch 1024 \
         --repeats 5 --impl decode_overhead:per_image_beam_search --impl edgecap.runtime.decoding
 """
 
@@ -53,10 +53,10 @@ import torch
 from torch import Tensor
 
 from edgecap.bench.harness import TimedStepModel
-from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.backends.registry import canonical_runtime
 from edgecap.runtime.decoding import DecodeCfg, RadixSpec, State
 from edgecap.workshop.models import EDGE_WORD_VOCAB_SIZE, create_model, edge_settings, get_model_cfg
+from tools.files import write_json
 
 BACKENDS = ("trivial", "torch", "onnxruntime", "prefix")
 #: --eos mode -> the trivial backend's EOS schedule (PrecomputedStepModel ``eos``).
@@ -449,7 +449,7 @@ def main(**options: Any) -> None:
         for line in ratios(rows):
             print(line)
         if args.json is not None:
-            atomic_write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
+            write_json(args.json, {"args": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Compares the edge configs of the families (by default ``image-transformer-xsmall`` with and without its spatial
 relations, the paper's "w/o spatial relations" ablation, next to ``acort-xsmall`` and ``expansionnet-v2-xsmall``),
 each trained for the same wall-clock seconds (``--seconds``, at most ``--epochs`` epochs) with the quickstart's
-recipe on the same features. Stages, each in its own process with its own time limit (``edgecap.bench.stages``):
+recipe on the same features. Stages, each in its own process with its own time limit (``tools.stages``):
 
 1. ``data``: the quickstart's synthetic dataset (``edgecap data synth --seed 0``), unless ``--work`` has it;
 2. ``features``: EfficientNet-Lite0 grid features on ``--device``;
@@ -13,7 +13,7 @@ recipe on the same features. Stages, each in its own process with its own time l
 ``OUT/family_compare.json`` is rewritten after every stage, ``OUT/family_compare.md`` holds the table. Usage::
 
     PYTHONPATH=$PWD python3 research/family_compare.py --device cuda --seconds 20 --out OUT
-    python research/family_compare.py --smoke --out /tmp/family-smoke    # tiny CPU run of the whole pipeline
+    python -m research.family_compare --smoke --out /tmp/family-smoke    # tiny CPU run of the whole pipeline
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import click
 
-from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, run_stage
+from tools.stages import Results, child_env, ensure_backbone_weights, md_table, run_stage
 
 EDGECAP = [sys.executable, "-m", "edgecap"]
 CIDER_NOTE = (
@@ -118,7 +118,7 @@ def execute(args: SimpleNamespace) -> int:
             run_dirs[name] = run_dir
 
     scores_file = out / "eval_scores.json"
-    eval_cmd = [sys.executable, str(Path(__file__).resolve().parent / "scst_compare.py"), "--eval-out", scores_file,
+    eval_cmd = [sys.executable, "-m", "research.scst_compare", "--eval-out", scores_file,
                 "--device", args.device, "--beam", args.beam, "--threads", args.threads]  # fmt: skip
     eval_cmd += [x for run_dir in run_dirs.values() for x in ("--eval-runs", run_dir)]
     if run_dirs:
@@ -156,7 +156,7 @@ def main(**options: Any) -> None:
 
 
 def _finish(out: Path, results: Results) -> int:
-    from edgecap.runtime._io import atomic_write_text
+    from tools.files import write_text
 
     meta = results.data["meta"]
     results.set(total_s=round(time.monotonic() - results.started, 1))
@@ -166,7 +166,7 @@ def _finish(out: Path, results: Results) -> int:
     text += md_table(results.data["rows"], ["run", "train_s", "steps", "epochs", "best_val_cider_d", "test_cider_d"])
     text += "\n" + md_table(results.data["stages"], ["stage", "status", "wall_s"])
     text += f"\n_total {meta['total_s']} s_\n"
-    atomic_write_text(out / "family_compare.md", text)
+    write_text(out / "family_compare.md", text)
     print(text, flush=True)
     ok = all(r.get("test_cider_d") is not None for r in results.data["rows"]) and results.data["rows"]
     return 0 if ok else 1

@@ -9,8 +9,8 @@ runs the same number of steps. One intra-op thread, spinning as ONNX Runtime's d
 
 Usage::
 
-    python research/int8_schemes.py --model acort-xsmall --steps 26 --repeats 7
-    python research/int8_schemes.py --model expansionnet-v2 --steps 19 --repeats 5 --json en2.json
+    python -m research.int8_schemes --model acort-xsmall --steps 26 --repeats 7
+    python -m research.int8_schemes --model expansionnet-v2 --steps 19 --repeats 5 --json en2.json
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any
 import click
 import torch
 
-from edgecap.bench.random_models import random_setup
-from edgecap.runtime._io import atomic_write_json
 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.decoding import decode
 from edgecap.workshop.export import export_onnx
 from edgecap.workshop.export.calibration import get_preset, quantize_graph, quantize_int8
+from tools.files import write_json
+from tools.random_models import random_setup
 
 #: label -> (scheme, RolePolicy options) of the step graph; "static" is calibrated on the batch-16 decode.
 VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -118,7 +118,7 @@ def execute(args: SimpleNamespace) -> int:
             f"{b16['median_s'] * 1e3:.1f} | {b16['x_fp32']:.2f} | {row['ops']} |"
         )
     if args.json is not None:
-        atomic_write_json(args.json, out)
+        write_json(args.json, out)
     return 0
 
 

@@ -22,8 +22,8 @@ measurement; they inherit this process's CPU affinity).
 Run it unpinned on a quiet machine for the docs' numbers (``docs/cpu.md``); the defaults finish in about six minutes
 on a 2-core x86 CPU. Usage::
 
-    python research/onnxruntime_threads.py --out /tmp/onnxruntime-threads
-    python research/onnxruntime_threads.py --model acort-xsmall --batch 1 --repeats 9 --load busy
+    python -m research.onnxruntime_threads --out /tmp/onnxruntime-threads
+    python -m research.onnxruntime_threads --model acort-xsmall --batch 1 --repeats 9 --load busy
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from typing import Any
 import click
 import numpy as np
 
-from edgecap.bench.paper_cases import PAPER_CASES, run_and_report, write_case
 from edgecap.runtime.backends.onnxruntime.step import create_onnxruntime_step_model
 from edgecap.runtime.backends.threads import ThreadPlan, plan_threads, usable_cores
+from tools.paper_cases import PAPER_CASES, run_and_report, write_case
 
 LOADS = ("quiet", "busy")
 
@@ -104,7 +104,14 @@ class Worker:
     time from another setting's decode in the same process. Decodes on request, reports wall and CPU seconds."""
 
     def __init__(self, case: Path, plan: ThreadPlan) -> None:
-        command = [sys.executable, str(Path(__file__).resolve()), "--worker", str(case), json.dumps(plan.as_dict())]
+        command = [
+            sys.executable,
+            "-m",
+            "research.onnxruntime_threads",
+            "--worker",
+            str(case),
+            json.dumps(plan.as_dict()),
+        ]
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self._read()  # "ready": sessions created
 

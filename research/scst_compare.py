@@ -16,7 +16,7 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 ``OUT/logs/``. Usage (repository root)::
 
     PYTHONPATH=$PWD python3 research/scst_compare.py --model expansionnet-v2-xsmall --device cuda --out OUT
-    python research/scst_compare.py --smoke --out /tmp/scst-smoke     # tiny CPU run of the whole pipeline
+    python -m research.scst_compare --smoke --out /tmp/scst-smoke     # tiny CPU run of the whole pipeline
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import click
 
-from edgecap.bench.stages import Results, child_env, ensure_backbone_weights, md_table, read_jsonl, run_stage
+from tools.stages import Results, child_env, ensure_backbone_weights, md_table, read_jsonl, run_stage
 
 EDGECAP = [sys.executable, "-m", "edgecap"]
 #: (stage, seconds): each stage's own limit; a stage also never takes time the later ones need (``MIN_STAGE``).
@@ -117,10 +117,10 @@ def evaluate(runs: list[Path], device: str, beam: int, out: Path, threads: int) 
     """The eval stage (its own process): each run on the test split, written to ``out`` after each."""
     import torch
 
-    from edgecap.runtime._io import atomic_write_json
     from edgecap.workshop.evaluation.cider import cider_d
     from edgecap.workshop.evaluation.run_eval import load_eval_set
     from edgecap.workshop.torch_runtime.captioning import caption_bank
+    from tools.files import write_json
 
     if threads:
         torch.set_num_threads(threads)
@@ -142,7 +142,7 @@ def evaluate(runs: list[Path], device: str, beam: int, out: Path, threads: int) 
             "example": preds[0],
         }
         print(run.name, scores[run.name], flush=True)
-        atomic_write_json(out, scores)
+        write_json(out, scores)
 
 
 def _limit(results: Results, args: SimpleNamespace, stage: str, later: int) -> float:
@@ -225,7 +225,7 @@ def execute(args: SimpleNamespace) -> int:
 
     scores_file = out / "eval_scores.json"
     runs = [paths[k] for k in ("base", "scst", "ce_more") if (paths[k] / "weights.safetensors").is_file()]
-    eval_cmd = [sys.executable, Path(__file__).resolve(), *(x for run in runs for x in ("--eval-runs", run)),
+    eval_cmd = [sys.executable, "-m", "research.scst_compare", *(x for run in runs for x in ("--eval-runs", run)),
                 "--eval-out", scores_file,
                 "--device", args.device, "--beam", args.beam, "--threads", args.threads]  # fmt: skip
     stage("eval", eval_cmd, later=0, limit=max(0.0, min(LIMITS["eval"], results.left(args.budget))))
@@ -270,7 +270,7 @@ def _pct(value: Any) -> float | None:
 
 
 def _finish(out: Path, results: Results, code: int) -> int:
-    from edgecap.runtime._io import atomic_write_text
+    from tools.files import write_text
 
     meta = results.data["meta"]
     results.set(total_s=round(time.monotonic() - results.started, 1))
@@ -282,7 +282,7 @@ def _finish(out: Path, results: Results, code: int) -> int:
                                             "test_cider_d"])  # fmt: skip
     text += "\n" + md_table(results.data["stages"], ["stage", "status", "wall_s"])
     text += f"\n_total {meta['total_s']} s; train_s = each stage's training seconds (validation included)_\n"
-    atomic_write_text(out / "scst_compare.md", text)
+    write_text(out / "scst_compare.md", text)
     print(text, flush=True)
     return code
 

@@ -4,7 +4,7 @@ in captions/s, with one command.
 Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by side") is re-measured here:
 
 - **models**: the paper settings (``edgecap.workshop.models.paper_settings``: the paper's feature dim and 10,001-word
-  vocabulary) with seeded random weights, a 7x7 grid of features (``edgecap.bench.random_models.random_setup``);
+  vocabulary) with seeded random weights, a 7x7 grid of features (``tools.random_models.random_setup``);
   ``acort-xsmall`` decodes 26 forced radix tokens, ``expansionnet-v2`` 19 forced words (``min_len = steps - 1``,
   ``max_len = steps``: no caption ends early). Each decode is the full path from features to token
   ids, encoder included.
@@ -37,17 +37,17 @@ Every number of the CPU decoding table (``docs/cpu-benchmarks.md``, "Side by sid
   ``/sys/devices/system/cpu/cpu0/cache``) and the limit = bytes / rate (the L3 rate when the weights fit the L3,
   else the DRAM rate). The step graph alone is timed with ONNX Runtime on one thread, at batch 1, on the inputs of a
   mid-caption step (greedy: 1 row; beam 3: 3 rows), and compared with the limit (``--limit-only``: this part alone).
-  Beside it, the floor ONNX Runtime's kernels set (``edgecap.bench.kernel_floor``): the step's weight matmuls alone,
+  Beside it, the floor ONNX Runtime's kernels set (``tools.kernel_floor``): the step's weight matmuls alone,
   in one graph, on the same inputs.
 
 Writes ``side_by_side.json`` (every timing) and ``side_by_side.md`` into ``--out``. Usage::
 
-    python research/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
-    python research/side_by_side.py --model acort-xsmall --beam 3 --threads 1 --no-limit \
+    python -m research.side_by_side --work /tmp/sbs-work --out /tmp/sbs           # default matrix, ~15 min
+    python -m research.side_by_side --model acort-xsmall --beam 3 --threads 1 --no-limit \
         --official-acort ~/src/sparse-image-captioning --official-expansionnet ~/src/ExpansionNet_v2
-    python research/side_by_side.py --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
-    python research/side_by_side.py --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
-    python research/side_by_side.py --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
+    python -m research.side_by_side --work /tmp/sbs-work --out /tmp/sbs --full    # every model x every row
+    python -m research.side_by_side --model acort-xsmall --batch 1 --rounds 3 --variants fp32,int8,int8:cpu-avx2
+    python -m research.side_by_side --quick --work /tmp/w --out /tmp/o            # smoke run: tiny model, 1 round
 """
 
 from __future__ import annotations
@@ -238,8 +238,8 @@ def prepare_model(
     import torch
     from safetensors.torch import load_model, save_model
 
-    from edgecap.bench import random_models
-    from edgecap.runtime._io import atomic_path, atomic_write_bytes, atomic_write_json
+    from tools import random_models
+    from tools.files import atomic_path, write_bytes, write_json
 
     directory = model_dir(work, model, setting, seed)
     directory.mkdir(parents=True, exist_ok=True)
@@ -290,10 +290,10 @@ def prepare_model(
         files = {}
         for role, graph in models.items():
             name = f"{variant.replace(':', '-')}/{roles[role]}.onnx"
-            atomic_write_bytes(directory / name, graph.SerializeToString())
+            write_bytes(directory / name, graph.SerializeToString())
             files[role] = name
         manifest["variants"][variant] = {**record, "files": files}
-        atomic_write_json(directory / MANIFEST, manifest)
+        write_json(directory / MANIFEST, manifest)
     return manifest
 
 
@@ -376,7 +376,7 @@ def _cell_setup(spec: Mapping[str, Any]) -> tuple[Any, Any, Path, dict[str, Any]
     import torch
     from safetensors.torch import load_model
 
-    from edgecap.bench import random_models
+    from tools import random_models
 
     torch.set_num_threads(int(spec["threads"]))
     directory = Path(spec["dir"])
@@ -439,7 +439,7 @@ def run_official_cell(spec: Mapping[str, Any]) -> dict[str, Any]:
     decode function (beam 1 = its greedy path), timed like every other cell."""
     import torch
 
-    from edgecap.bench import random_models
+    from tools import random_models
 
     torch.set_num_threads(int(spec["threads"]))
     setup = random_models.random_setup(spec["model"], int(spec["batch"]), int(spec["seed"]), spec["setting"])
@@ -459,9 +459,9 @@ def run_step_timing(spec: Mapping[str, Any]) -> dict[str, Any]:
     """The step graph of one ONNX Runtime variant alone, on one thread at batch 1: the inputs of step ``steps // 2`` of
     a
     decode (greedy: 1 row; beam: ``beam`` rows), run ``iters`` times; median seconds per step; and the floor its
-    weight matmuls put under it on these inputs (``edgecap.bench.kernel_floor``)."""
-    from edgecap.bench.kernel_floor import kernel_floor
+    weight matmuls put under it on these inputs (``tools.kernel_floor``)."""
     from edgecap.runtime.decoding import decode
+    from tools.kernel_floor import kernel_floor
 
     out = {}
     for beam in spec["beams"]:
@@ -586,9 +586,9 @@ def weight_limit(weight_bytes: int, rates: Mapping[str, Any]) -> dict[str, Any]:
 # -- driving the cells -------------------------------------------------------------------------------------------------
 def _run_child(payload: Mapping[str, Any], flag: str, timeout: float) -> dict[str, Any]:
     """Run this script with ``flag JSON`` in a fresh process; its last stdout line is the JSON result."""
-    from edgecap.bench.stages import child_env
+    from tools.stages import child_env
 
-    cmd = [sys.executable, str(Path(__file__).resolve()), flag, json.dumps(payload)]
+    cmd = [sys.executable, "-m", "research.side_by_side", flag, json.dumps(payload)]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=child_env(), check=False)
     except subprocess.TimeoutExpired:
@@ -696,7 +696,7 @@ def _limit_lines(limit: Mapping[str, Any]) -> list[str]:
         "counts once per position; embedding tables a Gather indexes left out); "
         "step graph alone on ONNX Runtime, 1 thread, batch 1, mid-caption inputs; weight matmuls = the step's "
         "matmuls with a weight, as ONNX Runtime runs them, together in one graph with nothing else on the same inputs "
-        "(`edgecap.bench.kernel_floor`): no layout of the rest of the step goes below it on these kernels.",
+        "(`tools.kernel_floor`): no layout of the rest of the step goes below it on these kernels.",
         "",
         "| model | variant | step weights MB | fits L3 | limit µs | step µs (rows) | step / limit "
         "| weight matmuls µs | matmuls / limit |",
@@ -772,7 +772,7 @@ def _key_value(item: str) -> tuple[str, str]:
 def _environment() -> dict[str, Any]:
     import onnxruntime
 
-    from edgecap.bench import random_models
+    from tools import random_models
 
     return {**random_models.torch_environment(), "onnxruntime": onnxruntime.__version__}
 
@@ -789,7 +789,7 @@ def execute(args: SimpleNamespace) -> int:
         return _child_main("cell", args.cell)
     if args.step_timing:
         return _child_main("step", args.step_timing)
-    from edgecap.runtime._io import atomic_write_json, atomic_write_text
+    from tools.files import write_json, write_text
 
     models = args.model or [(name, steps) for name, steps in FORCED_STEPS.items()]
     try:
@@ -868,9 +868,9 @@ def execute(args: SimpleNamespace) -> int:
         report["limit"] = measure_limits(args, models, manifests, rows, variants)
     report["environment"]["loadavg_after"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     args.out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(args.out / "side_by_side.json", report)
+    write_json(args.out / "side_by_side.json", report)
     text = markdown(report)
-    atomic_write_text(args.out / "side_by_side.md", f"`{command}`\n\n{text}")
+    write_text(args.out / "side_by_side.md", f"`{command}`\n\n{text}")
     print(text)
     print(f"wrote {args.out / 'side_by_side.json'} and {args.out / 'side_by_side.md'}", file=sys.stderr)
     failed = [c for r in report["rows"] for c in r["cells"].values() if c["errors"]]

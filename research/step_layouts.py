@@ -11,14 +11,14 @@ layer, the Concat that stacks the layers again) and once more in the beam reorde
   cache_layout="per-layer")`` (:mod:`edgecap.workshop.export.specs.layer_caches`; the arithmetic of a step is
   unchanged).
 
-Each candidate decodes the same random-init model (``edgecap.bench.random_models.random_setup``) on ONNX Runtime (FP32,
+Each candidate decodes the same random-init model (``tools.random_models.random_setup``) on ONNX Runtime (FP32,
 one intra-op thread, spinning off) with a forced length, in interleaved order; the token ids must match the reference.
 Times are per decode call (features to token ids, the init graph included), median of ``--repeats``, CPU time of the
 calling thread by default (``--clock wall`` on a quiet machine; see ``step_profile.py``).
 
 Usage::
 
-    python research/step_layouts.py --batch 1 --batch 16 --repeats 11
+    python -m research.step_layouts --batch 1 --batch 16 --repeats 11
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import click
 import torch
 from torch import nn
 
-from edgecap.bench.random_models import random_setup
 from edgecap.runtime.decoding import decode
 from edgecap.workshop.export.specs.layer_caches import CACHE_LAYOUTS
+from tools.random_models import random_setup
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy

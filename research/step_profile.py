@@ -1,6 +1,6 @@
 """Where an ONNX Runtime beam decode spends its time, split the way the step graph's layout can change it.
 
-Two measurements of one random-init model at edge settings (``edgecap.bench.random_models.random_setup``: 1280-d 7x7
+Two measurements of one random-init model at edge settings (``tools.random_models.random_setup``: 1280-d 7x7
 grid), its FP32 ``init`` and ``step`` graphs exported once and run on ONNX Runtime's CPU provider (intra-op threads
 ``--threads``, spinning off):
 
@@ -24,7 +24,7 @@ the other processes. ``--clock wall`` for a quiet machine.
 
 Usage::
 
-    python research/step_profile.py --batch 1 --batch 16 --past 0 --past 12 --past 25
+    python -m research.step_profile --batch 1 --batch 16 --past 0 --past 12 --past 25
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ import numpy as np
 import torch
 
 from edgecap.bench.harness import TimedStepModel
-from edgecap.bench.kernel_floor import MATMUL_OPS, kernel_events, profile_runs
-from edgecap.bench.random_models import random_setup
 from edgecap.runtime.decoding import decode
 from edgecap.workshop.export.specs.layer_caches import CACHE_LAYOUTS
+from tools.kernel_floor import MATMUL_OPS, kernel_events, profile_runs
+from tools.random_models import random_setup
 
 LAYOUTS = CACHE_LAYOUTS
 #: ``--clock`` choices: CPU time of the calling thread (ORT with one intra-op thread runs there; readable on a busy
@@ -268,9 +268,9 @@ def execute(args: SimpleNamespace) -> int:
     load = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
     print(f"\ncommand: `{command}`; clock {args.clock}; load average {load}")
     if args.json:
-        from edgecap.runtime._io import atomic_write_json
+        from tools.files import write_json
 
-        atomic_write_json(args.json, {"command": command, "clock": args.clock, "load": load, "results": results})
+        write_json(args.json, {"command": command, "clock": args.clock, "load": load, "results": results})
     return 0
 
 

@@ -13,8 +13,8 @@ the smallest size from which the wide session is faster at every larger size mea
 Non-spinning pool threads sleep between calls, so both sessions share one process without stealing from each other.
 Run it on the cores the captioner will use, nothing else running (about three minutes on a 2-core x86 CPU)::
 
-    python research/thread_crossover.py --out /tmp/crossover
-    python research/thread_crossover.py --model expansionnet-v2 --rows 3 --rows 12 --rows 48 --batch 1
+    python -m research.thread_crossover --out /tmp/crossover
+    python -m research.thread_crossover --model expansionnet-v2 --rows 3 --rows 12 --rows 48 --batch 1
 """
 
 from __future__ import annotations
@@ -31,12 +31,12 @@ import click
 import numpy as np
 import torch
 
-from edgecap.bench.paper_cases import PAPER_CASES, run_and_report, write_case
 from edgecap.runtime.backends.base import IMAGE_DIM
 from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
 from edgecap.runtime.backends.threads import plan_threads, usable_cores
 from edgecap.workshop.export.spec import get_export_spec
 from edgecap.workshop.models import create_model, paper_settings
+from tools.paper_cases import PAPER_CASES, run_and_report, write_case
 
 #: Hypotheses per image in the step feeds (the decode the thresholds are for: beam 3).
 BEAM = 3

@@ -2,7 +2,7 @@
 ONNX Runtime, 1.18.x, on numpy 1.x) imports edgecap without torch, captions a bundle exactly as the full install
 (``Captioner.load`` and ``edgecap caption --json``) and runs ``edgecap bench``.
 
-The venvs are built once per session with ``edgecap.bench.edge_install`` (the footprint job,
+The venvs are built once per session with ``tools.edge_install`` (the footprint job,
 ``tests/jobs/test_edge_footprint.py``, measures the same environments): about 20 s each from the local package mirrors.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from edgecap.bench import edge_install as EDGE
 from tests.test_import_graph import TRAIN_ONLY  # one list of the [train]-only packages
+from tools import edge_install as EDGE
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -64,12 +64,10 @@ MODULE_ENGINES: dict[str, set[str]] = {
     "edgecap.runtime.stream.sources_cv": {"cv2"},
 }
 #: The only runtime modules that name the workshop half, as ``"module:attribute"`` strings resolved when a torch path is
-#: asked for: the torch hooks, the built-in registrations of the torch runtimes, and the old module paths' new homes
-#: (imported only when an old build-side path is).
+#: asked for: the torch hooks and the built-in registrations of the torch runtimes.
 BUILD_NAMERS = {
     "edgecap/runtime/torch_hooks.py",
     "edgecap/runtime/backends/__init__.py",
-    "edgecap/runtime/_moved.py",
 }
 
 

@@ -10,12 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.decoding.config import MAX_BEAM
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"ort_threads_options": "onnxruntime_threads_options"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def parse_overrides(items: tuple[str, ...]) -> dict[str, Any]:

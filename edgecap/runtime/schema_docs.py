@@ -8,12 +8,13 @@ The schemas are package data read by path, so nothing here imports the packages 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+import click
 
 __all__ = ["FORMATS", "render", "write_pages"]
 
@@ -132,15 +133,30 @@ def write_pages(out: Path, check: bool = False) -> list[Path]:
     return stale
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m edgecap.runtime.schema_docs", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", type=Path, default=Path("docs/formats"), help="folder of the pages (docs/formats)")
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 when a page is stale")
-    args = parser.parse_args(argv)
-    stale = write_pages(args.out, check=args.check)
+@click.command(help="Generate the pages docs/formats/*.md from the JSON Schemas the readers check files against.")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("docs/formats"),
+    show_default=True,
+    help="Folder of the pages.",
+)
+@click.option("--check", is_flag=True, help="Write nothing; exit 1 when a page is stale.")
+def cli(out: Path, check: bool) -> int:
+    stale = write_pages(out, check=check)
     for path in stale:
-        print(f"{path}: {'stale' if args.check else 'written'}")
-    return 1 if args.check and stale else 0
+        click.echo(f"{path}: {'stale' if check else 'written'}")
+    return 1 if check and stale else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m edgecap.runtime.schema_docs ARGV``: the exit status (1: ``--check`` found a stale page)."""
+    try:
+        status = cli.main(args=argv, prog_name="python -m edgecap.runtime.schema_docs", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    return status if isinstance(status, int) else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""The GPU check job (``edgecap.bench.gpu_check``): the CUDA tests, CUDA vs CPU parity, FP16/BF16 agreement and
+"""The GPU check job (``tools.gpu_check``): the CUDA tests, CUDA vs CPU parity, FP16/BF16 agreement and
 CIDEr-D, eager vs CUDA-graph throughput, the GPU execution providers and LaBERT per length level, every section in
 its own process within a 270 s budget. It takes minutes, so it runs only when asked for, on a CUDA machine::
 
@@ -8,7 +8,7 @@ its own process within a 270 s budget. It takes minutes, so it runs only when as
 ``RUN_DIR``: a trained run (without it, random-weights acort-xsmall, whose agreement and CIDEr-D mean nothing);
 ``OUT_DIR`` gets ``env.json``, ``<section>.json``, the logs and ``summary.md`` (default: a temporary folder).
 ``EDGECAP_GPU_CHECK_DATA``: the dataset whose test split is captioned; ``EDGECAP_GPU_CHECK_BUDGET``: the budget in
-seconds. ``python -m edgecap.bench.gpu_check --help`` runs the same check without pytest.
+seconds. ``python -m tools.gpu_check --help`` runs the same check without pytest.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.bench import gpu_check
+from tools import gpu_check
 
 pytestmark = [pytest.mark.gpu, pytest.mark.gpu_check]
 

@@ -1,4 +1,4 @@
-"""The edge-runtime footprint job (``edgecap.bench.edge_footprint``): runtime-only venvs built from this checkout,
+"""The edge-runtime footprint job (``tools.edge_footprint``): runtime-only venvs built from this checkout,
 their size on disk, the peak RSS of 100 captions and the cold start to a first caption. It builds venvs (minutes), so
 it runs only when asked for::
 
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.bench.edge_footprint import TARGETS, format_markdown, measure_env, measure_footprint, write_image_list
-from edgecap.bench.edge_install import clean_env
 from tests.runtime.bundle.helpers import pixel_bundle
+from tools.edge_footprint import TARGETS, format_markdown, measure_env, measure_footprint, write_image_list
+from tools.edge_install import clean_env
 
 ROOT = Path(__file__).resolve().parents[2]
 

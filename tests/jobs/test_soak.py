@@ -1,5 +1,5 @@
 """The soak job: one ``Captioner`` serving several threads for minutes on good and broken images
-(``edgecap.bench.soak``). Long, so it runs only when asked for::
+(``tools.soak``). Long, so it runs only when asked for::
 
     EDGECAP_SOAK_BUNDLE=~/.edgecap/bundles/acort-xsmall EDGECAP_SOAK_MINUTES=10 EDGECAP_SOAK_OUT=soak \\
         python -m pytest -m soak tests/jobs/test_soak.py
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from edgecap.bench.soak import make_images, rss_summary, run_soak, write_soak_report
 from tests.runtime.bundle.helpers import pixel_bundle
+from tools.soak import make_images, rss_summary, run_soak, write_soak_report
 
 
 def _asked_for(config: pytest.Config, marker: str) -> bool:

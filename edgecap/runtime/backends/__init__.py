@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtime.backends.registry import (
     STEP_MODES,
@@ -112,9 +111,7 @@ def load_runtime(name: str, *args: Any, **kwargs: Any) -> Runtime:
     return get_runtime_class(name)(*args, **kwargs)
 
 
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
-__getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
+__getattr__ = lazy_getattr(__name__, _LAZY)
 __dir__ = lazy_dir(globals(), _LAZY)
 
 

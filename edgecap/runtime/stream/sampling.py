@@ -23,7 +23,7 @@ from edgecap.runtime.stream.frames import Frame
 __all__ = ["DEFAULT_CHANGE_THRESHOLD", "ChangeGate", "Sampler", "pool_state", "pooled_embedding"]
 
 #: ``ChangeGate()``'s threshold, the suggested ``--on-change``: calibrated for acort-xsmall on synthetic scenes
-#: (``docs/streams.md``, "Sampling and on-change", ``python -m edgecap.bench.stream_threshold``): over twice the
+#: (``docs/streams.md``, "Sampling and on-change", ``python -m tools.stream_threshold``): over twice the
 #: distance camera noise and a ±10 % exposure change reach (0.022 at most), a third of the smallest change of scene
 #: (0.145).
 DEFAULT_CHANGE_THRESHOLD = 0.05

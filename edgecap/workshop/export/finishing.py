@@ -14,7 +14,6 @@ import onnx
 from onnx import ModelProto
 
 from edgecap._version import __version__
-from edgecap.runtime._renamed import renamed_value
 from edgecap.workshop.export.fp16 import convert_to_fp16
 from edgecap.workshop.export.graph import GraphError, check_model, non_portable_nodes, set_metadata
 from edgecap.workshop.export.results import ExportError
@@ -49,13 +48,10 @@ SIMPLIFIERS: dict[str, Callable[[ModelProto], ModelProto]] = {
     "onnxruntime": _simplify_onnxruntime,
     "none": lambda model: model,
 }
-#: Older spellings of a ``simplify`` value, still accepted with a ``FutureWarning`` ("ort" names a model family).
-RENAMED_SIMPLIFIERS = {"ort": "onnxruntime"}
 
 
 def simplify_model(model: ModelProto, method: str, what: str) -> ModelProto:
     """Simplify with ``method`` (a key of :data:`SIMPLIFIERS`); the interface (names, dims) is preserved."""
-    method = renamed_value("simplify", method, RENAMED_SIMPLIFIERS)
     fn = SIMPLIFIERS.get(method)
     if fn is None:
         raise ExportError(f"unknown simplifier {method!r}; choose one of {sorted(SIMPLIFIERS)}")

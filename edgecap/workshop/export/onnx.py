@@ -22,10 +22,8 @@ from onnx import ModelProto
 from torch import nn
 
 from edgecap.runtime._io import atomic_write_bytes, atomic_write_json
-from edgecap.runtime._renamed import renamed_value
 from edgecap.workshop.export.finishing import (
     PRECISION_CONVERTERS,
-    RENAMED_SIMPLIFIERS,
     SIMPLIFIERS,
     finalize_graph,
     simplify_model,
@@ -36,7 +34,6 @@ from edgecap.workshop.export.spec import ExportSpec, GraphSpec, get_export_spec
 from edgecap.workshop.export.tracing import trace_graph
 
 __all__ = [
-    "RENAMED_SIMPLIFIERS",
     "SIMPLIFIERS",
     "ExportError",
     "ExportResult",
@@ -119,7 +116,6 @@ def export_onnx(
     if unknown:
         raise ExportError(f"unknown precision(s) {unknown}; known: ['fp32', *{sorted(PRECISION_CONVERTERS)}]")
     precisions = ("fp32", *(p for p in precisions if p != "fp32"))
-    simplify = renamed_value("simplify", simplify, RENAMED_SIMPLIFIERS)
     if simplify not in SIMPLIFIERS:
         raise ExportError(f"unknown simplifier {simplify!r}; choose one of {sorted(SIMPLIFIERS)}")
     selected = _with_dependencies(spec, graphs)

@@ -59,8 +59,9 @@ def test_physical_cores_without_psutil_is_unknown(monkeypatch: pytest.MonkeyPatc
 
 
 def test_the_bench_and_the_thread_policy_ask_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    from edgecap.bench import environment, random_models
+    from edgecap.bench import environment
     from edgecap.runtime.backends import threads
+    from tools import random_models
 
     assert environment.cpu_model is cpu_model and environment.physical_cores is physical_cores
     assert random_models.cpu_model is cpu_model

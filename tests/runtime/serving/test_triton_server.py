@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from edgecap.bench.edge_install import build_runtime_venv
 from edgecap.runtime._process import die_with_parent
 from edgecap.runtime.captioner import Captioner
 from tests.runtime.serving.conftest import images, png
+from tools.edge_install import build_runtime_venv
 
 tritonclient = pytest.importorskip("tritonclient.http", reason="the [client] extra (tritonclient) is not installed")
 

@@ -138,12 +138,3 @@ def test_importing_calibration_loads_no_backend() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def test_the_reader_s_earlier_name_is_the_same_class_with_a_warning() -> None:
-    import edgecap.workshop.export.calibration as calibration
-    from edgecap.workshop.export.calibration import source
-
-    for module in (calibration, source):
-        with pytest.warns(FutureWarning, match="OrtCalibrationReader is now called .*OnnxRuntimeCalibrationReader"):
-            assert module.OrtCalibrationReader is source.OnnxRuntimeCalibrationReader

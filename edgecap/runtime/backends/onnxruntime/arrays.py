@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.base import Array
 
 __all__ = [
@@ -44,9 +43,6 @@ __all__ = [
     "read_settings",
 ]
 
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"ORT_TYPES": "ONNXRUNTIME_TYPES"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 # ONNX tensor type strings (``NodeArg.type``) -> numpy dtype names.
 ONNXRUNTIME_TYPES = {

@@ -11,17 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from edgecap.runtime._renamed import renamed_getattr
-
 if TYPE_CHECKING:
     from edgecap.runtime.backends.bridge import RuntimeStepModel
     from edgecap.runtime.backends.refine import RuntimeRefineModel
 
 __all__ = ["create_onnxruntime_decoder"]
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"create_ort_decoder": "create_onnxruntime_decoder"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def create_onnxruntime_decoder(

@@ -13,8 +13,7 @@ when it did (the cause carries its substance), so ``edgecap caption --json`` kee
 Before the first session that asks for a GPU provider, :func:`preload_gpu_libraries` calls
 ``onnxruntime.preload_dlls()`` where the build has it (1.21 and newer), so CUDA and cuDNN from NVIDIA's pip packages
 (``nvidia-*-cu12``/``nvidia-cu13``, e.g. those torch installs) are found without ``LD_LIBRARY_PATH``. Set
-``EDGECAP_ONNXRUNTIME_PRELOAD_DLLS=0`` to leave library loading to ONNX Runtime alone (the older
-``EDGECAP_ORT_PRELOAD_DLLS`` is still read, with a ``FutureWarning``).
+``EDGECAP_ONNXRUNTIME_PRELOAD_DLLS=0`` to leave library loading to ONNX Runtime alone.
 """
 
 from __future__ import annotations
@@ -33,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgecap.runtime._renamed import warn_renamed
 from edgecap.runtime.backends.onnxruntime.providers import CUDA_PROVIDERS, provider_info, provider_label
 
 log = logging.getLogger(__name__)
@@ -144,20 +142,8 @@ def _emit(captured: CapturedOutput) -> None:
 
 _PRELOAD_LOCK = threading.Lock()
 _preloaded = False
-#: The environment variable that turns the preload off (``0``), and its older name, still read.
+#: The environment variable that turns the preload off (``0``).
 PRELOAD_ENV = "EDGECAP_ONNXRUNTIME_PRELOAD_DLLS"
-_RENAMED_ENV = {"EDGECAP_ORT_PRELOAD_DLLS": PRELOAD_ENV}
-
-
-def _preload_setting() -> str:
-    """:data:`PRELOAD_ENV`'s value, else its older name's (with a ``FutureWarning``), else ``"1"``."""
-    if PRELOAD_ENV in os.environ:
-        return os.environ[PRELOAD_ENV]
-    for old, new in _RENAMED_ENV.items():
-        if old in os.environ:
-            warn_renamed(f"the environment variable {old}", new)
-            return os.environ[old]
-    return "1"
 
 
 def preload_gpu_libraries(onnxruntime: Any) -> None:
@@ -166,7 +152,7 @@ def preload_gpu_libraries(onnxruntime: Any) -> None:
     debug log; a failure is logged and ignored (ONNX Runtime then searches the usual library paths itself)."""
     global _preloaded
     preload = getattr(onnxruntime, "preload_dlls", None)
-    if not callable(preload) or _preload_setting() == "0":
+    if not callable(preload) or os.environ.get(PRELOAD_ENV, "1") == "0":
         return
     with _PRELOAD_LOCK:
         if _preloaded:

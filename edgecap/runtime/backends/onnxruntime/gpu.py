@@ -27,7 +27,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime._versions import InvalidVersion, release
 from edgecap.runtime.precisions import PRECISIONS
 
@@ -43,9 +42,6 @@ __all__ = [
     "trt_profile_shapes",
 ]
 
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"ort_version_tuple": "onnxruntime_version_tuple"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 #: Provider options and the onnxruntime (major, minor) that introduced them.
 TRT_OPTION_SINCE: dict[str, tuple[int, int]] = {

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime._versions import InvalidVersion, release
 
 __all__ = [
@@ -31,10 +30,6 @@ __all__ = [
     "resolve_providers",
     "row_coupled_roles",
 ]
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"OrtProviderError": "OnnxRuntimeProviderError"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 @dataclass(frozen=True)

@@ -7,16 +7,11 @@ import json
 import os
 from typing import Any
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.base import RuntimeInputError
 from edgecap.runtime.backends.onnxruntime.session import OnnxRuntimeSession
 from edgecap.runtime.backends.refine import RuntimeRefineModel
 
 __all__ = ["create_onnxruntime_refine_model"]
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"create_ort_refine_model": "create_onnxruntime_refine_model"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def _metadata(model: Any) -> dict[str, str]:

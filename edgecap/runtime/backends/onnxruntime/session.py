@@ -32,7 +32,6 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.base import Array, Runtime, RuntimeInputError, TensorMeta
 from edgecap.runtime.backends.onnxruntime.arrays import (
     ONNXRUNTIME_TYPES,
@@ -85,14 +84,6 @@ __all__ = [
     "resolve_providers",
     "row_coupled_roles",
 ]
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {
-    "OrtRuntime": "OnnxRuntimeSession",
-    "OrtProviderError": "OnnxRuntimeProviderError",
-    "ORT_TYPES": "ONNXRUNTIME_TYPES",
-}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 class OnnxRuntimeSession(Runtime):

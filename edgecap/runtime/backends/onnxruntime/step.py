@@ -9,15 +9,10 @@ import os
 from collections.abc import Sequence
 from typing import Any, cast
 
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.runtime.backends.bridge import RuntimeStepModel
 from edgecap.runtime.backends.onnxruntime.session import ModelSource, OnnxRuntimeSession
 
 __all__ = ["ModelSource", "create_onnxruntime_step_model"]
-
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"create_ort_step_model": "create_onnxruntime_step_model"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 
 def create_onnxruntime_step_model(

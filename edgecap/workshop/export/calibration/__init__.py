@@ -21,7 +21,6 @@
 from __future__ import annotations
 
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
-from edgecap.runtime._renamed import renamed_getattr
 from edgecap.workshop.export.calibration.presets import (
     QuantPreset,
     RolePolicy,
@@ -63,7 +62,5 @@ __all__ = [
 ]
 
 
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"OrtCalibrationReader": "OnnxRuntimeCalibrationReader"}
-__getattr__ = renamed_getattr(__name__, _RENAMED, lazy_getattr(__name__, _LAZY))
+__getattr__ = lazy_getattr(__name__, _LAZY)
 __dir__ = lazy_dir(globals(), _LAZY)

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 from edgecap.runtime._io import atomic_write_bytes
-from edgecap.runtime._renamed import renamed_getattr
 
 __all__ = [
     "CalibrationError",
@@ -35,9 +34,6 @@ __all__ = [
     "check_feed_names",
 ]
 
-#: Older names of public objects here ("ort" now names only the Object Relation Transformer family).
-_RENAMED = {"OrtCalibrationReader": "OnnxRuntimeCalibrationReader"}
-__getattr__ = renamed_getattr(__name__, _RENAMED)
 
 #: One graph feed: input name -> array.
 Feed = dict[str, np.ndarray]
