@@ -178,8 +178,8 @@ def train(
     """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
-    from edgecap.runtime.bundle.layout import default_run_dir
     from edgecap.workshop.models import list_models
+    from edgecap.workshop.run_layout import default_run_dir
     from edgecap.workshop.training.config import TrainCfg
     from edgecap.workshop.training.loop import train as run_training
 
