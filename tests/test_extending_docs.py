@@ -27,7 +27,9 @@ def doc_blocks() -> list[tuple[str | None, str]]:
 
 @pytest.fixture
 def isolated_registries(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    """Private copies of every registry the examples write to, and a folder on ``sys.path`` for their modules."""
+    """Private copies of every registry the examples write to (the runtimes' plugins loaded first, so they land in the
+    real registry), and a folder on ``sys.path`` for their modules."""
+    runtimes_registry.load_runtime_plugins()
     for module, name in (
         (models_registry, "_VARIANTS"),
         (models_registry, "_FAMILIES"),

@@ -1,10 +1,11 @@
 """The two halves and the import graph (docs/architecture.md, "Two halves").
 
 ``edgecap.runtime`` is what a device imports: numpy, Pillow and an inference engine only, at module level and inside
-functions alike. ``edgecap.workshop`` (torch) builds on it and is never imported from it. These tests read every import
-statement of the package with ``ast`` — module level, inside functions and methods, inside ``try`` blocks — so a
-function-level import cannot hide a dependency or a cycle. ``tests/test_edge_install.py`` imports every one of them
-in a runtime-only venv.
+functions alike. ``edgecap.workshop`` (torch) builds on it and is never imported from it: it plugs its torch runtimes
+and hooks in through entry points, so no runtime module names it, not even in a string. These tests read every import
+of the package with ``ast`` — import statements at module level, inside functions and methods, inside ``try`` blocks,
+and ``importlib.import_module``/``__import__`` calls with a literal name — so a function-level or dynamic import
+cannot hide a dependency or a cycle. ``tests/test_edge_install.py`` imports every one of them in a runtime-only venv.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from __future__ import annotations
 import ast
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -63,12 +63,11 @@ MODULE_ENGINES: dict[str, set[str]] = {
     "edgecap.runtime.stream.sources_av": {"av"},
     "edgecap.runtime.stream.sources_cv": {"cv2"},
 }
-#: The only runtime modules that name the workshop half, as ``"module:attribute"`` strings resolved when a torch path is
-#: asked for: the torch hooks and the built-in registrations of the torch runtimes.
-BUILD_NAMERS = {
-    "edgecap/runtime/torch_hooks.py",
-    "edgecap/runtime/backends/__init__.py",
-}
+#: The workshop half and what it may never import: the benchmark and the command line sit above both halves.
+WORKSHOP = "edgecap.workshop"
+ABOVE_THE_WORKSHOP = ("edgecap.bench", "edgecap.cli")
+#: Runtime modules allowed to name the workshop half in a string: none.
+WORKSHOP_NAMERS: set[str] = set()
 
 
 def module_name(path: Path) -> str:
@@ -86,33 +85,78 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _statements(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: anywhere in the module, except under ``if TYPE_CHECKING``."""
+def _skipped(tree: ast.AST) -> set[int]:
+    """The nodes under ``if TYPE_CHECKING`` (annotations only: they never run)."""
     skip: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and _is_type_checking(node):
             skip.update(id(child) for stmt in node.body for child in ast.walk(stmt))
+    return skip
+
+
+def _dynamic_import(node: ast.AST) -> str | None:
+    """The literal module name of ``importlib.import_module("x")``, ``import_module("x")`` or ``__import__("x")``."""
+    if not isinstance(node, ast.Call) or not node.args:
+        return None
+    func, first = node.func, node.args[0]
+    called = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if called not in ("import_module", "__import__"):
+        return None
+    if isinstance(first, ast.Constant) and isinstance(first.value, str) and not first.value.startswith("."):
+        return first.value
+    return None
+
+
+def imports_in(name: str, source: str, is_package: bool = False) -> set[str]:
+    """The modules the source of module ``name`` imports anywhere that can run (not under ``if TYPE_CHECKING``):
+    import statements, where ``from pkg import sub`` counts ``pkg.sub`` when it is a module, and dynamic imports of a
+    literal name."""
+    found: set[str] = set()
+    package = name if is_package else name.rpartition(".")[0]
+    tree = ast.parse(source)
+    skip = _skipped(tree)
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Import, ast.ImportFrom)) and id(node) not in skip:
-            yield node
+        if id(node) in skip:
+            continue
+        dynamic = _dynamic_import(node)
+        if dynamic is not None:
+            found.add(dynamic)
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+                module = f"{base}.{node.module}" if node.module else base
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES)
+    return found
 
 
 def imports_of(name: str, path: Path) -> set[str]:
-    """The modules ``name`` imports anywhere; ``from pkg import sub`` counts ``pkg.sub`` when it is a module."""
-    found: set[str] = set()
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    for node in _statements(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-            continue
-        if node.level:
-            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
-            module = f"{base}.{node.module}" if node.module else base
-        else:
-            module = node.module or ""
-        found.add(module)
-        found.update(f"{module}.{alias.name}" for alias in node.names if f"{module}.{alias.name}" in MODULES)
-    return found
+    return imports_in(name, path.read_text(), is_package=path.name == "__init__.py")
+
+
+def workshop_strings(source: str) -> list[str]:
+    """The strings of ``source`` that name the workshop half (docstrings aside: they may point a reader there)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+        and re.search(rf"\b{re.escape(WORKSHOP)}\b", node.value)
+    ]
 
 
 GRAPH = {name: imports_of(name, path) for name, path in MODULES.items()}
@@ -171,6 +215,46 @@ def test_the_walker_sees_imports_inside_functions() -> None:
     assert "edgecap.runtime.backends.onnxruntime.decoders" in GRAPH["edgecap.runtime.backends.onnxruntime.loader"]
 
 
+def test_the_walker_sees_dynamic_imports_of_literal_names() -> None:
+    source = """
+import importlib
+from importlib import import_module
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    importlib.import_module("annotations_only")
+
+def caption(name):
+    importlib.import_module("torch")
+    import_module("timm.layers")
+    __import__("edgecap.workshop.runs")
+    return importlib.import_module(name)  # a variable: a registry's own lookup, not a dependency
+"""
+    found = imports_in("edgecap.runtime.mutant", source)
+    assert {"torch", "timm.layers", "edgecap.workshop.runs"} <= found
+    assert "annotations_only" not in found and "name" not in found
+
+
+def test_a_runtime_module_importing_torch_inside_a_function_is_caught() -> None:
+    """The mutant the rule exists for: ``importlib.import_module("torch")`` in a runtime function."""
+    source = 'import importlib\n\ndef f():\n    return importlib.import_module("torch")\n'
+    assert runtime_violations("edgecap.runtime.mutant", imports_in("edgecap.runtime.mutant", source)) == ["torch"]
+    clean = "import importlib\n\ndef f(name):\n    return importlib.import_module(name)\n"
+    assert runtime_violations("edgecap.runtime.mutant", imports_in("edgecap.runtime.mutant", clean)) == []
+
+
+def test_a_string_naming_the_workshop_half_is_caught() -> None:
+    source = '''"""Docstrings may point at edgecap.workshop.runs."""
+
+LOADER = "edgecap.workshop.torch_runtime.loader:load_bundle_runtime"
+
+def f():
+    """Here too: edgecap.workshop.export."""
+    return f"see {LOADER}", "edgecap.workshopping is another word"
+'''
+    assert workshop_strings(source) == ["edgecap.workshop.torch_runtime.loader:load_bundle_runtime"]
+
+
 def test_no_import_cycles_counting_function_level_imports() -> None:
     assert cycles(GRAPH) == []
 
@@ -195,38 +279,55 @@ def test_each_engine_allowance_names_a_module_that_imports_it() -> None:
         assert engines <= used, f"{name} no longer imports {sorted(engines - used)}: drop it from MODULE_ENGINES"
 
 
-@pytest.mark.parametrize("name", sorted(RUNTIME))
-def test_the_runtime_half_imports_only_numpy_pillow_and_engines(name: str) -> None:
-    """At module level and inside functions: no torch, no [train]-only package, nothing of the workshop half."""
+def runtime_violations(name: str, imports: set[str]) -> list[str]:
+    """What runtime module ``name`` may not import among ``imports``: anything of edgecap outside the runtime half,
+    and any third-party module besides the base dependencies and its engines."""
     allowed = set(BASE_IMPORTS) | set(ENGINE_IMPORTS) | MODULE_ENGINES.get(name, set())
-    bad = sorted(
+    return sorted(
         module
-        for module in GRAPH[name]
+        for module in imports
         if (module.startswith("edgecap.") and not module.startswith(("edgecap.runtime", "edgecap._version")))
         or (_third_party(module) is not None and _third_party(module) not in allowed)
     )
+
+
+@pytest.mark.parametrize("name", sorted(RUNTIME))
+def test_the_runtime_half_imports_only_numpy_pillow_and_engines(name: str) -> None:
+    """At module level and inside functions, statically or by a literal name: no torch, no [train]-only package,
+    nothing of the workshop half."""
+    bad = runtime_violations(name, GRAPH[name])
     assert not bad, f"{name} imports {bad}: the runtime half imports numpy, Pillow and an inference engine only"
 
 
-IMPORT_STRING = re.compile(r"^edgecap\.build(\.\w+)+(:\w+)?$")
+def test_no_runtime_module_names_the_workshop_half() -> None:
+    """The workshop half plugs in through entry points (pyproject.toml): the runtime names none of its modules, not
+    even as an import string resolved later."""
+    namers = {name: found for name, path in RUNTIME.items() if (found := workshop_strings(path.read_text()))}
+    assert set(namers) <= WORKSHOP_NAMERS, f"these runtime modules name the workshop half: {namers}"
 
 
-def test_only_the_torch_hooks_and_the_registry_name_the_build_half() -> None:
-    """The runtime reaches torch code only through import strings, and only from the places that own them."""
-    namers = {
-        str(path.relative_to(ROOT))
-        for path in RUNTIME.values()
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and IMPORT_STRING.match(node.value)
+def test_the_workshop_half_never_imports_the_benchmark_or_the_cli() -> None:
+    """The workshop builds on the runtime only; what strings everything together (the quickstart) sits above."""
+    bad = {
+        name: sorted(m for m in GRAPH[name] if m.startswith(ABOVE_THE_WORKSHOP) or m in ABOVE_THE_WORKSHOP)
+        for name in MODULES
+        if name == WORKSHOP or name.startswith(f"{WORKSHOP}.")
     }
-    assert namers == BUILD_NAMERS
+    assert not {name: found for name, found in bad.items() if found}
 
 
-def test_the_torch_hooks_resolve() -> None:
-    from edgecap.runtime.torch_hooks import HOOKS, torch_hook
+def test_the_torch_hooks_and_runtimes_are_plugged_in_by_the_workshop_half() -> None:
+    """edgecap's own entry points register every hook and both torch runtimes (this needs the installed metadata of
+    this checkout: ``pip install -e .``), each resolving to a workshop-half object."""
+    from edgecap.runtime.backends import get_runtime
+    from edgecap.runtime.torch_hooks import HOOK_NAMES, registered_torch_hooks, torch_hook
 
-    for name in HOOKS:
-        assert torch_hook(name) is not None
+    hooks = registered_torch_hooks()
+    assert sorted(hooks) == sorted(HOOK_NAMES)
+    for name in HOOK_NAMES:
+        assert hooks[name].target.startswith(f"{WORKSHOP}.") and torch_hook(name) is not None
+    for runtime in ("torch", "torch-rerun"):
+        assert get_runtime(runtime).load_function().__module__.startswith(f"{WORKSHOP}.torch_runtime")
 
 
 def test_the_front_ends_reach_the_build_half_only_inside_functions() -> None:

@@ -200,7 +200,9 @@ class _EntryPoint:
 
 @pytest.fixture
 def fresh_registries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Private copies of both registries, so registrations here never leak into other tests."""
+    """Private copies of both registries, so registrations here never leak into other tests (edgecap's own plugins
+    loaded first, into the real registry)."""
+    runtimes_registry.load_runtime_plugins()
     for module, names in (
         (runtimes_registry, ("_REGISTRY", "_ALIASES", "_PLUGIN_NAMES")),
         (presets_module, ("_PRESETS", "_PLUGIN_NAMES")),
@@ -305,3 +307,37 @@ def test_a_query_from_another_thread_waits_for_the_plugins(
     first.join(10)
     second.join(10)
     assert "slow" in seen[0]
+
+
+def test_edgecaps_own_entry_points_load_first_as_built_ins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The workshop half's torch runtimes are a plugin, yet a third-party plugin listed before it that takes
+    ``torch`` is the one refused, by the name of a built-in: never a silent swap of what ``runtime="torch"`` runs."""
+    for name in ("_REGISTRY", "_ALIASES", "_PLUGIN_NAMES"):
+        monkeypatch.setattr(runtimes_registry, name, {})
+    own = RuntimeSpec(name="torch", description="edgecap's", loader="m:f")
+    other = RuntimeSpec(name="torch", description="a third party's", loader="m:f")
+    _entry_points(
+        monkeypatch,
+        {plugins.RUNTIME_GROUP: [_EntryPoint("their-torch", other, "edgecap-other"), _EntryPoint("t", own, "edgecap")]},
+    )
+    loader = plugins.PluginLoader(plugins.RUNTIME_GROUP, RuntimeSpec, runtimes_registry.register_runtime)
+    with pytest.raises(plugins.PluginError, match=r"'edgecap-other'.*clashes with the built-in runtime 'torch'"):
+        loader.ensure_loaded()
+    assert runtimes_registry._REGISTRY["torch"] is own and "torch" not in runtimes_registry._PLUGIN_NAMES
+    assert loader.own_found
+
+
+def test_without_edgecaps_own_entry_points_the_torch_runtimes_say_to_reinstall(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A source tree used without ``pip install -e .`` (or metadata from before the plugins): ``torch`` is unknown,
+    and the error says why instead of only listing the registered runtimes."""
+    for name in ("_REGISTRY", "_ALIASES", "_PLUGIN_NAMES"):
+        monkeypatch.setattr(runtimes_registry, name, dict(getattr(runtimes_registry, name)))
+    runtimes_registry._REGISTRY.pop("torch", None)
+    _entry_points(monkeypatch, {})
+    loader = plugins.PluginLoader(plugins.RUNTIME_GROUP, RuntimeSpec, runtimes_registry.register_runtime)
+    monkeypatch.setattr(runtimes_registry, "_PLUGINS", loader)
+    with pytest.raises(
+        runtimes_registry.UnknownRuntimeError, match=r"metadata lacks its entry points.*edgecap\[train\]"
+    ):
+        runtimes_registry.get_runtime("torch")
+    assert not loader.own_found

@@ -60,7 +60,6 @@ def prune(
     if (target_params is None) == (sparsity is None):
         fail("give exactly one of --target-params N (structured pruning) or --sparsity 2:4")
     apply_threads(threads)
-    from edgecap.runtime.bundle.layout import RunError
     from edgecap.workshop.compression.prune_run import (
         PruneError,
         SparsityError,
@@ -68,6 +67,7 @@ def prune(
         sparsify_run,
     )
     from edgecap.workshop.compression.sparsity import parse_pattern
+    from edgecap.workshop.run_layout import RunError
 
     try:
         if sparsity is not None:

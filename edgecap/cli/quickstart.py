@@ -56,9 +56,9 @@ def quickstart(
 ) -> None:
     """Synthesise scenes, cache EfficientNet-Lite0 features, train MODEL, score it and caption a few images."""
     apply_threads(threads)
+    from edgecap.cli.quickstart_pipeline import QuickstartCfg, run_quickstart
     from edgecap.runtime._home import edgecap_home
-    from edgecap.runtime.bundle.layout import default_run_dir
-    from edgecap.workshop.quickstart import QuickstartCfg, run_quickstart
+    from edgecap.workshop.run_layout import default_run_dir
 
     beam = _quickstart_beam(model, beam)
     workdir = check_out(workdir or edgecap_home() / "quickstart", "--workdir")

@@ -185,8 +185,8 @@ def train(
     """Train MODEL on a captioning dataset with cross-entropy, then optionally SCST; resumable, best checkpoint kept
     by val CIDEr-D. Under torchrun, data-parallel over the launched processes."""
     apply_threads(threads)
-    from edgecap.runtime.bundle.layout import default_run_dir
     from edgecap.workshop.models import list_models
+    from edgecap.workshop.run_layout import default_run_dir
     from edgecap.workshop.training.config import TrainCfg
     from edgecap.workshop.training.loop import train as run_training
 
@@ -235,7 +235,7 @@ def _check_teacher(teacher: Path, out: Path) -> None:
     """What can be refused of ``--teacher RUN`` before ``--out`` exists: a teacher that is the new run (or nests
     with it), or that is not a training run at all (a bundle). The rest (its feature width, vocabulary and model
     family against the student's) is checked by the training loop before it creates ``--out``."""
-    from edgecap.runtime.bundle.layout import RunError, read_run_config
+    from edgecap.workshop.run_layout import RunError, read_run_config
 
     check_apart(out, teacher, f"the --teacher run {teacher}")
     try:

@@ -1,4 +1,10 @@
-"""Third-party runtimes and INT8 presets, found through ``importlib.metadata`` entry points.
+"""Runtimes, INT8 presets and torch hooks from installed distributions, found through ``importlib.metadata`` entry
+points.
+
+edgecap's own workshop half is such a plugin: its ``pyproject.toml`` registers the torch runtimes (``torch``,
+``torch-rerun``) in ``edgecap.runtimes`` and the torch hooks (:mod:`edgecap.runtime.torch_hooks`) in
+``edgecap.torch_hooks``, so the runtime half never names a workshop module. edgecap's own entry points load first
+and count as built-ins: a third-party plugin taking one of their names is the error below, never a silent swap.
 
 A plugin distribution declares, in its ``pyproject.toml``::
 
@@ -28,7 +34,9 @@ from typing import Any
 
 __all__ = [
     "INT8_PRESET_GROUP",
+    "OWN_DISTRIBUTION",
     "RUNTIME_GROUP",
+    "TORCH_HOOK_GROUP",
     "PluginError",
     "PluginLoader",
     "PluginWarning",
@@ -41,6 +49,10 @@ __all__ = [
 RUNTIME_GROUP = "edgecap.runtimes"
 #: The entry-point group of third-party INT8 presets (a ``QuantPreset`` or a callable registering one).
 INT8_PRESET_GROUP = "edgecap.int8_presets"
+#: The entry-point group of the torch hooks (a ``TorchHook`` or a callable registering them): edgecap's workshop half.
+TORCH_HOOK_GROUP = "edgecap.torch_hooks"
+#: The distribution whose entry points are edgecap's own (loaded first, as built-ins).
+OWN_DISTRIBUTION = "edgecap"
 
 
 class PluginWarning(UserWarning):
@@ -61,7 +73,7 @@ def current_plugin() -> str | None:
 
 
 @contextmanager
-def _loading(label: str) -> Iterator[None]:
+def _loading(label: str | None) -> Iterator[None]:
     previous = current_plugin()
     _local.plugin = label
     try:
@@ -70,10 +82,17 @@ def _loading(label: str) -> Iterator[None]:
         _local.plugin = previous
 
 
+def _dist_name(entry_point: Any) -> str | None:
+    return getattr(getattr(entry_point, "dist", None), "name", None)
+
+
 def _label(entry_point: Any) -> str:
-    dist = getattr(entry_point, "dist", None)
-    dist_name = getattr(dist, "name", None) or "<unknown distribution>"
+    dist_name = _dist_name(entry_point) or "<unknown distribution>"
     return f"entry point {entry_point.name!r} ({entry_point.value}) of distribution {dist_name!r}"
+
+
+def _is_own(entry_point: Any) -> bool:
+    return (_dist_name(entry_point) or "").lower() == OWN_DISTRIBUTION
 
 
 class PluginLoader:
@@ -86,6 +105,8 @@ class PluginLoader:
 
     Attributes:
         loaded: the group has been read (its plugins registered, skipped or refused).
+        own_found: the group had an entry point of edgecap's own distribution (False: edgecap's installed metadata
+            lacks them, e.g. a source tree used without ``pip install -e .``, so the workshop half is not plugged in).
     """
 
     def __init__(self, group: str, kind: type, register: Callable[[Any], Any]) -> None:
@@ -95,6 +116,7 @@ class PluginLoader:
         self._lock = threading.RLock()
         self._loading = False
         self.loaded = False
+        self.own_found = False
         self._errors: list[PluginError] = []
 
     def ensure_loaded(self) -> None:
@@ -124,10 +146,13 @@ class PluginLoader:
             warnings.warn(f"edgecap could not read the {self.group} entry points: {exc}", PluginWarning, stacklevel=2)
             return []
         errors: list[PluginError] = []
+        # edgecap's own first, as built-ins (no plugin label): a third-party clash then names the third party
+        found.sort(key=lambda entry_point: not _is_own(entry_point))
+        self.own_found = any(map(_is_own, found))
         for entry_point in found:
             label = _label(entry_point)
             try:
-                with _loading(label):
+                with _loading(None if _is_own(entry_point) else label):
                     self._load_one(entry_point, label)
             except PluginError as exc:
                 errors.append(exc)

@@ -1,8 +1,7 @@
-"""Where the runtime half reaches torch: four named hooks, resolved by import string when a torch path is asked for.
+"""Where the runtime half reaches torch: four named hooks, which the workshop half registers as a plugin.
 
 The runtime package imports numpy, Pillow and an inference engine only, at module level and inside functions. Four
-features still need torch when a user asks for them, and their code lives in :mod:`edgecap.workshop.torch_runtime`
-(the ``[train]`` extra):
+features still need torch when a user asks for them (:data:`HOOK_NAMES`):
 
 - ``torch_arrays``: a decode state kept in torch tensors (ONNX Runtime's io-binding path on CUDA, where the caches
   stay on the GPU and the beam gather is a device ``index_select``);
@@ -10,33 +9,99 @@ features still need torch when a user asks for them, and their code lives in :mo
 - ``backbone_inputs``: a bundle whose encoder takes backbone features runs its backbone in torch;
 - ``captioner_from_run``: :meth:`edgecap.Captioner.from_run` decodes a training run's torch weights.
 
-The hooks are named here as ``"module:attribute"`` strings, as the runtime registry names its loaders, so no import
-statement of the runtime package reaches the workshop half (``tests/test_import_graph.py`` walks them all, and checks
-that this table is the only place naming ``edgecap.workshop``).
+Their code is the workshop half's (the ``[train]`` extra). It registers one :class:`TorchHook` per name through the
+``edgecap.torch_hooks`` entry points (:mod:`edgecap.runtime.plugins`), read the first time a hook is asked for, so the
+runtime never names a workshop module, in an import or a string (``tests/test_import_graph.py`` checks both).
+
+Standard library only.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["HOOKS", "TorchUnavailableError", "torch_available", "torch_hook"]
+from edgecap.runtime.plugins import TORCH_HOOK_GROUP, PluginLoader, claim_names
 
-#: Hook name -> ``"module:attribute"`` in the workshop half.
-HOOKS: dict[str, str] = {
-    "torch_arrays": "edgecap.workshop.torch_runtime.arrays:TORCH_OPS",
-    "onnxruntime_binding": "edgecap.workshop.torch_runtime.onnxruntime_binding:run_bound",
-    "backbone_inputs": "edgecap.workshop.torch_runtime.images:backbone_inputs",
-    "captioner_from_run": "edgecap.workshop.torch_runtime.run_captioner:captioner_from_run",
-}
+__all__ = [
+    "HOOK_NAMES",
+    "INSTALL",
+    "TorchHook",
+    "TorchUnavailableError",
+    "load_torch_hooks",
+    "register_torch_hook",
+    "registered_torch_hooks",
+    "torch_available",
+    "torch_hook",
+]
 
-#: What to install for a hook when torch is missing.
+#: The hooks the runtime asks for; a registration of any other name is refused.
+HOOK_NAMES: tuple[str, ...] = ("torch_arrays", "onnxruntime_binding", "backbone_inputs", "captioner_from_run")
+
+#: What to install for a hook when torch, or the training stack's registration, is missing.
 INSTALL = "pip install 'edgecap[train]'"
 
 
 class TorchUnavailableError(ImportError):
-    """A torch path was asked for on an install without torch (the runtime-only install)."""
+    """A torch path was asked for on an install without torch (the runtime-only install), or without the training
+    stack's hooks registered."""
+
+
+@dataclass(frozen=True)
+class TorchHook:
+    """One registered hook.
+
+    Attributes:
+        name: one of :data:`HOOK_NAMES`.
+        target: ``"package.module:attribute"`` of the object, imported the first time the hook is asked for (so
+            registering it imports no torch).
+    """
+
+    name: str
+    target: str
+
+    def __post_init__(self) -> None:
+        if self.name not in HOOK_NAMES:
+            raise ValueError(f"unknown torch hook {self.name!r}; the runtime asks for {list(HOOK_NAMES)}")
+        module, _, attribute = self.target.partition(":")
+        if not module or not attribute:
+            raise ValueError(
+                f"torch hook {self.name!r}: target must look like 'package.module:attr', got {self.target!r}"
+            )
+
+
+_HOOKS: dict[str, TorchHook] = {}
+#: Hook name -> the third-party plugin that registered it (edgecap's own are absent).
+_PLUGIN_NAMES: dict[str, str] = {}
+
+
+def register_torch_hook(hook: TorchHook) -> TorchHook:
+    """Register (or, outside plugin loading, replace) a hook; returns ``hook``.
+
+    Raises:
+        edgecap.runtime.plugins.PluginError: called while a third-party plugin loads, for a name already registered.
+    """
+    if not isinstance(hook, TorchHook):
+        raise TypeError(f"register_torch_hook takes a TorchHook, got {type(hook).__name__}")
+    claim_names("torch hook", (hook.name,), lambda name: name if name in _HOOKS else None, _PLUGIN_NAMES)
+    _HOOKS[hook.name] = hook
+    return hook
+
+
+_PLUGINS = PluginLoader(TORCH_HOOK_GROUP, TorchHook, register_torch_hook)
+
+
+def load_torch_hooks() -> None:
+    """Register the hooks of installed plugins (the ``edgecap.torch_hooks`` entry points), once."""
+    _PLUGINS.ensure_loaded()
+
+
+def registered_torch_hooks() -> dict[str, TorchHook]:
+    """The hooks registered here, by name (the plugins loaded first)."""
+    load_torch_hooks()
+    return dict(_HOOKS)
 
 
 def torch_available() -> bool:
@@ -48,17 +113,29 @@ def torch_available() -> bool:
 
 
 def torch_hook(name: str) -> Any:
-    """The workshop-half object behind hook ``name`` (imported on first use).
+    """The object behind hook ``name`` (its module imported on first use).
 
     Raises:
-        KeyError: an unknown hook name.
-        TorchUnavailableError: torch is not installed, or the workshop half is not part of this installation.
+        KeyError: not one of :data:`HOOK_NAMES`.
+        TorchUnavailableError: torch is not installed; no plugin registered the hook (the training stack's entry
+            points are not installed); or its module failed to import.
     """
-    module_name, _, attribute = HOOKS[name].partition(":")
+    if name not in HOOK_NAMES:
+        raise KeyError(f"unknown torch hook {name!r}; known: {list(HOOK_NAMES)}")
     if not torch_available():
         raise TorchUnavailableError(f"{name} runs in torch, which is not installed here: {INSTALL}")
+    hook = registered_torch_hooks().get(name)
+    if hook is None:
+        where = "" if _PLUGINS.own_found else " (edgecap's installed metadata lacks its entry points: reinstall it)"
+        raise TorchUnavailableError(
+            f"{name} needs the training stack, whose torch hooks are not registered here{where}: {INSTALL}"
+        )
+    module_name, _, attribute = hook.target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise TorchUnavailableError(f"{name} needs {module_name}, which failed to import ({exc}): {INSTALL}") from exc
-    return getattr(module, attribute)
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise TorchUnavailableError(f"torch hook {name!r}: {module_name} has no {attribute!r}") from None

@@ -1,5 +1,5 @@
 """Loading trained runs (a run directory, or a bare model name stored under EDGECAP_HOME) and a bundle's torch
-weights into an eval-mode model. Where runs live and how they are found is :mod:`edgecap.runtime.bundle.layout`'s."""
+weights into an eval-mode model. Where runs live and how they are found is :mod:`edgecap.workshop.run_layout`'s."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edgecap.runtime.bundle.layout import CONFIG_NAME, RunError, read_run_config, resolve_run, run_file
+from edgecap.runtime.bundle.layout import CONFIG_NAME
 from edgecap.runtime.bundle.manifest import BundleConfigError
+from edgecap.workshop.run_layout import RunError, read_run_config, resolve_run, run_file
 from edgecap.workshop.training.checkpoint import VOCAB, WEIGHTS, load_weights
 
 if TYPE_CHECKING:

@@ -32,6 +32,7 @@ def load_toy(bundle: Any, request: Any) -> LoadedRuntime:
 
 @pytest.fixture
 def toy(monkeypatch: pytest.MonkeyPatch) -> RuntimeSpec:
+    registry_module.load_runtime_plugins()  # into the real registry, before the private copy
     monkeypatch.setattr(registry_module, "_REGISTRY", dict(registry_module._REGISTRY))
     monkeypatch.setattr(registry_module, "_ALIASES", dict(registry_module._ALIASES))
     CALLS.clear()

@@ -11,7 +11,6 @@ from typing import Any
 from edgecap.runtime._lazy import lazy_dir, lazy_getattr
 from edgecap.runtime.backends.base import Runtime, RuntimeInputError, RuntimeStateError, TensorMeta, dtype_name
 from edgecap.runtime.backends.registry import (
-    STEP_MODES,
     LoadedRuntime,
     LoadRequest,
     RuntimeLoader,
@@ -24,7 +23,7 @@ from edgecap.runtime.backends.registry import (
     register_runtime,
     runtime_available,
 )
-from edgecap.runtime.precisions import FLOAT_PRECISIONS, PRECISIONS
+from edgecap.runtime.precisions import PRECISIONS
 
 _LAZY: dict[str, str] = {
     "RuntimeStepModel": "edgecap.runtime.backends.bridge",
@@ -37,7 +36,6 @@ _ONNXRUNTIME_INSTALL = (
     "pip install 'edgecap[cpu]' (CPU), or on a GPU machine the extra of its driver's CUDA major: 'edgecap[gpu-cu12]' "
     "or 'edgecap[gpu-cu13]' ('edgecap[gpu]' is CUDA 13); on a Jetson, NVIDIA's onnxruntime-gpu wheel for its JetPack"
 )
-_TORCH_INSTALL = "pip install 'edgecap[train]'"
 _TRT_INSTALL = (
     "TensorRT 10 and cuda-python of the driver's CUDA major: pip install 'edgecap[tensorrt-cu12]' or "
     "'edgecap[tensorrt-cu13]' (TensorRT's libraries download from NVIDIA's index, pypi.nvidia.com, during the "
@@ -45,7 +43,9 @@ _TRT_INSTALL = (
     "engines with `edgecap engine BUNDLE`"
 )
 
-# The built-in runtimes: a new backend is one module plus one entry like these.
+# The built-in runtimes: a new backend is one module plus one entry like these. The torch runtimes (``torch``,
+# ``torch-rerun``) are the workshop half's: it registers them as a plugin (edgecap.workshop.torch_runtime.plugin,
+# through the ``edgecap.runtimes`` entry points of pyproject.toml), loaded when the registry is first queried.
 register_runtime(
     RuntimeSpec(
         name="onnxruntime",
@@ -61,20 +61,6 @@ register_runtime(
 )
 register_runtime(
     RuntimeSpec(
-        name="torch",
-        description="torch eager: the bundle's weights.safetensors, cached step decoding (CPU or CUDA)",
-        loader="edgecap.workshop.torch_runtime.loader:load_bundle_runtime",
-        graph_runtime="edgecap.workshop.torch_runtime.runtime:TorchRuntime",
-        requires=("torch",),
-        install=_TORCH_INSTALL,
-        precisions=FLOAT_PRECISIONS,
-        auto_rank=1,
-        torch=True,
-        step_modes=(*STEP_MODES, "auto"),
-    )
-)
-register_runtime(
-    RuntimeSpec(
         name="tensorrt",
         description="TensorRT engines built in the bundle by `edgecap engine` (CUDA GPU, cuda-python, no torch)",
         loader="edgecap.runtime.backends.tensorrt.runtime:load_bundle_runtime",
@@ -82,18 +68,6 @@ register_runtime(
         install=_TRT_INSTALL,
         precisions=PRECISIONS,
         auto_rank=None,  # only by name: engines are built per machine first (edgecap engine)
-    )
-)
-register_runtime(
-    RuntimeSpec(
-        name="torch-rerun",
-        description="torch eager, re-running the whole prefix each step (the reference implementations' decoding)",
-        loader="edgecap.workshop.torch_runtime.loader:load_bundle_rerun_runtime",
-        requires=("torch",),
-        install=_TORCH_INSTALL,
-        precisions=FLOAT_PRECISIONS,
-        baseline=True,
-        torch=True,
     )
 )
 

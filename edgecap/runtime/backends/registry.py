@@ -10,9 +10,10 @@ nothing heavy is imported until the runtime is used:
 - ``requires``: the modules it imports, checked with ``importlib.util.find_spec`` (no import) to tell whether the
   runtime is usable here, and ``install``: what to install when it is not.
 
-Third-party runtimes register through the ``edgecap.runtime.backends`` entry-point group
-(:mod:`edgecap.runtime.plugins`), loaded
-the first time the registry is queried.
+The built-in ONNX Runtime and TensorRT runtimes register in :mod:`edgecap.runtime.backends`. The torch runtimes
+(``torch``, ``torch-rerun``) are the workshop half's and register as a plugin, like a third-party runtime: through the
+``edgecap.runtimes`` entry-point group (:mod:`edgecap.runtime.plugins`), loaded the first time the registry is
+queried.
 
 This module imports nothing beyond the standard library.
 """
@@ -232,10 +233,16 @@ def _registered_as(name: str) -> str | None:
 
 
 _PLUGINS = PluginLoader(RUNTIME_GROUP, RuntimeSpec, register_runtime)
+#: Why the torch runtimes are absent when edgecap's own entry points are (its metadata predates them, or a source tree
+#: is used without ``pip install -e .``).
+_NO_OWN_PLUGINS = (
+    "the torch runtimes of the training stack are not registered: edgecap's installed metadata lacks its entry "
+    "points (reinstall it: pip install 'edgecap[train]', or pip install -e '.[train]' in a source checkout)"
+)
 
 
 def load_runtime_plugins() -> None:
-    """Register the runtimes of installed plugins (the ``edgecap.runtime.backends`` entry points), once; every query of
+    """Register the runtimes of installed plugins (the ``edgecap.runtimes`` entry points), once; every query of
     the registry calls this, so a plugin is there without any import in the user's code.
 
     Raises:
@@ -264,7 +271,8 @@ def get_runtime(name: str) -> RuntimeSpec:
     load_runtime_plugins()
     spec = _REGISTRY.get(canonical_runtime(name, warn=True))
     if spec is None:
-        raise UnknownRuntimeError(f"unknown runtime {name!r}; registered: {list_runtimes()}")
+        missing = "" if _PLUGINS.own_found else f"; {_NO_OWN_PLUGINS}"
+        raise UnknownRuntimeError(f"unknown runtime {name!r}; registered: {list_runtimes()}{missing}")
     return spec
 
 

@@ -1,36 +1,30 @@
-"""Where bundles and training runs live, what their files are called, and how a directory is told apart.
+"""Where bundles live, what their files are called, and how a directory is told apart from a training run.
 
-One torch-free module owns the layout both halves read: the bundle reader (:mod:`edgecap.runtime.bundle.reader`),
-:meth:`edgecap.Captioner.load`, the run loader and the training checkpoints (:mod:`edgecap.workshop.runs`,
-:mod:`edgecap.workshop.training.checkpoint`). Nothing is verified here: :func:`edgecap.runtime.bundle.load_bundle`
-verifies a bundle, :func:`edgecap.workshop.runs.load_run` a run.
+The bundle reader (:mod:`edgecap.runtime.bundle.reader`), :meth:`edgecap.Captioner.load` and the front ends read
+this layout; the workshop half builds on it (a run keeps the same file names). Telling a run from a bundle is here
+because the runtime says which one it was given; where runs live and how they are found and read is the workshop
+half's (:mod:`edgecap.workshop.run_layout`). Nothing is verified here: :func:`edgecap.runtime.bundle.load_bundle`
+verifies a bundle.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from edgecap.runtime._home import edgecap_home
-from edgecap.runtime.bundle.manifest import MANIFEST_NAME, bundle_file
+from edgecap.runtime.bundle.manifest import MANIFEST_NAME
 
 __all__ = [
     "CONFIG_NAME",
     "RUN_KEYS",
     "VOCAB_NAME",
     "WEIGHTS_NAME",
-    "NotARunError",
-    "RunError",
     "default_bundle_dir",
-    "default_run_dir",
     "describe_directory",
     "directory_kind",
     "find_bundle",
     "is_bundle",
-    "read_run_config",
-    "resolve_run",
-    "run_file",
 ]
 
 CONFIG_NAME = "config.json"
@@ -114,57 +108,3 @@ def find_bundle(name_or_path: str | Path) -> Path | None:
         if is_bundle(candidate):
             return candidate
     return None
-
-
-class RunError(ValueError):
-    """A run directory is missing, incomplete or inconsistent."""
-
-
-class NotARunError(RunError):
-    """The directory is not a training run: a bundle, a half-copied bundle, or neither (the message says which)."""
-
-
-def default_run_dir(model_name: str) -> Path:
-    """Where ``edgecap train --model NAME`` writes by default and where a bare name is looked up:
-    ``$EDGECAP_HOME/runs/NAME``."""
-    return edgecap_home() / "runs" / model_name
-
-
-def resolve_run(name_or_path: str | Path) -> Path:
-    """A run directory from a path, or from a model name trained earlier with ``edgecap train``/``quickstart``."""
-    path = Path(name_or_path)
-    if is_bundle(path):
-        raise NotARunError(describe_directory(path, "run"))
-    if (path / CONFIG_NAME).is_file():
-        return path
-    candidate = default_run_dir(str(name_or_path))
-    if (candidate / CONFIG_NAME).is_file():
-        return candidate
-    raise RunError(
-        f"no trained run found for {str(name_or_path)!r}: looked for {path / CONFIG_NAME} and "
-        f"{candidate / CONFIG_NAME}. Train one with `edgecap train --model {name_or_path}` (or `edgecap quickstart`), "
-        "or pass a run directory."
-    )
-
-
-def run_file(run_dir: str | Path, name: str, where: str) -> Path:
-    """``run_dir / name`` under the bundles' one path rule (:func:`edgecap.runtime.bundle.manifest.bundle_file`): a
-    relative path inside the run directory that stays inside it once symlinks are resolved; else RunError."""
-    return bundle_file(run_dir, name, f"{run_dir}: {where}", error=RunError, inside="the run directory")
-
-
-def read_run_config(run_dir: str | Path) -> dict[str, Any]:
-    """A run's ``config.json``; NotARunError when the directory is a bundle or its config has not the run's
-    sections (:data:`RUN_KEYS`)."""
-    path = Path(run_dir) / CONFIG_NAME
-    if is_bundle(run_dir):
-        raise NotARunError(describe_directory(run_dir, "run"))
-    if not path.is_file():
-        raise NotARunError(f"{run_dir} is not an edgecap run: {CONFIG_NAME} is missing")
-    try:
-        config = json.loads(run_file(run_dir, CONFIG_NAME, CONFIG_NAME).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise RunError(f"{path} is not valid JSON: {exc}") from exc
-    if not isinstance(config, dict) or any(key not in config for key in RUN_KEYS):
-        raise NotARunError(describe_directory(run_dir, "run"))
-    return config

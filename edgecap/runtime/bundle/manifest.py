@@ -44,7 +44,6 @@ __all__ = [
     "quality_levels",
     "hash_files",
     "jsonable",
-    "parity_summary",
     "parse_manifest",
     "sha256_file",
     "software_versions",
@@ -205,20 +204,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
-
-
-def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of an export parity report (``edgecap.workshop.export.parity.check_graph``) a manifest keeps: verdict,
-    the sizes checked and per output the error statistics next to the tolerance they were held to."""
-    keep = ("max_abs", "mean_abs", "max_rel", "violations", "never", "atol", "rtol", "passed")
-    return jsonable(
-        {
-            "passed": bool(report["passed"]),
-            "feeds": report.get("feeds"),
-            "sizes": report.get("sizes"),
-            "outputs": {name: {k: out.get(k) for k in keep} for name, out in report.get("outputs", {}).items()},
-        }
-    )
 
 
 # -- validation ------------------------------------------------------------------------------------------------------

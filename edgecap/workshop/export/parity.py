@@ -19,9 +19,10 @@ import numpy as np
 import torch
 
 from edgecap.runtime.backends.base import Array, Runtime
+from edgecap.runtime.bundle.manifest import jsonable
 from edgecap.workshop.export.spec import ExportSpec, Tolerance
 
-__all__ = ["ParityError", "check_graph", "check_runtime", "compare_arrays", "torch_reference"]
+__all__ = ["ParityError", "check_graph", "check_runtime", "compare_arrays", "parity_summary", "torch_reference"]
 
 ToleranceLike = Tolerance | Mapping[str, Tolerance] | Callable[[str], Tolerance]
 
@@ -246,3 +247,17 @@ def check_graph(
         "sizes": [{d: s[d] for d in used} for s in size_sets],
         **report,
     }
+
+
+def parity_summary(report: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a parity report (:func:`check_graph`) a bundle's manifest keeps: verdict, the sizes checked and per
+    output the error statistics next to the tolerance they were held to."""
+    keep = ("max_abs", "mean_abs", "max_rel", "violations", "never", "atol", "rtol", "passed")
+    return jsonable(
+        {
+            "passed": bool(report["passed"]),
+            "feeds": report.get("feeds"),
+            "sizes": report.get("sizes"),
+            "outputs": {name: {k: out.get(k) for k in keep} for name, out in report.get("outputs", {}).items()},
+        }
+    )

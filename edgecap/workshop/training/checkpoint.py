@@ -23,9 +23,10 @@ import torch
 from safetensors.torch import load_model, save_model
 
 from edgecap.runtime._io import atomic_directory, atomic_path, atomic_write_json
-from edgecap.runtime.bundle.layout import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME, RunError, read_run_config
-from edgecap.runtime.bundle.layout import NotARunError as NotARunError  # the run layout's, re-exported for the trainers
-from edgecap.runtime.bundle.layout import run_file as run_file
+from edgecap.runtime.bundle.layout import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME
+from edgecap.workshop.run_layout import NotARunError as NotARunError  # the run layout's, re-exported for the trainers
+from edgecap.workshop.run_layout import RunError, read_run_config
+from edgecap.workshop.run_layout import run_file as run_file
 
 CONFIG = CONFIG_NAME
 VOCAB = VOCAB_NAME
@@ -126,5 +127,5 @@ def write_config(run_dir: Path, config: dict[str, Any]) -> None:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """A run's ``config.json``, checked by the run layout (:func:`edgecap.runtime.bundle.layout.read_run_config`)."""
+    """A run's ``config.json``, checked by the run layout (:func:`edgecap.workshop.run_layout.read_run_config`)."""
     return read_run_config(run_dir)

@@ -36,7 +36,8 @@ class EchoRuntime(Runtime):
 
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> dict[str, RuntimeSpec]:
-    """A private copy of the registry, restored after the test."""
+    """A private copy of the registry (the plugins loaded first, into the real one), restored after the test."""
+    registry_module.load_runtime_plugins()
     copy = dict(registry_module._REGISTRY)
     monkeypatch.setattr(registry_module, "_REGISTRY", copy)
     monkeypatch.setattr(registry_module, "_ALIASES", dict(registry_module._ALIASES))

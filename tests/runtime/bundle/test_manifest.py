@@ -22,7 +22,6 @@ from edgecap.runtime.bundle.manifest import (
     hash_files,
     is_newer_version,
     jsonable,
-    parity_summary,
     parse_manifest,
     software_versions,
     summary_rows,
@@ -198,42 +197,6 @@ def test_jsonable_makes_strict_json():
     out = jsonable(value)
     assert out == {"a": [1, 0.5], "b": None, "c": 3, "d": [None, "x"]}
     json.dumps(out, allow_nan=False)
-
-
-def test_parity_summary_keeps_the_numbers_and_tolerances():
-    report = {
-        "graph": "step",
-        "passed": True,
-        "feeds": 2,
-        "sizes": [{"batch": 1}],
-        "runs": [{"tokens": [1]}],
-        "outputs": {
-            "logprobs": {
-                "max_abs": 1e-6,
-                "mean_abs": 1e-7,
-                "max_rel": 1e-5,
-                "violations": 0,
-                "elements": 10,
-                "never": 4,
-                "atol": 1e-4,
-                "rtol": 1e-4,
-                "passed": True,
-                "worst_feed": 0,
-            }
-        },
-    }
-    summary = parity_summary(report)
-    assert summary["passed"] is True and summary["feeds"] == 2 and "runs" not in summary
-    assert summary["outputs"]["logprobs"] == {
-        "max_abs": 1e-6,
-        "mean_abs": 1e-7,
-        "max_rel": 1e-5,
-        "violations": 0,
-        "never": 4,  # the -1e4 entries left out of the statistics, so the manifest says why max_abs is small
-        "atol": 1e-4,
-        "rtol": 1e-4,
-        "passed": True,
-    }
 
 
 def test_summary_rows_report_the_worst_output_relative_to_its_tolerance():

@@ -35,7 +35,9 @@ def create_onnxruntime_refine_model(encoder: Any, refine: Any, **runtime_options
     needed = ("length_levels", "refine_steps", "eos_decay", "mask_id", "state_names")
     absent = [k for k in needed if k not in meta]
     if absent:
-        raise RuntimeInputError(f"the refine graph's metadata lacks {absent}; export it with edgecap.workshop.export")
+        raise RuntimeInputError(
+            f"the refine graph's metadata lacks {absent}; re-export the bundle with `edgecap export`"
+        )
     return RuntimeRefineModel(
         OnnxRuntimeSession(encoder, name="onnxruntime-encoder", role="encoder", **runtime_options),
         OnnxRuntimeSession(refine, name="onnxruntime-refine", role="refine", **runtime_options),

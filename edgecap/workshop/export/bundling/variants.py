@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from edgecap.runtime.bundle.layout import CONFIG_NAME, VOCAB_NAME, WEIGHTS_NAME
-from edgecap.runtime.bundle.manifest import parity_summary
 from edgecap.workshop.export.bundling import BundleExportError
 from edgecap.workshop.export.bundling.source import ExportSource
+from edgecap.workshop.export.parity import parity_summary
 from edgecap.workshop.export.writer import BundleBuilder
 
 __all__ = ["check_parity", "interface_record", "write_float_variants", "write_model_files"]

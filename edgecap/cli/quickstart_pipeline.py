@@ -1,6 +1,9 @@
 """The main job, end to end on the built-in default: synthetic scenes → features → train → evaluate → caption →
 export (a pixels-in FP32/FP16/INT8 bundle, EfficientNet-Lite0 inside its encoder graph, with its parity and quality
-table) → caption through the bundle → benchmark."""
+table) → caption through the bundle → benchmark.
+
+It strings both halves, the benchmark and the feature cache's CLI defaults together, so it lives above them all, with
+the commands (``edgecap quickstart``): the workshop half never imports the benchmark or the CLI."""
 
 from __future__ import annotations
 
@@ -33,13 +36,14 @@ class QuickstartCfg:
 def run_quickstart(cfg: QuickstartCfg, console: Console | None = None) -> dict[str, Any]:
     """Run every stage, reusing finished ones (dataset, feature cache, a completed run) when re-run."""
     from edgecap.cli.features import default_cache_dir
-    from edgecap.runtime.bundle.layout import default_bundle_dir, default_run_dir
+    from edgecap.runtime.bundle.layout import default_bundle_dir
     from edgecap.workshop.data.feature_cache import extract_features
     from edgecap.workshop.data.synthetic import generate_dataset
     from edgecap.workshop.evaluation import print_result
     from edgecap.workshop.evaluation.run_eval import evaluate_run
     from edgecap.workshop.export import require_onnx_stack
     from edgecap.workshop.export.report import bundle_table
+    from edgecap.workshop.run_layout import default_run_dir
     from edgecap.workshop.torch_runtime.runtime import resolve_device
     from edgecap.workshop.training.config import TrainCfg
     from edgecap.workshop.training.determinism import make_deterministic
