@@ -7,8 +7,16 @@ from edgecap.runtime.serving.client import (
     AsyncCaptionClient,
     CaptionClient,
     CaptionRequestError,
+    ModelNotServedError,
     ServerBusyError,
 )
 from edgecap.runtime.serving.protocol import CaptionReply
 
-__all__ = ["AsyncCaptionClient", "CaptionClient", "CaptionReply", "CaptionRequestError", "ServerBusyError"]
+__all__ = [
+    "AsyncCaptionClient",
+    "CaptionClient",
+    "CaptionReply",
+    "CaptionRequestError",
+    "ModelNotServedError",
+    "ServerBusyError",
+]

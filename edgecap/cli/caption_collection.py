@@ -29,7 +29,8 @@ COLLECTION_OPTIONS: Callable[[Callable], Callable] = option_group(
     click.option(
         "--resume",
         is_flag=True,
-        help="Collections: continue an --out file a stopped run left, skipping every image up to its last line.",
+        help="Collections: continue an --out file a stopped run left, skipping every image up to its last line; a "
+        "damaged line is dropped and its image captioned again.",
     ),
     click.option(
         "--workers",
@@ -81,7 +82,7 @@ def caption_collection_command(
     if ray is None and out.suffix.lower() == ".parquet":
         fail("a .parquet output is written by --ray; without it --out is a JSONL file (captions.jsonl)")
     try:
-        collection = Collection.of(images, recursive=recursive)
+        collection = Collection.of(images, recursive=recursive, output=out)  # never its own output
     except CollectionError as exc:
         fail(str(exc))
     bundle = find_bundle(model)

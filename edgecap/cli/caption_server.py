@@ -24,7 +24,7 @@ def caption_with_server(
     """Send each image as its own request (the server batches them) and print the captions in order; an image the
     server refuses, or that cannot be read here, is reported on stderr and the command exits with status 1."""
     try:
-        from edgecap.runtime.serving.client import CaptionClient, ServerBusyError
+        from edgecap.runtime.serving.client import CaptionClient, ModelNotServedError, ServerBusyError
 
         client = CaptionClient(url, model, timeout_s=timeout_s)
     except (ImportError, ValueError) as exc:
@@ -39,12 +39,12 @@ def caption_with_server(
     with client:
         try:
             replies = iter(client.caption_many(sendable, concurrency=concurrency, length_level=length_level, beam=beam))
-        except (ServerBusyError, ValueError) as exc:
+        except (ServerBusyError, ModelNotServedError, ValueError) as exc:
             fail(str(exc))
         results = [p if isinstance(p, Exception) else next(replies) for p in payloads]
     captions: dict[str, str | None] = {}
     for path, result in zip(images, results, strict=True):
-        if isinstance(result, ServerBusyError):
+        if isinstance(result, (ServerBusyError, ModelNotServedError)):
             fail(str(result))  # the server, not the image: nothing more will get through
         if isinstance(result, Exception):
             click.echo(f"Error: {path}: {result}", err=True)

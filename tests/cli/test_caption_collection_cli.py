@@ -50,6 +50,16 @@ def test_an_existing_output_without_resume_is_refused_before_any_work(
         (["{photos}", "--out", "{out}", "--model", "{photos}"], "no bundle found"),
         (["{photos}", "{photos}/f00", "-r", "--out", "{out}"], "give each image once"),
         (["{photos}", "--out", "{photos}/x.parquet"], "written by --ray"),
+        (
+            [
+                "{photos}/f00/img00000.png",
+                "{photos}/f00/img00001.png",
+                "--out",
+                "{photos}/f00/img00001.png",
+                "--resume",
+            ],
+            "is one of the images given",
+        ),
     ],
 )
 def test_a_collection_is_checked_before_any_work(
@@ -83,6 +93,21 @@ def test_ray_gets_the_collection_and_the_load_options(
         "bundle": bundle, "address": address, "recursive": True, "resume": False, "workers": 3, "runtime": "auto",
         "precision": "auto", "threads": 2, "beam": None, "length_level": 2,
     }  # fmt: skip
+
+
+def test_a_ray_address_where_nothing_answers_fails_in_seconds(bundle: Path, tmp_path: Path) -> None:
+    import socket
+
+    make_collection(tmp_path / "photos", 2, folders=1)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    out = tmp_path / "out.jsonl"
+    started = time.monotonic()
+    args = ["caption", str(tmp_path / "photos"), "--out", str(out), "--model", str(bundle), "--ray", address]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and f"cannot reach the Ray cluster at {address}" in result.stderr, result.output
+    assert time.monotonic() - started < 30 and not out.exists()
 
 
 def _lines(path: Path) -> int:

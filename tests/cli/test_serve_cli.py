@@ -40,6 +40,12 @@ def test_triton_repo_writes_a_repository_and_refuses_to_overwrite_it(bundle: Pat
     assert again.exit_code != 0 and "already exists" in again.output
 
 
+def test_triton_repo_inside_its_bundle_is_refused_at_once(bundle: Path) -> None:
+    result = CliRunner().invoke(main, ["triton-repo", str(bundle), str(bundle / "repo")])
+    assert result.exit_code == 1 and "is inside the bundle" in result.stderr and not (bundle / "repo").exists()
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_triton_repo_of_a_missing_bundle_fails_cleanly(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["triton-repo", str(tmp_path / "nope"), str(tmp_path / "models")])
     assert result.exit_code != 0 and "no bundle found" in result.output and not (tmp_path / "models").exists()

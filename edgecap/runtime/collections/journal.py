@@ -9,7 +9,9 @@ Lines are UTF-8 (``ensure_ascii=False``; a path that is not valid UTF-8 is writt
 ``json.loads`` and ``os.fsencode`` turn back into its bytes). A chunk of lines goes to the file in one ``os.write`` on
 an ``O_APPEND`` descriptor, so lines are never interleaved; a writer killed mid-write leaves at most a partial last
 line, which :meth:`Journal.open` cuts off when resuming. The file is ``flock``-ed while written: a second writer
-fails at once instead of interleaving its lines, and the lock dies with its process (no stale lock files).
+fails at once instead of interleaving its lines, and the lock dies with its process (no stale lock files). A resumed
+journal is read whole (:mod:`edgecap.runtime.collections.resume`): a damaged line in the middle is found, and
+:meth:`Journal.replace` rewrites the file without it in one rename.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import errno
 import fcntl
 import json
 import os
+import secrets
+import stat
 import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +56,20 @@ def record_line(path: str, caption: str | None = None, error: str | None = None)
         return json.dumps(record, separators=(",", ":")).encode("ascii") + b"\n"
 
 
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """The record of one journal line, or None for a line that is not one (damaged, or not a journal's)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) and isinstance(record.get("path"), str) else None
+
+
+def _first_line(fd: int) -> bytes:
+    head = os.pread(fd, _TAIL_BLOCK, 0)
+    return head.split(b"\n", 1)[0]
+
+
 def _last_line(fd: int, size: int) -> tuple[bytes | None, int]:
     """The last complete line of the file (without its newline) and where complete lines end (the size to keep)."""
     end = size
@@ -71,7 +90,8 @@ def _last_line(fd: int, size: int) -> tuple[bytes | None, int]:
 
 class Journal:
     """An open journal: :meth:`append` lines, :meth:`close` when done. :attr:`last_path` is the path of the last
-    line already in the file when it was opened (None for a new or empty one)."""
+    line already in the file when it was opened (None for a new or empty one, or when that line is damaged: a resumed
+    run reads the whole file, :func:`edgecap.runtime.collections.resume.resume_point`)."""
 
     def __init__(self, path: Path, fd: int, created: bool, last_path: str | None, truncated: int) -> None:
         self.path, self.created, self.last_path = path, created, last_path
@@ -86,7 +106,7 @@ class Journal:
 
         Raises:
             JournalError: ``path`` exists without ``resume``; another process is writing it; it cannot be created
-                or written; its last complete line is not a journal record.
+                or written; neither its first nor its last complete line is a caption record (not a journal).
         """
         path = Path(path)
         if path.is_dir():
@@ -132,20 +152,57 @@ class Journal:
             raise JournalError(f"cannot read {path} to resume it: {exc.strerror or exc}") from None
         try:
             line, keep = _last_line(reader, size)
+            first = _first_line(reader)
         finally:
             os.close(reader)
+        if line is not None and parse_record(line) is None and parse_record(first) is None:
+            # neither end is a record: some other file, refused before anything is cut from it
+            raise JournalError(
+                f"{path} does not begin or end with a caption record ({line[:60]!r}): not an output to resume"
+            )
         if keep < size:
             os.ftruncate(fd, keep)
             os.fsync(fd)
-        if line is None:
-            return None, size - keep
+        record = parse_record(line) if line is not None else None
+        return (record["path"] if record is not None else None), size - keep
+
+    def records(self) -> Iterator[tuple[int, bytes, dict[str, Any] | None]]:
+        """Every line now in the file: ``(line number from 1, the line, its record or None when damaged)``."""
+        with open(self.path, "rb") as lines:
+            for number, line in enumerate(lines, 1):
+                yield number, line, parse_record(line)
+
+    def replace(self, content: Iterable[bytes]) -> None:
+        """Make ``content`` (whole lines) the file's content in one rename: written to a locked temporary file
+        beside it (``.NAME.*.tmp``; one a killed rewrite left is removed), fsynced, renamed over it; appends go on
+        to the new file. A kill at any point leaves the old file or the new one, whole."""
+        if self._fd is None:
+            raise JournalError(f"{self.path} is closed")
+        for stale in self.path.parent.glob(f".{self.path.name}.*.tmp"):
+            stale.unlink(missing_ok=True)  # ours: only the lock holder writes them
+        tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            record = json.loads(line)
-        except ValueError:
-            record = None
-        if not isinstance(record, dict) or not isinstance(record.get("path"), str):
-            raise JournalError(f"{path} does not end with a caption record ({line[:60]!r}): not an output to resume")
-        return record["path"], size - keep
+            os.fchmod(fd, stat.S_IMODE(os.fstat(self._fd).st_mode))
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            for data in content:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+            os.fsync(fd)
+            os.replace(tmp, self.path)
+        except BaseException:
+            os.close(fd)
+            tmp.unlink(missing_ok=True)
+            raise
+        folder = os.open(self.path.parent, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(folder)
+        finally:
+            os.close(folder)
+        old, self._fd = self._fd, fd
+        os.close(old)
+        self._synced = time.monotonic()
 
     def append(self, data: bytes) -> None:
         """Append whole lines (``data`` ends with a newline) in one write: a reader sees all of them or none."""

@@ -13,7 +13,8 @@ Directories yield the files whose suffix is in :data:`~edgecap.runtime.images.lo
 set ``edgecap bench --images`` and calibration folders use); a file named as a source is listed whatever its suffix
 (the user asked for it). Symbolic links to files are listed; links to directories are not followed (a link cycle
 would never end, and a second path to the same images would caption them twice). Hidden entries are walked like any
-other.
+other, except the run's own output: the file (or folder) ``--out`` names and its temporary and lock files
+(``.NAME.*``) beside it are never listed, whatever their suffix (:meth:`Collection.excluding`).
 """
 
 from __future__ import annotations
@@ -41,13 +42,19 @@ def _is_image_name(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in IMAGE_SUFFIXES
 
 
-def _walk(directory: str, parts: tuple[str, ...], recursive: bool) -> Iterator[tuple[str, ...]]:
-    """The image files below ``directory``, as path parts relative to the source, in sorted-name order."""
+def _walk(
+    directory: str, parts: tuple[str, ...], recursive: bool, hidden: dict[tuple[str, ...], str]
+) -> Iterator[tuple[str, ...]]:
+    """The image files below ``directory``, as path parts relative to the source, in sorted-name order; ``hidden``:
+    folder parts -> the output's name there (it and its ``.NAME.*`` files are not listed)."""
     files: list[str] = []
     dirs: list[str] = []
+    output = hidden.get(parts)
     try:
         with os.scandir(directory) as scan:
             for entry in scan:  # the file type comes with the listing on Linux (no stat per file)
+                if output is not None and (entry.name == output or entry.name.startswith(f".{output}.")):
+                    continue
                 if entry.is_dir(follow_symlinks=False):
                     dirs.append(entry.name)
                 elif _is_image_name(entry.name) and entry.is_file():
@@ -63,7 +70,7 @@ def _walk(directory: str, parts: tuple[str, ...], recursive: bool) -> Iterator[t
         dirs.clear()
     for name, is_dir in heapq.merge(((n, False) for n in files), ((n, True) for n in dirs)):
         if is_dir:
-            yield from _walk(os.path.join(directory, name), (*parts, name), recursive)
+            yield from _walk(os.path.join(directory, name), (*parts, name), recursive, hidden)
         else:
             yield (*parts, name)
 
@@ -74,11 +81,16 @@ class Collection:
 
     sources: tuple[Path, ...]
     recursive: bool = False
+    #: Where the run's output lies below directory sources: (source index, folder parts, name); never listed.
+    outputs: tuple[tuple[int, tuple[str, ...], str], ...] = ()
 
     @classmethod
-    def of(cls, sources: Sequence[str | os.PathLike], recursive: bool = False) -> Collection:
+    def of(
+        cls, sources: Sequence[str | os.PathLike], recursive: bool = False, output: str | os.PathLike | None = None
+    ) -> Collection:
         """Check the sources before any work: each exists, none is given twice or lies inside a directory source
-        (its images would be listed twice, and the order would no longer say which source a line came from)."""
+        (its images would be listed twice, and the order would no longer say which source a line came from); with
+        ``output``, :meth:`excluding` it."""
         paths = tuple(Path(s) for s in sources)
         if not paths:
             raise CollectionError("no images or directories given")
@@ -96,7 +108,29 @@ class Collection:
                             f"{inner} is {'the same as' if r_in == r_out else 'inside'} {outer}: give each image "
                             "once (overlapping sources would caption images twice)"
                         )
-        return cls(paths, recursive)
+        collection = cls(paths, recursive)
+        return collection if output is None else collection.excluding(output)
+
+    def excluding(self, output: str | os.PathLike) -> Collection:
+        """This collection without the run's ``output`` (and its ``.NAME.*`` temporary files) in its listing.
+
+        Raises:
+            CollectionError: ``output`` is one of the sources (a file that would be both read and written, or a
+                directory source).
+        """
+        out = Path(output)
+        real = Path(os.path.realpath(out))
+        hidden = list(self.outputs)
+        for index, source in enumerate(self.sources):
+            real_source = Path(os.path.realpath(source))
+            same = real == real_source or (out.exists() and os.path.samefile(out, source))
+            if same:
+                what = "a directory given to caption" if source.is_dir() else "one of the images given"
+                raise CollectionError(f"--out {out} is {what} ({source}): write the captions to another file")
+            if source.is_dir() and real_source in real.parents:
+                below = real.relative_to(real_source).parts
+                hidden.append((index, below[:-1], below[-1]))
+        return Collection(self.sources, self.recursive, tuple(hidden))
 
     def __iter__(self) -> Iterator[tuple[Key, str]]:
         """Every image of the collection as ``(key, path)``, keys increasing; the path is ``str(source / parts)``,
@@ -108,12 +142,13 @@ class Collection:
         for index, source in enumerate(self.sources):
             if last is not None and index < last[0]:
                 continue
+            hidden = {parts: name for i, parts, name in self.outputs if i == index}
             if not source.is_dir():
                 if last is None or index > last[0]:
                     yield (index, ()), str(source)
                 continue
             top = str(source)
-            for parts in _walk(top, (), self.recursive):
+            for parts in _walk(top, (), self.recursive, hidden):
                 if last is None or (index, parts) > last:
                     yield (index, parts), os.path.join(top, *parts)
 

@@ -22,6 +22,8 @@ import contextlib
 import importlib.util
 import itertools
 import os
+import socket
+import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -32,8 +34,9 @@ import numpy as np
 
 from edgecap.runtime.collections.journal import Journal, record_line
 from edgecap.runtime.collections.listing import Collection
+from edgecap.runtime.collections.resume import ResumePoint, repair, resume_point
 
-__all__ = ["BATCH", "ROWS_PER_CALL", "WINDOW", "actor_cpus", "caption_with_ray"]
+__all__ = ["BATCH", "CONNECT_SECONDS", "ROWS_PER_CALL", "WINDOW", "actor_cpus", "caption_with_ray"]
 
 #: Images per call on an actor (``map_batches``' batch): a call's hand-off costs nothing next to its captions.
 ROWS_PER_CALL = 64
@@ -42,6 +45,10 @@ BATCH = 16
 #: Listed paths handed to Ray per dataset: what the driver holds at once, whatever the collection's size. Each window
 #: starts the actor pool again (one model load per actor), which is seconds against the minutes a window takes.
 WINDOW = 100_000
+
+#: Seconds a cluster's address gets to take a TCP connection, checked before ``ray.init`` (which, for an address
+#: where nothing answers, retries for minutes).
+CONNECT_SECONDS = 10.0
 
 _INSTALL = "pip install 'edgecap[ray]'"
 
@@ -192,6 +199,32 @@ def _cluster(address: str | None) -> Iterator[Any]:
         ray.shutdown()
 
 
+def check_reachable(address: str) -> None:
+    """Refuse, within :data:`CONNECT_SECONDS`, a cluster address (``HOST:PORT`` or ``ray://HOST:PORT``) whose port
+    takes no connection; ``auto`` and ``local`` are Ray's to find.
+
+    Raises:
+        ValueError: not an address.
+        RuntimeError: nothing answers there.
+    """
+    if address in ("auto", "local"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"Ray address {address!r}: give HOST:PORT (the head's port, 6379 by default), ray://HOST:PORT or auto"
+        )
+    try:
+        with socket.create_connection((host, int(port)), timeout=CONNECT_SECONDS):
+            pass
+    except OSError as exc:
+        why = f"no answer in {CONNECT_SECONDS:g} s" if isinstance(exc, TimeoutError) else exc.strerror or str(exc)
+        raise RuntimeError(
+            f"cannot reach the Ray cluster at {address} ({why}): is `ray start --head` running there?"
+        ) from None
+
+
 def _last_line(exc: BaseException) -> str:
     """The original error of a Ray error (its text is the remote traceback; the last line names the exception)."""
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
@@ -288,7 +321,10 @@ def caption_with_ray(
     found = find_bundle(bundle)
     if found is None:
         raise ValueError(describe_directory(bundle, "bundle"))
-    collection = Collection.of(roots, recursive=recursive)
+    collection = Collection.of(roots, recursive=recursive, output=out)
+    target = address or os.environ.get("RAY_ADDRESS")
+    if target is not None:  # before any output: an address where nothing answers fails in seconds
+        check_reachable(target)
     names = _Names.of(collection.sources)
     job = _Job(
         address=address,
@@ -324,20 +360,31 @@ class _Job:
 
 def _to_jsonl(collection: Collection, out: Path, resume: bool, job: _Job) -> int:
     with Journal.open(out, resume=resume) as journal:
-        last = collection.key(journal.last_path) if journal.last_path is not None else None
-        if next(iter(collection.after(last)), None) is None:  # every image has its line already: no cluster
+        point = resume_point(journal, collection) if not journal.created else ResumePoint()
+        if point.notice(out):
+            print(point.notice(out), file=sys.stderr, flush=True)
+        if not point.redo and next(iter(collection.after(point.last)), None) is None:  # all written: no cluster
+            if point.damaged:
+                repair(journal, collection, b"")
             return 0
         with _cluster(job.address) as ray, _job_errors(resumable=True):
             context = ray.data.DataContext.get_current()
             keep = context.execution_options.preserve_order
             context.execution_options.preserve_order = True  # listing order: what resume relies on
             try:
-                for _, dataset in job.datasets(ray, (str(path) for _, path in collection.after(last))):
-                    for batch in dataset.iter_batches(batch_size=ROWS_PER_CALL, batch_format="numpy"):
-                        journal.append(_lines(batch))
+                if point.damaged or point.redo:  # the images damaged lines lost first, merged in at their places
+                    held = [_lines(batch) for batch in _batches(job, ray, point.redo)]
+                    repair(journal, collection, b"".join(held))
+                for batch in _batches(job, ray, (str(path) for _, path in collection.after(point.last))):
+                    journal.append(_lines(batch))
             finally:
                 context.execution_options.preserve_order = keep
-        return journal.lines_written
+        return journal.lines_written + len(point.redo)
+
+
+def _batches(job: _Job, ray: Any, paths: Iterable[str]) -> Iterator[dict[str, np.ndarray]]:
+    for _, dataset in job.datasets(ray, paths):
+        yield from dataset.iter_batches(batch_size=ROWS_PER_CALL, batch_format="numpy")
 
 
 def _to_parquet(collection: Collection, out: Path, job: _Job) -> int:

@@ -3,22 +3,25 @@
 Lines are written in the listing's order, whatever order the workers finish in: finished chunks wait in a bounded
 window (:data:`WINDOW_PER_WORKER` chunks per worker) until those before them are written. That order is what lets
 ``resume`` skip everything up to the journal's last line without remembering the paths done
-(:mod:`edgecap.runtime.collections.listing`), and what makes ``--workers 2`` write the same file as ``--workers 1``.
+(:mod:`edgecap.runtime.collections.listing`), find the images a damaged line lost
+(:mod:`edgecap.runtime.collections.resume`), and what makes ``--workers 2`` write the same file as ``--workers 1``.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Protocol, TextIO
 
 from edgecap.runtime.collections.journal import Journal
 from edgecap.runtime.collections.listing import Collection
 from edgecap.runtime.collections.pool import WorkerPool
 from edgecap.runtime.collections.progress import Progress
+from edgecap.runtime.collections.resume import ResumePoint, repair, resume_point
 from edgecap.runtime.collections.worker import WorkerSpec
 
 __all__ = ["CHUNK", "WINDOW_PER_WORKER", "RunSummary", "caption_collection"]
@@ -32,27 +35,48 @@ WINDOW_PER_WORKER = 4
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What a run did: lines appended (captions and errors), the errors among them, whether it continued an
-    existing file, the workers' runtime (empty when none was started) and the seconds it took, loading included."""
+    """What a run did: lines written (captions and errors), the errors among them, whether it continued an
+    existing file, the workers' runtime (empty when none was started) and the seconds it took, loading included;
+    resuming, the damaged lines it dropped and the images among ``written`` captioned again (they had no line)."""
 
     written: int
     errors: int
     resumed: bool
     runtime: str
     seconds: float
+    dropped: int = 0
+    redone: int = 0
 
     def describe(self, out: Path) -> str:
         rate = self.written / self.seconds if self.seconds > 0 else 0.0
         bad = f" ({self.errors:,} could not be read: error lines)" if self.errors else ""
-        return f"wrote {self.written:,} line(s){bad} to {out} in {self.seconds:.1f} s ({rate:.1f} images/s)"
+        said = f"wrote {self.written:,} line(s){bad} to {out} in {self.seconds:.1f} s ({rate:.1f} images/s)"
+        if self.dropped or self.redone:
+            said += f"; {self.dropped:,} damaged line(s) dropped, {self.redone:,} image(s) captioned again"
+        return said
 
 
-def _chunks(listing: Iterator[tuple[object, str]], size: int) -> Iterator[list[str]]:
+class _Sink(Protocol):
+    def append(self, data: bytes) -> None: ...
+
+
+class _Held:
+    """The lines of the images captioned again, held until :func:`repair` merges them in."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+
+    def append(self, data: bytes) -> None:
+        self.parts.append(data)
+
+
+def _chunks(listing: Iterable[tuple[object, str]], size: int) -> Iterator[list[str]]:
+    listing = iter(listing)
     while chunk := [path for _, path in itertools.islice(listing, size)]:
         yield chunk
 
 
-def _caption(pool: WorkerPool, chunks: Iterator[list[str]], journal: Journal, bar: Progress, window: int) -> None:
+def _caption(pool: WorkerPool, chunks: Iterator[list[str]], journal: _Sink, bar: Progress, window: int) -> None:
     """Keep ``window`` chunks in flight; append each finished chunk once every chunk before it is written."""
     pending = enumerate(chunks)
     finished: dict[int, bytes] = {}
@@ -104,17 +128,30 @@ def caption_collection(
     if chunk < 1:
         raise ValueError(f"chunk must be >= 1, got {chunk}")
     started = time.monotonic()
+    collection = collection.excluding(out)  # the output and its temporary files are never captioned
     with Journal.open(out, resume=resume) as journal:
-        last = collection.key(journal.last_path) if journal.last_path is not None else None
-        total = collection.count(last)
+        point = resume_point(journal, collection) if not journal.created else ResumePoint()
+        if point.notice(out):
+            print(point.notice(out), file=stream or sys.stderr, flush=True)
+        total = len(point.redo) + collection.count(point.last)
+        resumed = point.last is not None
         if total == 0:  # everything has its line already (or nothing to caption): no worker to start
-            return RunSummary(0, 0, last is not None, "", time.monotonic() - started)
+            if point.damaged:
+                repair(journal, collection, b"")
+            return RunSummary(0, 0, resumed, "", time.monotonic() - started, len(point.damaged))
         bar = Progress(total, stream=stream, enabled=progress)
+        window = WINDOW_PER_WORKER * workers
         try:
             with WorkerPool(spec, min(workers, -(-total // chunk))) as pool:  # no idle worker loading a model
                 summary = pool.wait_ready()
                 bar.start()
-                _caption(pool, _chunks(collection.after(last), chunk), journal, bar, WINDOW_PER_WORKER * workers)
+                if point.damaged or point.redo:
+                    held = _Held()
+                    _caption(pool, _chunks(((None, p) for p in point.redo), chunk), held, bar, window)
+                    repair(journal, collection, b"".join(held.parts))
+                _caption(pool, _chunks(collection.after(point.last), chunk), journal, bar, window)
         finally:
             bar.close()  # the last count, and a newline before any error message
-    return RunSummary(journal.lines_written, bar.errors, last is not None, summary, time.monotonic() - started)
+    written = journal.lines_written + len(point.redo)
+    seconds = time.monotonic() - started
+    return RunSummary(written, bar.errors, resumed, summary, seconds, len(point.damaged), len(point.redo))

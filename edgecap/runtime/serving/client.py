@@ -10,7 +10,11 @@ client adds is what a caller would otherwise write around every call:
   draining, not listening) is asked again ``retries`` times with exponential backoff, then
   :class:`ServerBusyError`;
 * **clear errors**: a request the model refuses (not an image, a level out of range) raises
-  :class:`CaptionRequestError` with the server's reason, never retried.
+  :class:`CaptionRequestError` with the server's reason, never retried; a model the server does not serve raises
+  :class:`ModelNotServedError` with the models it does serve, never retried;
+* **a bounded first contact**: before its first request a client asks the server whether it is live, within
+  :data:`CONNECT_TIMEOUT_S` (or ``timeout_s`` when shorter), so a wrong address, or a port that takes connections
+  and never answers, fails in seconds instead of after a whole ``timeout_s``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import urllib.parse
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -37,10 +42,18 @@ from edgecap.runtime.serving.protocol import (
 )
 
 INSTALL_HINT = "pip install 'edgecap[client]' (tritonclient)"
+#: Seconds the server gets to answer a client's first contact (its liveness), and to accept a connection.
+CONNECT_TIMEOUT_S = 10.0
+#: The ports ``edgecap serve`` (and Triton) listen on unless told otherwise: a URL without one means these.
+DEFAULT_PORTS = {"http": 8000, "grpc": 8001}
 
 
 class CaptionRequestError(ValueError):
     """The server refused this request (bad image, shape, level or beam): its reason, from the server."""
+
+
+class ModelNotServedError(LookupError):
+    """The server does not serve the model asked for (a wrong name): sending it again cannot help."""
 
 
 class ServerBusyError(RuntimeError):
@@ -49,14 +62,28 @@ class ServerBusyError(RuntimeError):
 
 
 def parse_url(url: str) -> tuple[str, str]:
-    """``http://host:port`` / ``grpc://host:port`` / ``host:port`` (HTTP) -> ``(protocol, "host:port")``."""
+    """``http://host:port`` / ``grpc://host:port`` / ``host:port`` (HTTP) -> ``(protocol, "host:port")``; a URL
+    without a port gets the protocol's default (:data:`DEFAULT_PORTS`). Raises ValueError for anything else."""
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "http", url
     scheme = scheme.lower()
-    if scheme not in ("http", "grpc") or not rest or "/" in rest.rstrip("/"):
-        raise ValueError(f"server URL must be http://HOST:PORT or grpc://HOST:PORT, got {url!r}")
-    return scheme, rest.rstrip("/")
+    rest = rest.rstrip("/")
+    usage = f"server URL must be http://HOST:PORT or grpc://HOST:PORT, got {url!r}"
+    if scheme not in ("http", "grpc") or not rest or any(c in rest for c in "/?#@ \t"):
+        raise ValueError(usage)
+    try:
+        parts = urllib.parse.urlsplit(f"//{rest}")
+        host, port = parts.hostname, parts.port  # a bad IPv6 literal or port raises ValueError here
+    except ValueError as exc:
+        raise ValueError(f"{usage} ({exc})") from None
+    if not host:
+        raise ValueError(usage)
+    if port is None:
+        if rest.endswith(":"):
+            raise ValueError(usage)
+        port = DEFAULT_PORTS[scheme]
+    return scheme, f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _module(protocol: str, asynchronous: bool = False) -> Any:
@@ -139,6 +166,26 @@ def _no_answer(exc: BaseException) -> bool:
     return type(exc).__module__.split(".")[0] in ("aiohttp", "geventhttpclient")  # their connection errors
 
 
+def _unknown_model(exc: BaseException) -> bool:
+    """Triton's answer for a model it cannot run: a wrong name (404 or 400 "is not found") or a model unloaded by a
+    drain (404 "has no available versions"); only the repository index tells the two apart."""
+    known = ("400", "404", "StatusCode.NOT_FOUND", "StatusCode.INVALID_ARGUMENT")
+    return _status(exc) in known and "unknown model" in str(exc).lower()
+
+
+def _served(index: Any) -> tuple[list[str], list[str]]:
+    """``(every model in the repository index, the ready ones)``, from an HTTP (dicts) or gRPC (messages) index."""
+    models = index.models if hasattr(index, "models") else index
+    names: list[str] = []
+    ready: list[str] = []
+    for model in models:
+        name, state = (model.get("name"), model.get("state")) if isinstance(model, dict) else (model.name, model.state)
+        names.append(str(name))
+        if state == "READY":
+            ready.append(str(name))
+    return sorted(set(names)), sorted(set(ready))
+
+
 def _refusal(exc: BaseException) -> CaptionRequestError | None:
     status = str(getattr(exc, "status", lambda: "")() or "")
     if status in ("400", "StatusCode.INVALID_ARGUMENT"):
@@ -185,6 +232,30 @@ class _Settings:
             )
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
+    def not_served(self, exc: BaseException, index: Any) -> BaseException:
+        """``exc`` as it is, unless the server said "unknown model" and its index (``index``, or the exception
+        that asking for it raised) lacks the model: then :class:`ModelNotServedError`, not retried."""
+        if not _unknown_model(exc) or isinstance(index, BaseException):
+            return exc  # a drain, or a server too busy to list its models: unavailable, retried
+        names, ready = _served(index)
+        if self.model is None or self.model in names:
+            return exc  # in the repository, not loaded (a drain, or still loading): unavailable, retried
+        serves = ", ".join(ready) if ready else "no model"
+        return ModelNotServedError(
+            f"{self.protocol}://{self.address} does not serve a model {self.model!r}; it serves {serves}"
+        )
+
+    def probe_failure(self, exc: BaseException, bound: float) -> BaseException:
+        """The error of a first contact that failed: no answer in time says so (an address that takes connections
+        is not enough); anything else (refused, unavailable) goes on as the request's own error."""
+        timed_out = isinstance(exc, (TimeoutError, asyncio.TimeoutError))
+        if timed_out or _status(exc) == "StatusCode.DEADLINE_EXCEEDED":
+            return ServerBusyError(
+                f"{self.protocol}://{self.address} took the connection but did not answer in {bound:g} s: is it "
+                "edgecap serve (or Triton) on that port?"
+            )
+        return exc
+
     def only_model(self, index: Iterable[Any]) -> str:
         names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in index})
         if len(names) != 1:
@@ -209,6 +280,8 @@ class CaptionClient:
         self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
         self._module = _module(self._settings.protocol)
         self._local = threading.local()
+        self._contact = threading.Lock()
+        self._live = False
 
     def _client(self) -> Any:
         client = getattr(self._local, "client", None)
@@ -218,10 +291,49 @@ class CaptionClient:
                 client = self._module.InferenceServerClient(settings.address)
             else:
                 client = self._module.InferenceServerClient(
-                    settings.address, connection_timeout=settings.timeout_s, network_timeout=settings.timeout_s
+                    settings.address,
+                    connection_timeout=min(settings.timeout_s, CONNECT_TIMEOUT_S),
+                    network_timeout=settings.timeout_s,
                 )
             self._local.client = client
         return client
+
+    def _first_contact(self) -> None:
+        """Once per client: the server answers its liveness within :data:`CONNECT_TIMEOUT_S` (see the module)."""
+        if self._live:
+            return
+        with self._contact:
+            if self._live:
+                return
+            settings = self._settings
+            bound = min(settings.timeout_s, CONNECT_TIMEOUT_S)
+            if settings.protocol == "grpc":
+                probe = self._module.InferenceServerClient(settings.address)
+                ask: dict[str, float] = {"client_timeout": bound}
+            else:
+                probe = self._module.InferenceServerClient(
+                    settings.address, connection_timeout=bound, network_timeout=bound
+                )
+                ask = {}
+            try:
+                probe.is_server_live(**ask)
+            except Exception as exc:
+                failure = settings.probe_failure(exc, bound)
+                if failure is exc:
+                    raise
+                raise failure from exc
+            finally:
+                probe.close()
+            self._live = True
+
+    def _checked(self, exc: BaseException) -> BaseException:
+        if not _unknown_model(exc):
+            return exc
+        try:
+            index: Any = self._client().get_model_repository_index()
+        except Exception as failed:
+            index = failed
+        return self._settings.not_served(exc, index)
 
     @property
     def model(self) -> str:
@@ -243,9 +355,10 @@ class CaptionClient:
         settings = self._settings
         for attempt in range(settings.retries + 1):
             try:
+                self._first_contact()
                 return _reply(self._client().infer(self.model, inputs, outputs=outputs, **settings.extra()), details)
             except Exception as exc:
-                time.sleep(settings.retry_after(exc, attempt))
+                time.sleep(settings.retry_after(self._checked(exc), attempt))
         raise AssertionError("unreachable: the last attempt raises")
 
     def caption_many(
@@ -288,6 +401,30 @@ class AsyncCaptionClient:
             self._client = self._module.InferenceServerClient(self._settings.address)
         else:
             self._client = self._module.InferenceServerClient(self._settings.address, conn_timeout=timeout_s)
+        self._live = False
+
+    async def _first_contact(self) -> None:
+        """Once per client: the server answers its liveness within :data:`CONNECT_TIMEOUT_S` (see the module)."""
+        if self._live:
+            return
+        bound = min(self._settings.timeout_s, CONNECT_TIMEOUT_S)
+        try:
+            await asyncio.wait_for(self._client.is_server_live(), bound)
+        except Exception as exc:
+            failure = self._settings.probe_failure(exc, bound)
+            if failure is exc:
+                raise
+            raise failure from exc
+        self._live = True
+
+    async def _checked(self, exc: BaseException) -> BaseException:
+        if not _unknown_model(exc):
+            return exc
+        try:
+            index: Any = await self._client.get_model_repository_index()
+        except Exception as failed:
+            index = failed
+        return self._settings.not_served(exc, index)
 
     async def model(self) -> str:
         if self._settings.model is None:
@@ -306,10 +443,11 @@ class AsyncCaptionClient:
         settings = self._settings
         for attempt in range(settings.retries + 1):
             try:
+                await self._first_contact()
                 call = self._client.infer(await self.model(), inputs, outputs=outputs, **settings.extra())
                 return _reply(await asyncio.wait_for(call, settings.timeout_s), details)
             except Exception as exc:
-                await asyncio.sleep(settings.retry_after(exc, attempt))
+                await asyncio.sleep(settings.retry_after(await self._checked(exc), attempt))
         raise AssertionError("unreachable: the last attempt raises")
 
     async def caption_many(

@@ -120,6 +120,15 @@ instance_group [ {{ count: {options.instances} kind: KIND_CPU }} ]
 """
 
 
+def _outside(dest: Path, bundle: Path) -> None:
+    """Refuse a repository at, inside or around a bundle (its copy, and the staging folder beside ``dest``, would
+    land inside the bundle being copied)."""
+    where = dest.resolve()  # the real place, through any linked folder on the way
+    if where == bundle or bundle in where.parents or where in bundle.parents:
+        relation = "is" if where == bundle else "is inside" if bundle in where.parents else "contains"
+        raise ValueError(f"{dest} {relation} the bundle {bundle}: write the model repository outside the bundles")
+
+
 def write_triton_repository(
     bundles: Sequence[str | os.PathLike[str]],
     dest: str | os.PathLike[str],
@@ -129,8 +138,9 @@ def write_triton_repository(
 ) -> dict[str, Path]:
     """Write a model repository serving ``bundles`` at ``dest``; returns model name -> model directory.
 
-    Everything is checked before anything is written (bundles readable, names unique and valid, ``dest`` absent and
-    its parent writable), and the repository appears at ``dest`` in one rename, so a failure leaves nothing behind.
+    Everything is checked before anything is written (bundles readable, names unique and valid, ``dest`` absent, its
+    parent writable and outside every bundle: a repository inside a bundle would copy itself into itself), and the
+    repository appears at ``dest`` in one rename, so a failure leaves nothing behind.
 
     Args:
         link: symlink each bundle instead of copying it (a repository that lives as long as the server using it).
@@ -150,6 +160,7 @@ def write_triton_repository(
             raise ValueError(f"two bundles would both be model {name!r} ({names[name]} and {bundle}): rename one")
         load_bundle(Path(bundle))  # a bundle that cannot be read fails here, not inside the server
         names[name] = Path(bundle).resolve()
+        _outside(dest, names[name])
     parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=parent))
     try:

@@ -107,3 +107,25 @@ def test_a_directory_or_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("")
     with pytest.raises(JournalError, match="exists and is not a directory"):
         Journal.open(tmp_path / "file" / "out.jsonl")
+
+
+def test_a_damaged_last_line_is_not_a_refusal_when_the_file_begins_with_a_record(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(record_line("a.png", "x") + b"garbage\n")
+    with Journal.open(out, resume=True) as journal:
+        assert journal.last_path is None  # the resumed run reads the whole file (resume.resume_point)
+        assert [(n, r) for n, _, r in journal.records()] == [(1, {"path": "a.png", "caption": "x"}), (2, None)]
+
+
+def test_replace_swaps_the_whole_file_in_one_rename_and_keeps_it_locked(tmp_path: Path) -> None:
+    out = tmp_path / "out.jsonl"
+    out.write_bytes(record_line("a.png", "x") + b"garbage\n")
+    os.chmod(out, 0o640)
+    (tmp_path / ".out.jsonl.dead.tmp").write_bytes(b"left by a killed rewrite")
+    with Journal.open(out, resume=True) as journal:
+        journal.replace(iter([record_line("a.png", "x"), record_line("b.png", "y")]))
+        journal.append(record_line("c.png", "z"))
+        with pytest.raises(JournalError, match="being written by another process"):
+            Journal.open(out, resume=True)
+    assert [json.loads(line)["path"] for line in out.read_text().splitlines()] == ["a.png", "b.png", "c.png"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.jsonl"] and out.stat().st_mode & 0o777 == 0o640

@@ -80,3 +80,24 @@ def test_overlapping_or_missing_sources_are_refused(tmp_path: Path, second: str)
         Collection.of([tmp_path / "a", tmp_path / second], recursive=True)
     with pytest.raises(CollectionError, match="no such file"):
         Collection.of([tmp_path / "missing"])
+
+
+def test_the_output_and_its_temporary_files_are_never_listed(tmp_path: Path) -> None:
+    _touch(tmp_path, "a.png", "sub/out.png", "sub/.out.png.1a2b.png", "sub/z.png", "out.png", ".out.png.lock.jpg")
+    listed = [os.path.relpath(p, tmp_path) for _, p in Collection.of([tmp_path], True, output=tmp_path / "sub/out.png")]
+    assert listed == [".out.png.lock.jpg", "a.png", "out.png", "sub/z.png"]  # only the output's own are hidden
+    linked = tmp_path / "linked"
+    linked.symlink_to(tmp_path / "sub", target_is_directory=True)
+    through_link = Collection.of([tmp_path / "sub"], output=linked / "out.png")  # the same file by another name
+    assert [os.path.basename(p) for _, p in through_link] == ["z.png"]
+
+
+def test_an_output_that_is_one_of_the_sources_is_refused(tmp_path: Path) -> None:
+    _touch(tmp_path, "a.png", "b.png", "dir/c.png")
+    with pytest.raises(CollectionError, match="is one of the images given"):
+        Collection.of([tmp_path / "a.png", tmp_path / "b.png"], output=tmp_path / "b.png")
+    os.link(tmp_path / "a.png", tmp_path / "hard.png")
+    with pytest.raises(CollectionError, match=r"is one of the images given \(.*a\.png\)"):
+        Collection.of([tmp_path / "a.png"], output=tmp_path / "hard.png")
+    with pytest.raises(CollectionError, match="is a directory given to caption"):
+        Collection.of([tmp_path / "dir"], output=tmp_path / "dir")

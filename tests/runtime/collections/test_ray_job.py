@@ -126,6 +126,48 @@ def test_resume_writes_only_the_images_after_the_last_line(cluster: None, case: 
     assert _run(case, out, resume=True) == 0  # nothing left: no Ray job at all
 
 
+def test_resume_recaptions_the_image_of_a_damaged_middle_line(
+    cluster: None, case: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "captions.jsonl"
+    done = case["listed"][:12]
+    lines = [json.dumps({"path": p, "caption": "kept as written"}) + "\n" for p in done]
+    lines[4] = "{garbage\n"
+    out.write_text("".join(lines), encoding="utf-8")
+    assert _run(case, out, resume=True) == len(case["listed"]) - 12 + 1
+    records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["path"] for r in records] == case["listed"]  # the lost image at its place, every image once
+    _check_records({**case, "listed": [case["listed"][4]]}, [records[4]])
+    assert "1 damaged line(s) (line 5) dropped; 1 image(s)" in capfd.readouterr().err
+
+
+def test_an_address_where_nothing_answers_is_refused_in_seconds_before_any_output(
+    case: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import time
+
+    def no_cluster(address: str | None) -> None:
+        raise AssertionError("ray.init was tried for an address where nothing answers")
+
+    monkeypatch.setattr(ray_job, "_cluster", no_cluster)
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    started = time.monotonic()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(RuntimeError, match=f"cannot reach the Ray cluster at {address} "):
+            _run(case, tmp_path / "captions.jsonl", address=address)
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    with pytest.raises(RuntimeError, match="cannot reach the Ray cluster"):
+        _run(case, tmp_path / "captions.jsonl")
+    assert time.monotonic() - started < 30 and list(tmp_path.iterdir()) == []
+    for bad in ("nonsense", "host:port", "h:0", ":6379"):
+        with pytest.raises(ValueError, match="give HOST:PORT"):
+            ray_job.check_reachable(bad)
+    ray_job.check_reachable("auto")  # Ray's to find
+
+
 def test_outputs_and_arguments_are_refused_before_any_ray_work(
     case: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

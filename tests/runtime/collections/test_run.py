@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,43 @@ def test_resume_writes_exactly_the_lines_a_stopped_run_had_left(
     again = caption_collection(collection, out, spec, resume=True, progress=False)
     assert (again.written, again.runtime) == (0, "")  # nothing left: no worker started
     assert out.read_bytes() == full.read_bytes()
+
+
+def test_resume_recaptions_the_image_of_a_damaged_middle_line_and_says_so(
+    bundle: Path, photos: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    root, _ = photos
+    spec = WorkerSpec(bundle=str(bundle), load={"threads": 1})
+    collection = Collection.of([root], recursive=True)
+    full = tmp_path / "full.jsonl"
+    caption_collection(collection, full, spec, progress=False)
+    lines = full.read_bytes().splitlines(keepends=True)
+
+    out = tmp_path / "out.jsonl"  # line 5 garbled, then killed in the middle of line 21
+    out.write_bytes(b"".join(lines[:4]) + b"\x00#garbage{\n" + b"".join(lines[5:20]) + lines[20][:9])
+    told = io.StringIO()
+    summary = caption_collection(collection, out, spec, resume=True, chunk=4, progress=False, stream=told)
+    assert out.read_bytes() == full.read_bytes()  # every image once, in listing order, the damaged one again
+    assert (summary.written, summary.dropped, summary.redone) == (len(lines) - 20 + 1, 1, 1)
+    assert "1 damaged line(s) (line 5) dropped; 1 image(s) before its last line had no line" in told.getvalue()
+    assert "1 damaged line(s) dropped, 1 image(s) captioned again" in summary.describe(out)
+
+    out.write_bytes(b"".join(lines[:3]) + b"not json\n" + b"".join(lines[3:]))  # a line too many: nothing lost
+    summary = caption_collection(collection, out, spec, resume=True, progress=False, stream=io.StringIO())
+    assert (summary.written, summary.dropped, summary.redone, summary.runtime) == (0, 1, 0, "")
+    assert out.read_bytes() == full.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["full.jsonl", "out.jsonl"]  # no temporary file left
+
+
+def test_the_output_inside_the_collection_is_never_captioned(
+    bundle: Path, photos: tuple[Path, list[Path]], tmp_path: Path
+) -> None:
+    root = tmp_path / "photos"
+    shutil.copytree(photos[0] / "f00", root)
+    out = root / "captions.png"  # an image's name: the listing would take it, were it not the output
+    spec = WorkerSpec(bundle=str(bundle), load={"threads": 1})
+    caption_collection(Collection.of([root]), out, spec, progress=False)
+    paths = [json.loads(line)["path"] for line in out.read_text().splitlines()]
+    assert paths == sorted(str(p) for p in root.iterdir() if p != out) and str(out) not in paths
+    again = caption_collection(Collection.of([root]), out, spec, resume=True, progress=False)
+    assert again.written == 0

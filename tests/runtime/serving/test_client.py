@@ -21,6 +21,7 @@ from edgecap.runtime.serving.client import (  # noqa: E402
     _Settings,
     parse_url,
 )
+from tests.runtime.serving.fakes import FakeTriton  # noqa: E402
 
 
 @pytest.mark.parametrize(
@@ -30,13 +31,19 @@ from edgecap.runtime.serving.client import (  # noqa: E402
         ("grpc://host:8001/", ("grpc", "host:8001")),
         ("localhost:8000", ("http", "localhost:8000")),
         ("GRPC://h:1", ("grpc", "h:1")),
+        ("http://[::1]:8000", ("http", "[::1]:8000")),
+        ("grpc://h", ("grpc", "h:8001")),  # the protocol's default port
+        ("h", ("http", "h:8000")),
     ],
 )
 def test_urls(url: str, parsed: tuple[str, str]) -> None:
     assert parse_url(url) == parsed
 
 
-@pytest.mark.parametrize("url", ["ftp://h:1", "http://", "http://h:1/v2/models"])
+@pytest.mark.parametrize(
+    "url", ["ftp://h:1", "http://", "http://h:1/v2/models", "http://[::1", "http://h:port", "http://h:99999",
+            "http://:80", "http://h:", "http://u@h:1"]
+)  # fmt: skip
 def test_bad_urls_are_refused(url: str) -> None:
     with pytest.raises(ValueError, match="server URL"):
         parse_url(url)
@@ -97,3 +104,63 @@ def test_a_call_that_may_have_run_is_not_sent_again() -> None:
     assert isinstance(error, ServerBusyError) and "not sent again" in str(error)
     other = ValueError("something else")
     assert settings.give_up(other) is other  # raised as it is, never as its own cause
+
+
+def test_a_model_the_server_does_not_serve_is_named_and_not_retried() -> None:
+    import asyncio
+
+    from edgecap.runtime.serving.client import AsyncCaptionClient, ModelNotServedError
+
+    with FakeTriton("real", "READY") as fake:
+        client = CaptionClient(fake.url, "wrong", retries=3, backoff_s=0.01)
+        with client, pytest.raises(ModelNotServedError, match="does not serve a model 'wrong'; it serves real"):
+            client.caption(b"x")
+        assert fake.infers == 1  # asked once: a wrong name is not worth asking again
+
+        async def asynchronous() -> None:
+            async with AsyncCaptionClient(fake.url, "wrong", retries=3, backoff_s=0.01) as client:
+                with pytest.raises(ModelNotServedError, match="it serves real"):
+                    await client.caption(b"x")
+
+        asyncio.run(asynchronous())
+        assert fake.infers == 2
+
+
+def test_a_drained_model_is_still_unavailable_and_retried() -> None:
+    with FakeTriton("m", "UNAVAILABLE") as fake:  # in the repository, unloaded: what a drain leaves
+        client = CaptionClient(fake.url, "m", retries=1, backoff_s=0.01)
+        with client, pytest.raises(ServerBusyError, match="unavailable after 2 tries"):
+            client.caption(b"x")
+        assert fake.infers == 2
+
+
+def test_a_server_that_takes_the_connection_and_never_answers_fails_in_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncio
+    import socket
+    import time
+
+    import edgecap.runtime.serving.client as client_module
+    from edgecap.runtime.serving.client import AsyncCaptionClient
+
+    monkeypatch.setattr(client_module, "CONNECT_TIMEOUT_S", 1.0)
+    with socket.socket() as silent:  # the kernel completes the handshakes; nothing ever reads or answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        port = silent.getsockname()[1]
+        for scheme in ("http", "grpc"):
+            started = time.monotonic()
+            client = CaptionClient(f"{scheme}://127.0.0.1:{port}", "m", timeout_s=60, retries=2)
+            with client, pytest.raises(ServerBusyError, match="did not answer in 1 s"):
+                client.caption(b"x")
+            assert time.monotonic() - started < 15, scheme
+
+            async def asynchronous(url: str) -> None:
+                async with AsyncCaptionClient(url, "m", timeout_s=60, retries=2) as client:
+                    with pytest.raises(ServerBusyError, match="did not answer in 1 s"):
+                        await client.caption(b"x")
+
+            started = time.monotonic()
+            asyncio.run(asynchronous(f"{scheme}://127.0.0.1:{port}"))
+            assert time.monotonic() - started < 15, scheme

@@ -54,6 +54,18 @@ def test_an_existing_destination_is_refused_before_any_work(served_bundle: Path,
         write_triton_repository([served_bundle], tmp_path / "models", ServingOptions())
 
 
+def test_a_repository_inside_a_bundle_is_refused_before_any_write(served_bundle: Path, tmp_path: Path) -> None:
+    bundle = tmp_path / served_bundle.name
+    shutil.copytree(served_bundle, bundle)
+    before = sorted(p.relative_to(bundle) for p in bundle.rglob("*"))
+    linked = tmp_path / "linked"
+    linked.symlink_to(bundle, target_is_directory=True)
+    for dest in (bundle / "repo", bundle / "deeper" / "repo", linked / "repo"):
+        with pytest.raises(ValueError, match=f"is inside the bundle {bundle}"):
+            write_triton_repository([bundle], dest, ServingOptions())
+    assert sorted(p.relative_to(bundle) for p in bundle.rglob("*")) == before  # not even a staging folder
+
+
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only directories")
 def test_a_read_only_parent_is_refused(served_bundle: Path, tmp_path: Path) -> None:
     parent = tmp_path / "ro"

@@ -204,7 +204,7 @@ def test_triton_repo_runs_on_the_server_refuses_a_full_queue_and_drains_on_sigte
         served.stop()
 
 
-def test_caption_command_with_server(server: Served, direct: Captioner, tmp_path: Path) -> None:
+def test_caption_command_with_server(server: Served, direct: Captioner, served_bundle: Path, tmp_path: Path) -> None:
     import json
 
     from click.testing import CliRunner
@@ -226,3 +226,6 @@ def test_caption_command_with_server(server: Served, direct: Captioner, tmp_path
     assert "bad.png" in mixed.stderr and "1 of 2" in mixed.stderr
     local_only = CliRunner().invoke(main, ["caption", str(paths[0]), "--server", url, "--precision", "int8"])
     assert local_only.exit_code != 0 and "--precision does not apply with --server" in local_only.output
+    wrong = CliRunner().invoke(main, ["caption", str(paths[0]), "--server", url, "--model", "nope"])
+    assert wrong.exit_code == 1, wrong.output  # Triton's own "unknown model" answer: named, not retried
+    assert wrong.stderr.strip() == f"Error: {url} does not serve a model 'nope'; it serves {served_bundle.name}"
