@@ -13,9 +13,11 @@ gRPC needs no such front for shapes: Triton compares the declared size with the 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import math
+import mmap
 import re
 import socket
 import threading
@@ -179,27 +181,28 @@ class _Handler(BaseHTTPRequestHandler):
             busy = f"server busy: {guard.budget.used} bytes of requests in flight; send the request again"
             self._send(503, {"Content-Type": "application/json"}, _error(busy))
             return
+        body = _Body(length)
         try:
             self.connection.settimeout(BODY_TIMEOUT_S)
-            body = self.rfile.read(length)
+            complete = body.fill(self.rfile)
             self.connection.settimeout(None)
-            if len(body) < length:
+            if not complete:
                 self.close_connection = True
                 return
             try:
                 if self.command == "POST" and _INFER.match(self.path.split("?", 1)[0]):
                     header_length = self._header_length(length)
-                    check_infer_header(body[:header_length], length - header_length, guard.limits)
-                elif body:
-                    check_json(body)  # Triton answers a malformed body on its other endpoints with 500
-                status, headers, payload = guard.forward(self.command, self.path, self.headers.items(), body)
+                    check_infer_header(body.head(header_length), length - header_length, guard.limits)
+                elif length:
+                    check_json(body.head(length))  # Triton answers a malformed body on its other endpoints with 500
+                status, headers, payload = guard.forward(self.command, self.path, self.headers.items(), body.view)
             except Refused as refused:
                 status, headers, payload = refused.status, {"Content-Type": "application/json"}, _error(str(refused))
-            del body
         except (TimeoutError, OSError):
             self.close_connection = True
             return
         finally:
+            body.close()
             guard.budget.give(length)
         self._send(status, headers, payload)
 
@@ -238,6 +241,33 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(payload)
 
 
+class _Body:
+    """A request body in anonymous memory of its own (``mmap``), given back to the system when it is closed: bodies
+    of many megabytes in the heap would stay with the process after they are freed."""
+
+    def __init__(self, length: int) -> None:
+        self._buffer = mmap.mmap(-1, max(length, 1))
+        self.view = memoryview(self._buffer)[:length]
+
+    def fill(self, stream: Any) -> bool:
+        """Read the whole body from ``stream``; False when the client stopped sending first."""
+        got = 0
+        while got < len(self.view):
+            read = stream.readinto(self.view[got:])
+            if not read:
+                return False
+            got += read
+        return True
+
+    def head(self, length: int) -> bytes:
+        return bytes(self.view[:length])
+
+    def close(self) -> None:
+        self.view.release()
+        with contextlib.suppress(BufferError):
+            self._buffer.close()
+
+
 def _error(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
@@ -254,7 +284,9 @@ class _GuardServer(ThreadingHTTPServer):
         self.budget = _Budget(limits.max_inflight_bytes)
         self._local = threading.local()
 
-    def forward(self, method: str, path: str, headers: Any, body: bytes) -> tuple[int, dict[str, str], bytes]:
+    def forward(
+        self, method: str, path: str, headers: Any, body: bytes | memoryview
+    ) -> tuple[int, dict[str, str], bytes]:
         """Send the request to Triton on this thread's kept-alive connection; a connection Triton closed while idle
         is opened again once. Triton unreachable: 503."""
         sent = {k: v for k, v in headers if k.lower() not in _HOP_BY_HOP}
