@@ -25,6 +25,10 @@ def batching_options(fn: Callable) -> Callable:
                      help="Model instances (processes) per bundle, each with its own captioner and threads."),
         click.option("--threads", type=ThreadsValue(), default="auto", show_default=True,
                      help="ONNX Runtime threads per instance: auto, dedicated or a count (docs/cpu.md)."),
+        click.option("--max-pixels", type=click.IntRange(1), default=50_000_000, show_default=True,
+                     help="Most pixels of one image; a larger one is refused (400) from its header, never decoded."),
+        click.option("--max-batch-mb", type=click.IntRange(1, 1 << 20), default=256, show_default=True,
+                     help="Most input MiB one instance takes into a batch; a request beyond it gets 503 (retry)."),
     )(fn)  # fmt: skip
 
 
@@ -39,6 +43,8 @@ def serving_options_from(params: dict[str, Any]) -> Any:
         runtime=params["runtime"],
         precision=params["precision"],
         threads=params["threads"],
+        max_pixels=params["max_pixels"],
+        max_batch_bytes=params["max_batch_mb"] << 20,
     )
 
 
@@ -82,6 +88,20 @@ def resolve_bundles(names: tuple[str, ...]) -> list[Path]:
     show_default=True,
     help="On SIGTERM: seconds to finish requests in flight (new ones are refused meanwhile).",
 )
+@click.option(
+    "--max-request-mb",
+    type=click.IntRange(1, 1 << 20),
+    default=160,
+    show_default=True,
+    help="Most MiB of one HTTP request body; a larger one is refused (400) before it is read.",
+)
+@click.option(
+    "--max-inflight-mb",
+    type=click.IntRange(1, 1 << 20),
+    default=256,
+    show_default=True,
+    help="Most MiB of HTTP request bodies held at once; a request beyond it gets 503 (retry).",
+)
 @batching_options
 def serve(
     bundles: tuple[str, ...],
@@ -91,6 +111,8 @@ def serve(
     grpc_port: int,
     metrics_port: int,
     exit_timeout: int,
+    max_request_mb: int,
+    max_inflight_mb: int,
     **batching: Any,
 ) -> None:
     """Serve BUNDLES with Triton Inference Server (HTTP + gRPC, KServe v2): one model per bundle, named after it.
@@ -99,6 +121,7 @@ def serve(
     finish, new ones are refused."""  # fmt: skip
     import tempfile
 
+    from edgecap.runtime.serving.guard import HttpGuard, HttpLimits
     from edgecap.runtime.serving.repository import write_triton_repository
     from edgecap.runtime.serving.server import (
         Endpoints,
@@ -113,10 +136,18 @@ def serve(
     try:
         TritonDistribution.find()  # before any work: is the server installed at all
         options = serving_options_from(batching)
+        limits = HttpLimits(options.max_pixels, max_request_mb << 20, max_inflight_mb << 20)
         found = resolve_bundles(bundles)
     except (ServerError, ValueError) as exc:
         fail(str(exc))
+    # Triton's HTTP listens on a private loopback port; the public one is the bounded front (guard.py says why)
     endpoints = Endpoints(host, http_port, grpc_port, metrics_port)
+    guard = HttpGuard(host, http_port, _free_loopback_port(), limits)
+    try:
+        guard.start()
+    except OSError as exc:
+        fail(f"cannot listen on {host}:{http_port}: {exc.strerror or exc}")
+    triton_endpoints = Endpoints(host, guard.upstream_port, grpc_port, metrics_port, http_host="127.0.0.1")
     with tempfile.TemporaryDirectory(prefix="edgecap-serve-") as work:
         if repository is None:
             try:
@@ -126,7 +157,7 @@ def serve(
             repository = Path(work) / "models"
         else:
             models = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
-        server = TritonServer(repository.resolve(), Path(work), endpoints, exit_timeout_s=exit_timeout)
+        server = TritonServer(repository.resolve(), Path(work), triton_endpoints, exit_timeout_s=exit_timeout)
         server.start(log_to_file=False)
         try:
             server.wait_ready(timeout_s=300)
@@ -137,10 +168,19 @@ def serve(
             click.echo(f"serving {name}: {endpoints.http_url} (HTTP), {endpoints.grpc_url} (gRPC); "
                        f"metrics {endpoints.metrics_url}", err=True)  # fmt: skip
         code = serve_until_signalled(server)
+        guard.stop()
         click.echo(
             "drained: every accepted request was answered" if code == 0 else f"stopped (status {code})", err=True
         )
     raise SystemExit(code)
+
+
+def _free_loopback_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @click.command("triton-repo")

@@ -36,6 +36,7 @@ __all__ = [
     "ImageLike",
     "ImageNotFoundError",
     "image_files",
+    "image_size",
     "load_image",
 ]
 
@@ -98,6 +99,33 @@ def load_image(
         )
     _check_pixels(image.size, name, max_pixels)
     return _to_rgb(image, name, background)
+
+
+def image_size(src: str | os.PathLike | bytes | bytearray | memoryview) -> tuple[int, int]:
+    """``(width, height)`` of an image file or encoded bytes from its header alone (Pillow opens lazily).
+
+    Nothing is decoded, so a server can refuse an image by its pixel count before a decode spends the memory (a
+    236 KB PNG can hold 9000×9000 pixels: 243 MB once decoded).
+
+    Raises:
+        ImageNotFoundError: the path does not exist.
+        ImageError: empty, not an image, an unreadable header, or beyond PIL's decompression-bomb limit.
+    """
+    if isinstance(src, (bytes, bytearray, memoryview)):
+        data = bytes(src)
+        name = f"<{len(data)} encoded bytes>"
+        if not data:
+            raise ImageError(f"{name}: empty (0 bytes)")
+        source: Path | io.BytesIO = io.BytesIO(data)
+    else:
+        source = Path(src)
+        name = str(source)
+        if not source.exists():
+            raise ImageNotFoundError(f"image file not found: {source}")
+        if not source.is_file():
+            raise ImageError(f"{source}: not an image file")
+    with _open(source, name, None) as image:
+        return image.size
 
 
 def _load_path(path: Path, *, max_pixels: int | None, background: tuple[int, int, int]) -> Image.Image:

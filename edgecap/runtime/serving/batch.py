@@ -10,6 +10,9 @@ that safe (``docs/serving.md``):
   images that ask for different decodings are grouped by :meth:`Captioner.caption
   <edgecap.runtime.captioner.Captioner.caption>`, one decode per group, because a beam width or a length level is a
   property of the whole decode call.
+
+Before anything is decoded every request is bounded: each image's pixels (from the encoded header or the array's
+shape) against ``max_pixels``, and the input bytes the batch holds against ``max_batch_bytes``.
 """
 
 from __future__ import annotations
@@ -20,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from edgecap.runtime.serving.protocol import CaptionReply, RequestError
+from edgecap.runtime.serving.protocol import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_PIXELS,
+    CaptionReply,
+    RequestBusyError,
+    RequestError,
+)
 
 #: ``(beam, length_level)`` of one image; ``Captioner.caption`` decodes images with the same key in one call.
 DecodeKey = tuple[int | None, int | None]
@@ -51,11 +60,23 @@ class ServedCaptioner:
         captioner: the loaded captioner (its decode config is the default of every request).
         batch_size: most images per decode call (Triton's ``max_batch`` bounds a batch; this bounds memory when one
             request carries many images).
+        max_pixels: most pixels (width × height) of one image; a larger one is refused from its header or shape.
+        max_batch_bytes: most input bytes (encoded files, pixel arrays) the requests of one batch hold; a request
+            that alone is larger is refused, one that only does not fit beside its batch-mates is busy.
     """
 
-    def __init__(self, captioner: Any, batch_size: int = 1024) -> None:
+    def __init__(
+        self,
+        captioner: Any,
+        batch_size: int = 1024,
+        *,
+        max_pixels: int = DEFAULT_MAX_PIXELS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    ) -> None:
         self.captioner = captioner
         self.batch_size = batch_size
+        self.max_pixels = max_pixels
+        self.max_batch_bytes = max_batch_bytes
 
     def answer(self, requests: Sequence[ServedRequest]) -> list[list[CaptionReply] | RequestError]:
         """Replies for each request in order: its captions, or the error that refused it."""
@@ -63,9 +84,12 @@ class ServedCaptioner:
 
         results: list[list[CaptionReply] | RequestError | None] = [None] * len(requests)
         prepared: list[tuple[int, list[dict[str, np.ndarray]], list[DecodeKey]]] = []
+        held = 0  # input bytes of the requests admitted into this batch
         for index, request in enumerate(requests):
             try:
                 keys = [self._decode_key(b, lv) for b, lv in zip(request.beams, request.length_levels, strict=True)]
+                size = self._check_bounds(request, held)
+                held += size
                 inputs = [self._encoder_inputs(image) for image in request.images]
             except (RequestError, ImageError, ValueError) as exc:
                 results[index] = exc if isinstance(exc, RequestError) else RequestError(str(exc))
@@ -91,6 +115,33 @@ class ServedCaptioner:
         except ValueError as exc:
             raise RequestError(str(exc)) from None
         return (beam, level)
+
+    def _check_bounds(self, request: ServedRequest, held: int) -> int:
+        """The request's input bytes, once each image's pixels and the batch's bytes are within bounds; nothing is
+        decoded here (an encoded image's size comes from its header)."""
+        from edgecap.runtime.images.load import image_size
+
+        size = 0
+        for image in request.images:
+            if isinstance(image, np.ndarray):
+                if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
+                    raise RequestError(f"pixels must be an H×W×3 uint8 array, got shape {image.shape} {image.dtype}")
+                height, width = image.shape[:2]
+            else:
+                width, height = image_size(image)
+            if width * height > self.max_pixels:
+                raise RequestError(
+                    f"image of {width}×{height} = {width * height} pixels is over this server's limit of "
+                    f"{self.max_pixels} pixels per image"
+                )
+            size += image.nbytes if isinstance(image, np.ndarray) else len(image)
+        if size > self.max_batch_bytes:
+            raise RequestError(f"request of {size} bytes is over this server's limit of {self.max_batch_bytes} bytes")
+        if held + size > self.max_batch_bytes:
+            raise RequestBusyError(
+                f"server busy: this batch already holds {held} of {self.max_batch_bytes} bytes; send the request again"
+            )
+        return size
 
     def _encoder_inputs(self, image: Any) -> dict[str, np.ndarray]:
         """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone."""

@@ -44,6 +44,15 @@ PARAM_BUNDLE = "edgecap_bundle"
 PARAM_RUNTIME = "edgecap_runtime"
 PARAM_PRECISION = "edgecap_precision"
 PARAM_THREADS = "edgecap_threads"
+PARAM_MAX_PIXELS = "edgecap_max_pixels"
+PARAM_MAX_BATCH_BYTES = "edgecap_max_batch_bytes"
+
+#: Most pixels (width × height) of one image a served model decodes; checked from the header (encoded) or the shape
+#: (``pixels``) before any decode. Below Pillow's decompression-bomb limit (89,478,485), above a 48 MP phone photo.
+DEFAULT_MAX_PIXELS = 50_000_000
+#: Most input bytes (encoded files and pixel arrays) one model instance takes into one batch: a request that would
+#: go past it waits for a later batch (503, retried by the client); one that alone goes past it is refused (400).
+DEFAULT_MAX_BATCH_BYTES = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -58,3 +67,8 @@ class CaptionReply:
 class RequestError(ValueError):
     """A request the model refuses (not an image, wrong shape, level or beam out of range): its own error reply,
     never its batch-mates'."""
+
+
+class RequestBusyError(RequestError):
+    """A request that fits the limits but not the batch it arrived in (the instance's byte budget is taken by its
+    batch-mates): Triton's ``UNAVAILABLE`` (HTTP 503), which a client retries."""

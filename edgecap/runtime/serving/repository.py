@@ -18,9 +18,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from edgecap.runtime.serving.protocol import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DEFAULT_MAX_PIXELS,
     INPUTS,
     OUTPUTS,
     PARAM_BUNDLE,
+    PARAM_MAX_BATCH_BYTES,
+    PARAM_MAX_PIXELS,
     PARAM_PRECISION,
     PARAM_RUNTIME,
     PARAM_THREADS,
@@ -46,6 +50,8 @@ class ServingOptions:
         max_queue_size: requests waiting beyond this are refused at once (0 = unbounded).
         instances: model instances (processes), each with its own captioner.
         runtime, precision, threads: as ``Captioner.load`` takes them, per instance.
+        max_pixels: most pixels of one image the model decodes (checked from the header or shape first).
+        max_batch_bytes: most input bytes one instance takes into one batch.
     """
 
     max_batch: int = 64
@@ -55,6 +61,8 @@ class ServingOptions:
     runtime: str = "auto"
     precision: str = "auto"
     threads: int | str = "auto"
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES
 
     def __post_init__(self) -> None:
         for name, low, high in (
@@ -62,6 +70,8 @@ class ServingOptions:
             ("max_queue_delay_us", 0, 60_000_000),
             ("max_queue_size", 0, 1 << 24),
             ("instances", 1, 256),
+            ("max_pixels", 1, 1 << 40),
+            ("max_batch_bytes", 1, 1 << 40),
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
@@ -100,6 +110,8 @@ def config_pbtxt(name: str, options: ServingOptions) -> str:
         PARAM_RUNTIME: options.runtime,
         PARAM_PRECISION: options.precision,
         PARAM_THREADS: str(options.threads),
+        PARAM_MAX_PIXELS: str(options.max_pixels),
+        PARAM_MAX_BATCH_BYTES: str(options.max_batch_bytes),
     }
     parameters = "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items())
     return f"""name: "{name}"

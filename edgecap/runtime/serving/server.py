@@ -103,16 +103,18 @@ def server_environment(distribution: TritonDistribution, base: dict[str, str] | 
 
 @dataclass(frozen=True)
 class Endpoints:
-    """Where the server listens. ``host`` is the address it binds (``127.0.0.1``: this machine only)."""
+    """Where the server listens. ``host`` is the address it binds (``127.0.0.1``: this machine only); ``http_host``,
+    when given, is where Triton's HTTP binds instead (loopback behind ``edgecap serve``'s bounded front, guard.py)."""
 
     host: str = "127.0.0.1"
     http_port: int = 8000
     grpc_port: int = 8001
     metrics_port: int = 8002
+    http_host: str | None = None
 
     @property
     def http_url(self) -> str:
-        return f"http://{_connect_host(self.host)}:{self.http_port}"
+        return f"http://{_connect_host(self.http_host or self.host)}:{self.http_port}"
 
     @property
     def grpc_url(self) -> str:
@@ -136,7 +138,7 @@ def server_command(
         f"--model-repository={repository}",
         f"--backend-directory={backends}",
         f"--cache-directory={backends.parent / 'caches'}",
-        f"--http-address={endpoints.host}",
+        f"--http-address={endpoints.http_host or endpoints.host}",
         f"--http-port={endpoints.http_port}",
         f"--grpc-address={endpoints.host}",
         f"--grpc-port={endpoints.grpc_port}",

@@ -25,6 +25,8 @@ from edgecap.runtime.serving.protocol import (
     IMAGE,
     LENGTH_LEVEL,
     PARAM_BUNDLE,
+    PARAM_MAX_BATCH_BYTES,
+    PARAM_MAX_PIXELS,
     PARAM_PRECISION,
     PARAM_RUNTIME,
     PARAM_THREADS,
@@ -32,6 +34,7 @@ from edgecap.runtime.serving.protocol import (
     SCORE,
     TOKENS,
     CaptionReply,
+    RequestBusyError,
     RequestError,
 )
 
@@ -59,6 +62,20 @@ def load_captioner(model_config: dict[str, Any], version_dir: Path) -> Any:
         precision=params.get(PARAM_PRECISION, "auto"),
         threads=threads,
     )
+
+
+def served_captioner(model_config: dict[str, Any], captioner: Any) -> ServedCaptioner:
+    """The captioner behind the request bounds the config names (``edgecap_max_pixels``,
+    ``edgecap_max_batch_bytes``; the defaults of :class:`ServedCaptioner` when absent)."""
+    params = model_parameters(model_config)
+    bounds = {}
+    for key, param in (("max_pixels", PARAM_MAX_PIXELS), ("max_batch_bytes", PARAM_MAX_BATCH_BYTES)):
+        if param in params:
+            value = params[param]
+            if not value.isdigit() or int(value) < 1:
+                raise ValueError(f"{param} must be a positive integer, got {value!r}")
+            bounds[key] = int(value)
+    return ServedCaptioner(captioner, **bounds)
 
 
 def _one_request(request: Any, pb_utils: Any) -> ServedRequest:
@@ -108,7 +125,7 @@ class TritonPythonModel:
     def initialize(self, args: dict[str, Any]) -> None:
         config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
-        self.served = ServedCaptioner(load_captioner(config, version_dir))
+        self.served = served_captioner(config, load_captioner(config, version_dir))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         import triton_python_backend_utils as pb_utils
@@ -137,7 +154,8 @@ class TritonPythonModel:
                 continue
             result = next(answers) if isinstance(item, ServedRequest) else item
             if isinstance(result, RequestError):
-                error = pb_utils.TritonError(str(result), pb_utils.TritonError.INVALID_ARG)
+                code = "UNAVAILABLE" if isinstance(result, RequestBusyError) else "INVALID_ARG"
+                error = pb_utils.TritonError(str(result), getattr(pb_utils.TritonError, code))
                 responses.append(pb_utils.InferenceResponse(output_tensors=[], error=error))
             else:
                 responses.append(_response(result, set(request.requested_output_names()), pb_utils))

@@ -9,7 +9,7 @@ import pytest
 
 from edgecap.runtime.captioner import Captioner
 from edgecap.runtime.serving.batch import ServedCaptioner, ServedRequest
-from edgecap.runtime.serving.protocol import CaptionReply, RequestError
+from edgecap.runtime.serving.protocol import CaptionReply, RequestBusyError, RequestError
 from tests.runtime.bundle.helpers import labert_bundle
 from tests.runtime.serving.conftest import images, png
 
@@ -94,3 +94,35 @@ def test_length_levels_group_and_a_beam_is_refused_on_mask_predict(
             assert isinstance(answer, list) and answer[0].caption == labert(array, length_level=level)
         assert isinstance(answers[3], RequestError) and "mask-predict" in str(answers[3])
         assert isinstance(answers[4], RequestError)
+
+
+def test_an_image_over_the_pixel_limit_is_refused_alone_before_decoding(
+    captioner: Captioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from PIL import ImageFile
+
+    arrays = images(2, seed=5)
+    big = np.zeros((60, 61, 3), np.uint8)  # 3660 pixels
+    served = ServedCaptioner(captioner, max_pixels=3000)
+    decoded = []
+    original = ImageFile.ImageFile.load
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self.size) or original(self))
+    answers = served.answer([ServedRequest([png(big)]), ServedRequest([arrays[0]]), ServedRequest([big])])
+    assert isinstance(answers[0], RequestError) and "61×60 = 3660 pixels" in str(answers[0])
+    assert isinstance(answers[2], RequestError) and "limit of 3000 pixels" in str(answers[2])
+    assert not isinstance(answers[0], RequestBusyError)
+    assert (61, 60) not in decoded  # refused from the PNG header
+    assert isinstance(answers[1], list) and answers[1][0].caption == captioner(arrays[0])
+
+
+def test_the_batch_byte_budget_turns_away_what_does_not_fit_beside_its_batch_mates(captioner: Captioner) -> None:
+    arrays = images(3, seed=6)  # each under 9 KB
+    budget = arrays[0].nbytes + arrays[1].nbytes
+    served = ServedCaptioner(captioner, max_batch_bytes=budget)
+    huge = np.zeros((80, 80, 3), np.uint8)  # alone over the budget: never fits, so not "busy"
+    answers = served.answer([ServedRequest([a]) for a in arrays] + [ServedRequest([huge])])
+    assert [a[0].caption for a in answers[:2] if isinstance(a, list)] == captioner.batch(arrays[:2])
+    assert isinstance(answers[2], RequestBusyError) and "send the request again" in str(answers[2])
+    assert isinstance(answers[3], RequestError) and not isinstance(answers[3], RequestBusyError)
+    (alone,) = served.answer([ServedRequest([arrays[2]])])  # the next batch has room for it
+    assert isinstance(alone, list) and alone[0].caption == captioner(arrays[2])

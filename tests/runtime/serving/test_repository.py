@@ -101,8 +101,32 @@ def test_model_names_triton_cannot_serve_are_refused(tmp_path: Path, name: str) 
 
 
 @pytest.mark.parametrize(
-    "field,value", [("max_batch", 0), ("instances", 0), ("max_queue_size", -1), ("max_batch", True), ("instances", 1.5)]
+    "field,value",
+    [
+        ("max_batch", 0),
+        ("instances", 0),
+        ("max_queue_size", -1),
+        ("max_batch", True),
+        ("instances", 1.5),
+        ("max_pixels", 0),
+    ],
 )
 def test_absurd_options_are_refused(field: str, value: object) -> None:
     with pytest.raises(ValueError, match=field):
         ServingOptions(**{field: value})  # type: ignore[arg-type]
+
+
+def test_the_request_bounds_reach_the_model_through_the_config() -> None:
+    from types import SimpleNamespace
+
+    from edgecap.runtime.serving.triton_model import served_captioner
+
+    config = config_pbtxt("m", ServingOptions(max_pixels=1234, max_batch_bytes=5678))
+    assert 'key: "edgecap_max_pixels" value: { string_value: "1234" }' in config
+    assert 'key: "edgecap_max_batch_bytes" value: { string_value: "5678" }' in config
+    captioner = SimpleNamespace(decode_cfg=SimpleNamespace(strategy="greedy"))
+    params = {"edgecap_max_pixels": {"string_value": "1234"}, "edgecap_max_batch_bytes": {"string_value": "5678"}}
+    served = served_captioner({"parameters": params}, captioner)
+    assert (served.max_pixels, served.max_batch_bytes) == (1234, 5678)
+    with pytest.raises(ValueError, match="edgecap_max_pixels must be a positive integer"):
+        served_captioner({"parameters": {"edgecap_max_pixels": {"string_value": "-1"}}}, captioner)
