@@ -48,7 +48,17 @@ class ScstRecipe(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-_RUN = click.argument("run", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def _trained_run(ctx: click.Context, param: click.Parameter, value: str) -> Path:
+    """RUN as ``eval`` and ``prune`` take it: a run directory or a model name trained earlier (its default run)."""
+    from edgecap.runtime.bundle.layout import RunError, resolve_run
+
+    try:
+        return resolve_run(value)
+    except RunError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+_RUN = click.argument("run", callback=_trained_run)
 _BATCH = click.option("--batch-size", type=click.IntRange(1), default=None, help="Images per batch [default: RUN's].")
 _SEED = click.option("--seed", type=int, default=0, show_default=True)
 
@@ -87,8 +97,9 @@ def scst(
     no_resume: bool,
     threads: int,
 ) -> None:
-    """Self-critical sequence training (SCST) of the trained RUN, with its model, data and features: into --out (a
-    copy) or into RUN itself. Under torchrun, data-parallel over the launched processes."""
+    """Self-critical sequence training (SCST) of the trained RUN (a run directory or a trained model name), with
+    its model, data and features: into --out (a copy) or into RUN itself. Under torchrun, data-parallel over the
+    launched processes."""
     from edgecap.workshop.training import checkpoint as ckpt
     from edgecap.workshop.training.config import TrainCfg
     from edgecap.workshop.training.scst_loop import init_from_run, train_scst
@@ -148,9 +159,9 @@ def qat(
     device: str,
     threads: int,
 ) -> None:
-    """Quantisation-aware fine-tuning of the trained RUN into the new run --out, under the fake quantisation of
-    --target (end to end from images, backbone included, for a run on backbone features). RUN, the FP32 parent the
-    export compares against, is left as it is."""
+    """Quantisation-aware fine-tuning of the trained RUN (a run directory or a trained model name) into the new run
+    --out, under the fake quantisation of --target (end to end from images, backbone included, for a run on backbone
+    features). RUN, the FP32 parent the export compares against, is left as it is."""
     from edgecap.workshop.compression.qat import QatError, qat_run
     from edgecap.workshop.export.calibration.presets import get_preset
 
