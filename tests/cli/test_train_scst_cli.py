@@ -134,3 +134,14 @@ def test_two_process_gloo_run_trains_writes_one_checkpoint_and_resumes(tiny_data
     assert json.loads((out / SCST_SUMMARY).read_text())["steps"] == 2
     assert json.loads((out / "summary.json").read_text())["steps"] == 4  # the CE stage was complete: not repeated
     assert (out / SCST_STATE / ckpt.STATE).is_file()
+
+
+def test_train_help_names_every_trainer_and_both_subcommands():
+    result = CliRunner().invoke(main, ["train", "--help"], terminal_width=1000)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for trainer in ("cross-entropy", "SCST", "end-to-end", "--teacher", "train scst RUN", "train qat RUN"):
+        assert trainer in text, trainer
+    commands = text.split("Commands:")[1]
+    assert "qat Quantisation-aware" in commands and "scst Self-critical" in commands
+    assert "--init" not in text and "--qat-epochs" not in text and "--scst-lr" not in text
