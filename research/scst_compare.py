@@ -5,7 +5,7 @@ Stages, each an ``edgecap`` command in its own process with its own time limit (
 1. ``data``: the quickstart's synthetic dataset (same generator and seed: ``edgecap data synth --seed 0``);
 2. ``features``: EfficientNet-Lite0 grid features on ``--device`` (``edgecap features``);
 3. ``ce``: cross-entropy for the quickstart's 12 epochs (``edgecap train``, the quickstart's recipe) → ``base``;
-4. ``scst``: ``edgecap train --init base --out scst --scst-epochs N`` (recipe v2); its training seconds are measured;
+4. ``scst``: ``edgecap train scst base --out scst --epochs N`` (recipe v2); its training seconds are measured;
 5. ``ce_more``: a full copy of ``base`` (checkpoint included) continues cross-entropy for the same seconds
    (``--max-minutes``);
 6. ``eval``: base, scst and ce_more on the test split, beam 3, CIDEr-D from edgecap's fast scorer
@@ -74,9 +74,8 @@ def plan(args: SimpleNamespace) -> dict[str, Any]:
         # The quickstart's recipe: TrainCfg defaults (adam-noam, lr 1e-3, warm-up 100, batch 32) for its epochs.
         "ce_cmd": [*EDGECAP, "train", "--model", args.model, "--data", data, "--features", feats,
                    "--out", runs / "base", "--epochs", args.ce_epochs, "--batch-size", args.batch_size, *common],
-        "scst_cmd": [*EDGECAP, "train", "--init", runs / "base", "--out", runs / "scst",
-                     "--scst-epochs", args.scst_epochs, "--scst-recipe", "v2", "--batch-size", args.batch_size,
-                     *common],
+        "scst_cmd": [*EDGECAP, "train", "scst", runs / "base", "--out", runs / "scst",
+                     "--epochs", args.scst_epochs, "--recipe", "v2", "--batch-size", args.batch_size, *common],
     }  # fmt: skip
 
 
@@ -204,7 +203,7 @@ def execute(args: SimpleNamespace) -> int:
 
     shutil.rmtree(paths["ce_more"], ignore_errors=True)
     shutil.copytree(paths["base"], paths["ce_more"])  # copy 1: cross-entropy continues from base's checkpoint
-    shutil.rmtree(paths["scst"], ignore_errors=True)  # copy 2: `--init` copies config, vocab and best weights
+    shutil.rmtree(paths["scst"], ignore_errors=True)  # copy 2: `train scst` copies config, vocab and best weights
     stage("scst", paths["scst_cmd"], later=2)
     seconds = scst_seconds(paths["scst"])
     summary = _json(paths["scst"] / "scst.json")

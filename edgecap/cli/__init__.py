@@ -42,7 +42,7 @@ _HELP: dict[str, str] = {
     "data": "Generate or inspect captioning datasets.",
     "features": "Extract and cache backbone features for a dataset.",
     "zoo": "List registered model configs with parameter counts.",
-    "train": "Train a captioner with cross-entropy.",
+    "train": "Train a new captioner (cross-entropy, SCST, end to end, distillation); `train scst|qat RUN` from a run.",
     "eval": "Score a trained run with the COCO caption metrics.",
     "caption": "Describe images with a bundle or a trained run.",
     "stream": "Caption a video file, camera or RTSP/HTTP stream as it plays ([stream] extra).",

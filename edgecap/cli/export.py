@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from edgecap.cli.options import FiniteFloat, apply_threads, check_out, fail, option_group, threads_option
+from edgecap.cli.options import FiniteFloat, apply_threads, fail, option_group, threads_option
 
 
 class _PresetChoice(click.Choice):
@@ -128,16 +128,9 @@ _GRAPHS = option_group(
 )
 @_VARIANTS
 @_GRAPHS
-@click.option(
-    "--triton-repo",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Also write a Triton model repository serving the bundle to this new directory (`edgecap triton-repo` "
-    "with its defaults; docs/serving.md).",
-)
 @click.option("--quiet", is_flag=True, help="No progress output.")
 @threads_option
-def export(model: str, out: Path | None, triton_repo: Path | None, quiet: bool, threads: int, **options: Any) -> None:
+def export(model: str, out: Path | None, quiet: bool, threads: int, **options: Any) -> None:
     """Export a trained MODEL to a bundle: ONNX graphs checked for parity, manifest with checksums and quality.
 
     Pixels in by default (the backbone inside the encoder graph), written to $EDGECAP_HOME/bundles/MODEL unless --out.
@@ -158,31 +151,18 @@ def export(model: str, out: Path | None, triton_repo: Path | None, quiet: bool, 
     apply_threads(threads)
     from edgecap.runtime.bundle.layout import is_bundle
     from edgecap.runtime.bundle.reader import load_bundle
-    from edgecap.runtime.serving.repository import ServingOptions, model_name_for, write_triton_repository
     from edgecap.workshop.export.bundle import ExportRequest, default_bundle_out, export_request
 
-    if triton_repo is not None:  # before the export, not after it
-        check_out(triton_repo, "--triton-repo", existing="refuse")
-        try:
-            model_name_for(out if out is not None else default_bundle_out(model))
-        except ValueError as exc:
-            fail(f"--triton-repo: {exc}")
     try:
         replacing = out is None and is_bundle(default_bundle_out(model))
         path = export_request(model, out, ExportRequest(progress=not quiet, **options))
         bundle = load_bundle(path, verify=False, graphs="none")
-        if triton_repo is not None:
-            write_triton_repository([path], triton_repo, ServingOptions())
     except (ValueError, FileNotFoundError, FileExistsError, ImportError, PermissionError) as exc:
         fail(str(exc))
     print_bundle_table(bundle)
     if replacing:
         click.echo(f"replaced the existing bundle at {path}")
     click.echo(f"bundle written to {path}; try `edgecap caption IMAGE --model {path}`")
-    if triton_repo is not None:
-        click.echo(
-            f"Triton model repository written to {triton_repo}; try `edgecap serve --model-repository {triton_repo}`"
-        )
 
 
 def print_bundle_table(bundle: object) -> None:

@@ -88,6 +88,9 @@ def test_export_flags_are_checked(tmp_path: Path):
         result.exit_code == 2
         and "'int4' is not one of 'static', 'dynamic', 'weight-only', 'weight-only-4'" in result.output
     )
+    # a Triton repository is `edgecap triton-repo`'s to write, the one place for it; export makes the bundle only
+    result = CliRunner().invoke(main, ["export", "--model", "x", "--triton-repo", str(tmp_path / "repo")])
+    assert result.exit_code == 2 and "No such option" in result.output and not (tmp_path / "repo").exists()
 
 
 def test_export_refuses_an_empty_calibration_set(tiny_data, tmp_path_factory, tmp_path: Path):

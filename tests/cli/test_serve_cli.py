@@ -55,21 +55,3 @@ def test_triton_repo_of_a_missing_bundle_fails_cleanly(tmp_path: Path) -> None:
 def test_absurd_numbers_are_usage_errors(bundle: Path, tmp_path: Path, flag: str, value: str) -> None:
     result = CliRunner().invoke(main, ["triton-repo", str(bundle), str(tmp_path / "m"), flag, value])
     assert result.exit_code == 2 and flag in result.output
-
-
-def test_export_writes_a_triton_repository_beside_the_bundle(
-    tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
-) -> None:
-    from tests.runtime.bundle.helpers import pixel_run
-
-    run, weights = pixel_run(tiny_data, tmp_path_factory)
-    base = ["export", "--model", str(run), "--backbone-weights", str(weights), "--quality-images", "0"]
-    (tmp_path / "taken").mkdir()
-    refused = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "b1"), "--triton-repo", str(tmp_path / "taken")])
-    assert refused.exit_code != 0 and "--triton-repo" in refused.output
-    assert not (tmp_path / "b1").exists()  # refused before the export, not after it
-
-    result = CliRunner().invoke(main, [*base, "--out", str(tmp_path / "cam"), "--triton-repo", str(tmp_path / "repo")])
-    assert result.exit_code == 0, result.output
-    assert (tmp_path / "repo" / "cam" / "config.pbtxt").is_file()
-    assert (tmp_path / "repo" / "cam" / "1" / "bundle" / "manifest.json").is_file()

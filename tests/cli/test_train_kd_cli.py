@@ -23,11 +23,12 @@ def test_distil_from_the_command_line(tiny_data, tiny_parent_run, tmp_path):
     assert step["mode"] == "both" and step["temperature"] == 3.0 and step["beam"] == 1
 
 
-def test_teacher_is_not_an_init_option(tiny_parent_run, tmp_path):
-    args = ["train", "--init", str(tiny_parent_run), "--out", str(tmp_path / "x"), "--scst-epochs", "1",
-            "--teacher", str(tiny_parent_run)]  # fmt: skip
+def test_teacher_is_not_an_option_of_training_from_a_run(tiny_parent_run, tmp_path):
+    args = ["train", "--teacher", str(tiny_parent_run), "scst", str(tiny_parent_run), "--out", str(tmp_path / "x"),
+            "--epochs", "1"]  # fmt: skip
     result = CliRunner().invoke(main, args)
-    assert result.exit_code != 0 and "--teacher" in result.output
+    assert result.exit_code == 1 and "drop --teacher" in result.output
+    assert not (tmp_path / "x").exists()
 
 
 def _student_args(tiny_data, teacher, out, *extra):
@@ -54,16 +55,17 @@ def test_out_is_never_the_teacher_nor_nests_with_it(tiny_data, tiny_parent_run, 
     assert _tree(tmp_path) == before  # the teacher's config is not rewritten as distilled from itself
 
 
-def test_out_is_never_the_init_run_nor_nests_with_it(tiny_parent_run, tmp_path):
+def test_out_is_never_the_trained_run_nor_nests_with_it(tiny_parent_run, tmp_path):
     import shutil
 
     run = tmp_path / "run"
     shutil.copytree(tiny_parent_run, run)
     before = _tree(tmp_path)
-    for out in (run, run / "scst"):
-        for extra in (["--scst-epochs", "1"], ["--qat-epochs", "1", "--device", "cpu"]):
-            result = CliRunner().invoke(main, ["train", "--init", str(run), "--out", str(out), *extra])
-            assert result.exit_code == 1 and "--init run" in result.output, (out, extra, result.output)
+    for out in (run, run / "scst", tmp_path):
+        for command in ("scst", "qat"):
+            args = ["train", command, str(run), "--out", str(out), "--epochs", "1", "--device", "cpu"]
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 1 and "the trained run" in result.output, (out, command, result.output)
     assert _tree(tmp_path) == before
 
 

@@ -32,39 +32,73 @@ def test_train_then_scst_from_the_command_line(tiny_data, tmp_path):
     config = json.loads((out / ckpt.CONFIG).read_text())
     assert config["train"]["scst_samples"] == 5 and config["train"]["scst_optimizer"] == "radam"  # the v2 recipe
 
-    # --init: SCST on a copy, with the ACORT recipe and one option overridden; the source run is left untouched.
+    # train scst RUN: SCST on a copy, with a recipe file over the ACORT recipe; the source run is left untouched.
     copy = tmp_path / "copy"
+    recipe = tmp_path / "recipe.json"
+    recipe.write_text(json.dumps({"base": "acort", "scst_samples": 3}))
     before = (out / ckpt.WEIGHTS).read_bytes()
-    args = ["train", "--init", str(out), "--out", str(copy), "--scst-epochs", "1", "--scst-max-steps", "1",
-            "--scst-recipe", "acort", "--scst-samples", "3", "--batch-size", "8", "--device", "cpu"]  # fmt: skip
+    args = ["train", "scst", str(out), "--out", str(copy), "--epochs", "1", "--max-steps", "1",
+            "--recipe", str(recipe), "--batch-size", "8", "--device", "cpu"]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     stored = json.loads((copy / ckpt.CONFIG).read_text())["train"]
     assert stored["scst_samples"] == 3 and stored["scst_bleu_weight"] == 1.0 and stored["out"] == str(copy)
+    assert stored["scst_epochs"] == 1 and stored["scst_max_steps"] == 1
     assert json.loads((copy / SCST_SUMMARY).read_text())["steps"] == 1
     assert (out / ckpt.WEIGHTS).read_bytes() == before
 
+    # without --out: SCST continues in RUN itself, with a named recipe
+    args = ["train", "scst", str(out), "--epochs", "1", "--max-steps", "3", "--recipe", "acort", "--device", "cpu"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    stored = json.loads((out / ckpt.CONFIG).read_text())["train"]
+    assert stored["scst_optimizer"] == "adam" and stored["batch_size"] == 8  # the run's batch size
+    assert json.loads((out / SCST_SUMMARY).read_text())["steps"] == 3
 
-def test_init_needs_scst_epochs_and_data_is_required_otherwise(tiny_data, tmp_path):
+
+def test_scst_needs_epochs_and_data_is_required_otherwise(tiny_data, tmp_path):
     result = CliRunner().invoke(main, ["train", "--out", str(tmp_path / "x")])
     assert result.exit_code != 0 and "--data" in result.output
     run = tmp_path / "run"
     CliRunner().invoke(main, [*_common(tiny_data, run), "--epochs", "1", "--max-steps", "1"])
-    result = CliRunner().invoke(main, ["train", "--init", str(run)])
-    assert result.exit_code != 0 and "--scst-epochs" in result.output
+    result = CliRunner().invoke(main, ["train", "scst", str(run)])
+    assert result.exit_code == 2 and "--epochs" in result.output
 
-    # Options --init would ignore (the model, data and recipe are the run's) are refused, not dropped.
-    result = CliRunner().invoke(
-        main, ["train", "--init", str(run), "--scst-epochs", "1", "--lr", "1e-2", "--model", "x"]
-    )
-    assert result.exit_code != 0 and "--lr" in result.output and "--model" in result.output
+    # New-model options before the subcommand (the model, data and recipe are the run's) are refused, not dropped.
+    before = sorted(p.name for p in tmp_path.iterdir())
+    result = CliRunner().invoke(main, ["train", "--lr", "1e-2", "--model", "x", "scst", str(run), "--epochs", "1"])
+    assert result.exit_code == 1 and "--lr" in result.output and "--model" in result.output
+    # the old spelling points at the subcommands
+    result = CliRunner().invoke(main, ["train", "--init", str(run), "--scst-epochs", "1"])
+    assert result.exit_code == 2 and "edgecap train scst RUN" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_bad_recipe_is_refused_before_any_work(tiny_data, tmp_path):
+    data, feats = tiny_data
+    bad = tmp_path / "bad.json"
+    for recipe, said in [
+        ("nope", "neither an SCST recipe"),
+        ({"scst_lr": 0}, "scst_lr must be a number > 0"),
+        ({"scst_samples": 2, "lr": 1}, "unknown key(s) lr"),
+    ]:
+        if isinstance(recipe, dict):
+            bad.write_text(json.dumps(recipe))
+            recipe = str(bad)
+        for args in (
+            [*_common(tiny_data, tmp_path / "new"), "--scst-epochs", "1", "--scst-recipe", recipe],
+            ["train", "scst", str(tmp_path), "--out", str(tmp_path / "new"), "--epochs", "1", "--recipe", recipe],
+        ):
+            result = CliRunner().invoke(main, args)
+            assert result.exit_code == 2 and said in result.output, (args, result.output)
+            assert not (tmp_path / "new").exists()
 
 
 def test_scst_stops_on_the_time_limit(tiny_data, tmp_path):
     run = tmp_path / "run"
     assert CliRunner().invoke(main, [*_common(tiny_data, run), "--epochs", "1", "--max-steps", "1"]).exit_code == 0
     copy = tmp_path / "copy"
-    args = ["train", "--init", str(run), "--out", str(copy), "--scst-epochs", "50", "--max-minutes", "0.000001",
+    args = ["train", "scst", str(run), "--out", str(copy), "--epochs", "50", "--max-minutes", "0.000001",
             "--batch-size", "8", "--device", "cpu"]  # fmt: skip
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
@@ -100,3 +134,14 @@ def test_two_process_gloo_run_trains_writes_one_checkpoint_and_resumes(tiny_data
     assert json.loads((out / SCST_SUMMARY).read_text())["steps"] == 2
     assert json.loads((out / "summary.json").read_text())["steps"] == 4  # the CE stage was complete: not repeated
     assert (out / SCST_STATE / ckpt.STATE).is_file()
+
+
+def test_train_help_names_every_trainer_and_both_subcommands():
+    result = CliRunner().invoke(main, ["train", "--help"], terminal_width=1000)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for trainer in ("cross-entropy", "SCST", "end-to-end", "--teacher", "train scst RUN", "train qat RUN"):
+        assert trainer in text, trainer
+    commands = text.split("Commands:")[1]
+    assert "qat Quantisation-aware" in commands and "scst Self-critical" in commands
+    assert "--init" not in text and "--qat-epochs" not in text and "--scst-lr" not in text

@@ -1,5 +1,5 @@
 """Quantisation-aware training (QAT): fine-tune a trained run under the fake quantisation of an INT8 preset, so its
-INT8 export keeps the FP32 captions (``edgecap train --init RUN --qat-epochs N --out QAT_RUN``).
+INT8 export keeps the FP32 captions (``edgecap train qat RUN --epochs N --out QAT_RUN``).
 
 A run trained on a backbone's feature cache is fine-tuned end to end from images, the backbone fake-quantised too:
 a pixels-in bundle quantises the backbone's convolutions with the rest (ExpansionNet v2 §4.3's end-to-end stage,
@@ -148,7 +148,7 @@ def qat_run(
             step += 1
             loss_value = float(loss.detach())
     if not math.isfinite(loss_value):
-        raise QatError(f"QAT diverged (loss {loss_value}); try a smaller --qat-lr than {lr}")
+        raise QatError(f"QAT diverged (loss {loss_value}); try a smaller --lr than {lr}")
 
     model.eval()
     freeze_observers(model)

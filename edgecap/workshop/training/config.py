@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,11 +73,10 @@ class TrainCfg:
     kd_alpha: float = 0.5  # weight of the word-level KD term
     kd_beam: int = 3  # beam of the teacher's captions (sequence level)
 
-    def with_scst_recipe(self, name: str) -> TrainCfg:
-        """This cfg with a paper's SCST recipe (:data:`SCST_RECIPES`) filled in."""
-        if name not in SCST_RECIPES:
-            raise ValueError(f"unknown SCST recipe {name!r}; choose one of {sorted(SCST_RECIPES)}")
-        return self.replace(**SCST_RECIPES[name])
+    def with_scst_recipe(self, recipe: str | Path | Mapping[str, Any]) -> TrainCfg:
+        """This cfg with an SCST recipe filled in: a paper's (:data:`SCST_RECIPES`), a JSON file or a mapping, read
+        by :func:`load_scst_recipe` (the loader of ``edgecap train --scst-recipe`` and ``train scst --recipe``)."""
+        return self.replace(**load_scst_recipe(recipe))
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -96,7 +98,7 @@ class TrainCfg:
         return Path(self.out)
 
 
-#: SCST recipes of the papers (CLI ``--scst-recipe``); explicit ``--scst-*`` options override them.
+#: SCST recipes of the papers, by name (CLI ``--scst-recipe``/``--recipe``; a recipe file may start from one).
 SCST_RECIPES: dict[str, dict[str, Any]] = {
     # ExpansionNet v2 §4.3: 5 samples, leave-one-out baseline, RAdam lr 1e-4 annealed by 0.8 per epoch, max 20
     # words, loss averaged over (image, sample), EOS scored as a word.
@@ -126,3 +128,81 @@ SCST_RECIPES: dict[str, dict[str, Any]] = {
         "scst_eos_word": False,
     },
 }
+
+
+class ScstRecipeError(ValueError):
+    """An SCST recipe that is not a known name, not a readable JSON object, or has an unknown key or a bad value."""
+
+
+def _finite(low: float, high: float = math.inf, *, low_open: bool = False) -> Any:
+    def check(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        return (value > low if low_open else value >= low) and value <= high
+
+    return check
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _one_of(*choices: str) -> Any:
+    return lambda value: value in choices
+
+
+#: Each key an SCST recipe may set (the TrainCfg field), what it accepts, and how that reads in an error.
+SCST_RECIPE_KEYS: dict[str, tuple[Any, str]] = {
+    "scst_lr": (_finite(0, low_open=True), "a number > 0"),
+    "scst_anneal": (_finite(0, 1, low_open=True), "a number in (0, 1]: the lr factor per epoch"),
+    "scst_optimizer": (_one_of("radam", "adam"), '"radam" or "adam"'),
+    "scst_batch_size": (_count, "an integer >= 1: images per batch"),
+    "scst_samples": (_count, "an integer >= 1: captions sampled per image"),
+    "scst_baseline": (_one_of("loo", "greedy"), '"loo" (leave-one-out) or "greedy"'),
+    "scst_max_words": (_count, "an integer >= 1"),
+    "scst_bleu_weight": (_finite(0), "a number >= 0: the BLEU-4 weight in the reward"),
+    "scst_loss_norm": (_one_of("sequence", "token"), '"sequence" or "token"'),
+    "scst_eos_word": (lambda value: isinstance(value, bool), "true or false: EOS scored as a word"),
+}
+
+
+def load_scst_recipe(recipe: str | Path | Mapping[str, Any]) -> dict[str, Any]:
+    """The TrainCfg fields of an SCST recipe: a name of :data:`SCST_RECIPES`, a JSON file, or a mapping.
+
+    A file or mapping holds keys of :data:`SCST_RECIPE_KEYS` and optionally ``"base"``, the named recipe it starts
+    from (default ``v2``), e.g. ``{"base": "acort", "scst_samples": 3}``. One loader for the CLI and Python, so a
+    recipe means the same in both; every key and value is checked here, before any training starts.
+
+    Raises:
+        ScstRecipeError: an unknown name, an unreadable or non-JSON file, an unknown key or a bad value.
+    """
+    if isinstance(recipe, str) and recipe in SCST_RECIPES:
+        return dict(SCST_RECIPES[recipe])
+    if isinstance(recipe, Mapping):
+        return _resolve(dict(recipe), "the SCST recipe")
+    path = Path(recipe)
+    if not path.is_file():
+        raise ScstRecipeError(f"{recipe} is neither an SCST recipe ({', '.join(SCST_RECIPES)}) nor a recipe file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ScstRecipeError(f"SCST recipe {path} is not a readable JSON file: {exc}") from None
+    if not isinstance(data, dict):
+        raise ScstRecipeError(f"SCST recipe {path} holds {type(data).__name__}, not a JSON object of recipe keys")
+    return _resolve(data, f"SCST recipe {path}")
+
+
+def _resolve(data: dict[str, Any], where: str) -> dict[str, Any]:
+    base = data.pop("base", "v2")
+    if base not in SCST_RECIPES:
+        raise ScstRecipeError(f"{where}: base {base!r} is not one of {', '.join(SCST_RECIPES)}")
+    unknown = sorted(set(data) - set(SCST_RECIPE_KEYS))
+    if unknown:
+        raise ScstRecipeError(
+            f"{where}: unknown key(s) {', '.join(unknown)}; a recipe sets base, {', '.join(SCST_RECIPE_KEYS)}"
+        )
+    for key, value in data.items():
+        check, expected = SCST_RECIPE_KEYS[key]
+        if not check(value):
+            raise ScstRecipeError(f"{where}: {key} must be {expected}, not {json.dumps(value)}")
+    return {**SCST_RECIPES[base], **data}

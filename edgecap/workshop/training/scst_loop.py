@@ -1,7 +1,7 @@
 """The SCST stage: sample K captions per image, reward them, one teacher-forced pass with gradient, repeat.
 
 Runs after the cross-entropy epochs of :func:`edgecap.workshop.training.loop.train` (``--scst-epochs N``) or on a copy
-of a trained run (``edgecap train --init RUN --scst-epochs N``). Per batch of images:
+of a trained run (``edgecap train scst RUN --epochs N``). Per batch of images:
 
 1. **Sample** (no gradient): the shared sampling search (:func:`edgecap.runtime.decoding.sampling.sample`) draws K
 captions
