@@ -53,3 +53,15 @@ def tiny_parent_run(tiny_data: tuple[Path, Path], tmp_path_factory: pytest.TempP
     from tests.workshop.compression.prune_helpers import tiny_run_dir
 
     return tiny_run_dir(tiny_data, tmp_path_factory)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``slow`` tests are collected by every run (tests/test_collection.py counts them) but run only when ``-m``
+    names them: ``.ci/run`` runs ``python -m pytest -q -n 2 -m slow`` as its own job after the README's command."""
+    markexpr = config.option.markexpr or ""
+    if "slow" in markexpr and "not slow" not in markexpr:
+        return
+    skip = pytest.mark.skip(reason="slow: run with `python -m pytest -m slow` (CI's second job)")
+    for item in items:
+        if item.get_closest_marker("slow") is not None:
+            item.add_marker(skip)

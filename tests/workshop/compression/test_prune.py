@@ -134,6 +134,7 @@ def test_pruned_cfg_round_trips_and_keeps_paper_configs():
     assert count_params(rebuilt) == plan.params
 
 
+@pytest.mark.slow
 def test_pruned_run_loads_exports_and_decodes(tiny_parent_run, tmp_path):
     from edgecap.workshop.compression.prune_run import prune_run
     from edgecap.workshop.export.onnx import export_onnx

@@ -100,6 +100,7 @@ def test_a_qat_run_records_its_parent_and_leaves_it_alone(tiny_parent_run, tmp_p
     assert not list(tmp_path.glob(".qat.partial*"))
 
 
+@pytest.mark.slow
 def test_the_qat_run_exports_to_qdq_int8_that_decodes_like_the_fake_quant_model(
     tiny_parent_run, tiny_data, tmp_path, monkeypatch
 ):

@@ -77,6 +77,7 @@ def test_bad_pattern_is_refused():
         parse_pattern("4:8")
 
 
+@pytest.mark.slow
 def test_sparse_run_holds_its_masks_through_finetuning_and_export(tiny_parent_run, tmp_path):
     from edgecap.workshop.compression.prune_run import sparsify_run
     from edgecap.workshop.export.onnx import export_onnx

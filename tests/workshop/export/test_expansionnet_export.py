@@ -15,6 +15,7 @@ from tests.workshop.export.helpers import BACKBONE, BACKBONE_SIZE, exported
 pytestmark = pytest.mark.usefixtures("flush_denormals")
 
 
+@pytest.mark.slow
 def test_backbone_in_the_encoder_graph() -> None:
     from edgecap.workshop.models.backbone import create_backbone
 
@@ -29,6 +30,7 @@ def test_backbone_in_the_encoder_graph() -> None:
             assert report["passed"], (graph, precision, report["outputs"])
 
 
+@pytest.mark.slow
 def test_expansion_normalisation_stays_fp32_in_fp16_graphs() -> None:
     """Every Ψ division (and its ε clip) reads float32 tensors in the fp16 step graph."""
     step = onnx.shape_inference.infer_shapes(exported("expansionnet-test").model("step", "fp16"))

@@ -48,6 +48,7 @@ def test_a_model_without_a_stacked_cache_is_refused() -> None:
         ort_export_spec(tiny_model("acort-test"), cache_layout="ring")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["acort-test", "ort-test"])
 def test_per_layer_graphs_decode_what_torch_and_the_stacked_graphs_decode(name: str) -> None:
     model = tiny_model(name)
