@@ -36,7 +36,7 @@ __all__ = [
 #: Images per decode call when the caller gives no ``batch_size``.
 BATCH = 16
 #: ``(beam, length_level)`` of an image (None: the captioner's default): images with one key decode together.
-Key = tuple[Any, Any]
+Key = tuple[int | None, int | None]
 #: The modules a skip warning looks past, to point at the caller's line.
 _OWN_MODULES = frozenset({__name__, "edgecap.runtime.captioner"})
 

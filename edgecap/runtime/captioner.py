@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, overload
 
@@ -47,7 +48,10 @@ from edgecap.runtime.images.inputs import BackboneMismatchError, PixelInputs
 from edgecap.runtime.precisions import PRECISIONS
 
 if TYPE_CHECKING:
+    from edgecap.runtime.decoding import DecodeCfg, RefineModel, StepModel
+    from edgecap.runtime.images.inputs import ImageInputs
     from edgecap.runtime.stream.pipeline import CaptionStream
+    from edgecap.runtime.vocab_base import Vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +93,13 @@ class Captioner:
 
     def __init__(
         self,
-        inputs: Any,
-        step_model: Any,
-        vocab: Any,
-        decode_cfg: Any,
+        inputs: ImageInputs | None,
+        step_model: StepModel | RefineModel,
+        vocab: Vocabulary,
+        decode_cfg: DecodeCfg,
         *,
-        runtime_info: dict[str, Any] | None = None,
-        resources: Sequence[Any] = (),
+        runtime_info: Mapping[str, Any] | None = None,
+        resources: Sequence[AbstractContextManager[object]] = (),
         no_images_reason: str = "",
         length_levels: Sequence[Sequence[int]] = (),
     ) -> None:
@@ -110,7 +114,7 @@ class Captioner:
         self.length_levels = tuple((int(lo), int(hi)) for lo, hi in length_levels)
 
     @property
-    def backbone(self) -> Any:
+    def backbone(self) -> object:
         """The torch backbone (None when it is inside the ONNX graph, or absent)."""
         return getattr(self.inputs, "backbone", None)
 
@@ -388,7 +392,7 @@ class Captioner:
             raise CaptionerError(self.no_images_reason)
         return {name: to_numpy(value) for name, value in self.inputs(as_image_list(images)).items()}
 
-    def check_options(self, beam: Any = None, length_level: Any = None) -> None:
+    def check_options(self, beam: object = None, length_level: object = None) -> None:
         """Refuse a beam or length level this captioner cannot decode at, with :meth:`caption`'s message: for a
         front end that checks a request before any work (serving). None passes.
 
@@ -398,15 +402,14 @@ class Captioner:
                 no length control.
         """
         if beam is not None:
-            check_beam(beam)
-            check_beam_applies(beam, self.decode_cfg.strategy)
+            check_beam_applies(check_beam(beam), self.decode_cfg.strategy)
         if length_level is not None:
             check_length_level(self.step_model, length_level, self.length_levels)
 
     def _options(self, beam: Option, length_level: Option, count: int) -> list[Key]:
         """Each image's ``(beam, length_level)``, every distinct value checked before any work."""
         beams, levels = per_image("beam", beam, count), per_image("length_level", length_level, count)
-        checked: list[tuple[Any, Any]] = []
+        checked: list[Key] = []
         for key in zip(beams, levels, strict=True):
             if key not in checked:
                 self.check_options(*key)
@@ -488,7 +491,7 @@ def _describe(info: Mapping[str, Any]) -> str:
     )
 
 
-def _threads_text(threads: Mapping[str, Any]) -> str:
+def _threads_text(threads: Mapping[str, object]) -> str:
     from edgecap.runtime.backends.threads import ThreadPlan
 
     return ThreadPlan.from_dict(threads).describe()

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edgecap.runtime.backends.registry import CaptionerError
 from edgecap.runtime.decoding import DecodeCfg
+
+if TYPE_CHECKING:
+    from edgecap.runtime.bundle import Bundle
+    from edgecap.runtime.decoding import Hypothesis
+    from edgecap.runtime.vocab_base import Vocabulary
 
 __all__ = [
     "DEFAULT_LENGTH_LEVEL",
@@ -58,20 +63,20 @@ class Caption:
     finished: bool = True
 
 
-def caption_of(vocab: Any, hypothesis: Any) -> Caption:
+def caption_of(vocab: Vocabulary, hypothesis: Hypothesis) -> Caption:
     """The :class:`Caption` of a decoded :class:`~edgecap.runtime.decoding.Hypothesis`."""
     tokens = tuple(int(t) for t in hypothesis.tokens)
     text = " ".join(vocab.decode(list(tokens)))
     return Caption(text, tokens, float(hypothesis.score), bool(hypothesis.finished))
 
 
-def default_length_level(levels: Sequence[Any]) -> int | None:
+def default_length_level(levels: Sequence[object]) -> int | None:
     """The level used when a caller gives none: :data:`DEFAULT_LENGTH_LEVEL`, or the last level of a shorter plan;
     None for a model without length levels."""
     return min(DEFAULT_LENGTH_LEVEL, len(levels)) if levels else None
 
 
-def decoding_overrides(decoding: str, levels: Sequence[Any]) -> dict[str, Any]:
+def decoding_overrides(decoding: str, levels: Sequence[object]) -> dict[str, str | int]:
     """``decode_cfg_for`` overrides for how a model decodes (a bundle's ``interface["decoding"]``, an
     ``ExportSpec.decoding``): mask-predict at the default level, or the default level of a length-aware
     autoregressive model, or nothing."""
@@ -81,7 +86,7 @@ def decoding_overrides(decoding: str, levels: Sequence[Any]) -> dict[str, Any]:
     return {} if level is None else {"length_level": level}
 
 
-def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overrides: Any) -> DecodeCfg:
+def decode_cfg_for(vocab: Vocabulary, beam_size: int = 3, max_words: int = 25, **overrides: Any) -> DecodeCfg:
     """The decoding config for a vocab: greedy at beam 1, radix digits constrained, room for ``max_words`` words.
 
     ``strategy="mask_predict"`` (LaBERT) ignores ``beam_size``; the caption length comes from ``length_level``.
@@ -93,11 +98,11 @@ def decode_cfg_for(vocab: Any, beam_size: int = 3, max_words: int = 25, **overri
     return DecodeCfg.for_vocab(vocab, strategy=strategy, beam_size=beam_size, max_len=max_len, **overrides)
 
 
-def bundle_decode_cfg(bundle: Any, vocab: Any, beam: int, length_level: int | None = None) -> DecodeCfg:
+def bundle_decode_cfg(bundle: Bundle, vocab: Vocabulary, beam: int, length_level: int | None = None) -> DecodeCfg:
     """The production ``DecodeCfg`` of a bundle: its decoding (beam search, or mask-predict for LaBERT) at
     ``length_level``, default the level recorded at export for length-controllable bundles (``cap(image)`` then
     needs no level)."""
-    overrides: dict[str, Any] = {}
+    overrides: dict[str, str | int] = {}
     if bundle.decoding == "mask_predict":
         overrides["strategy"] = "mask_predict"
     level = length_level if length_level is not None else bundle.default_length_level
@@ -116,18 +121,20 @@ def with_options(cfg: DecodeCfg, beam: int | None, length_level: int | None) -> 
     return cfg
 
 
-def captions_from_hypotheses(vocab: Any, hypotheses: Sequence[Sequence[Any]]) -> list[str]:
+def captions_from_hypotheses(vocab: Vocabulary, hypotheses: Sequence[Sequence[Hypothesis]]) -> list[str]:
     """The best hypothesis of each image as text."""
     return [" ".join(vocab.decode(hyps[0].tokens)) for hyps in hypotheses]
 
 
 # -- the checks of a call's options ------------------------------------------------------------------------------------
-def check_beam(beam: Any) -> None:
-    """Refuse a beam that is not an integer in ``1..MAX_BEAM`` (:class:`CaptionerError`, a ``ValueError``)."""
+def check_beam(beam: object) -> int:
+    """Refuse a beam that is not an integer in ``1..MAX_BEAM`` (:class:`CaptionerError`, a ``ValueError``); returns
+    it, typed."""
     from edgecap.runtime.decoding.config import MAX_BEAM
 
     if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= MAX_BEAM:
         raise CaptionerError(f"beam must be an integer in 1..{MAX_BEAM} (MAX_BEAM), got {beam!r}")
+    return beam
 
 
 def check_beam_applies(beam: int | None, decoding: str | None) -> None:
@@ -136,7 +143,7 @@ def check_beam_applies(beam: int | None, decoding: str | None) -> None:
         raise CaptionerError(f"beam={beam}: {NO_BEAM_SEARCH}")
 
 
-def check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]] = ()) -> None:
+def check_length_level(decoder: object, level: object, known: Sequence[tuple[int, int]] = ()) -> None:
     """A clear :class:`~edgecap.runtime.length.LengthLevelError` (a ``ValueError``) for a level out of range, or for
     a model without length control (LaBERT §3.1). ``known``: the model's ``(L_low, L_high)`` ranges where the
     decoder cannot tell (an ONNX ``*-len`` encoder)."""
@@ -153,7 +160,7 @@ def check_length_level(decoder: Any, level: Any, known: Sequence[tuple[int, int]
         raise LengthLevelError(f"length_level must be an integer >= 1, got {level!r}")
 
 
-def _encoder_inputs(decoder: Any) -> tuple[str, ...]:
+def _encoder_inputs(decoder: object) -> tuple[str, ...]:
     encoder = getattr(decoder, "encoder", None)
     try:
         return tuple(encoder.input_metadata()) if encoder is not None else ()

@@ -20,10 +20,18 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, overload
 
 from edgecap.runtime.plugins import TORCH_HOOK_GROUP, PluginLoader, claim_names
+
+if TYPE_CHECKING:
+    from edgecap.runtime.backends.base import Array
+    from edgecap.runtime.backends.bridge import ArrayOps
+    from edgecap.runtime.captioner import Captioner
+    from edgecap.runtime.images.inputs import ImageInputs
 
 __all__ = [
     "HOOK_NAMES",
@@ -42,6 +50,28 @@ HOOK_NAMES: tuple[str, ...] = ("torch_arrays", "onnxruntime_binding", "backbone_
 
 #: What to install for a hook when torch, or the training stack's registration, is missing.
 INSTALL = "pip install 'edgecap[train]'"
+
+
+#: ``backbone_inputs(spec, weights, device)``: a bundle's backbone spec, its weights file and a torch device -> the
+#: torch backbone as images -> encoder inputs.
+BackboneInputsHook = Callable[[Mapping[str, object], object, object], "ImageInputs"]
+#: ``run_bound(session, binding, feed, output_names, device_type, device_id)``: one ONNX Runtime ``run_with_iobinding``
+#: call with torch tensors bound by device pointer -> the outputs by name.
+RunBoundHook = Callable[[object, object, Mapping[str, "Array"], Sequence[str], str, int], dict[str, "Array"]]
+
+
+class CaptionerFromRunHook(Protocol):
+    """``captioner_from_run(cls, run, device=..., beam=..., backbone_weights=...)``: a training run's torch weights
+    as a ``cls`` (:meth:`edgecap.Captioner.from_run`)."""
+
+    def __call__(
+        self,
+        cls: type[Captioner],
+        run: str | Path,
+        device: str = ...,
+        beam: int | None = ...,
+        backbone_weights: str | Path | None = ...,
+    ) -> Captioner: ...
 
 
 class TorchUnavailableError(ImportError):
@@ -112,7 +142,17 @@ def torch_available() -> bool:
         return False
 
 
-def torch_hook(name: str) -> Any:
+@overload
+def torch_hook(name: Literal["torch_arrays"]) -> ArrayOps: ...
+@overload
+def torch_hook(name: Literal["onnxruntime_binding"]) -> RunBoundHook: ...
+@overload
+def torch_hook(name: Literal["backbone_inputs"]) -> BackboneInputsHook: ...
+@overload
+def torch_hook(name: Literal["captioner_from_run"]) -> CaptionerFromRunHook: ...
+@overload
+def torch_hook(name: str) -> object: ...
+def torch_hook(name: str) -> object:
     """The object behind hook ``name`` (its module imported on first use).
 
     Raises:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from edgecap.runtime.serving.protocol import (
     RequestError,
 )
 
+if TYPE_CHECKING:
+    from edgecap.runtime.captioner import Captioner
+
+#: One served image: its encoded bytes (JPEG, PNG, ...) or its decoded H×W×3 uint8 pixels.
+ServedImage = bytes | np.ndarray
 #: ``(beam, length_level)`` of one image; ``Captioner.caption`` decodes images with the same key in one call.
 DecodeKey = tuple[int | None, int | None]
 
@@ -39,7 +44,7 @@ DecodeKey = tuple[int | None, int | None]
 class ServedRequest:
     """One client request: its images (encoded bytes or H×W×3 uint8 arrays) and, per image, the options it asks."""
 
-    images: list[Any]
+    images: list[ServedImage]
     beams: list[int | None] = field(default_factory=list)
     length_levels: list[int | None] = field(default_factory=list)
 
@@ -67,7 +72,7 @@ class ServedCaptioner:
 
     def __init__(
         self,
-        captioner: Any,
+        captioner: Captioner,
         batch_size: int = 1024,
         *,
         max_pixels: int = DEFAULT_MAX_PIXELS,
@@ -143,7 +148,7 @@ class ServedCaptioner:
             )
         return size
 
-    def _encoder_inputs(self, image: Any) -> dict[str, np.ndarray]:
+    def _encoder_inputs(self, image: ServedImage) -> dict[str, np.ndarray]:
         """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone."""
         if isinstance(image, np.ndarray) and (image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8):
             raise RequestError(f"pixels must be an H×W×3 uint8 array, got shape {image.shape} {image.dtype}")

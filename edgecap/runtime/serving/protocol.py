@@ -25,18 +25,42 @@ TOKENS = "tokens"
 #: The ranking score of the caption (sum of log-probs, after the length penalty of a beam search).
 SCORE = "score"
 
-#: ``(name, Triton data type, dims without the batch dimension, optional)`` of every input.
-INPUTS: tuple[tuple[str, str, tuple[int, ...], bool], ...] = (
-    (IMAGE, "TYPE_STRING", (1,), True),
-    (PIXELS, "TYPE_UINT8", (-1, -1, 3), True),
-    (LENGTH_LEVEL, "TYPE_INT32", (1,), True),
-    (BEAM, "TYPE_INT32", (1,), True),
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One tensor of the wire contract, as ``config.pbtxt`` declares it (PyTriton's ``Tensor`` in Triton's terms).
+
+    Attributes:
+        name: the tensor's name on the wire.
+        dtype: its Triton config data type (``TYPE_STRING``, ``TYPE_UINT8``, ``TYPE_INT32``, ``TYPE_FP32``).
+        shape: its dims without the batch dimension (-1: any size).
+        optional: an input a request may leave out (outputs: False).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    optional: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.dtype.startswith("TYPE_"):
+            raise ValueError(f"tensor {self.name!r}: dtype must be a Triton config type (TYPE_...), got {self.dtype!r}")
+        if not self.shape or any(d == 0 or d < -1 for d in self.shape):
+            raise ValueError(f"tensor {self.name!r}: dims must be positive or -1, got {self.shape}")
+
+
+#: Every input of the served model.
+INPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec(IMAGE, "TYPE_STRING", (1,), optional=True),
+    TensorSpec(PIXELS, "TYPE_UINT8", (-1, -1, 3), optional=True),
+    TensorSpec(LENGTH_LEVEL, "TYPE_INT32", (1,), optional=True),
+    TensorSpec(BEAM, "TYPE_INT32", (1,), optional=True),
 )
-#: ``(name, Triton data type, dims without the batch dimension)`` of every output.
-OUTPUTS: tuple[tuple[str, str, tuple[int, ...]], ...] = (
-    (CAPTION, "TYPE_STRING", (1,)),
-    (TOKENS, "TYPE_INT32", (-1,)),
-    (SCORE, "TYPE_FP32", (1,)),
+#: Every output of the served model.
+OUTPUTS: tuple[TensorSpec, ...] = (
+    TensorSpec(CAPTION, "TYPE_STRING", (1,)),
+    TensorSpec(TOKENS, "TYPE_INT32", (-1,)),
+    TensorSpec(SCORE, "TYPE_FP32", (1,)),
 )
 
 #: ``config.pbtxt`` parameters the model reads at load time.

@@ -28,6 +28,7 @@ from edgecap.runtime.serving.protocol import (
     PARAM_PRECISION,
     PARAM_RUNTIME,
     PARAM_THREADS,
+    TensorSpec,
 )
 
 #: Triton model names: what its URLs (``/v2/models/<name>``) and file layout accept.
@@ -94,29 +95,63 @@ def _quoted(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def config_pbtxt(name: str, options: ServingOptions) -> str:
-    """The model's ``config.pbtxt`` (protobuf text format): backend, tensors, dynamic batching, instances."""
+@dataclass(frozen=True)
+class ModelConfig:
+    """One repository model's ``config.pbtxt``, as a record (Triton's ``ModelConfig`` message, the fields edgecap
+    sets): the Python backend, the wire contract's tensors, dynamic batching with a bounded queue, CPU instances.
 
-    def dims(shape: tuple[int, ...]) -> str:
-        return ", ".join(str(d) for d in shape)
+    Attributes:
+        name: the model name (its directory).
+        max_batch_size: most requests Triton puts in one batch.
+        inputs, outputs: the tensors (:data:`~edgecap.runtime.serving.protocol.INPUTS` / ``OUTPUTS``); every input is
+            ragged-batched (a request's images come in one tensor).
+        max_queue_delay_us, max_queue_size, instances: as :class:`ServingOptions`.
+        parameters: the model's string parameters (``edgecap_*``), read back at load time.
+    """
 
-    inputs = ",\n".join(
-        f'  {{ name: "{n}" data_type: {t} dims: [ {dims(s)} ] optional: {str(opt).lower()} allow_ragged_batch: true }}'
-        for n, t, s, opt in INPUTS
-    )
-    outputs = ",\n".join(f'  {{ name: "{n}" data_type: {t} dims: [ {dims(s)} ] }}' for n, t, s in OUTPUTS)
-    params = {
-        PARAM_BUNDLE: "bundle",
-        PARAM_RUNTIME: options.runtime,
-        PARAM_PRECISION: options.precision,
-        PARAM_THREADS: str(options.threads),
-        PARAM_MAX_PIXELS: str(options.max_pixels),
-        PARAM_MAX_BATCH_BYTES: str(options.max_batch_bytes),
-    }
-    parameters = "\n".join(f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}' for k, v in params.items())
-    return f"""name: "{name}"
-backend: "python"
-max_batch_size: {options.max_batch}
+    name: str
+    max_batch_size: int
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+    max_queue_delay_us: int
+    max_queue_size: int
+    instances: int
+    parameters: tuple[tuple[str, str], ...]
+    backend: str = "python"
+
+    @classmethod
+    def for_bundle(cls, name: str, options: ServingOptions) -> ModelConfig:
+        """The config of model ``name`` serving its bundle (``1/bundle``) with ``options``."""
+        params = {
+            PARAM_BUNDLE: "bundle",
+            PARAM_RUNTIME: options.runtime,
+            PARAM_PRECISION: options.precision,
+            PARAM_THREADS: str(options.threads),
+            PARAM_MAX_PIXELS: str(options.max_pixels),
+            PARAM_MAX_BATCH_BYTES: str(options.max_batch_bytes),
+        }
+        return cls(
+            name=name,
+            max_batch_size=options.max_batch,
+            inputs=INPUTS,
+            outputs=OUTPUTS,
+            max_queue_delay_us=options.max_queue_delay_us,
+            max_queue_size=options.max_queue_size,
+            instances=options.instances,
+            parameters=tuple(params.items()),
+        )
+
+    def to_pbtxt(self) -> str:
+        """The config in protobuf text format."""
+        inputs = ",\n".join(f"  {{ {_tensor(t)} optional: {str(t.optional).lower()} allow_ragged_batch: true }}"
+                            for t in self.inputs)  # fmt: skip
+        outputs = ",\n".join(f"  {{ {_tensor(t)} }}" for t in self.outputs)
+        parameters = "\n".join(
+            f"parameters {{ key: {_quoted(k)} value: {{ string_value: {_quoted(v)} }} }}" for k, v in self.parameters
+        )
+        return f"""name: {_quoted(self.name)}
+backend: {_quoted(self.backend)}
+max_batch_size: {self.max_batch_size}
 input [
 {inputs}
 ]
@@ -124,12 +159,21 @@ output [
 {outputs}
 ]
 dynamic_batching {{
-  max_queue_delay_microseconds: {options.max_queue_delay_us}
-  default_queue_policy {{ max_queue_size: {options.max_queue_size} }}
+  max_queue_delay_microseconds: {self.max_queue_delay_us}
+  default_queue_policy {{ max_queue_size: {self.max_queue_size} }}
 }}
-instance_group [ {{ count: {options.instances} kind: KIND_CPU }} ]
+instance_group [ {{ count: {self.instances} kind: KIND_CPU }} ]
 {parameters}
 """
+
+
+def _tensor(tensor: TensorSpec) -> str:
+    return f"name: {_quoted(tensor.name)} data_type: {tensor.dtype} dims: [ {', '.join(map(str, tensor.shape))} ]"
+
+
+def config_pbtxt(name: str, options: ServingOptions) -> str:
+    """The model's ``config.pbtxt`` (protobuf text format): backend, tensors, dynamic batching, instances."""
+    return ModelConfig.for_bundle(name, options).to_pbtxt()
 
 
 def _outside(dest: Path, bundle: Path) -> None:

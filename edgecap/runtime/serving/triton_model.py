@@ -13,12 +13,14 @@ exception into an error for every request of that batch; the Python backend answ
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from edgecap.runtime.serving.batch import ServedCaptioner, ServedRequest
+from edgecap.runtime.serving.batch import ServedCaptioner, ServedImage, ServedRequest
 from edgecap.runtime.serving.protocol import (
     BEAM,
     CAPTION,
@@ -38,13 +40,28 @@ from edgecap.runtime.serving.protocol import (
     RequestError,
 )
 
+if TYPE_CHECKING:
+    from edgecap.runtime.captioner import Captioner
 
-def model_parameters(model_config: dict[str, Any]) -> dict[str, str]:
+#: A model config as Triton hands it to ``initialize`` (``json.loads(args["model_config"])``).
+ModelConfigJSON = Mapping[str, object]
+
+
+class TritonRequest(Protocol):
+    """What this model uses of a Python-backend ``InferenceRequest`` (its inputs are read through ``pb_utils``)."""
+
+    def requested_output_names(self) -> list[str]: ...
+
+
+def model_parameters(model_config: ModelConfigJSON) -> dict[str, str]:
     """``config.pbtxt`` ``parameters`` as plain strings (Triton gives ``{"key": {"string_value": "..."}}``)."""
-    return {k: v["string_value"] for k, v in model_config.get("parameters", {}).items()}
+    parameters = model_config.get("parameters") or {}
+    if not isinstance(parameters, Mapping):
+        raise ValueError(f"model config parameters must be a mapping, got {type(parameters).__name__}")
+    return {str(k): str(v["string_value"]) for k, v in parameters.items()}
 
 
-def load_captioner(model_config: dict[str, Any], version_dir: Path) -> Any:
+def load_captioner(model_config: ModelConfigJSON, version_dir: Path) -> Captioner:
     """The captioner a repository model names: its bundle (inside the version directory) on its runtime."""
     from edgecap.runtime.captioner import Captioner
 
@@ -64,7 +81,7 @@ def load_captioner(model_config: dict[str, Any], version_dir: Path) -> Any:
     )
 
 
-def served_captioner(model_config: dict[str, Any], captioner: Any) -> ServedCaptioner:
+def served_captioner(model_config: ModelConfigJSON, captioner: Captioner) -> ServedCaptioner:
     """The captioner behind the request bounds the config names (``edgecap_max_pixels``,
     ``edgecap_max_batch_bytes``; the defaults of :class:`ServedCaptioner` when absent)."""
     params = model_parameters(model_config)
@@ -78,14 +95,14 @@ def served_captioner(model_config: dict[str, Any], captioner: Any) -> ServedCapt
     return ServedCaptioner(captioner, **bounds)
 
 
-def _one_request(request: Any, pb_utils: Any) -> ServedRequest:
+def _one_request(request: TritonRequest, pb_utils: ModuleType) -> ServedRequest:
     """A Triton request -> its images and options, or a :class:`RequestError` naming what is wrong with it."""
     encoded = pb_utils.get_input_tensor_by_name(request, IMAGE)
     pixels = pb_utils.get_input_tensor_by_name(request, PIXELS)
     if (encoded is None) == (pixels is None):
         raise RequestError(f"send exactly one of {IMAGE!r} (encoded bytes) or {PIXELS!r} (H×W×3 uint8)")
     if encoded is not None:
-        images: list[Any] = [bytes(item) for item in encoded.as_numpy().reshape(-1)]
+        images: list[ServedImage] = [bytes(item) for item in encoded.as_numpy().reshape(-1)]
     else:
         images = list(pixels.as_numpy())
     return ServedRequest(
@@ -95,7 +112,7 @@ def _one_request(request: Any, pb_utils: Any) -> ServedRequest:
     )
 
 
-def _per_image(request: Any, name: str, count: int, pb_utils: Any) -> list[int | None]:
+def _per_image(request: TritonRequest, name: str, count: int, pb_utils: ModuleType) -> list[int | None]:
     tensor = pb_utils.get_input_tensor_by_name(request, name)
     if tensor is None:
         return [None] * count
@@ -105,7 +122,7 @@ def _per_image(request: Any, name: str, count: int, pb_utils: Any) -> list[int |
     return [int(v) for v in values]
 
 
-def _response(replies: list[CaptionReply], requested: set[str], pb_utils: Any) -> Any:
+def _response(replies: list[CaptionReply], requested: set[str], pb_utils: ModuleType) -> object:
     outputs = [pb_utils.Tensor(CAPTION, np.array([[r.caption.encode()] for r in replies], dtype=np.object_))]
     if TOKENS in requested:
         width = max((len(r.tokens) for r in replies), default=0)
@@ -122,12 +139,12 @@ def _response(replies: list[CaptionReply], requested: set[str], pb_utils: Any) -
 class TritonPythonModel:
     """Triton's Python-backend entry points: ``initialize``, ``execute`` (one dynamic batch), ``finalize``."""
 
-    def initialize(self, args: dict[str, Any]) -> None:
+    def initialize(self, args: Mapping[str, str]) -> None:
         config = json.loads(args["model_config"])
         version_dir = Path(args["model_repository"]) / args["model_version"]
         self.served = served_captioner(config, load_captioner(config, version_dir))
 
-    def execute(self, requests: list[Any]) -> list[Any]:
+    def execute(self, requests: list[TritonRequest]) -> list[object]:
         import triton_python_backend_utils as pb_utils
 
         parsed: list[ServedRequest | RequestError] = []

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from edgecap.runtime.serving.protocol import INPUTS, OUTPUTS
+from edgecap.runtime.serving.protocol import INPUTS, OUTPUTS, TensorSpec
 from edgecap.runtime.serving.repository import (
     MODEL_PY,
+    ModelConfig,
     ServingOptions,
     config_pbtxt,
     model_name_for,
@@ -40,12 +42,25 @@ def test_link_points_at_the_bundle(served_bundle: Path, tmp_path: Path) -> None:
 
 def test_config_names_every_tensor_and_the_queue_policy() -> None:
     config = config_pbtxt("m", ServingOptions(max_queue_delay_us=500, max_queue_size=7, threads=3, precision="int8"))
-    for name, dtype, *_ in (*INPUTS, *OUTPUTS):
-        assert f'name: "{name}" data_type: {dtype}' in config
+    for tensor in (*INPUTS, *OUTPUTS):
+        dims = ", ".join(str(d) for d in tensor.shape)
+        assert f'name: "{tensor.name}" data_type: {tensor.dtype} dims: [ {dims} ]' in config
     assert "max_queue_delay_microseconds: 500" in config and "max_queue_size: 7" in config
     assert 'key: "edgecap_threads" value: { string_value: "3" }' in config
     assert 'key: "edgecap_precision" value: { string_value: "int8" }' in config
     assert config.count("allow_ragged_batch: true") == len(INPUTS)
+
+
+def test_config_record_quotes_its_parameters_and_refuses_a_bad_tensor() -> None:
+    record = ModelConfig.for_bundle("m", ServingOptions())
+    assert record.inputs == INPUTS and record.outputs == OUTPUTS
+    assert record.to_pbtxt() == config_pbtxt("m", ServingOptions())
+    quoted = dataclasses.replace(record, parameters=(("edgecap_runtime", 'a"b'),)).to_pbtxt()
+    assert 'string_value: "a\\"b"' in quoted
+    with pytest.raises(ValueError, match="Triton config type"):
+        TensorSpec("x", "INT32", (1,))
+    with pytest.raises(ValueError, match="dims must be positive or -1"):
+        TensorSpec("x", "TYPE_INT32", (0,))
 
 
 def test_an_existing_destination_is_refused_before_any_work(served_bundle: Path, tmp_path: Path) -> None:

@@ -61,7 +61,7 @@ from edgecap.runtime.backends.onnxruntime.providers import (
 )
 from edgecap.runtime.backends.threads import WidePlan
 from edgecap.runtime.decoding.parallel import in_decode_chunk
-from edgecap.runtime.torch_hooks import torch_available, torch_hook
+from edgecap.runtime.torch_hooks import RunBoundHook, torch_available, torch_hook
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +204,7 @@ class OnnxRuntimeSession(Runtime):
         self._follow(self.providers)  # until the session says what runs
         self._session: Any = None
         self._binding: Any = None
-        self._run_bound: Any = None
+        self._run_bound: RunBoundHook | None = None
         self._output_names: tuple[str, ...] = ()
         self._output_list: list[str] = []
         self._inputs: dict[str, TensorMeta] = {}
@@ -432,4 +432,6 @@ class OnnxRuntimeSession(Runtime):
         if binding is None:  # one per thread and session
             binding = session.io_binding()
             setattr(self._binding, slot, binding)
+        if self._run_bound is None:
+            raise RuntimeError(f"{self.name}: io-binding run on a session not activated with io_binding")
         return self._run_bound(session, binding, feed, self._output_names, self.device_type, self.device_id)
