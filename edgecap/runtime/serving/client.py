@@ -148,8 +148,17 @@ def _refusal(exc: BaseException) -> CaptionRequestError | None:
 
 
 class _Settings:
-    def __init__(self, url: str, model: str | None, timeout_s: float, retries: int, backoff_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str | None,
+        timeout_s: float,
+        retries: int,
+        backoff_s: float,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         self.protocol, self.address = parse_url(url)
+        self.headers = dict(headers or {})
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ValueError(
                 f"need timeout_s > 0, retries >= 0, backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
@@ -166,9 +175,9 @@ class _Settings:
             raise exc
         raise error from exc
 
-    def extra(self) -> dict[str, float]:
-        """``infer`` keywords: gRPC's own deadline (HTTP's is the connection's, set when it is made)."""
-        return {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
+    def extra(self) -> dict[str, Any]:
+        """``infer`` keywords: the headers, and gRPC's own deadline (HTTP's is the connection's, set when made)."""
+        return {"headers": self.headers, **({"client_timeout": self.timeout_s} if self.protocol == "grpc" else {})}
 
     def give_up(self, exc: BaseException) -> Exception:
         refused = _refusal(exc)
@@ -185,8 +194,10 @@ class _Settings:
             )
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
-    def only_model(self, index: Iterable[Any]) -> str:
-        names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in index})
+    def only_model(self, stats: Any) -> str:
+        """The one model in the server's statistics (``edgecap serve`` closes the repository index to clients)."""
+        models: Iterable[Any] = stats["model_stats"] if isinstance(stats, dict) else stats.model_stats
+        names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in models})
         if len(names) != 1:
             raise ValueError(f"the server has {len(names)} models {names}: name one (model=...)")
         return names[0]
@@ -201,12 +212,20 @@ class CaptionClient:
         timeout_s: per-call limit, seconds.
         retries: extra tries when the server is UNAVAILABLE (starting, draining, queue full).
         backoff_s: first retry delay, doubled at each retry.
+        headers: sent with every call, e.g. ``{"edgecap-token": TOKEN}`` for a server that requires it.
     """
 
     def __init__(
-        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.05,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, headers)
         self._module = _module(self._settings.protocol)
         self._local = threading.local()
 
@@ -226,9 +245,8 @@ class CaptionClient:
     @property
     def model(self) -> str:
         if self._settings.model is None:
-            index = self._client().get_model_repository_index()
-            models = index.models if hasattr(index, "models") else index
-            self._settings.model = self._settings.only_model(models)
+            stats = self._client().get_inference_statistics(headers=self._settings.headers)
+            self._settings.model = self._settings.only_model(stats)
         return self._settings.model
 
     def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:
@@ -279,9 +297,16 @@ class AsyncCaptionClient:
     """The asyncio client: the same calls as :class:`CaptionClient`, awaited (``async with`` closes it)."""
 
     def __init__(
-        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.05,
+        headers: dict[str, str] | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, headers)
         self._module = _module(self._settings.protocol, asynchronous=True)
         self._request_module = _module(self._settings.protocol)  # InferInput & co. are shared with the sync API
         if self._settings.protocol == "grpc":
@@ -291,9 +316,8 @@ class AsyncCaptionClient:
 
     async def model(self) -> str:
         if self._settings.model is None:
-            index = await self._client.get_model_repository_index()
-            models = index.models if hasattr(index, "models") else index
-            self._settings.model = self._settings.only_model(models)
+            stats = await self._client.get_inference_statistics(headers=self._settings.headers)
+            self._settings.model = self._settings.only_model(stats)
         return self._settings.model
 
     async def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:
