@@ -26,13 +26,13 @@ def caption_with_server(
     ``$EDGECAP_SERVE_TOKEN`` set, every request carries it (a server started with a token requires it)."""
     import os
 
-    from edgecap.runtime.serving.guard import TOKEN_ENV, TOKEN_HEADER
+    from edgecap.runtime.serving.guard import TOKEN_ENV
 
     token = os.environ.get(TOKEN_ENV)
     try:
         from edgecap.runtime.serving.client import CaptionClient, ServerBusyError
 
-        client = CaptionClient(url, model, timeout_s=timeout_s, headers={TOKEN_HEADER: token} if token else None)
+        client = CaptionClient(url, model, timeout_s=timeout_s, token=token)
     except (ImportError, ValueError) as exc:
         fail(str(exc))
     payloads: list[object] = []

@@ -103,6 +103,7 @@ def serve(
     import shutil
 
     from edgecap.runtime.serving.guard import (
+        GRPC_TOKEN_HEADER,
         TOKEN_ENV,
         TOKEN_HEADER,
         GuardError,
@@ -159,7 +160,11 @@ def serve(
             click.echo(f"serving {name}: {endpoints.http_url} (HTTP), {endpoints.grpc_url} (gRPC); "
                        f"metrics {endpoints.metrics_url}", err=True)  # fmt: skip
         if token is not None:
-            click.echo(f"every request but health needs the header {TOKEN_HEADER!r} (${TOKEN_ENV})", err=True)
+            click.echo(
+                f"every request but health needs the header {TOKEN_HEADER!r} (${TOKEN_ENV}; on gRPC "
+                f"{GRPC_TOKEN_HEADER!r}: edgecap's client sends it)",
+                err=True,
+            )
         code = serve_until_signalled(server, report=lambda message: click.echo(f"Error: {message}", err=True))
         click.echo(
             "drained: every accepted request was answered" if code == 0 else f"stopped (status {code})", err=True

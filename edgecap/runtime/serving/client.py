@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.runtime.serving.guard import GRPC_TOKEN_HEADER, TOKEN_HEADER
 from edgecap.runtime.serving.protocol import (
     BEAM,
     CAPTION,
@@ -123,6 +124,8 @@ def _is_unavailable(exc: BaseException) -> bool:
     connection at all (refused)."""
     if isinstance(exc, ConnectionRefusedError):
         return True
+    if "restricted, expecting header" in str(exc):  # no token, or a wrong one: asking again will not help
+        return False
     status = _status(exc)
     if status in ("503", "StatusCode.UNAVAILABLE") or "Exceeds maximum queue size" in str(exc):
         return True
@@ -155,10 +158,11 @@ class _Settings:
         timeout_s: float,
         retries: int,
         backoff_s: float,
-        headers: dict[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
         self.protocol, self.address = parse_url(url)
-        self.headers = dict(headers or {})
+        key = GRPC_TOKEN_HEADER if self.protocol == "grpc" else TOKEN_HEADER  # Triton's name for it on gRPC
+        self.headers = {key: token} if token else {}
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ValueError(
                 f"need timeout_s > 0, retries >= 0, backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
@@ -212,7 +216,7 @@ class CaptionClient:
         timeout_s: per-call limit, seconds.
         retries: extra tries when the server is UNAVAILABLE (starting, draining, queue full).
         backoff_s: first retry delay, doubled at each retry.
-        headers: sent with every call, e.g. ``{"edgecap-token": TOKEN}`` for a server that requires it.
+        token: the token of a server started with ``$EDGECAP_SERVE_TOKEN``, sent with every call.
     """
 
     def __init__(
@@ -223,9 +227,9 @@ class CaptionClient:
         timeout_s: float = 30.0,
         retries: int = 2,
         backoff_s: float = 0.05,
-        headers: dict[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, headers)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, token)
         self._module = _module(self._settings.protocol)
         self._local = threading.local()
 
@@ -304,9 +308,9 @@ class AsyncCaptionClient:
         timeout_s: float = 30.0,
         retries: int = 2,
         backoff_s: float = 0.05,
-        headers: dict[str, str] | None = None,
+        token: str | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, headers)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, token)
         self._module = _module(self._settings.protocol, asynchronous=True)
         self._request_module = _module(self._settings.protocol)  # InferInput & co. are shared with the sync API
         if self._settings.protocol == "grpc":

@@ -27,8 +27,10 @@ from pathlib import Path
 
 import psutil
 
-#: The header that carries the inference token (``--http-restricted-api``/``--grpc-restricted-protocol``).
+#: The HTTP header that carries the inference token (``--http-restricted-api``).
 TOKEN_HEADER = "edgecap-token"
+#: The gRPC metadata key that carries it: Triton prefixes ``--grpc-restricted-protocol`` keys with this.
+GRPC_TOKEN_HEADER = f"triton-grpc-protocol-{TOKEN_HEADER}"
 #: The environment variable ``edgecap serve`` and ``edgecap caption --server`` read the token from.
 TOKEN_ENV = "EDGECAP_SERVE_TOKEN"
 #: The header of the control secret (model repository, shared memory, trace, logging).

@@ -273,7 +273,7 @@ class TritonServer:
                 index = json.loads(self._request("/v2/repository/index", timeout_s=10, post=True) or b"[]")
                 if not any(m.get("name") in names and m.get("state") in ("READY", "UNLOADING") for m in index):
                     return True
-                time.sleep(0.1)
+                time.sleep(0.02)  # readiness answers 200 again once the models are unloaded: stop soon after
         except (OSError, ValueError):  # the server is gone already: nothing left to drain
             return self.process is None or self.process.poll() is not None
         return False

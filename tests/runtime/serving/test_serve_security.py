@@ -80,16 +80,18 @@ def test_a_client_can_neither_upload_nor_unload_a_model(guarded: Served, served_
         assert call(guarded, "/v2/repository/index", {}, headers) == 403
         assert call(guarded, "/v2/systemsharedmemory/region/x/register", {"key": "/x", "byte_size": 8}, headers) == 403
     grpc = grpc_client.InferenceServerClient(f"127.0.0.1:{guarded.grpc}")
+    grpc_auth = {"triton-grpc-protocol-edgecap-token": TOKEN}  # how Triton reads a restricted gRPC header
     with pytest.raises(Exception, match="restricted"):
-        grpc.load_model("evil", headers=AUTH, config=config, files={"file:1/model.py": code.encode()})
+        grpc.load_model("evil", headers=grpc_auth, config=config, files={"file:1/model.py": code.encode()})
     with pytest.raises(Exception, match="restricted"):
-        grpc.unload_model(name, headers=AUTH)
+        grpc.unload_model(name, headers=grpc_auth)
+    assert grpc.is_model_ready(name, headers=grpc_auth)  # the token itself works on gRPC
     grpc.close()
     time.sleep(1)
     assert not marker.exists()
     # still served, and readiness says so
     assert call(guarded, "/v2/health/ready") == 200 and call(guarded, f"/v2/models/{name}/ready", None, AUTH) == 200
-    with CaptionClient(f"http://127.0.0.1:{guarded.http}", timeout_s=60, headers=AUTH) as client:
+    with CaptionClient(f"http://127.0.0.1:{guarded.http}", timeout_s=60, token=TOKEN) as client:
         assert client.caption(images(1, seed=20)[0])
 
 
@@ -99,16 +101,11 @@ def test_the_token_is_required_and_enough(guarded: Served, served_bundle: Path, 
     url = f"{scheme}://127.0.0.1:{guarded.http if scheme == 'http' else guarded.grpc}"
     with Captioner.load(served_bundle, runtime="onnxruntime", threads=1) as direct:
         expected = direct(array)
-    with CaptionClient(url, timeout_s=60, retries=0) as anonymous, pytest.raises(Exception, match="edgecap-token"):
-        anonymous.caption(array)
-    with CaptionClient(url, served_bundle.name, timeout_s=60, retries=0) as anonymous:
-        with pytest.raises(Exception, match="edgecap-token"):
-            anonymous.caption(png(array))
-    wrong = {"edgecap-token": TOKEN + "x"}
-    with CaptionClient(url, served_bundle.name, timeout_s=60, retries=0, headers=wrong) as guessing:
-        with pytest.raises(Exception, match="edgecap-token"):
-            guessing.caption(array)
-    with CaptionClient(url, timeout_s=60, headers=AUTH) as client:  # the model found with the token too
+    for model, token in ((None, None), (served_bundle.name, None), (served_bundle.name, "x" * 16)):
+        client = CaptionClient(url, model, timeout_s=60, retries=2, token=token)
+        with client, pytest.raises(Exception, match="edgecap-token"):  # no token (model named or asked), a wrong one
+            client.caption(png(array))
+    with CaptionClient(url, timeout_s=60, token=TOKEN) as client:  # the model found with the token too
         assert client.caption(array) == expected
     assert call(guarded, "/v2/health/live") == 200  # probes need no token
 
@@ -207,3 +204,57 @@ def test_sigkill_leaves_a_folder_the_next_start_sweeps_and_a_dead_instance_stops
     assert second.ready() is None
     assert not owned(temp, second.process.pid) and not owned(SHM, second.process.pid)
     assert os.listdir(temp) == []
+
+
+def serve(venv: Path, args: list[str], env: dict[str, str]) -> tuple[int, str, int]:
+    """(status, stderr, pid) of ``edgecap serve ARGS`` expected to stop by itself (a refused or failed start)."""
+    command = [str(venv / "bin" / "edgecap"), "serve", *args]
+    with subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env={**os.environ, **env}) as process:
+        try:
+            _, stderr = process.communicate(timeout=180)
+        finally:
+            process.kill()
+    return process.returncode, stderr, process.pid
+
+
+def test_refused_starts_say_why_in_one_line_and_leave_nothing(
+    serve_venv: Path, served_bundle: Path, tmp_path: Path
+) -> None:
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    env = {"TMPDIR": str(temp)}
+    http, grpc, metrics = (str(p) for p in free_ports(3))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    cases = {  # used to hang silently; used to print Triton's 386-line usage
+        "no models in": ["--model-repository", str(empty), "--http-port", http, "--grpc-port", grpc],
+        "--http-port and --grpc-port are both": [str(served_bundle), "--http-port", http, "--grpc-port", http],
+        "--grpc-port and --metrics-port are both": [str(served_bundle), "--grpc-port", grpc, "--metrics-port", grpc],
+    }
+    for expected, args in cases.items():
+        code, stderr, _ = serve(serve_venv, args, env)
+        assert code == 1 and stderr.startswith("Error: ") and expected in stderr
+        assert len(stderr.splitlines()) == 1 and "serving" not in stderr, stderr
+    assert os.listdir(temp) == []
+
+
+def test_a_public_host_without_a_token_warns_and_a_failed_start_leaves_nothing(
+    serve_venv: Path, tmp_path: Path
+) -> None:
+    """``--host 0.0.0.0`` without ``$EDGECAP_SERVE_TOKEN`` warns before Triton starts. The repository's one model
+    cannot load, so Triton exits before it opens any port (nothing listens beyond loopback, even briefly), and
+    the failed start leaves no work folder and no shared memory."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    broken = tmp_path / "models" / "broken"
+    (broken / "1").mkdir(parents=True)
+    (broken / "config.pbtxt").write_text('backend: "no-such-backend"\nmax_batch_size: 0\n')
+    ports = [str(p) for p in free_ports(3)]
+    args = ["--model-repository", str(tmp_path / "models"), "--host", "0.0.0.0", "--http-port", ports[0]]
+    args += ["--grpc-port", ports[1], "--metrics-port", ports[2]]
+    code, stderr, pid = serve(serve_venv, args, {"TMPDIR": str(temp), "EDGECAP_SERVE_TOKEN": ""})
+    assert code == 1 and "Warning: listening on 0.0.0.0 without authentication" in stderr, stderr[-3000:]
+    assert "Error: tritonserver exited before it was ready" in stderr and "serving" not in stderr
+    assert os.listdir(temp) == [] and not owned(SHM, pid)
+    code, stderr, _ = serve(serve_venv, args, {"TMPDIR": str(temp), "EDGECAP_SERVE_TOKEN": TOKEN})
+    assert code == 1 and "tritonserver exited" in stderr and "Warning" not in stderr
