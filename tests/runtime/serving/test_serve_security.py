@@ -203,7 +203,7 @@ def test_sigkill_leaves_a_folder_the_next_start_sweeps_and_a_dead_instance_stops
     assert f"model instance process (pid {stubs[0].pid}) died" in log
     assert second.ready() is None
     assert not owned(temp, second.process.pid) and not owned(SHM, second.process.pid)
-    assert os.listdir(temp) == []
+    assert not list(temp.glob("edgecap-serve-*"))  # (other libraries may leave files of their own in TMPDIR)
 
 
 def serve(venv: Path, args: list[str], env: dict[str, str]) -> tuple[int, str, int]:
@@ -254,7 +254,7 @@ def test_a_public_host_without_a_token_warns_and_a_failed_start_leaves_nothing(
     args += ["--grpc-port", ports[1], "--metrics-port", ports[2]]
     code, stderr, pid = serve(serve_venv, args, {"TMPDIR": str(temp), "EDGECAP_SERVE_TOKEN": ""})
     assert code == 1 and "Warning: listening on 0.0.0.0 without authentication" in stderr, stderr[-3000:]
-    assert "Error: tritonserver exited before it was ready" in stderr and "serving" not in stderr
-    assert os.listdir(temp) == [] and not owned(SHM, pid)
+    assert "Error: tritonserver exited before it was ready" in stderr and "\nserving " not in stderr
+    assert not list(temp.glob("edgecap-serve-*")) and not owned(SHM, pid)
     code, stderr, _ = serve(serve_venv, args, {"TMPDIR": str(temp), "EDGECAP_SERVE_TOKEN": TOKEN})
     assert code == 1 and "tritonserver exited" in stderr and "Warning" not in stderr
