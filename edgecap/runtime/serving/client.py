@@ -122,7 +122,7 @@ def _is_unavailable(exc: BaseException) -> bool:
     """The server turned the request away before running it, so sending it again is safe: UNAVAILABLE (gRPC) or
     503 (HTTP: not ready, queue full), the model unloaded by a drain (404 / NOT_FOUND "unknown model"), or no
     connection at all (refused)."""
-    if isinstance(exc, ConnectionRefusedError):
+    if isinstance(exc, (ConnectionRefusedError, ServerBusyError)):
         return True
     if "restricted, expecting header" in str(exc):  # no token, or a wrong one: asking again will not help
         return False
@@ -202,6 +202,8 @@ class _Settings:
         """The one model in the server's statistics (``edgecap serve`` closes the repository index to clients)."""
         models: Iterable[Any] = stats["model_stats"] if isinstance(stats, dict) else stats.model_stats
         names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in models})
+        if not names:  # loading or draining: the same as a refusal before running, so it is retried
+            raise ServerBusyError(f"{self.protocol}://{self.address} serves no model now (starting or draining)")
         if len(names) != 1:
             raise ValueError(f"the server has {len(names)} models {names}: name one (model=...)")
         return names[0]
