@@ -22,11 +22,17 @@ def caption_with_server(
     timeout_s: float = 60.0,
 ) -> None:
     """Send each image as its own request (the server batches them) and print the captions in order; an image the
-    server refuses, or that cannot be read here, is reported on stderr and the command exits with status 1."""
+    server refuses, or that cannot be read here, is reported on stderr and the command exits with status 1. With
+    ``$EDGECAP_SERVE_TOKEN`` set, every request carries it (a server started with a token requires it)."""
+    import os
+
+    from edgecap.runtime.serving.lockdown import TOKEN_ENV
+
+    token = os.environ.get(TOKEN_ENV)
     try:
         from edgecap.runtime.serving.client import CaptionClient, ModelNotServedError, ServerBusyError
 
-        client = CaptionClient(url, model, timeout_s=timeout_s)
+        client = CaptionClient(url, model, timeout_s=timeout_s, token=token)
     except (ImportError, ValueError) as exc:
         fail(str(exc))
     payloads: list[object] = []

@@ -76,7 +76,8 @@ def resolve_bundles(names: tuple[str, ...]) -> list[Path]:
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface).",
+    help="Address to listen on (127.0.0.1: this machine only; 0.0.0.0: every interface). Anything but loopback "
+    "wants $EDGECAP_SERVE_TOKEN and TLS in front (docs/serving.md, Security).",
 )
 @click.option("--http-port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--grpc-port", type=click.IntRange(1, 65535), default=8001, show_default=True)
@@ -118,10 +119,22 @@ def serve(
     """Serve BUNDLES with Triton Inference Server (HTTP + gRPC, KServe v2): one model per bundle, named after it.
 
     Needs the [serve] extra. Runs in the foreground until SIGTERM or Ctrl-C, which drain: requests in flight
-    finish, new ones are refused."""  # fmt: skip
-    import tempfile
+    finish, new ones are refused. With $EDGECAP_SERVE_TOKEN set, every request but health needs the header
+    `edgecap-token: TOKEN`; loading, unloading and shared memory are never open to clients."""  # fmt: skip
+    import os
+    import shutil
 
     from edgecap.runtime.serving.guard import HttpGuard, HttpLimits
+    from edgecap.runtime.serving.lockdown import (
+        GRPC_TOKEN_HEADER,
+        TOKEN_ENV,
+        TOKEN_HEADER,
+        GuardError,
+        check_endpoints,
+        check_token,
+        is_loopback,
+        work_folder,
+    )
     from edgecap.runtime.serving.repository import write_triton_repository
     from edgecap.runtime.serving.server import (
         Endpoints,
@@ -133,31 +146,41 @@ def serve(
 
     if bool(bundles) == (repository is not None):
         fail("give BUNDLES or --model-repository DIR (one of them)")
+    ports = {"--http-port": http_port, "--grpc-port": grpc_port, "--metrics-port": metrics_port}
     try:
         TritonDistribution.find()  # before any work: is the server installed at all
+        token = check_token(os.environ.get(TOKEN_ENV))
         options = serving_options_from(batching)
         limits = HttpLimits(options.max_pixels, max_request_mb << 20, max_inflight_mb << 20)
         found = resolve_bundles(bundles)
-    except (ServerError, ValueError) as exc:
+        if repository is not None:
+            models = repository_models(repository)
+        check_endpoints(host, ports)  # last, closest to the start
+    except (GuardError, ServerError, ValueError) as exc:
         fail(str(exc))
+    if not is_loopback(host) and token is None:
+        click.echo(
+            f"Warning: listening on {host} without authentication: anyone who reaches these ports can use the "
+            f"models; set ${TOKEN_ENV} and put TLS in front (docs/serving.md, Security)",
+            err=True,
+        )
     # Triton's HTTP listens on a private loopback port; the public one is the bounded front (guard.py says why)
     endpoints = Endpoints(host, http_port, grpc_port, metrics_port)
+    work = work_folder()
     guard = HttpGuard(host, http_port, _free_loopback_port(), limits)
     try:
-        guard.start()
-    except OSError as exc:
-        fail(f"cannot listen on {host}:{http_port}: {exc.strerror or exc}")
-    triton_endpoints = Endpoints(host, guard.upstream_port, grpc_port, metrics_port, http_host="127.0.0.1")
-    with tempfile.TemporaryDirectory(prefix="edgecap-serve-") as work:
+        try:
+            guard.start()
+        except OSError as exc:
+            fail(f"cannot listen on {host}:{http_port}: {exc.strerror or exc}")
+        triton_endpoints = Endpoints(host, guard.upstream_port, grpc_port, metrics_port, http_host="127.0.0.1")
         if repository is None:
             try:
-                models = list(write_triton_repository(found, Path(work) / "models", options, link=True))
+                models = list(write_triton_repository(found, work / "models", options, link=True))
             except (ValueError, OSError) as exc:
                 fail(str(exc))
-            repository = Path(work) / "models"
-        else:
-            models = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
-        server = TritonServer(repository.resolve(), Path(work), triton_endpoints, exit_timeout_s=exit_timeout)
+            repository = work / "models"
+        server = TritonServer(repository.resolve(), work, triton_endpoints, exit_timeout_s=exit_timeout, token=token)
         server.start(log_to_file=False)
         try:
             server.wait_ready(timeout_s=300)
@@ -167,11 +190,19 @@ def serve(
         for name in models:
             click.echo(f"serving {name}: {endpoints.http_url} (HTTP), {endpoints.grpc_url} (gRPC); "
                        f"metrics {endpoints.metrics_url}", err=True)  # fmt: skip
-        code = serve_until_signalled(server)
-        guard.stop()
+        if token is not None:
+            click.echo(
+                f"every request but health needs the header {TOKEN_HEADER!r} (${TOKEN_ENV}; on gRPC "
+                f"{GRPC_TOKEN_HEADER!r}: edgecap's client sends it)",
+                err=True,
+            )
+        code = serve_until_signalled(server, report=lambda message: click.echo(f"Error: {message}", err=True))
         click.echo(
             "drained: every accepted request was answered" if code == 0 else f"stopped (status {code})", err=True
         )
+    finally:
+        guard.stop()
+        shutil.rmtree(work, ignore_errors=True)
     raise SystemExit(code)
 
 
@@ -181,6 +212,17 @@ def _free_loopback_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def repository_models(repository: Path) -> list[str]:
+    """The models of a Triton repository (directories with a ``config.pbtxt``); refuses one without any."""
+    models = sorted(p.name for p in repository.iterdir() if (p / "config.pbtxt").is_file())
+    if not models:
+        raise ValueError(
+            f"no models in {repository}: a model repository has a directory with a config.pbtxt per model "
+            "(`edgecap triton-repo BUNDLE DIR` writes one)"
+        )
+    return models
 
 
 @click.command("triton-repo")

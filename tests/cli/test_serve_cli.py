@@ -55,3 +55,42 @@ def test_triton_repo_of_a_missing_bundle_fails_cleanly(tmp_path: Path) -> None:
 def test_absurd_numbers_are_usage_errors(bundle: Path, tmp_path: Path, flag: str, value: str) -> None:
     result = CliRunner().invoke(main, ["triton-repo", str(bundle), str(tmp_path / "m"), flag, value])
     assert result.exit_code == 2 and flag in result.output
+
+
+@pytest.fixture
+def installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server counts as installed, and nothing starts: reaching the work folder exits with status 7."""
+    from edgecap.runtime.serving import lockdown, server
+
+    monkeypatch.setattr(server.TritonDistribution, "find", classmethod(lambda cls: None))
+    monkeypatch.setattr(lockdown, "work_folder", lambda: (_ for _ in ()).throw(SystemExit(7)))
+    monkeypatch.delenv("EDGECAP_SERVE_TOKEN", raising=False)
+
+
+def test_a_public_host_without_a_token_warns_before_anything_starts(
+    installed: None, bundle: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.runtime.serving.conftest import free_ports
+
+    ports = [str(p) for p in free_ports(3)]
+    args = ["serve", str(bundle), "--host", "0.0.0.0", "--http-port", ports[0], "--grpc-port", ports[1]]
+    args += ["--metrics-port", ports[2]]
+    warned = CliRunner().invoke(main, args)
+    assert warned.exit_code == 7 and "Warning: listening on 0.0.0.0 without authentication" in warned.output
+    assert "EDGECAP_SERVE_TOKEN" in warned.output
+    local = CliRunner().invoke(main, [*args[:2], *args[4:]])
+    assert local.exit_code == 7 and "Warning" not in local.output
+    monkeypatch.setenv("EDGECAP_SERVE_TOKEN", "0123456789abcdef")
+    guarded = CliRunner().invoke(main, args)
+    assert guarded.exit_code == 7 and "Warning" not in guarded.output
+
+
+def test_refusals_before_start(installed: None, bundle: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    same = CliRunner().invoke(main, ["serve", str(bundle), "--http-port", "9100", "--metrics-port", "9100"])
+    assert same.exit_code == 1 and "--http-port and --metrics-port are both 9100" in same.output
+    assert len(same.output.splitlines()) == 1  # not Triton's usage text
+    empty = CliRunner().invoke(main, ["serve", "--model-repository", str(tmp_path)])
+    assert empty.exit_code == 1 and f"no models in {tmp_path}" in empty.output
+    monkeypatch.setenv("EDGECAP_SERVE_TOKEN", "short")
+    weak = CliRunner().invoke(main, ["serve", str(bundle)])
+    assert weak.exit_code == 1 and "EDGECAP_SERVE_TOKEN must be 16 to 256" in weak.output

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from edgecap.runtime.serving.lockdown import GRPC_TOKEN_HEADER, TOKEN_HEADER
 from edgecap.runtime.serving.protocol import (
     BEAM,
     CAPTION,
@@ -148,8 +149,10 @@ def _is_unavailable(exc: BaseException) -> bool:
     """The server turned the request away before running it, so sending it again is safe: UNAVAILABLE (gRPC) or
     503 (HTTP: not ready, queue full), the model unloaded by a drain (404 / NOT_FOUND "unknown model"), or no
     connection at all (refused)."""
-    if isinstance(exc, ConnectionRefusedError):
+    if isinstance(exc, (ConnectionRefusedError, ServerBusyError)):
         return True
+    if "restricted, expecting header" in str(exc):  # no token, or a wrong one: asking again will not help
+        return False
     status = _status(exc)
     if status in ("503", "StatusCode.UNAVAILABLE") or "Exceeds maximum queue size" in str(exc):
         return True
@@ -168,22 +171,16 @@ def _no_answer(exc: BaseException) -> bool:
 
 def _unknown_model(exc: BaseException) -> bool:
     """Triton's answer for a model it cannot run: a wrong name (404 or 400 "is not found") or a model unloaded by a
-    drain (404 "has no available versions"); only the repository index tells the two apart."""
+    drain (404 "has no available versions"); the models the server runs tell the two apart."""
     known = ("400", "404", "StatusCode.NOT_FOUND", "StatusCode.INVALID_ARGUMENT")
     return _status(exc) in known and "unknown model" in str(exc).lower()
 
 
-def _served(index: Any) -> tuple[list[str], list[str]]:
-    """``(every model in the repository index, the ready ones)``, from an HTTP (dicts) or gRPC (messages) index."""
-    models = index.models if hasattr(index, "models") else index
-    names: list[str] = []
-    ready: list[str] = []
-    for model in models:
-        name, state = (model.get("name"), model.get("state")) if isinstance(model, dict) else (model.name, model.state)
-        names.append(str(name))
-        if state == "READY":
-            ready.append(str(name))
-    return sorted(set(names)), sorted(set(ready))
+def _served(stats: Any) -> list[str]:
+    """The models the server runs now, from its inference statistics (HTTP: a dict, gRPC: a message); the
+    repository index is closed to clients (``edgecap serve`` locks it), statistics are not."""
+    models = stats["model_stats"] if isinstance(stats, dict) else stats.model_stats
+    return sorted({str(m["name"] if isinstance(m, dict) else m.name) for m in models})
 
 
 def _refusal(exc: BaseException) -> CaptionRequestError | None:
@@ -195,8 +192,18 @@ def _refusal(exc: BaseException) -> CaptionRequestError | None:
 
 
 class _Settings:
-    def __init__(self, url: str, model: str | None, timeout_s: float, retries: int, backoff_s: float) -> None:
+    def __init__(
+        self,
+        url: str,
+        model: str | None,
+        timeout_s: float,
+        retries: int,
+        backoff_s: float,
+        token: str | None = None,
+    ) -> None:
         self.protocol, self.address = parse_url(url)
+        key = GRPC_TOKEN_HEADER if self.protocol == "grpc" else TOKEN_HEADER  # Triton's name for it on gRPC
+        self.headers = {key: token} if token else {}
         if timeout_s <= 0 or retries < 0 or backoff_s < 0:
             raise ValueError(
                 f"need timeout_s > 0, retries >= 0, backoff_s >= 0; got {timeout_s}, {retries}, {backoff_s}"
@@ -213,9 +220,9 @@ class _Settings:
             raise exc
         raise error from exc
 
-    def extra(self) -> dict[str, float]:
-        """``infer`` keywords: gRPC's own deadline (HTTP's is the connection's, set when it is made)."""
-        return {"client_timeout": self.timeout_s} if self.protocol == "grpc" else {}
+    def extra(self) -> dict[str, Any]:
+        """``infer`` keywords: the headers, and gRPC's own deadline (HTTP's is the connection's, set when made)."""
+        return {"headers": self.headers, **({"client_timeout": self.timeout_s} if self.protocol == "grpc" else {})}
 
     def give_up(self, exc: BaseException) -> Exception:
         refused = _refusal(exc)
@@ -232,17 +239,17 @@ class _Settings:
             )
         return exc if isinstance(exc, Exception) else RuntimeError(str(exc))
 
-    def not_served(self, exc: BaseException, index: Any) -> BaseException:
-        """``exc`` as it is, unless the server said "unknown model" and its index (``index``, or the exception
-        that asking for it raised) lacks the model: then :class:`ModelNotServedError`, not retried."""
-        if not _unknown_model(exc) or isinstance(index, BaseException):
-            return exc  # a drain, or a server too busy to list its models: unavailable, retried
-        names, ready = _served(index)
-        if self.model is None or self.model in names:
-            return exc  # in the repository, not loaded (a drain, or still loading): unavailable, retried
-        serves = ", ".join(ready) if ready else "no model"
+    def not_served(self, exc: BaseException, stats: Any) -> BaseException:
+        """``exc`` as it is, unless the server said "unknown model" and the models it runs (``stats``, its inference
+        statistics, or the exception that asking for them raised) lack this one: then :class:`ModelNotServedError`,
+        not retried. A server that runs no model at all is starting or draining: unavailable, retried."""
+        if not _unknown_model(exc) or isinstance(stats, BaseException):
+            return exc  # a server too busy to answer: unavailable, retried
+        names = _served(stats)
+        if not names or self.model is None or self.model in names:
+            return exc  # starting, draining, or still loading this one: unavailable, retried
         return ModelNotServedError(
-            f"{self.protocol}://{self.address} does not serve a model {self.model!r}; it serves {serves}"
+            f"{self.protocol}://{self.address} does not serve a model {self.model!r}; it serves {', '.join(names)}"
         )
 
     def probe_failure(self, exc: BaseException, bound: float) -> BaseException:
@@ -256,8 +263,12 @@ class _Settings:
             )
         return exc
 
-    def only_model(self, index: Iterable[Any]) -> str:
-        names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in index})
+    def only_model(self, stats: Any) -> str:
+        """The one model in the server's statistics (``edgecap serve`` closes the repository index to clients)."""
+        models: Iterable[Any] = stats["model_stats"] if isinstance(stats, dict) else stats.model_stats
+        names = sorted({(m["name"] if isinstance(m, dict) else m.name) for m in models})
+        if not names:  # loading or draining: the same as a refusal before running, so it is retried
+            raise ServerBusyError(f"{self.protocol}://{self.address} serves no model now (starting or draining)")
         if len(names) != 1:
             raise ValueError(f"the server has {len(names)} models {names}: name one (model=...)")
         return names[0]
@@ -272,12 +283,20 @@ class CaptionClient:
         timeout_s: per-call limit, seconds.
         retries: extra tries when the server is UNAVAILABLE (starting, draining, queue full).
         backoff_s: first retry delay, doubled at each retry.
+        token: the token of a server started with ``$EDGECAP_SERVE_TOKEN``, sent with every call.
     """
 
     def __init__(
-        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.05,
+        token: str | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, token)
         self._module = _module(self._settings.protocol)
         self._local = threading.local()
         self._contact = threading.Lock()
@@ -330,17 +349,16 @@ class CaptionClient:
         if not _unknown_model(exc):
             return exc
         try:
-            index: Any = self._client().get_model_repository_index()
+            stats: Any = self._client().get_inference_statistics(headers=self._settings.headers)
         except Exception as failed:
-            index = failed
-        return self._settings.not_served(exc, index)
+            stats = failed
+        return self._settings.not_served(exc, stats)
 
     @property
     def model(self) -> str:
         if self._settings.model is None:
-            index = self._client().get_model_repository_index()
-            models = index.models if hasattr(index, "models") else index
-            self._settings.model = self._settings.only_model(models)
+            stats = self._client().get_inference_statistics(headers=self._settings.headers)
+            self._settings.model = self._settings.only_model(stats)
         return self._settings.model
 
     def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:
@@ -392,9 +410,16 @@ class AsyncCaptionClient:
     """The asyncio client: the same calls as :class:`CaptionClient`, awaited (``async with`` closes it)."""
 
     def __init__(
-        self, url: str, model: str | None = None, *, timeout_s: float = 30.0, retries: int = 2, backoff_s: float = 0.05
+        self,
+        url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 30.0,
+        retries: int = 2,
+        backoff_s: float = 0.05,
+        token: str | None = None,
     ) -> None:
-        self._settings = _Settings(url, model, timeout_s, retries, backoff_s)
+        self._settings = _Settings(url, model, timeout_s, retries, backoff_s, token)
         self._module = _module(self._settings.protocol, asynchronous=True)
         self._request_module = _module(self._settings.protocol)  # InferInput & co. are shared with the sync API
         if self._settings.protocol == "grpc":
@@ -421,16 +446,15 @@ class AsyncCaptionClient:
         if not _unknown_model(exc):
             return exc
         try:
-            index: Any = await self._client.get_model_repository_index()
+            stats: Any = await self._client.get_inference_statistics(headers=self._settings.headers)
         except Exception as failed:
-            index = failed
-        return self._settings.not_served(exc, index)
+            stats = failed
+        return self._settings.not_served(exc, stats)
 
     async def model(self) -> str:
         if self._settings.model is None:
-            index = await self._client.get_model_repository_index()
-            models = index.models if hasattr(index, "models") else index
-            self._settings.model = self._settings.only_model(models)
+            stats = await self._client.get_inference_statistics(headers=self._settings.headers)
+            self._settings.model = self._settings.only_model(stats)
         return self._settings.model
 
     async def caption(self, image: Any, *, length_level: int | None = None, beam: int | None = None) -> str:

@@ -13,7 +13,8 @@ out a backend directory with the stub of the running interpreter, and starts the
 
 Triton itself owns dynamic batching, queue limits (a full queue is refused at once with its error), health,
 readiness and metrics. Stopping is edgecap's: the models are unloaded first (Triton then refuses new requests and
-finishes the accepted ones), then the server and its backend stubs end (:meth:`TritonServer.stop`).
+finishes the accepted ones), then the server and its backend stubs end (:meth:`TritonServer.stop`). The control
+APIs that unload needs are locked behind a secret of each start (:mod:`edgecap.runtime.serving.lockdown`).
 """
 
 from __future__ import annotations
@@ -28,15 +29,17 @@ import sys
 import sysconfig
 import threading
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+import psutil
+
 from edgecap.runtime._process import die_with_parent
+from edgecap.runtime.serving.lockdown import Secrets, remove_shm, restricted_api_flags
 
 #: What to install when the server binary is missing.
 INSTALL_HINT = "pip install 'edgecap[serve]' (NVIDIA's Triton server binary comes in the nvidia-pytriton wheel)"
@@ -130,9 +133,16 @@ def _connect_host(host: str) -> str:
 
 
 def server_command(
-    distribution: TritonDistribution, repository: Path, backends: Path, endpoints: Endpoints, *, exit_timeout_s: int
+    distribution: TritonDistribution,
+    repository: Path,
+    backends: Path,
+    endpoints: Endpoints,
+    *,
+    exit_timeout_s: int,
+    keys: Secrets,
 ) -> list[str]:
-    """The ``tritonserver`` command line."""
+    """The ``tritonserver`` command line: the control APIs locked behind ``keys`` (and inference behind its token),
+    the server named by ``keys.server_id``, the Python backend's shared memory named by ``keys.shm_prefix``."""
     return [
         str(distribution.binary),
         f"--model-repository={repository}",
@@ -147,6 +157,9 @@ def server_command(
         f"--exit-timeout-secs={exit_timeout_s}",
         "--model-control-mode=explicit",  # so a drain can unload the models: new requests refused, in flight finished
         "--load-model=*",
+        *restricted_api_flags(keys),  # ...and only edgecap serve can: a client could load a model.py of its own
+        f"--id={keys.server_id}",
+        f"--backend-config=python,shm-region-prefix-name={keys.shm_prefix}",
         "--strict-readiness=true",
         "--exit-on-error=true",
         "--log-verbose=0",
@@ -161,23 +174,32 @@ class TritonServer:
         workdir: where the backend directory and the server log go (must exist).
         endpoints: addresses and ports.
         exit_timeout_s: how long SIGTERM waits for requests in flight before the server gives up on them.
+        token: when given, inference, metadata and statistics need the ``edgecap-token`` header with this value.
     """
 
     def __init__(
-        self, repository: Path, workdir: Path, endpoints: Endpoints = Endpoints(), *, exit_timeout_s: int = 30
+        self,
+        repository: Path,
+        workdir: Path,
+        endpoints: Endpoints = Endpoints(),
+        *,
+        exit_timeout_s: int = 30,
+        token: str | None = None,
     ) -> None:
         self.repository = Path(repository)
         self.workdir = Path(workdir)
         self.endpoints = endpoints
         self.exit_timeout_s = exit_timeout_s
+        self.keys = Secrets(token=token)
         self.log_path = self.workdir / "tritonserver.log"
         self.process: subprocess.Popen[bytes] | None = None
+        self._instances: list[psutil.Process] = []
 
     def start(self, *, log_to_file: bool = True) -> TritonServer:
         distribution = TritonDistribution.find()
         backends = distribution.backend_directory(self.workdir)
         command = server_command(
-            distribution, self.repository, backends, self.endpoints, exit_timeout_s=self.exit_timeout_s
+            distribution, self.repository, backends, self.endpoints, exit_timeout_s=self.exit_timeout_s, keys=self.keys
         )
         output = open(self.log_path, "wb") if log_to_file else None  # noqa: SIM115 (the child holds it)
         try:
@@ -195,24 +217,46 @@ class TritonServer:
         return self
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
-        """Block until ``/v2/health/ready`` answers 200 (every model loaded), or raise with the log's tail."""
+        """Block until ``/v2/health/ready`` answers 200 (every model loaded) **from this server** (its metadata
+        name is this start's id: another server on the same port does not count), or raise with the log's tail."""
         deadline = time.monotonic() + timeout_s
-        url = f"{self.endpoints.http_url}/v2/health/ready"
         while time.monotonic() < deadline:
             if self.process is None or self.process.poll() is not None:
                 raise ServerError(f"tritonserver exited before it was ready{self._log_tail()}")
             try:
-                with urllib.request.urlopen(url, timeout=2) as reply:
-                    if reply.status == 200:
-                        return
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                self._request("/v2/health/ready", timeout_s=2)
+                if json.loads(self._request("/v2", timeout_s=2)).get("name") == self.keys.server_id:
+                    self._instances = self.process_children()
+                    return
+            except (OSError, ValueError):
                 pass
             time.sleep(0.25)
         raise ServerError(f"tritonserver was not ready after {timeout_s:.0f} s{self._log_tail()}")
 
+    def process_children(self) -> list[psutil.Process]:
+        """The server's child processes: the Python backend's stubs, one per model instance."""
+        if self.process is None:
+            return []
+        try:
+            return psutil.Process(self.process.pid).children()
+        except psutil.Error:
+            return []
+
+    def dead_instance(self) -> int | None:
+        """The pid of a model instance process that died since the server was ready, else None. Triton keeps
+        answering ready while such a model fails every request ("Stub process is not healthy")."""
+        for child in self._instances:
+            try:
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    continue
+            except psutil.NoSuchProcess:
+                pass
+            return child.pid
+        return None
+
     def models(self) -> list[str]:
         """The models Triton's repository index lists as READY."""
-        index = self._post("/v2/repository/index", timeout_s=10)
+        index = self._request("/v2/repository/index", timeout_s=10, post=True)
         return [m["name"] for m in json.loads(index or b"[]") if m.get("state") == "READY"]
 
     def drain(self, timeout_s: float | None = None) -> bool:
@@ -226,20 +270,20 @@ class TritonServer:
         try:
             names = self.models()
             for name in names:
-                self._post(f"/v2/repository/models/{urllib.parse.quote(name)}/unload", timeout_s=10)
+                self._request(f"/v2/repository/models/{urllib.parse.quote(name)}/unload", timeout_s=10, post=True)
             while time.monotonic() < deadline:
-                index = json.loads(self._post("/v2/repository/index", timeout_s=10) or b"[]")
+                index = json.loads(self._request("/v2/repository/index", timeout_s=10, post=True) or b"[]")
                 if not any(m.get("name") in names and m.get("state") in ("READY", "UNLOADING") for m in index):
                     return True
-                time.sleep(0.1)
+                time.sleep(0.02)  # readiness answers 200 again once the models are unloaded: stop soon after
         except (OSError, ValueError):  # the server is gone already: nothing left to drain
             return self.process is None or self.process.poll() is not None
         return False
 
     def stop(self, timeout_s: float | None = None) -> int:
-        """Drain (:meth:`drain`), then end the server and its backend stubs; returns the exit status: 0 when every
-        accepted request finished, else the server's own status (or 1 when it had to be killed while requests were
-        still running)."""
+        """Drain (:meth:`drain`), then end the server and its backend stubs and remove their shared memory; returns
+        the exit status: 0 when every accepted request finished, else the server's own status (or 1 when it had to
+        be killed while requests were still running)."""
         if self.process is None:
             return 0
         drained = self.process.poll() is not None or self.drain(timeout_s)
@@ -251,12 +295,16 @@ class TritonServer:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.process.pid, signal.SIGKILL)  # the server, if it still waits on idle connections, and stubs
         self.process.wait()
+        remove_shm(self.keys.shm_prefix)  # a killed server and its stubs leave their regions behind
         if drained:
             return 0
         return code if code not in (None, 0) else 1
 
-    def _post(self, path: str, *, timeout_s: float) -> bytes:
-        request = urllib.request.Request(f"{self.endpoints.http_url}{path}", data=b"{}", method="POST")
+    def _request(self, path: str, *, timeout_s: float, post: bool = False) -> bytes:
+        """An HTTP call with this server's secrets; raises ``OSError`` unless it answers 200."""
+        url = f"{self.endpoints.http_url}{path}"
+        data, method = (b"{}", "POST") if post else (None, "GET")
+        request = urllib.request.Request(url, data=data, method=method, headers=self.keys.headers())
         with urllib.request.urlopen(request, timeout=timeout_s) as reply:
             return reply.read()
 
@@ -276,9 +324,15 @@ class TritonServer:
         self.stop()
 
 
-def serve_until_signalled(server: TritonServer, signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT)) -> int:
-    """Run until SIGTERM/SIGINT (then drain and stop: :meth:`TritonServer.stop`) or until the server exits by
-    itself; returns the exit status. A second signal during the drain stops at once."""
+def serve_until_signalled(
+    server: TritonServer,
+    signals: Sequence[int] = (signal.SIGTERM, signal.SIGINT),
+    report: Callable[[str], None] = lambda message: None,
+) -> int:
+    """Run until SIGTERM/SIGINT (then drain and stop: :meth:`TritonServer.stop`), until the server exits by itself,
+    or until a model instance process dies (Triton would go on answering ready for a model that fails every
+    request: the server stops instead, so readiness goes with it and a supervisor restarts it; status 1);
+    returns the exit status. A second signal during the drain stops at once."""
     asked = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -289,14 +343,22 @@ def serve_until_signalled(server: TritonServer, signals: Sequence[int] = (signal
     for signum in signals:
         signal.signal(signum, on_signal)
     assert server.process is not None
-    while not asked.is_set() and server.process.poll() is None:
+    dead = None
+    while not asked.is_set() and server.process.poll() is None and dead is None:
         asked.wait(0.2)
+        dead = server.dead_instance()
     if server.process.poll() is not None:
         return server.process.returncode
+    if dead is not None:
+        report(f"a model instance process (pid {dead}) died: its model fails every request, so the server stops")
     try:
-        return server.stop()
+        code = server.stop()
     except KeyboardInterrupt:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait()
+        remove_shm(server.keys.shm_prefix)
         return 130
+    if dead is not None:
+        return code or 1
+    return code

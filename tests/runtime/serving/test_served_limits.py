@@ -21,14 +21,14 @@ from PIL import Image
 
 from edgecap.client import CaptionClient, CaptionRequestError, ServerBusyError  # noqa: E402, I001
 from edgecap.runtime.captioner import Captioner  # noqa: E402
-from tests.runtime.serving.conftest import images
-from tests.runtime.serving.test_triton_server import Served, direct, serve_venv  # noqa: F401 (fixtures)
+from tests.runtime.serving.conftest import Served, images
+from tests.runtime.serving.test_triton_server import direct  # noqa: F401 (a fixture)
 
 MAX_PIXELS = 4_000_000
 
 
 @pytest.fixture(scope="module")
-def bounded(serve_venv: Path, served_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:  # noqa: F811
+def bounded(serve_venv: Path, served_bundle: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     log = tmp_path_factory.mktemp("serve-bounded") / "serve.log"
     args = [str(served_bundle), "--max-batch", "8", "--max-queue-delay-us", "100000", "--threads", "1",
             "--max-pixels", str(MAX_PIXELS), "--max-request-mb", "16", "--max-inflight-mb", "32",

@@ -6,86 +6,22 @@ loopback, as a subprocess that every test bounds in time and the fixtures stop. 
 
 from __future__ import annotations
 
-import re
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from edgecap.runtime._process import die_with_parent
 from edgecap.runtime.captioner import Captioner
-from tests.runtime.serving.conftest import images, png
-from tools.edge_install import build_runtime_venv
+from tests.runtime.serving.conftest import Served, images, png
 
 tritonclient = pytest.importorskip("tritonclient.http", reason="the [client] extra (tritonclient) is not installed")
 
 from edgecap.client import AsyncCaptionClient, CaptionClient, CaptionRequestError, ServerBusyError  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[3]
-
-
-@pytest.fixture(scope="module")
-def serve_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    venv = build_runtime_venv(tmp_path_factory.getbasetemp() / "serve-venv", ROOT, extra="cpu,serve")
-    return venv.path
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
-class Served:
-    """An ``edgecap serve`` subprocess on loopback and its URLs."""
-
-    def __init__(self, venv: Path, args: list[str], log: Path) -> None:
-        self.http, self.grpc, self.metrics = free_ports(3)
-        ports = ["--http-port", str(self.http), "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics)]
-        self.log = log
-        with open(log, "wb") as out:
-            self.process = subprocess.Popen(
-                [str(venv / "bin" / "edgecap"), "serve", *args, *ports],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                preexec_fn=die_with_parent(),  # a killed test run leaves no server behind
-            )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            assert self.process.poll() is None, f"edgecap serve exited: {log.read_text()[-3000:]}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/v2/health/ready", timeout=2) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.3)
-        self.stop()
-        raise AssertionError(f"edgecap serve was not ready in 180 s: {log.read_text()[-3000:]}")
-
-    def counter(self, name: str) -> float:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics}/metrics", timeout=5) as r:
-            text = r.read().decode()
-        return sum(float(v) for v in re.findall(rf"^{name}\{{[^}}]*\}} (\S+)$", text, re.M))
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            return self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            return self.process.wait()
 
 
 @pytest.fixture(scope="module")
