@@ -8,8 +8,10 @@ import threading
 
 
 class FakeTriton:
-    """A loopback HTTP server that answers like Triton for one model: live, its repository index (``state`` for
-    ``name``), and "unknown model" (404) for an inference on any model. Stops within 30 s by itself."""
+    """A loopback HTTP server that answers like Triton for one model: live, its inference statistics (``name`` listed
+    while ``state`` is READY, none once unloaded, as Triton's ``GET /v2/models/stats`` does), and "unknown model"
+    (404) for an inference on any model. Stops within 30 s by itself. ``test_triton_server.py`` checks the same
+    answers against the real server."""
 
     def __init__(self, name: str, state: str) -> None:
         self.infers = 0
@@ -28,13 +30,16 @@ class FakeTriton:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                self.answer(200, {}) if self.path.startswith("/v2/health") else self.answer(404, {"error": "no"})
+                if self.path.startswith("/v2/health"):
+                    self.answer(200, {})
+                elif self.path == "/v2/models/stats":
+                    loaded = [{"name": name, "version": "1"}] if state == "READY" else []
+                    self.answer(200, {"model_stats": loaded})
+                else:
+                    self.answer(404, {"error": "no"})
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if self.path == "/v2/repository/index":
-                    self.answer(200, [{"name": name, "version": "1", "state": state}])
-                    return
                 fake.infers += 1
                 asked = self.path.split("/")[3]
                 reason = "is not found" if asked != name else "has no available versions"
