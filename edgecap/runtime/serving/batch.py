@@ -149,9 +149,8 @@ class ServedCaptioner:
         return size
 
     def _encoder_inputs(self, image: ServedImage) -> dict[str, np.ndarray]:
-        """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone."""
-        if isinstance(image, np.ndarray) and (image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8):
-            raise RequestError(f"pixels must be an H×W×3 uint8 array, got shape {image.shape} {image.dtype}")
+        """One image -> its encoder inputs (batch 1): decoded and preprocessed here, so a bad image fails alone (an
+        array's shape and dtype were checked by :meth:`_check_bounds`, which runs first)."""
         return self.captioner.prepare([image])
 
     # -- the decode ----------------------------------------------------------------------------------------------------
